@@ -1,0 +1,275 @@
+package backend
+
+import (
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Array is a backend-owned n-dimensional array. Its dtype and shape are known
+// as soon as the op that makes it returns, even on a lazy backend.
+type Array interface {
+	DType() tensor.DType
+	Shape() tensor.Shape
+}
+
+// Options configure a backend when it is opened. Zero values mean defaults.
+type Options struct {
+	// Precision selects the arithmetic of backends that offer several:
+	// "" or "reference" (MLX's semantics: float32 accumulation, each op's
+	// output rounded to its dtype), "high" (float64 accumulation, for
+	// numerical debugging). Backends reject values they do not know.
+	Precision string
+	// Threads caps the worker goroutines of a CPU backend; 0 means GOMAXPROCS.
+	Threads int
+	// Device selects the device of a backend with several ("cpu", "gpu");
+	// "" means the backend's default (MLX: the GPU when it has one).
+	Device string
+}
+
+// Backend is the full contract. Every op is required: a backend that lacks one
+// does not compile (each asserts var _ backend.Backend = (*T)(nil)).
+type Backend interface {
+	// Name is the registry name ("cpu", "mlx").
+	Name() string
+	// Do runs fn on the backend's thread and returns its error.
+	Do(fn func() error) error
+	// Close releases everything the backend holds. Arrays become invalid.
+	Close() error
+
+	Memory
+	Elementwise
+	Shaping
+	Reducing
+	Linalg
+	Fused
+	Quantized
+}
+
+// Memory is host transfer, evaluation and lifetime.
+type Memory interface {
+	// FromHost copies a host tensor into a new array.
+	FromHost(t *tensor.Dense) Array
+	// Borrow wraps host memory without copying where the backend can: t must
+	// stay valid and unmodified for the array's lifetime (memory-mapped
+	// weights). A backend that cannot alias copies, and says so in its docs.
+	Borrow(t *tensor.Dense) Array
+	// ToHost evaluates a and returns its contents in a new host tensor.
+	ToHost(a Array) (*tensor.Dense, error)
+	// Eval computes the given arrays (a no-op on an eager backend).
+	Eval(arrays ...Array) error
+	// Scope opens a scope: arrays made from now until Close belong to it.
+	Scope() Scope
+	// Release frees arrays now. Releasing twice, or releasing nil, is allowed.
+	Release(arrays ...Array)
+	// Stats reports live arrays and bytes.
+	Stats() Stats
+
+	// Zeros returns an array of zeros.
+	Zeros(shape tensor.Shape, dt tensor.DType) Array
+	// Full returns an array filled with v (rounded to dt).
+	Full(shape tensor.Shape, v float64, dt tensor.DType) Array
+}
+
+// Scope owns the arrays made while it is the innermost open scope.
+type Scope interface {
+	// Keep moves arrays to the enclosing scope (or to the outermost level,
+	// where only Release frees them) and returns the first, for chaining.
+	Keep(arrays ...Array) Array
+	// Close releases every array of the scope not kept. Scopes close in
+	// reverse order of opening; closing twice is allowed.
+	Close()
+}
+
+// Stats is a snapshot of a backend's memory.
+type Stats struct {
+	LiveArrays int   // arrays made and not yet released
+	LiveBytes  int64 // bytes they own (borrowed memory not counted)
+	PeakBytes  int64 // the most LiveBytes has been since the backend opened
+	LeakedByGC int   // arrays freed by the garbage-collector safety net
+}
+
+// UnaryOp names an elementwise function of one array.
+type UnaryOp int
+
+// The unary ops, with MLX's names.
+const (
+	Exp UnaryOp = iota
+	Log
+	Negative
+	Abs
+	Sqrt
+	Rsqrt
+	Square
+	Sigmoid // 1/(1+exp(-x)), computed as MLX does to avoid overflow
+	SiLU    // x*sigmoid(x)
+	Tanh
+	Sin
+	Cos
+)
+
+var unaryNames = [...]string{"exp", "log", "negative", "abs", "sqrt", "rsqrt", "square", "sigmoid", "silu", "tanh", "sin", "cos"}
+
+func (op UnaryOp) String() string {
+	if op < 0 || int(op) >= len(unaryNames) {
+		return "unary(?)"
+	}
+	return unaryNames[op]
+}
+
+// BinaryOp names an elementwise function of two arrays.
+type BinaryOp int
+
+// The binary ops, with MLX's names. Comparisons return Bool arrays.
+const (
+	Add BinaryOp = iota
+	Subtract
+	Multiply
+	Divide
+	Maximum
+	Minimum
+	Equal
+	Less
+	Greater
+)
+
+var binaryNames = [...]string{"add", "subtract", "multiply", "divide", "maximum", "minimum", "equal", "less", "greater"}
+
+func (op BinaryOp) String() string {
+	if op < 0 || int(op) >= len(binaryNames) {
+		return "binary(?)"
+	}
+	return binaryNames[op]
+}
+
+// Elementwise ops broadcast numpy-style and promote dtypes as MLX does.
+type Elementwise interface {
+	// Binary applies op to a and b after broadcasting them together.
+	Binary(op BinaryOp, a, b Array) Array
+	// Unary applies op elementwise; the output has x's dtype.
+	Unary(op UnaryOp, x Array) Array
+	// AsType converts x to dt (floats round to nearest even).
+	AsType(x Array, dt tensor.DType) Array
+	// Where picks a where cond is true and b elsewhere (cond broadcast, Bool).
+	Where(cond, a, b Array) Array
+}
+
+// Shaping ops move data without arithmetic.
+type Shaping interface {
+	// Reshape gives x a new shape of the same size; one dimension may be -1.
+	Reshape(x Array, shape ...int) Array
+	// Transpose permutes the axes of x.
+	Transpose(x Array, axes ...int) Array
+	// Slice takes x[start[i]:stop[i]] on every axis (step 1).
+	Slice(x Array, start, stop []int) Array
+	// SliceUpdate returns a copy of dst with src written at start (MLX's
+	// slice_update; functional, dst is unchanged). A backend may reuse dst's
+	// storage when dst has no other reader; callers must not use dst after.
+	SliceUpdate(dst, src Array, start []int) Array
+	// Concatenate joins arrays along axis.
+	Concatenate(axis int, xs ...Array) Array
+	// Take gathers whole slices of x along axis at integer indices (any
+	// shape): the result's shape replaces x's axis by indices' shape.
+	Take(x, indices Array, axis int) Array
+}
+
+// Reducing ops reduce along one axis.
+type Reducing interface {
+	Sum(x Array, axis int, keepDims bool) Array
+	Max(x Array, axis int, keepDims bool) Array
+	// Argmax returns the uint32 index of the largest element; ties go to the
+	// smallest index (MLX's rule).
+	Argmax(x Array, axis int, keepDims bool) Array
+	// LogSumExp is log(sum(exp(x))) computed stably in float32, output in x's dtype.
+	LogSumExp(x Array, axis int, keepDims bool) Array
+	// Softmax along axis; precise accumulates in float32 for low-precision
+	// inputs (mx.softmax(precise=True)). Output in x's dtype.
+	Softmax(x Array, axis int, precise bool) Array
+}
+
+// Linalg is dense matrix multiplication.
+type Linalg interface {
+	// Matmul multiplies the last two axes, broadcasting the batch axes
+	// (mx.matmul). Output dtype is the promotion of the inputs.
+	Matmul(a, b Array) Array
+}
+
+// Fused ops follow mx.fast.
+type Fused interface {
+	// RMSNorm is mx.fast.rms_norm: weight ⊙ T(x·rsqrt(mean(x²)+eps)) over the
+	// last axis, statistics in float32; weight has x's last dimension.
+	RMSNorm(x, weight Array, eps float32) Array
+	// RoPE is mx.fast.rope on x [B, H, L, D] (or any [..., L, D]).
+	RoPE(x Array, p RoPE, offset Offset) Array
+	// ScaledDotProductAttention is mx.fast.scaled_dot_product_attention:
+	// q [B, H, L, D], k and v [B, Hk, S, D] with H a multiple of Hk (query
+	// head h reads KV head h/(H/Hk), without materialising repeated heads).
+	ScaledDotProductAttention(q, k, v Array, scale float32, mask Mask) Array
+	// SwiGLU is mlx_lm's compiled swiglu: silu(gate) * up, each step rounded
+	// to the array dtype as the compiled kernel does.
+	SwiGLU(gate, up Array) Array
+}
+
+// Quantized ops use MLX's affine format (see the package doc).
+type Quantized interface {
+	// Quantize quantizes w [..., n] along its last axis (mx.quantize).
+	Quantize(w Array, groupSize, bits int) QuantizedArray
+	// Dequantize expands q to its scales' dtype (mx.dequantize).
+	Dequantize(q QuantizedArray) Array
+	// QuantizedMatmul is mx.quantized_matmul: x @ Wᵀ when transpose (W
+	// stored [N, K], quantized along K), else x @ W (W stored [K, N],
+	// quantized along N). It reads the packed codes directly and never
+	// materialises the dequantized weight.
+	QuantizedMatmul(x Array, w QuantizedArray, transpose bool) Array
+}
+
+// QuantizedArray is an affine-quantized matrix: packed uint32 codes and
+// per-group scales and biases.
+type QuantizedArray struct {
+	W, Scales, Biases Array
+	GroupSize, Bits   int
+}
+
+// Dims returns the logical [rows, cols] of the quantized matrix.
+func (q QuantizedArray) Dims() (rows, cols int) {
+	s := q.W.Shape()
+	return s[len(s)-2], s[len(s)-1] * 32 / q.Bits
+}
+
+// RoPE parameterises rotary position embedding (mx.fast.rope).
+type RoPE struct {
+	Dims        int     // leading features rotated; the rest pass through
+	Traditional bool    // rotate pairs (2i, 2i+1) instead of (i, i+Dims/2)
+	Base        float32 // inv_freq_i = Base^(-2i/Dims); ignored when Freqs is set
+	Scale       float32 // positions are multiplied by Scale
+	Freqs       Array   // optional float32 [Dims/2]: inv_freq_i = 1/Freqs[i]
+}
+
+// Offset is the position of the first token of each row: a scalar, or one
+// int32 per batch row (Rows, shape [B]) for left-padded batches.
+type Offset struct {
+	Scalar int
+	Rows   Array
+}
+
+// Mask selects which keys each query may attend to.
+type Mask interface{ isMask() }
+
+// NoMask lets every query attend to every key.
+type NoMask struct{}
+
+// CausalMask lets query i of L attend to key j of S iff j <= i + (S - L)
+// (lower-right aligned, as MLX's "causal").
+type CausalMask struct{}
+
+// ArrayMask is an explicit mask broadcastable to [B, H, L, S]: a Bool array
+// (true = attend) or a float array added to the scores.
+type ArrayMask struct{ A Array }
+
+func (NoMask) isMask()     {}
+func (CausalMask) isMask() {}
+func (ArrayMask) isMask()  {}
+
+// AsyncEvaler is implemented by lazy backends that can start computing
+// without waiting (mx.async_eval), so generation can pipeline decode steps.
+type AsyncEvaler interface {
+	AsyncEval(arrays ...Array) error
+}

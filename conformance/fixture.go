@@ -1,0 +1,235 @@
+package conformance
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Case is one fixture: a manifest (see conformance/README.md) and its arrays.
+type Case struct {
+	Format     int               `json:"format"`
+	Name       string            `json:"name"`
+	Kind       string            `json:"kind"` // "op" or "model"
+	Op         string            `json:"op"`
+	DType      string            `json:"dtype"`
+	Params     map[string]any    `json:"params"`
+	Inputs     []string          `json:"inputs"`
+	Outputs    []string          `json:"outputs"`
+	References []string          `json:"references"`
+	Tolerance  string            `json:"tolerance"`
+	ArraysFile string            `json:"arrays"`
+	Checkpoint string            `json:"checkpoint"`
+	Oracle     map[string]string `json:"oracle"`
+
+	// Path is the manifest file the case was read from.
+	Path string `json:"-"`
+}
+
+// index is manifest.json at the root of a fixture directory.
+type index struct {
+	Format int               `json:"format"`
+	Oracle map[string]string `json:"oracle"`
+	Cases  []struct {
+		Name string `json:"name"`
+		Kind string `json:"kind"`
+		File string `json:"file"`
+	} `json:"cases"`
+}
+
+// Load reads every case listed in dir/manifest.json, in the index's order.
+// Every listed file must exist and parse, and name the case the index says.
+func Load(dir string) ([]*Case, error) {
+	ipath := filepath.Join(dir, "manifest.json")
+	data, err := os.ReadFile(ipath)
+	if err != nil {
+		return nil, fmt.Errorf("conformance: reading fixture index: %w", err)
+	}
+	var idx index
+	if err := json.Unmarshal(data, &idx); err != nil {
+		return nil, fmt.Errorf("conformance: %s: %w", ipath, err)
+	}
+	if idx.Format != 1 {
+		return nil, fmt.Errorf("conformance: %s: format %d, this build reads format 1", ipath, idx.Format)
+	}
+	cases := make([]*Case, 0, len(idx.Cases))
+	for _, e := range idx.Cases {
+		c, err := LoadCase(filepath.Join(dir, e.File))
+		if err != nil {
+			return nil, err
+		}
+		if c.Name != e.Name || c.Kind != e.Kind {
+			return nil, fmt.Errorf("conformance: %s lists %q (%s) but %s holds %q (%s)", ipath, e.Name, e.Kind, e.File, c.Name, c.Kind)
+		}
+		cases = append(cases, c)
+	}
+	return cases, nil
+}
+
+// LoadCase reads one case manifest.
+func LoadCase(path string) (*Case, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("conformance: %w", err)
+	}
+	c := &Case{Path: path}
+	if err := json.Unmarshal(data, c); err != nil {
+		return nil, fmt.Errorf("conformance: %s: %w", path, err)
+	}
+	switch {
+	case c.Format != 1:
+		return nil, fmt.Errorf("conformance: %s: format %d, this build reads format 1", path, c.Format)
+	case c.Name == "":
+		return nil, fmt.Errorf("conformance: %s: missing field \"name\"", path)
+	case c.Kind != "op" && c.Kind != "model":
+		return nil, fmt.Errorf("conformance: %s: kind %q, want \"op\" or \"model\"", path, c.Kind)
+	case c.ArraysFile == "":
+		return nil, fmt.Errorf("conformance: %s: missing field \"arrays\"", path)
+	case c.Kind == "model" && c.Checkpoint == "":
+		return nil, fmt.Errorf("conformance: %s: model case without \"checkpoint\"", path)
+	}
+	return c, nil
+}
+
+// CheckpointDir is the directory of a model case's checkpoint.
+func (c *Case) CheckpointDir() string {
+	return filepath.Join(filepath.Dir(c.Path), c.Checkpoint)
+}
+
+// Arrays holds a case's arrays, memory-mapped.
+type Arrays struct {
+	f    *tensor.SafetensorsFile
+	name string
+}
+
+// OpenArrays maps the case's safetensors file.
+func (c *Case) OpenArrays() (*Arrays, error) {
+	f, err := tensor.OpenSafetensors(filepath.Join(filepath.Dir(c.Path), c.ArraysFile))
+	if err != nil {
+		return nil, fmt.Errorf("conformance: case %s: %w", c.Name, err)
+	}
+	return &Arrays{f: f, name: c.Name}, nil
+}
+
+// Input returns input array name (stored as "in.<name>").
+func (a *Arrays) Input(name string) (*tensor.Dense, error) { return a.get("in." + name) }
+
+// Output returns the oracle's output array name ("out.<name>").
+func (a *Arrays) Output(name string) (*tensor.Dense, error) { return a.get("out." + name) }
+
+// Reference returns the float64 reference of output name ("ref.<name>"), or
+// nil when the case has none.
+func (a *Arrays) Reference(name string) (*tensor.Dense, error) {
+	if _, ok := a.f.Info("ref." + name); !ok {
+		return nil, nil
+	}
+	return a.get("ref." + name)
+}
+
+// Has reports whether the arrays file holds a tensor of that full name.
+func (a *Arrays) Has(full string) bool { _, ok := a.f.Info(full); return ok }
+
+func (a *Arrays) get(full string) (*tensor.Dense, error) {
+	t, err := a.f.Tensor(full)
+	if err != nil {
+		return nil, fmt.Errorf("conformance: case %s: %w", a.name, err)
+	}
+	return t, nil
+}
+
+// Close unmaps the file.
+func (a *Arrays) Close() error { return a.f.Close() }
+
+// Param helpers: manifests are JSON, so numbers arrive as float64.
+
+// Int returns params[key] as an int, or an error naming the case and key.
+func (c *Case) Int(key string) (int, error) {
+	v, ok := c.Params[key]
+	if !ok {
+		return 0, fmt.Errorf("case %s: missing param %q", c.Name, key)
+	}
+	f, ok := v.(float64)
+	if !ok || f != float64(int(f)) {
+		return 0, fmt.Errorf("case %s: param %q = %v, want an integer", c.Name, key, v)
+	}
+	return int(f), nil
+}
+
+// Float returns params[key] as a float64.
+func (c *Case) Float(key string) (float64, error) {
+	v, ok := c.Params[key]
+	if !ok {
+		return 0, fmt.Errorf("case %s: missing param %q", c.Name, key)
+	}
+	f, ok := v.(float64)
+	if !ok {
+		return 0, fmt.Errorf("case %s: param %q = %v, want a number", c.Name, key, v)
+	}
+	return f, nil
+}
+
+// Bool returns params[key] as a bool (false when absent).
+func (c *Case) Bool(key string) (bool, error) {
+	v, ok := c.Params[key]
+	if !ok {
+		return false, nil
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("case %s: param %q = %v, want true or false", c.Name, key, v)
+	}
+	return b, nil
+}
+
+// String returns params[key] as a string ("" when absent).
+func (c *Case) String(key string) (string, error) {
+	v, ok := c.Params[key]
+	if !ok {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("case %s: param %q = %v, want a string", c.Name, key, v)
+	}
+	return s, nil
+}
+
+// Has reports whether params has key (and it is not null).
+func (c *Case) Has(key string) bool { v, ok := c.Params[key]; return ok && v != nil }
+
+// Filter keeps the cases whose name contains any of the comma-separated
+// substrings in pattern ("" keeps all).
+func Filter(cases []*Case, pattern string) []*Case {
+	if pattern == "" {
+		return cases
+	}
+	var out []*Case
+	for _, c := range cases {
+		for _, p := range strings.Split(pattern, ",") {
+			if p != "" && strings.Contains(c.Name, p) {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Ops lists the distinct ops of the cases, sorted.
+func Ops(cases []*Case) []string {
+	seen := map[string]bool{}
+	for _, c := range cases {
+		seen[c.Kind+":"+c.Op] = true
+	}
+	var out []string
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
