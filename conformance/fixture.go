@@ -13,19 +13,21 @@ import (
 
 // Case is one fixture: a manifest (see conformance/README.md) and its arrays.
 type Case struct {
-	Format     int               `json:"format"`
-	Name       string            `json:"name"`
-	Kind       string            `json:"kind"` // "op" or "model"
-	Op         string            `json:"op"`
-	DType      string            `json:"dtype"`
-	Params     map[string]any    `json:"params"`
-	Inputs     []string          `json:"inputs"`
-	Outputs    []string          `json:"outputs"`
-	References []string          `json:"references"`
-	Tolerance  string            `json:"tolerance"`
-	ArraysFile string            `json:"arrays"`
-	Checkpoint string            `json:"checkpoint"`
-	Oracle     map[string]string `json:"oracle"`
+	Format     int            `json:"format"`
+	Name       string         `json:"name"`
+	Kind       string         `json:"kind"` // "op" or "model"
+	Op         string         `json:"op"`
+	DType      string         `json:"dtype"`
+	Params     map[string]any `json:"params"`
+	Inputs     []string       `json:"inputs"`
+	Outputs    []string       `json:"outputs"`
+	References []string       `json:"references"`
+	Tolerance  string         `json:"tolerance"`
+	// OutputTolerance overrides Tolerance per output (model cases mix classes).
+	OutputTolerance map[string]string `json:"output_tolerance"`
+	ArraysFile      string            `json:"arrays"`
+	Checkpoint      string            `json:"checkpoint"`
+	Oracle          map[string]string `json:"oracle"`
 
 	// Path is the manifest file the case was read from.
 	Path string `json:"-"`
@@ -94,6 +96,14 @@ func LoadCase(path string) (*Case, error) {
 		return nil, fmt.Errorf("conformance: %s: model case without \"checkpoint\"", path)
 	}
 	return c, nil
+}
+
+// ToleranceOf returns the tolerance class of one output.
+func (c *Case) ToleranceOf(output string) string {
+	if t, ok := c.OutputTolerance[output]; ok {
+		return t
+	}
+	return c.Tolerance
 }
 
 // CheckpointDir is the directory of a model case's checkpoint.
@@ -186,10 +196,10 @@ func (c *Case) Bool(key string) (bool, error) {
 	return b, nil
 }
 
-// String returns params[key] as a string ("" when absent).
+// String returns params[key] as a string ("" when absent or null).
 func (c *Case) String(key string) (string, error) {
 	v, ok := c.Params[key]
-	if !ok {
+	if !ok || v == nil {
 		return "", nil
 	}
 	s, ok := v.(string)

@@ -120,8 +120,9 @@ def write_case(directory, name, kind, op, dtype, params, inputs, outputs,
                when given, else sorted
     outputs    dict name -> array: what the oracle (MLX) produced
     tolerance  tolerance class name (conformance/tolerance.go keys on it)
-    references optional dict output name -> float64 numpy array: a float64
-               reference computed from the same inputs, used to derive budgets
+    references optional dict output name -> numpy array: a float64 (or, when the
+               reference ran in float32, float32) reference computed from the same
+               inputs, used to derive budgets
     extra      optional JSON-able dict merged into the manifest
     Returns the manifest entry {"name", "kind", "file"} for the index.
     """
@@ -133,7 +134,10 @@ def write_case(directory, name, kind, op, dtype, params, inputs, outputs,
     for k, v in outputs.items():
         arrays["out." + k] = v
     for k, v in (references or {}).items():
-        arrays["ref." + k] = np.asarray(v, dtype=np.float64)
+        # float64, or float32 when the reference computation itself ran in float32
+        # (storing its values as F64 would double the bytes and add nothing).
+        v = np.asarray(v)
+        arrays["ref." + k] = v if v.dtype == np.float32 else v.astype(np.float64)
     write_safetensors(os.path.join(directory, stem + ".safetensors"), arrays)
     order = params.get("input_order") if params else None
     manifest = {

@@ -1,0 +1,91 @@
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
+)
+
+func init() {
+	backend.Register("cpu", func(o backend.Options) (backend.Backend, error) { return New(o) })
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Backend is the pure-Go CPU backend. It computes every op during the call
+// (Eval has nothing left to do) and is not safe for concurrent use.
+type Backend struct {
+	high    bool // Precision "high": float64 accumulation
+	threads int  // worker goroutines for Matmul
+	closed  bool
+
+	ledger *ledger
+	scopes []*scope // open scopes, innermost last
+}
+
+// Precisions lists the accepted values of backend.Options.Precision.
+var Precisions = []string{"", "reference", "high"}
+
+// New opens a CPU backend. Options.Precision is "" or "reference" (float32
+// accumulation, MLX's semantics) or "high" (float64 accumulation);
+// Options.Device must be "" or "cpu"; Options.Threads caps the worker
+// goroutines (0 means GOMAXPROCS). Threads > 0 also sets the worker count of
+// the shared kernel package, which is process-wide.
+func New(opts backend.Options) (*Backend, error) {
+	b := &Backend{ledger: newLedger()}
+	switch opts.Precision {
+	case "", "reference":
+	case "high":
+		b.high = true
+	default:
+		return nil, fmt.Errorf("cpu backend: unknown precision %q (want %q, %q or %q)", opts.Precision, "", "reference", "high")
+	}
+	switch opts.Device {
+	case "", "cpu":
+	default:
+		return nil, fmt.Errorf("cpu backend: unknown device %q (want %q or %q)", opts.Device, "", "cpu")
+	}
+	if opts.Threads < 0 {
+		return nil, fmt.Errorf("cpu backend: Threads is %d (want 0 for GOMAXPROCS, or a positive count)", opts.Threads)
+	}
+	b.threads = opts.Threads
+	if b.threads == 0 {
+		b.threads = runtime.GOMAXPROCS(0)
+	} else {
+		kernel.SetThreads(opts.Threads)
+	}
+	return b, nil
+}
+
+// Name returns "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Do runs fn inline: the CPU backend has no thread of its own.
+func (b *Backend) Do(fn func() error) error { return fn() }
+
+// Close releases every array still alive and closes every open scope. Using
+// the backend or any of its arrays afterwards panics with an *OpError.
+// Closing twice is allowed.
+func (b *Backend) Close() error {
+	if b.closed {
+		return nil
+	}
+	for len(b.scopes) > 0 {
+		b.scopes[0].Close()
+	}
+	for _, a := range b.ledger.alive() {
+		b.release(a)
+	}
+	b.closed = true
+	return nil
+}
+
+// acc returns the accumulation mode of the kernels.
+func (b *Backend) acc() kernel.Acc {
+	if b.high {
+		return kernel.AccF64
+	}
+	return kernel.AccF32
+}

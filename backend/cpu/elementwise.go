@@ -1,0 +1,304 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Binary applies op to a and b broadcast together (numpy rules). Both are
+// first converted to backend.PromoteTypes(a, b) (MLX's astype, which rounds
+// an integer to a narrow float); Divide promotes integers to F32 (MLX's
+// at_least_float). Float arithmetic is one float32 operation rounded to the
+// output dtype, as MLX's CPU kernels compute half types; F64 arrays and the
+// high precision compute in float64 and round once. Integer and Bool
+// arithmetic is exact with two's-complement wrap. Maximum and Minimum
+// propagate NaN. Comparisons return Bool and are exact.
+func (b *Backend) Binary(op backend.BinaryOp, x, y backend.Array) backend.Array {
+	name := op.String()
+	as := b.use(name, x, y)
+	shape, ok := broadcastShapes(as[0].shape, as[1].shape)
+	if !ok {
+		panic(backend.Errorf(name, []backend.Array{x, y}, "shapes do not broadcast"))
+	}
+	if op < backend.Add || op > backend.Greater {
+		panic(backend.Errorf(name, []backend.Array{x, y}, "unknown binary op %d", int(op)))
+	}
+	ct := backend.PromoteTypes(as[0].dtype, as[1].dtype)
+	if op == backend.Divide {
+		ct = atLeastFloat(ct)
+	}
+	cmp := op == backend.Equal || op == backend.Less || op == backend.Greater
+	st := [][]int{bstrides(as[0].shape, shape), bstrides(as[1].shape, shape)}
+	n := shape.Size()
+
+	if ct.IsFloat() {
+		av, bv := f64As(as[0], ct), f64As(as[1], ct)
+		if cmp {
+			res := make([]uint64, n)
+			walk(shape, st, func(k int, o []int) {
+				if compareF(op, av[o[0]], bv[o[1]]) {
+					res[k] = 1
+				}
+			})
+			return b.dense(packInts(tensor.Bool, shape, res))
+		}
+		f := binaryF(op, b.wide(ct))
+		res := make([]float64, n)
+		walk(shape, st, func(k int, o []int) { res[k] = f(av[o[0]], bv[o[1]]) })
+		return b.dense(packF64(ct, shape, res))
+	}
+
+	av, bv := intsAs(as[0], ct), intsAs(as[1], ct)
+	res := make([]uint64, n)
+	walk(shape, st, func(k int, o []int) { res[k] = binaryInt(op, ct, av[o[0]], bv[o[1]]) })
+	if cmp {
+		return b.dense(packInts(tensor.Bool, shape, res))
+	}
+	return b.dense(packInts(ct, shape, res))
+}
+
+func compareF(op backend.BinaryOp, x, y float64) bool {
+	switch op {
+	case backend.Equal:
+		return x == y
+	case backend.Less:
+		return x < y
+	}
+	return x > y
+}
+
+// binaryF returns op on float values already in the compute dtype: one
+// float32 operation, or a float64 one when wide.
+func binaryF(op backend.BinaryOp, wide bool) func(x, y float64) float64 {
+	switch op {
+	case backend.Maximum:
+		return func(x, y float64) float64 {
+			if x != x || x > y {
+				return x
+			}
+			return y
+		}
+	case backend.Minimum:
+		return func(x, y float64) float64 {
+			if x != x || x < y {
+				return x
+			}
+			return y
+		}
+	}
+	if wide {
+		switch op {
+		case backend.Add:
+			return func(x, y float64) float64 { return x + y }
+		case backend.Subtract:
+			return func(x, y float64) float64 { return x - y }
+		case backend.Multiply:
+			return func(x, y float64) float64 { return x * y }
+		}
+		return func(x, y float64) float64 { return x / y }
+	}
+	switch op {
+	case backend.Add:
+		return func(x, y float64) float64 { return float64(float32(x) + float32(y)) }
+	case backend.Subtract:
+		return func(x, y float64) float64 { return float64(float32(x) - float32(y)) }
+	case backend.Multiply:
+		return func(x, y float64) float64 { return float64(float32(x) * float32(y)) }
+	}
+	return func(x, y float64) float64 { return float64(float32(x) / float32(y)) }
+}
+
+// binaryInt applies op to two values of integer (or Bool) dtype dt; for
+// comparisons the result is 0 or 1.
+func binaryInt(op backend.BinaryOp, dt tensor.DType, x, y uint64) uint64 {
+	b2u := func(c bool) uint64 {
+		if c {
+			return 1
+		}
+		return 0
+	}
+	switch op {
+	case backend.Add:
+		return wrap(dt, x+y)
+	case backend.Subtract:
+		return wrap(dt, x-y)
+	case backend.Multiply:
+		return wrap(dt, x*y)
+	case backend.Maximum:
+		if intLess(dt, x, y) {
+			return y
+		}
+		return x
+	case backend.Minimum:
+		if intLess(dt, y, x) {
+			return y
+		}
+		return x
+	case backend.Equal:
+		return b2u(x == y)
+	case backend.Less:
+		return b2u(intLess(dt, x, y))
+	case backend.Greater:
+		return b2u(intLess(dt, y, x))
+	}
+	panic("unreachable: divide on integers is promoted to float")
+}
+
+// unaryDType is the output dtype of op on dt, as MLX: Negative, Abs and
+// Square keep dt; the other ops promote integers and Bool to F32.
+func unaryDType(op backend.UnaryOp, dt tensor.DType) tensor.DType {
+	switch op {
+	case backend.Negative, backend.Abs, backend.Square:
+		return dt
+	}
+	return atLeastFloat(dt)
+}
+
+// Unary applies op elementwise. The output has x's dtype, except that the
+// transcendental ops (all but Negative, Abs and Square) give F32 for integer
+// and Bool x, as MLX does. Each value is computed in float32 and rounded to
+// the output dtype, as MLX computes half types in float; Log, Sqrt, Rsqrt,
+// Tanh, Sin and Cos are evaluated in float64 and rounded to float32 first.
+// Exp is MLX's CPU exp (kernel.ExpMLX, a Cephes polynomial, not correctly
+// rounded). Sigmoid is MLX's CPU kernel (kernel.SigmoidMLX): e = T(exp(|x|)),
+// y = 1/(1+e), then y for x < 0 and 1-y otherwise, in float32, rounded to T.
+// SiLU is MLX's nn.silu, T(x · sigmoid(x)) with the sigmoid already in T.
+// F64 arrays and the high precision evaluate everything in float64 with
+// math.Exp and round once. Negative of a Bool array panics (MLX rejects it).
+func (b *Backend) Unary(op backend.UnaryOp, x backend.Array) backend.Array {
+	name := op.String()
+	a := b.use1(name, x)
+	if op < backend.Exp || op > backend.Cos {
+		panic(backend.Errorf(name, []backend.Array{x}, "unknown unary op %d", int(op)))
+	}
+	dt := unaryDType(op, a.dtype)
+	if !dt.IsFloat() {
+		if op == backend.Negative && dt == tensor.Bool {
+			panic(backend.Errorf(name, []backend.Array{x}, "not defined for Bool (use Equal with false)"))
+		}
+		v := intsAs(a, dt)
+		for i, u := range v {
+			switch op {
+			case backend.Negative:
+				v[i] = wrap(dt, -u)
+			case backend.Abs:
+				if isSigned(dt) && int64(u) < 0 {
+					v[i] = wrap(dt, -u)
+				}
+			case backend.Square:
+				v[i] = wrap(dt, u*u)
+			}
+		}
+		return b.dense(packInts(dt, a.shape, v))
+	}
+	v := f64As(a, dt)
+	res := make([]float64, len(v))
+	f := unaryF(op, dt, b.wide(dt))
+	for i, u := range v {
+		res[i] = f(u)
+	}
+	return b.dense(packF64(dt, a.shape, res))
+}
+
+// unaryF returns op on a value of float dtype dt. Unless wide, the result
+// is a float32 value (packF64 then rounds it to dt).
+func unaryF(op backend.UnaryOp, dt tensor.DType, wide bool) func(float64) float64 {
+	f32 := func(f func(float64) float64) func(float64) float64 {
+		if wide {
+			return f
+		}
+		return func(x float64) float64 { return float64(float32(f(x))) }
+	}
+	switch op {
+	case backend.Exp:
+		if wide {
+			return math.Exp
+		}
+		return func(x float64) float64 { return float64(kernel.ExpMLX(float32(x))) }
+	case backend.Log:
+		return f32(math.Log)
+	case backend.Negative:
+		return func(x float64) float64 { return -x }
+	case backend.Abs:
+		return math.Abs
+	case backend.Sqrt:
+		return f32(math.Sqrt)
+	case backend.Rsqrt:
+		return f32(func(x float64) float64 { return 1 / math.Sqrt(x) })
+	case backend.Square:
+		return f32(func(x float64) float64 { return x * x })
+	case backend.Tanh:
+		return f32(math.Tanh)
+	case backend.Sin:
+		return f32(math.Sin)
+	case backend.Cos:
+		return f32(math.Cos)
+	case backend.Sigmoid:
+		if wide {
+			return sigmoid64
+		}
+		round := rounder(dt)
+		return func(x float64) float64 { return float64(kernel.SigmoidMLX(float32(x), round)) }
+	case backend.SiLU:
+		if wide {
+			return func(x float64) float64 { return x * sigmoid64(x) }
+		}
+		round := rounder(dt)
+		return func(x float64) float64 {
+			return float64(float32(x) * kernel.SigmoidMLX(float32(x), round))
+		}
+	}
+	panic("unreachable: unknown unary op")
+}
+
+// sigmoid64 is 1/(1+exp(-x)) in float64, in the same overflow-free form.
+func sigmoid64(x float64) float64 {
+	y := 1 / (1 + math.Exp(math.Abs(x)))
+	if x < 0 {
+		return y
+	}
+	return 1 - y
+}
+
+// AsType converts x to dt as MLX's astype: floats round to nearest even
+// (f16 and bf16 through float32), floats to integers truncate toward zero
+// (saturating, NaN to 0), integers wrap, anything nonzero becomes true.
+func (b *Backend) AsType(x backend.Array, dt tensor.DType) backend.Array {
+	a := b.use1("AsType", x)
+	if dt.Size() == 0 {
+		panic(backend.Errorf("AsType", []backend.Array{x}, "invalid target dtype %v", dt))
+	}
+	if a.dtype == dt {
+		return b.dense(a.data.Clone())
+	}
+	return b.dense(a.data.Convert(dt))
+}
+
+// Where picks a where cond is true and b elsewhere, with cond, a and b
+// broadcast together. cond of another dtype is converted to Bool (nonzero
+// is true); a and b are converted to their promoted dtype.
+func (b *Backend) Where(cond, x, y backend.Array) backend.Array {
+	args := []backend.Array{cond, x, y}
+	as := b.use("Where", args...)
+	shape, ok := broadcastShapes(as[0].shape, as[1].shape, as[2].shape)
+	if !ok {
+		panic(backend.Errorf("Where", args, "shapes do not broadcast"))
+	}
+	dt := backend.PromoteTypes(as[1].dtype, as[2].dtype)
+	c := converted(as[0], tensor.Bool).Data
+	xd, yd := converted(as[1], dt).Data, converted(as[2], dt).Data
+	es := dt.Size()
+	out := tensor.New(dt, shape)
+	st := [][]int{bstrides(as[0].shape, shape), bstrides(as[1].shape, shape), bstrides(as[2].shape, shape)}
+	walk(shape, st, func(k int, o []int) {
+		src, at := yd, o[2]
+		if c[o[0]] != 0 {
+			src, at = xd, o[1]
+		}
+		copy(out.Data[k*es:(k+1)*es], src[at*es:(at+1)*es])
+	})
+	return b.dense(out)
+}

@@ -1,0 +1,34 @@
+// Package kernel holds the numerical kernels of the pure-Go CPU backend: the
+// fused and quantized ops of the backend contract (RMSNorm, RoPE, SDPA,
+// SwiGLU, affine Quantize/Dequantize, QuantizedMatmul), written on flat
+// float32 slices.
+//
+// # Storage and rounding
+//
+// Every array is passed as []float32 whatever its storage dtype: a bf16 or
+// f16 value is a float32 holding that exact value. A [Rounder] rounds a
+// float32 result to the storage dtype (identity for F32, tensor.RoundBF16,
+// tensor.RoundF16). Kernels read inputs as given, compute in float32 (or
+// float64 under [AccF64]) and pass every value MLX stores in the dtype
+// through the Rounder; each kernel's doc says where that happens and which
+// MLX source it follows. Explicit float32(...) conversions around products
+// stop the Go compiler from fusing a*b+c into an FMA on arm64, so results
+// are the same on every architecture.
+//
+// # Reference and fast versions
+//
+// Each kernel has a plain single-goroutine reference, exported with a Ref
+// suffix (QuantizedMatmulTRef, SDPARef, ...), written as the loop it
+// computes. The unsuffixed name is the fast version: it splits output rows
+// (or, for a single row, output columns) across worker goroutines
+// ([SetThreads]) and performs the same float operations in the same order,
+// so fast and reference results are bit-identical; the tests check that.
+//
+// # Memory
+//
+// Kernels never allocate anything proportional to a weight. Per-call scratch
+// is small and documented on each kernel (a few floats per output row or per
+// worker). Slices too short for the given sizes are programmer errors and
+// panic with a message naming the kernel and the argument; callers validate
+// user input before calling.
+package kernel

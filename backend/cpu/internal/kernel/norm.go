@@ -1,0 +1,65 @@
+package kernel
+
+import "math"
+
+// rmsNormRow normalises one row of n elements (see RMSNorm for the formula).
+func rmsNormRow(dst, x, w []float32, n int, eps float32, round Rounder, acc Acc) {
+	x, dst, w = x[:n], dst[:n], w[:n]
+	if acc == AccF64 {
+		var ss float64
+		for _, v := range x {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/float64(n)+float64(eps))
+		for i, v := range x {
+			dst[i] = round(w[i] * round(float32(float64(v)*inv)))
+		}
+		return
+	}
+	var ss float32
+	for _, v := range x {
+		ss += float32(v * v)
+	}
+	mean := float32(ss * float32(1/float64(n)))
+	inv := 1 / float32(math.Sqrt(float64(mean+eps)))
+	for i, v := range x {
+		dst[i] = round(float32(w[i] * round(float32(v*inv))))
+	}
+}
+
+func checkRMSNorm(dst, x, w []float32, rows, n int) {
+	check(rows >= 0 && n > 0, "RMSNorm", "sizes rows=%d n=%d", rows, n)
+	need("RMSNorm", "x", len(x), rows*n)
+	need("RMSNorm", "dst", len(dst), rows*n)
+	need("RMSNorm", "w", len(w), n)
+}
+
+// RMSNormRef is the reference of [RMSNorm]: one goroutine, row by row.
+func RMSNormRef(dst, x, w []float32, rows, n int, eps float32, round Rounder, acc Acc) {
+	checkRMSNorm(dst, x, w, rows, n)
+	round = roundOr(round)
+	for r := range rows {
+		rmsNormRow(dst[r*n:], x[r*n:], w, n, eps, round, acc)
+	}
+}
+
+// RMSNorm is mx.fast.rms_norm(x, w, eps) over rows of n elements, following
+// the graph MLX's CPU runs (mlx/fast.cpp rms_norm fallback; mlx_lm_spec.md §3.2):
+//
+//	ss   = Σ_i x[r,i]²                     (float32, sequential)
+//	mean = ss · float32(1/n)               (MLX's mean multiplies by the inverted count)
+//	inv  = 1 / sqrt(mean + eps)            (float32, as CPU rsqrt)
+//	dst[r,i] = round(w[i] · round(x[r,i]·inv))
+//
+// the two roundings being MLX's cast of the normalised value to the dtype and
+// the weight multiply in the dtype. AccF64 does the sum, mean and rsqrt in
+// float64 (dividing by n). Rows are split across workers; no scratch.
+func RMSNorm(dst, x, w []float32, rows, n int, eps float32, round Rounder, acc Acc) {
+	checkRMSNorm(dst, x, w, rows, n)
+	round = roundOr(round)
+	parallelFor(rows, max(1, 32768/n), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			rmsNormRow(dst[r*n:], x[r*n:], w, n, eps, round, acc)
+		}
+	})
+}

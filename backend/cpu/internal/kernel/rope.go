@@ -1,0 +1,130 @@
+package kernel
+
+import "math"
+
+// RoPEParams parameterise rotary position embedding (mx.fast.rope).
+type RoPEParams struct {
+	Dims        int     // leading features rotated (even, <= d); the rest pass through
+	Traditional bool    // rotate pairs (2i, 2i+1) instead of (i, i+Dims/2)
+	Base        float32 // inv_freq_i = Base^(-2i/Dims); ignored when Freqs is set
+	Scale       float32 // positions are multiplied by Scale
+	Freqs       []float32
+	// Freqs is nil or has Dims/2 entries: inv_freq_i = 1/Freqs[i].
+}
+
+// invFreqs returns the Dims/2 inverse frequencies as MLX's Metal rope kernel
+// computes them (mlx/backend/metal/kernels/rope.metal, rope.cpp):
+// exp2(-(i/(Dims/2))·log2(Base)) with log2(Base) taken in float32 on the host,
+// or 1/Freqs[i]; all float32.
+func invFreqs(p RoPEParams) []float32 {
+	half := p.Dims / 2
+	inv := make([]float32, half)
+	if p.Freqs != nil {
+		for i := range inv {
+			inv[i] = 1 / p.Freqs[i]
+		}
+		return inv
+	}
+	lb := float32(math.Log2(float64(p.Base)))
+	for i := range inv {
+		d := float32(i) / float32(half)
+		inv[i] = float32(math.Exp2(float64(-d * lb)))
+	}
+	return inv
+}
+
+// ropeAngle returns cos θ and sin θ for θ = (Scale·pos)·inv in float32.
+func ropeAngle(scale float32, pos int, inv float32) (c, s float32) {
+	theta := float32(scale*float32(pos)) * inv
+	return float32(math.Cos(float64(theta))), float32(math.Sin(float64(theta)))
+}
+
+// ropeRow rotates one row of d features whose token sits at position pos,
+// with cos/sin given per pair.
+func ropeRow(dst, x []float32, d int, p RoPEParams, cs, sn []float32, round Rounder) {
+	half := p.Dims / 2
+	for i := range half {
+		i1, i2 := i, i+half
+		if p.Traditional {
+			i1, i2 = 2*i, 2*i+1
+		}
+		x1, x2, c, s := x[i1], x[i2], cs[i], sn[i]
+		dst[i1] = round(float32(x1*c) - float32(x2*s))
+		dst[i2] = round(float32(x1*s) + float32(x2*c))
+	}
+	copy(dst[p.Dims:d], x[p.Dims:d])
+}
+
+func checkRoPE(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int) {
+	check(b >= 0 && h >= 0 && l >= 0 && d > 0, "RoPE", "sizes b=%d h=%d l=%d d=%d", b, h, l, d)
+	check(p.Dims > 0 && p.Dims%2 == 0 && p.Dims <= d, "RoPE", "dims %d, want even, positive and <= %d", p.Dims, d)
+	check(p.Freqs == nil || len(p.Freqs) == p.Dims/2, "RoPE", "%d freqs, want %d", len(p.Freqs), p.Dims/2)
+	check(len(offsets) == 1 || len(offsets) == b, "RoPE", "%d offsets, want 1 or %d", len(offsets), b)
+	need("RoPE", "x", len(x), b*h*l*d)
+	need("RoPE", "dst", len(dst), b*h*l*d)
+}
+
+func rowOffset(offsets []int, bi int) int {
+	if len(offsets) == 1 {
+		return offsets[0]
+	}
+	return offsets[bi]
+}
+
+// RoPERef is the reference of [RoPE]: one goroutine, angles recomputed per row.
+func RoPERef(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int, round Rounder) {
+	checkRoPE(dst, x, b, h, l, d, p, offsets)
+	round = roundOr(round)
+	inv := invFreqs(p)
+	cs, sn := make([]float32, len(inv)), make([]float32, len(inv))
+	for bi := range b {
+		for hi := range h {
+			for t := range l {
+				for i, f := range inv {
+					cs[i], sn[i] = ropeAngle(p.Scale, t+rowOffset(offsets, bi), f)
+				}
+				o := ((bi*h+hi)*l + t) * d
+				ropeRow(dst[o:o+d], x[o:o+d], d, p, cs, sn, round)
+			}
+		}
+	}
+}
+
+// RoPE is mx.fast.rope on x [b, h, l, d] with the numerics of MLX's Metal
+// kernel (rope.metal; mlx_lm_spec.md §3.4): token t of batch row bi sits at
+// position pos = t + offset (offsets has one entry, or one per batch row);
+// θ_i = (Scale·pos)·inv_freq_i in float32 (see invFreqs), cos and sin
+// correctly rounded to float32, and for each pair (x1, x2), (i, i+Dims/2) or
+// (2i, 2i+1) when Traditional:
+//
+//	x1' = round(x1·cosθ − x2·sinθ),  x2' = round(x1·sinθ + x2·cosθ)
+//
+// each product and sum in float32, rounded once to the dtype. Features past
+// Dims are copied. (MLX's CPU fallback instead rounds cos/sin to the dtype
+// and rounds after every op; the two differ by about one ulp.) Scratch: the
+// cos/sin table of one batch row, 2·l·Dims/2 floats; rows of l·d are split
+// across workers.
+func RoPE(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int, round Rounder) {
+	checkRoPE(dst, x, b, h, l, d, p, offsets)
+	round = roundOr(round)
+	inv := invFreqs(p)
+	half := len(inv)
+	cs, sn := make([]float32, l*half), make([]float32, l*half)
+	for bi := range b {
+		off := rowOffset(offsets, bi)
+		parallelFor(l, max(1, 4096/half), func(lo, hi int) {
+			for t := lo; t < hi; t++ {
+				for i, f := range inv {
+					cs[t*half+i], sn[t*half+i] = ropeAngle(p.Scale, t+off, f)
+				}
+			}
+		})
+		parallelFor(h*l, max(1, 8192/d), func(lo, hi int) {
+			for ht := lo; ht < hi; ht++ {
+				t := ht % l
+				o := (bi*h*l + ht) * d
+				ropeRow(dst[o:o+d], x[o:o+d], d, p, cs[t*half:(t+1)*half], sn[t*half:(t+1)*half], round)
+			}
+		})
+	}
+}

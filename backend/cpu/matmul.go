@@ -1,0 +1,149 @@
+package cpu
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Matmul multiplies the last two axes of a [..., M, K] and b [..., K, N],
+// broadcasting the batch axes (mx.matmul). A 1-D a is a row [1, K] and a 1-D
+// b a column [K, 1], and that axis is dropped from the result. Both inputs
+// are converted to their promoted dtype, which must be a float type. Each
+// output is Σ_k a[m,k]·b[k,n] accumulated in order over k in float32
+// (float64 for F64 and in high precision) and rounded once to the dtype.
+// Output rows are split across the backend's worker goroutines; the result
+// is identical to the single-goroutine matmulRef.
+func (b *Backend) Matmul(x, y backend.Array) backend.Array {
+	args := []backend.Array{x, y}
+	as := b.use("Matmul", args...)
+	p, err := planMatmul(as[0], as[1])
+	if err != "" {
+		panic(backend.Errorf("Matmul", args, "%s", err))
+	}
+	if b.wide(p.dt) {
+		dst := make([]float64, p.outShape.Size())
+		matmulPar(dst, f64As(as[0], p.dt), f64As(as[1], p.dt), p, b.threads)
+		return b.dense(packF64(p.dt, p.outShape, dst))
+	}
+	dst := make([]float32, p.outShape.Size())
+	matmulPar(dst, f32As(as[0], p.dt), f32As(as[1], p.dt), p, b.threads)
+	return b.dense(packF32(p.dt, p.outShape, dst))
+}
+
+// mmPlan is the shape bookkeeping of one Matmul.
+type mmPlan struct {
+	dt               tensor.DType
+	m, k, n          int
+	batch            tensor.Shape // broadcast batch shape
+	aBatch, bBatch   []int        // matrix index of each output batch in a and b
+	outShape         tensor.Shape
+	aMatrix, bMatrix int // elements per matrix
+}
+
+func planMatmul(a, b *Array) (mmPlan, string) {
+	var p mmPlan
+	p.dt = backend.PromoteTypes(a.dtype, b.dtype)
+	if !p.dt.IsFloat() {
+		return p, "only float dtypes are supported"
+	}
+	as, bs := a.shape.Clone(), b.shape.Clone()
+	if len(as) == 0 || len(bs) == 0 {
+		return p, "scalars cannot be multiplied as matrices"
+	}
+	rowA, colB := len(as) == 1, len(bs) == 1
+	if rowA {
+		as = tensor.Shape{1, as[0]}
+	}
+	if colB {
+		bs = tensor.Shape{bs[0], 1}
+	}
+	p.m, p.k, p.n = as[len(as)-2], as[len(as)-1], bs[len(bs)-1]
+	if bs[len(bs)-2] != p.k {
+		return p, "inner dimensions differ"
+	}
+	ab, bb := as[:len(as)-2], bs[:len(bs)-2]
+	batch, ok := broadcastShapes(ab, bb)
+	if !ok {
+		return p, "batch dimensions do not broadcast"
+	}
+	p.batch = batch
+	p.aMatrix, p.bMatrix = p.m*p.k, p.k*p.n
+	nb := batch.Size()
+	p.aBatch, p.bBatch = make([]int, nb), make([]int, nb)
+	st := [][]int{bstrides(ab, batch), bstrides(bb, batch)}
+	walk(batch, st, func(i int, o []int) { p.aBatch[i], p.bBatch[i] = o[0], o[1] })
+	out := slices.Clone(batch)
+	if !rowA {
+		out = append(out, p.m)
+	}
+	if !colB {
+		out = append(out, p.n)
+	}
+	p.outShape = out
+	return p, ""
+}
+
+// matmulRef is the plain loop: for every batch, row m and column n,
+// dst = Σ_k a[m,k]·b[k,n] accumulated in order in T.
+func matmulRef[T float32 | float64](dst, a, b []T, p mmPlan) {
+	for bi := range p.batch.Size() {
+		am := a[p.aBatch[bi]*p.aMatrix:]
+		bm := b[p.bBatch[bi]*p.bMatrix:]
+		dm := dst[bi*p.m*p.n:]
+		for i := range p.m {
+			for j := range p.n {
+				var s T
+				for l := range p.k {
+					s += T(am[i*p.k+l] * bm[l*p.n+j])
+				}
+				dm[i*p.n+j] = s
+			}
+		}
+	}
+}
+
+// matmulPar computes the same sums as matmulRef, in the same order for every
+// output element, with output rows (over all batches) split across up to
+// threads goroutines. Each row is accumulated k-outer, n-inner, so that b
+// is read along its rows.
+func matmulPar[T float32 | float64](dst, a, b []T, p mmPlan, threads int) {
+	rows := p.batch.Size() * p.m
+	if rows == 0 || p.n == 0 {
+		return
+	}
+	work := func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			bi, i := r/p.m, r%p.m
+			arow := a[p.aBatch[bi]*p.aMatrix+i*p.k:][:p.k]
+			bm := b[p.bBatch[bi]*p.bMatrix:]
+			drow := dst[r*p.n:][:p.n]
+			clear(drow)
+			for l, av := range arow {
+				brow := bm[l*p.n:][:p.n]
+				for j, bv := range brow {
+					drow[j] += T(av * bv) // explicit conversion: no FMA
+				}
+			}
+		}
+	}
+	// At least ~64k multiply-adds per goroutine.
+	minRows := max(1, 65536/max(1, p.k*p.n))
+	workers := min(threads, (rows+minRows-1)/minRows)
+	if workers <= 1 {
+		work(0, rows)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*rows/workers, (w+1)*rows/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(lo, hi)
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,101 @@
+package cpu
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+func TestMatmul(t *testing.T) {
+	cases := []struct {
+		as, bs tensor.Shape
+		a, b   []float64
+		out    tensor.Shape
+		want   []float64
+	}{
+		// [[1 2 3] [4 5 6]] · [[1 0] [0 1] [1 1]] = [[1+3, 2+3] [4+6, 5+6]]
+		{tensor.Shape{2, 3}, tensor.Shape{3, 2}, []float64{1, 2, 3, 4, 5, 6}, []float64{1, 0, 0, 1, 1, 1},
+			tensor.Shape{2, 2}, []float64{4, 5, 10, 11}},
+		// batch [2] against one matrix: identity then doubling
+		{tensor.Shape{2, 1, 2}, tensor.Shape{2, 2}, []float64{1, 2, 3, 4}, []float64{2, 0, 0, 2},
+			tensor.Shape{2, 1, 2}, []float64{2, 4, 6, 8}},
+		// batch broadcast [2,1] × [1,3]-batched: a[i] · b[j] for scalars as 1×1 matrices
+		{tensor.Shape{2, 1, 1, 1}, tensor.Shape{3, 1, 1}, []float64{1, 10}, []float64{1, 2, 3},
+			tensor.Shape{2, 3, 1, 1}, []float64{1, 2, 3, 10, 20, 30}},
+		// 1-D · 2-D: [1 2] · [[1 2] [3 4]] = [7 10]
+		{tensor.Shape{2}, tensor.Shape{2, 2}, []float64{1, 2}, []float64{1, 2, 3, 4}, tensor.Shape{2}, []float64{7, 10}},
+		// 2-D · 1-D: [[1 2] [3 4]] · [1 1] = [3 7]
+		{tensor.Shape{2, 2}, tensor.Shape{2}, []float64{1, 2, 3, 4}, []float64{1, 1}, tensor.Shape{2}, []float64{3, 7}},
+		// K = 0 gives zeros
+		{tensor.Shape{1, 0}, tensor.Shape{0, 2}, nil, nil, tensor.Shape{1, 2}, []float64{0, 0}},
+	}
+	for _, c := range cases {
+		t.Run(name(c.as, c.bs), func(t *testing.T) {
+			b := open(t)
+			check(t, b, b.Matmul(arr(b, tensor.F32, c.as, c.a...), arr(b, tensor.F32, c.bs, c.b...)), tensor.F32, c.out, c.want...)
+		})
+	}
+	b := open(t)
+	// bf16: 1·1 + 2^-8·1 = 1.00390625 in float32, rounded once to bf16: tie → 1
+	check(t, b, b.Matmul(arr(b, tensor.BF16, tensor.Shape{1, 2}, 1, 1.0/256), arr(b, tensor.BF16, tensor.Shape{2, 1}, 1, 1)),
+		tensor.BF16, tensor.Shape{1, 1}, 1)
+	// f16 × bf16 → f32
+	check(t, b, b.Matmul(arr(b, tensor.F16, tensor.Shape{1, 1}, 3), arr(b, tensor.BF16, tensor.Shape{1, 1}, 0.5)),
+		tensor.F32, tensor.Shape{1, 1}, 1.5)
+	opPanic(t, func() { b.Matmul(b.Zeros(tensor.Shape{2, 3}, tensor.F32), b.Zeros(tensor.Shape{2, 3}, tensor.F32)) })
+	opPanic(t, func() { b.Matmul(b.Zeros(tensor.Shape{1, 1}, tensor.I32), b.Zeros(tensor.Shape{1, 1}, tensor.I32)) })
+	opPanic(t, func() {
+		b.Matmul(b.Zeros(tensor.Shape{2, 1, 1}, tensor.F32), b.Zeros(tensor.Shape{3, 1, 1}, tensor.F32))
+	})
+}
+
+// TestMatmulParMatchesRef holds the parallel loop to the reference loop,
+// bit for bit, on odd sizes and with more workers than rows.
+func TestMatmulParMatchesRef(t *testing.T) {
+	sizes := []struct{ batch, m, k, n, threads int }{
+		{1, 1, 1, 1, 4},
+		{1, 7, 33, 5, 3},
+		{3, 13, 17, 65, 8},
+		{2, 33, 129, 31, 2},
+		{1, 300, 64, 300, 5}, // large enough to split
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, s := range sizes {
+		t.Run(name(s.batch, s.m, s.k, s.n, s.threads), func(t *testing.T) {
+			b := open(t)
+			a := make([]float64, s.batch*s.m*s.k)
+			w := make([]float64, s.k*s.n)
+			for i := range a {
+				a[i] = rng.NormFloat64()
+			}
+			for i := range w {
+				w[i] = rng.NormFloat64()
+			}
+			x := arr(b, tensor.F32, tensor.Shape{s.batch, s.m, s.k}, a...).(*Array)
+			y := arr(b, tensor.F32, tensor.Shape{s.k, s.n}, w...).(*Array)
+			p, err := planMatmul(x, y)
+			if err != "" {
+				t.Fatal(err)
+			}
+			ref := make([]float32, s.batch*s.m*s.n)
+			par := make([]float32, len(ref))
+			matmulRef(ref, x.data.Float32s(), y.data.Float32s(), p)
+			matmulPar(par, x.data.Float32s(), y.data.Float32s(), p, s.threads)
+			for i := range ref {
+				if ref[i] != par[i] {
+					t.Fatalf("got %v, want %v (index %d)", par[i], ref[i], i)
+				}
+			}
+			ref64 := make([]float64, len(ref))
+			par64 := make([]float64, len(ref))
+			matmulRef(ref64, a, w, p)
+			matmulPar(par64, a, w, p, s.threads)
+			for i := range ref64 {
+				if ref64[i] != par64[i] {
+					t.Fatalf("float64: got %v, want %v (index %d)", par64[i], ref64[i], i)
+				}
+			}
+		})
+	}
+}

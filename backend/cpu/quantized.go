@@ -1,0 +1,157 @@
+package cpu
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// validQuant reports whether MLX's affine mode accepts groupSize and bits.
+func validQuant(groupSize, bits int) error {
+	switch bits {
+	case 2, 3, 4, 5, 6, 8:
+	default:
+		return fmt.Errorf("bits %d not in {2, 3, 4, 5, 6, 8}", bits)
+	}
+	switch groupSize {
+	case 32, 64, 128:
+	default:
+		return fmt.Errorf("group size %d not in {32, 64, 128}", groupSize)
+	}
+	return nil
+}
+
+// Quantize is mx.quantize (affine) of w [..., n] along its last axis: w
+// needs at least 2 dimensions, a float dtype and n a multiple of groupSize.
+// W is uint32 [..., n·bits/32]; Scales and Biases are [..., n/groupSize] in
+// w's dtype.
+func (b *Backend) Quantize(w backend.Array, groupSize, bits int) backend.QuantizedArray {
+	args := []backend.Array{w}
+	a := b.use1("Quantize", w)
+	if err := validQuant(groupSize, bits); err != nil {
+		panic(backend.Errorf("Quantize", args, "%v", err))
+	}
+	if len(a.shape) < 2 || !a.dtype.IsFloat() {
+		panic(backend.Errorf("Quantize", args, "w must be a float array of at least 2 dimensions"))
+	}
+	cols := a.shape[len(a.shape)-1]
+	if cols%groupSize != 0 {
+		panic(backend.Errorf("Quantize", args, "last dimension %d is not a multiple of the group size %d", cols, groupSize))
+	}
+	rows := a.shape.Size() / max(cols, 1)
+	lead := a.shape[:len(a.shape)-1]
+	wq := tensor.New(tensor.U32, slices.Concat(lead, tensor.Shape{cols * bits / 32}))
+	sb := slices.Concat(lead, tensor.Shape{cols / groupSize})
+	scales := make([]float32, sb.Size())
+	biases := make([]float32, sb.Size())
+	kernel.Quantize(wq.Uint32s(), scales, biases, f32As(a, a.dtype), rows, cols, groupSize, bits, rounder(a.dtype))
+	return backend.QuantizedArray{
+		W:         b.dense(wq),
+		Scales:    b.dense(packF32(a.dtype, sb, scales)),
+		Biases:    b.dense(packF32(a.dtype, sb, biases)),
+		GroupSize: groupSize,
+		Bits:      bits,
+	}
+}
+
+// quantParts checks q as MLX's validate_quantized_input does and returns
+// its arrays with the dtype of its scales and biases promoted together.
+func (b *Backend) quantParts(op string, extra []backend.Array, q backend.QuantizedArray) (w, s, bi *Array, dt tensor.DType) {
+	args := append(slices.Clone(extra), q.W, q.Scales, q.Biases)
+	as := b.use(op, q.W, q.Scales, q.Biases)
+	w, s, bi = as[0], as[1], as[2]
+	if err := validQuant(q.GroupSize, q.Bits); err != nil {
+		panic(backend.Errorf(op, args, "%v", err))
+	}
+	switch {
+	case w.dtype != tensor.U32:
+		panic(backend.Errorf(op, args, "W must be uint32"))
+	case len(w.shape) < 2:
+		panic(backend.Errorf(op, args, "W needs at least 2 dimensions"))
+	case !s.shape.Equal(bi.shape):
+		panic(backend.Errorf(op, args, "scales and biases shapes differ"))
+	case len(s.shape) != len(w.shape) || !tensor.Shape(w.shape[:len(w.shape)-1]).Equal(s.shape[:len(s.shape)-1]):
+		panic(backend.Errorf(op, args, "W and scales leading dimensions differ"))
+	case w.shape[len(w.shape)-1]*32/q.Bits != s.shape[len(s.shape)-1]*q.GroupSize || (w.shape[len(w.shape)-1]*32)%q.Bits != 0:
+		panic(backend.Errorf(op, args, "W and scales do not agree for group size %d and %d bits", q.GroupSize, q.Bits))
+	}
+	dt = backend.PromoteTypes(s.dtype, bi.dtype)
+	if !dt.IsFloat() {
+		panic(backend.Errorf(op, args, "scales and biases need a float dtype"))
+	}
+	return w, s, bi, dt
+}
+
+// Dequantize is mx.dequantize (affine): scales·q + biases per group, in the
+// promoted dtype of the scales and biases, each step rounded to it.
+func (b *Backend) Dequantize(q backend.QuantizedArray) backend.Array {
+	w, s, bi, dt := b.quantParts("Dequantize", nil, q)
+	cols := w.shape[len(w.shape)-1] * 32 / q.Bits
+	rows := w.shape.Size() / w.shape[len(w.shape)-1]
+	shape := slices.Concat(w.shape[:len(w.shape)-1], tensor.Shape{cols})
+	dst := make([]float32, shape.Size())
+	kernel.Dequantize(dst, w.data.Uint32s(), f32As(s, dt), f32As(bi, dt), rows, cols, q.GroupSize, q.Bits, rounder(dt))
+	return b.dense(packF32(dt, shape, dst))
+}
+
+// QuantizedMatmul is mx.quantized_matmul (affine). With transpose, W stores
+// [..., N, K] quantized along K and the result is x @ Wᵀ; without, W stores
+// [..., K, N] quantized along N and the result is x @ W. K is x's last
+// dimension. The output dtype is the promotion of x's dtype with the
+// scales' (x, scales and biases are converted to it). With a 2-D W, all of
+// x's leading axes are rows; when both x and W have more than 2 dimensions
+// their batch axes broadcast. The kernels read the packed codes directly.
+func (b *Backend) QuantizedMatmul(x backend.Array, q backend.QuantizedArray, transpose bool) backend.Array {
+	op := "QuantizedMatmul"
+	xa := b.use1(op, x)
+	w, s, bi, sdt := b.quantParts(op, []backend.Array{x}, q)
+	args := []backend.Array{x, q.W, q.Scales, q.Biases}
+	dt := backend.PromoteTypes(xa.dtype, sdt)
+	if !dt.IsFloat() || len(xa.shape) == 0 {
+		panic(backend.Errorf(op, args, "x must be a float array of at least 1 dimension"))
+	}
+	wr, wc := w.shape[len(w.shape)-2], w.shape[len(w.shape)-1]*32/q.Bits
+	K, N := wc, wr
+	if !transpose {
+		K, N = wr, wc
+	}
+	if xa.shape[len(xa.shape)-1] != K {
+		panic(backend.Errorf(op, args, "x's last dimension is not %d (W is %d×%d, transpose %v)", K, wr, wc, transpose))
+	}
+	run := kernel.QuantizedMatmulT
+	if !transpose {
+		run = kernel.QuantizedMatmulN
+	}
+	xs, ss, bs := f32As(xa, dt), f32As(s, dt), f32As(bi, dt)
+	wq := w.data.Uint32s()
+	round := rounder(dt)
+
+	if len(w.shape) == 2 {
+		M := xa.shape.Size() / max(K, 1)
+		shape := slices.Concat(xa.shape[:len(xa.shape)-1], tensor.Shape{N})
+		dst := make([]float32, shape.Size())
+		run(dst, xs, wq, ss, bs, M, N, K, q.GroupSize, q.Bits, round, b.acc())
+		return b.dense(packF32(dt, shape, dst))
+	}
+	if len(xa.shape) < 3 {
+		panic(backend.Errorf(op, args, "a batched W needs x with batch dimensions too"))
+	}
+	xb, wb := xa.shape[:len(xa.shape)-2], w.shape[:len(w.shape)-2]
+	batch, ok := broadcastShapes(xb, wb)
+	if !ok {
+		panic(backend.Errorf(op, args, "batch dimensions do not broadcast"))
+	}
+	M := xa.shape[len(xa.shape)-2]
+	shape := slices.Concat(batch, tensor.Shape{M, N})
+	dst := make([]float32, shape.Size())
+	xm, dm := M*K, M*N
+	wm, sm := len(wq)/max(wb.Size(), 1), len(ss)/max(wb.Size(), 1)
+	walk(batch, [][]int{bstrides(xb, batch), bstrides(wb, batch)}, func(i int, o []int) {
+		run(dst[i*dm:(i+1)*dm], xs[o[0]*xm:(o[0]+1)*xm], wq[o[1]*wm:(o[1]+1)*wm],
+			ss[o[1]*sm:(o[1]+1)*sm], bs[o[1]*sm:(o[1]+1)*sm], M, N, K, q.GroupSize, q.Bits, round, b.acc())
+	})
+	return b.dense(packF32(dt, shape, dst))
+}

@@ -1,0 +1,282 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// lanes splits a shape around axis: element (o, j, i) of the reduction, for
+// o < outer, j < n, i < inner, is at flat index (o*n + j)*inner + i.
+type lanes struct{ outer, n, inner int }
+
+func (l lanes) at(o, j, i int) int { return (o*l.n+j)*l.inner + i }
+
+// reduction resolves axis and returns the lanes and the output shape.
+func (b *Backend) reduction(op string, x backend.Array, axis int, keepDims bool) (*Array, lanes, tensor.Shape) {
+	a := b.use1(op, x)
+	ax, ok := normAxis(axis, len(a.shape))
+	if !ok {
+		panic(backend.Errorf(op, []backend.Array{x}, "axis %d out of range for %d dimensions", axis, len(a.shape)))
+	}
+	l := lanes{
+		outer: tensor.Shape(a.shape[:ax]).Size(),
+		n:     a.shape[ax],
+		inner: tensor.Shape(a.shape[ax+1:]).Size(),
+	}
+	out := a.shape.Clone()
+	if keepDims {
+		out[ax] = 1
+	} else {
+		out = append(out[:ax], out[ax+1:]...)
+	}
+	return a, l, out
+}
+
+// sumDType is the output dtype of Sum, as MLX: integers of up to 4 bytes
+// sum into I32 or U32, wider ones into I64 or U64, Bool into I32.
+func sumDType(dt tensor.DType) tensor.DType {
+	switch {
+	case dt == tensor.Bool:
+		return tensor.I32
+	case dt.IsFloat():
+		return dt
+	case isSigned(dt) && dt.Size() <= 4:
+		return tensor.I32
+	case isSigned(dt):
+		return tensor.I64
+	case dt.Size() <= 4:
+		return tensor.U32
+	}
+	return tensor.U64
+}
+
+// Sum adds along axis, in order, in float32 for F32, F16 and BF16 (float64
+// for F64 and in high precision), rounded once to x's dtype. Integer sums
+// are exact with wrap in the output dtype (see sumDType).
+func (b *Backend) Sum(x backend.Array, axis int, keepDims bool) backend.Array {
+	a, l, shape := b.reduction("Sum", x, axis, keepDims)
+	dt := sumDType(a.dtype)
+	m := l.outer * l.inner
+	if !dt.IsFloat() {
+		v := intsAs(a, dt)
+		res := make([]uint64, m)
+		for o := range l.outer {
+			for i := range l.inner {
+				var s uint64
+				for j := range l.n {
+					s += v[l.at(o, j, i)]
+				}
+				res[o*l.inner+i] = wrap(dt, s)
+			}
+		}
+		return b.dense(packInts(dt, shape, res))
+	}
+	v := f64As(a, dt)
+	res := make([]float64, m)
+	wide := b.wide(dt)
+	for o := range l.outer {
+		for i := range l.inner {
+			var s64 float64
+			var s32 float32
+			for j := range l.n {
+				if wide {
+					s64 += v[l.at(o, j, i)]
+				} else {
+					s32 += float32(v[l.at(o, j, i)])
+				}
+			}
+			if !wide {
+				s64 = float64(s32)
+			}
+			res[o*l.inner+i] = s64
+		}
+	}
+	return b.dense(packF64(dt, shape, res))
+}
+
+// Max takes the largest element along axis, in x's dtype. A NaN anywhere
+// gives NaN (MLX). An empty axis panics.
+func (b *Backend) Max(x backend.Array, axis int, keepDims bool) backend.Array {
+	a, l, shape := b.reduction("Max", x, axis, keepDims)
+	if l.n == 0 && l.outer*l.inner > 0 {
+		panic(backend.Errorf("Max", []backend.Array{x}, "cannot reduce an empty axis"))
+	}
+	m := l.outer * l.inner
+	if !a.dtype.IsFloat() {
+		v := intsAs(a, a.dtype)
+		res := make([]uint64, m)
+		for o := range l.outer {
+			for i := range l.inner {
+				best := v[l.at(o, 0, i)]
+				for j := 1; j < l.n; j++ {
+					if e := v[l.at(o, j, i)]; intLess(a.dtype, best, e) {
+						best = e
+					}
+				}
+				res[o*l.inner+i] = best
+			}
+		}
+		return b.dense(packInts(a.dtype, shape, res))
+	}
+	v := f64As(a, a.dtype)
+	res := make([]float64, m)
+	for o := range l.outer {
+		for i := range l.inner {
+			res[o*l.inner+i] = maxLane(v, l, o, i)
+		}
+	}
+	return b.dense(packF64(a.dtype, shape, res))
+}
+
+// maxLane is the NaN-propagating maximum of one lane.
+func maxLane(v []float64, l lanes, o, i int) float64 {
+	best := math.Inf(-1)
+	for j := range l.n {
+		e := v[l.at(o, j, i)]
+		if e != e {
+			return e
+		}
+		if e > best {
+			best = e
+		}
+	}
+	return best
+}
+
+// Argmax returns the uint32 index of the largest element along axis. Ties
+// go to the smallest index; for floats the first NaN wins, as mx.argmax
+// gives. An empty axis panics.
+func (b *Backend) Argmax(x backend.Array, axis int, keepDims bool) backend.Array {
+	a, l, shape := b.reduction("Argmax", x, axis, keepDims)
+	if l.n == 0 && l.outer*l.inner > 0 {
+		panic(backend.Errorf("Argmax", []backend.Array{x}, "cannot reduce an empty axis"))
+	}
+	m := l.outer * l.inner
+	res := make([]uint64, m)
+	if a.dtype.IsFloat() {
+		v := f64As(a, a.dtype)
+		for o := range l.outer {
+			for i := range l.inner {
+				best, at := v[l.at(o, 0, i)], 0
+				for j := 1; j < l.n && best == best; j++ {
+					if e := v[l.at(o, j, i)]; e != e || e > best {
+						best, at = e, j
+					}
+				}
+				res[o*l.inner+i] = uint64(at)
+			}
+		}
+	} else {
+		v := intsAs(a, a.dtype)
+		for o := range l.outer {
+			for i := range l.inner {
+				best, at := v[l.at(o, 0, i)], 0
+				for j := 1; j < l.n; j++ {
+					if e := v[l.at(o, j, i)]; intLess(a.dtype, best, e) {
+						best, at = e, j
+					}
+				}
+				res[o*l.inner+i] = uint64(at)
+			}
+		}
+	}
+	return b.dense(packInts(tensor.U32, shape, res))
+}
+
+// LogSumExp is log(Σ exp(x - m)) + m along axis with m the lane maximum
+// (NaN-propagating), as MLX's CPU kernel (mlx/backend/cpu/logsumexp.cpp):
+// float32 with MLX's CPU exp (float64 with math.Exp for F64 and in high
+// precision), rounded once to x's dtype (F32 for integer x). A lane whose
+// maximum is ±Inf gives that maximum. An empty axis panics.
+func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) backend.Array {
+	a, l, shape := b.reduction("LogSumExp", x, axis, keepDims)
+	if l.n == 0 {
+		panic(backend.Errorf("LogSumExp", []backend.Array{x}, "cannot reduce an empty axis"))
+	}
+	dt := atLeastFloat(a.dtype)
+	v := f64As(a, dt)
+	wide := b.wide(dt)
+	res := make([]float64, l.outer*l.inner)
+	for o := range l.outer {
+		for i := range l.inner {
+			m := maxLane(v, l, o, i)
+			r := m
+			if !math.IsInf(m, 0) {
+				if wide {
+					var s float64
+					for j := range l.n {
+						s += math.Exp(v[l.at(o, j, i)] - m)
+					}
+					r = math.Log(s) + m
+				} else {
+					m32 := float32(m)
+					var s float32
+					for j := range l.n {
+						s += exp32(float32(v[l.at(o, j, i)]) - m32)
+					}
+					r = float64(float32(math.Log(float64(s))) + m32)
+				}
+			}
+			res[o*l.inner+i] = r
+		}
+	}
+	return b.dense(packF64(dt, shape, res))
+}
+
+// exp32 is exp in float32 as MLX's CPU kernels compute it (kernel.ExpMLX).
+func exp32(x float32) float32 { return kernel.ExpMLX(x) }
+
+// Softmax along axis, output in x's dtype (F32 for integer x, as MLX). It
+// follows MLX's CPU kernel (mlx/backend/cpu/softmax.cpp): m = max,
+// e_j = exp(x_j - m) with MLX's CPU exp (kernel.ExpMLX), s = Σ e_j in order,
+// out_j = e_j · (1/s). F32 inputs, and F16 and BF16 with precise, compute in
+// float32 and round the output once. F16 and BF16 without precise compute
+// in the dtype itself, as MLX does: every x_j - m, e_j, partial sum, 1/s
+// and product is rounded to the dtype. F64 and the high precision compute
+// in float64 with math.Exp and round once (high ignores precise).
+func (b *Backend) Softmax(x backend.Array, axis int, precise bool) backend.Array {
+	a, l, _ := b.reduction("Softmax", x, axis, true)
+	dt := atLeastFloat(a.dtype)
+	v := f64As(a, dt)
+	res := make([]float64, len(v))
+	wide := b.wide(dt)
+	r := rounder(dt)
+	if precise {
+		r = func(f float32) float32 { return f }
+	}
+	for o := range l.outer {
+		for i := range l.inner {
+			m := maxLane(v, l, o, i)
+			switch {
+			case wide:
+				var s float64
+				for j := range l.n {
+					e := math.Exp(v[l.at(o, j, i)] - m)
+					res[l.at(o, j, i)] = e
+					s += e
+				}
+				inv := 1 / s
+				for j := range l.n {
+					res[l.at(o, j, i)] *= inv
+				}
+			default:
+				// r rounds to the accumulation dtype: identity in float32.
+				m32 := float32(m)
+				var s float32
+				for j := range l.n {
+					e := r(exp32(r(float32(v[l.at(o, j, i)]) - m32)))
+					res[l.at(o, j, i)] = float64(e)
+					s = r(s + e)
+				}
+				inv := r(1 / s)
+				for j := range l.n {
+					res[l.at(o, j, i)] = float64(float32(res[l.at(o, j, i)]) * inv)
+				}
+			}
+		}
+	}
+	return b.dense(packF64(dt, a.shape, res))
+}

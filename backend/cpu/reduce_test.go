@@ -1,0 +1,123 @@
+package cpu
+
+import (
+	"math"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+func TestSum(t *testing.T) {
+	cases := []struct {
+		dt     tensor.DType
+		axis   int
+		keep   bool
+		wantDT tensor.DType
+		shape  tensor.Shape
+		want   []float64
+	}{
+		// [[0 1 2] [3 4 5]]: rows sum to 3 and 12, columns to 3, 5, 7
+		{tensor.F32, 1, false, tensor.F32, tensor.Shape{2}, []float64{3, 12}},
+		{tensor.F32, 0, true, tensor.F32, tensor.Shape{1, 3}, []float64{3, 5, 7}},
+		{tensor.BF16, -1, false, tensor.BF16, tensor.Shape{2}, []float64{3, 12}},
+		{tensor.U8, 0, false, tensor.U32, tensor.Shape{3}, []float64{3, 5, 7}},
+		{tensor.I8, 1, false, tensor.I32, tensor.Shape{2}, []float64{3, 12}},
+		{tensor.Bool, 1, false, tensor.I32, tensor.Shape{2}, []float64{2, 3}}, // [[0 1 1] [1 1 1]]
+	}
+	for _, c := range cases {
+		t.Run(name(c.dt, c.axis, c.keep), func(t *testing.T) {
+			b := open(t)
+			check(t, b, b.Sum(iota6(b, c.dt), c.axis, c.keep), c.wantDT, c.shape, c.want...)
+		})
+	}
+	b := open(t)
+	// bf16: 256 + 1 + 1 in float32 is 258, rounded once to bf16 (exact: 258 = 1.0078125·2^8);
+	// a bf16 accumulator would give 256 + 1 → 256 twice.
+	check(t, b, b.Sum(arr(b, tensor.BF16, tensor.Shape{3}, 256, 1, 1), 0, false), tensor.BF16, tensor.Shape{}, 258)
+	opPanic(t, func() { b.Sum(iota6(b, tensor.F32), 2, false) })
+}
+
+func TestMaxArgmax(t *testing.T) {
+	inf := math.Inf(1)
+	cases := []struct {
+		in      []float64
+		max     float64
+		argmax  float64
+		comment string
+	}{
+		{[]float64{1, 3, 3, 2}, 3, 1, "tie: smallest index"},
+		{[]float64{1, nan, 3, 3}, nan, 1, "first NaN wins"},
+		{[]float64{nan, 1}, nan, 0, "NaN first"},
+		{[]float64{3, nan, nan}, nan, 1, "first of two NaNs"},
+		{[]float64{-inf, -inf}, -inf, 0, "all -inf"},
+		{[]float64{inf, nan}, nan, 1, "NaN beats +inf"},
+	}
+	for _, c := range cases {
+		t.Run(c.comment, func(t *testing.T) {
+			b := open(t)
+			x := arr(b, tensor.F32, tensor.Shape{len(c.in)}, c.in...)
+			check(t, b, b.Max(x, 0, false), tensor.F32, tensor.Shape{}, c.max)
+			check(t, b, b.Argmax(x, 0, false), tensor.U32, tensor.Shape{}, c.argmax)
+			check(t, b, b.Argmax(b.AsType(x, tensor.BF16), 0, true), tensor.U32, tensor.Shape{1}, c.argmax)
+		})
+	}
+	b := open(t)
+	// [[0 1 2] [3 4 5]] along axis 0: row 1 everywhere
+	check(t, b, b.Argmax(iota6(b, tensor.I32), 0, false), tensor.U32, tensor.Shape{3}, 1, 1, 1)
+	check(t, b, b.Max(iota6(b, tensor.I32), 1, false), tensor.I32, tensor.Shape{2}, 2, 5)
+	check(t, b, b.Max(arr(b, tensor.I8, tensor.Shape{2}, -3, -2), 0, false), tensor.I8, tensor.Shape{}, -2)
+	opPanic(t, func() { b.Max(b.Zeros(tensor.Shape{2, 0}, tensor.F32), 1, false) })
+}
+
+func TestLogSumExp(t *testing.T) {
+	b := open(t)
+	inf := math.Inf(1)
+	// log(e^0 + e^0) = ln 2; log(e^1 + e^1) = 1 + ln 2
+	checkTol(t, b, b.LogSumExp(arr(b, tensor.F32, tensor.Shape{2, 2}, 0, 0, 1, 1), 1, false),
+		tensor.F32, tensor.Shape{2}, 1e-6, math.Ln2, 1+math.Ln2)
+	// Infinite maxima pass through; all -inf gives -inf.
+	check(t, b, b.LogSumExp(arr(b, tensor.F32, tensor.Shape{2, 2}, inf, 0, -inf, -inf), 1, true),
+		tensor.F32, tensor.Shape{2, 1}, inf, -inf)
+	// ln 2 = 0.693147 in bf16: 1.386294·2^-1, 0.386294·128 = 49.4 → 49 → 0.69140625
+	check(t, b, b.LogSumExp(arr(b, tensor.BF16, tensor.Shape{2}, 0, 0), 0, false), tensor.BF16, tensor.Shape{}, 0.69140625)
+	check(t, b, b.LogSumExp(arr(b, tensor.I32, tensor.Shape{1}, 3), 0, false), tensor.F32, tensor.Shape{}, 3)
+}
+
+func TestSoftmax(t *testing.T) {
+	cases := []struct {
+		dt      tensor.DType
+		precise bool
+		want    []float64
+		tol     float64
+	}{
+		// x = [1, 0, 0]: e = [1, e^-1, e^-1], s = 1 + 2/e = 1.7357589, out = [0.5761169, 0.2119416, 0.2119416]
+		{tensor.F32, false, []float64{0.5761168847658291, 0.21194155761708544, 0.21194155761708544}, 1e-7},
+		// precise bf16 rounds only the output: 0.576117 = 1.152234·2^-1, 0.152234·128 = 19.49 → 19 → 0.57421875;
+		// 0.2119416 = 1.695533·2^-3, 0.695533·128 = 89.03 → 89 → 0.2119140625
+		{tensor.BF16, true, []float64{0.57421875, 0.2119140625, 0.2119140625}, 0},
+		// bf16 without precise computes in bf16 (MLX's CPU kernel):
+		//   e1 = bf16(e^-1 = 0.3678794) = 0.3671875 (1.4715·2^-2, 0.4715·128 = 60.35 → 60)
+		//   s = bf16(1 + 0.3671875) = 1.3671875 (exact), then bf16(1.3671875 + 0.3671875) = 1.734375 (exact)
+		//   inv = bf16(1/1.734375 = 0.576577) = 0.578125 (1.153153·2^-1, 0.153153·128 = 19.6 → 20)
+		//   out = [0.578125, bf16(0.3671875·0.578125 = 0.2122803) = 0.2119140625 (1.69824·2^-3, 89.37 → 89)]
+		{tensor.BF16, false, []float64{0.578125, 0.2119140625, 0.2119140625}, 0},
+	}
+	for _, c := range cases {
+		t.Run(name(c.dt, c.precise), func(t *testing.T) {
+			b := open(t)
+			x := arr(b, c.dt, tensor.Shape{3}, 1, 0, 0)
+			checkTol(t, b, b.Softmax(x, -1, c.precise), c.dt, tensor.Shape{3}, c.tol, c.want...)
+		})
+	}
+	b := open(t)
+	// Along axis 0 of [[0 1] [0 1]]: every column is [0.5 0.5].
+	check(t, b, b.Softmax(arr(b, tensor.F32, tensor.Shape{2, 2}, 0, 1, 0, 1), 0, false), tensor.F32, tensor.Shape{2, 2}, 0.5, 0.5, 0.5, 0.5)
+	// A -inf entry gets probability 0.
+	check(t, b, b.Softmax(arr(b, tensor.F32, tensor.Shape{2}, math.Inf(-1), 0), 0, false), tensor.F32, tensor.Shape{2}, 0, 1)
+	// Integers give float32.
+	check(t, b, b.Softmax(arr(b, tensor.I32, tensor.Shape{2}, 5, 5), 0, false), tensor.F32, tensor.Shape{2}, 0.5, 0.5)
+	high := openWith(t, backend.Options{Precision: "high"})
+	// high ignores precise and rounds once: same as the precise row above.
+	check(t, high, high.Softmax(arr(high, tensor.BF16, tensor.Shape{3}, 1, 0, 0), 0, false), tensor.BF16, tensor.Shape{3}, 0.57421875, 0.2119140625, 0.2119140625)
+}

@@ -1,0 +1,138 @@
+package cpu
+
+import (
+	"testing"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// iota6 is [[0 1 2] [3 4 5]].
+func iota6(b *Backend, dt tensor.DType) backend.Array {
+	return arr(b, dt, tensor.Shape{2, 3}, 0, 1, 2, 3, 4, 5)
+}
+
+func TestReshape(t *testing.T) {
+	cases := []struct {
+		shape []int
+		want  tensor.Shape
+	}{
+		{[]int{3, 2}, tensor.Shape{3, 2}},
+		{[]int{-1}, tensor.Shape{6}},
+		{[]int{1, -1, 2}, tensor.Shape{1, 3, 2}},
+	}
+	for _, c := range cases {
+		t.Run(name(c.shape), func(t *testing.T) {
+			b := open(t)
+			check(t, b, b.Reshape(iota6(b, tensor.F32), c.shape...), tensor.F32, c.want, 0, 1, 2, 3, 4, 5)
+		})
+	}
+	for _, bad := range [][]int{{4, 2}, {-1, -1}, {-2, 3}, {4, -1}} {
+		t.Run(name("bad", bad), func(t *testing.T) {
+			b := open(t)
+			opPanic(t, func() { b.Reshape(iota6(b, tensor.F32), bad...) })
+		})
+	}
+}
+
+func TestTranspose(t *testing.T) {
+	b := open(t)
+	// [[0 1 2] [3 4 5]]ᵀ = [[0 3] [1 4] [2 5]]
+	check(t, b, b.Transpose(iota6(b, tensor.BF16)), tensor.BF16, tensor.Shape{3, 2}, 0, 3, 1, 4, 2, 5)
+	check(t, b, b.Transpose(iota6(b, tensor.I32), 1, 0), tensor.I32, tensor.Shape{3, 2}, 0, 3, 1, 4, 2, 5)
+	// [1,2,3] → axes (1, 0, 2) keeps the last axis: [2,1,3] with the same order
+	x := b.Reshape(iota6(b, tensor.F32), 1, 2, 3)
+	check(t, b, b.Transpose(x, 1, 0, 2), tensor.F32, tensor.Shape{2, 1, 3}, 0, 1, 2, 3, 4, 5)
+	// [2,1,3] with axes (2, 0, 1) → [3,2,1]: out[k,i,0] = x[i,0,k]
+	y := b.Reshape(iota6(b, tensor.F32), 2, 1, 3)
+	check(t, b, b.Transpose(y, -1, 0, 1), tensor.F32, tensor.Shape{3, 2, 1}, 0, 3, 1, 4, 2, 5)
+	opPanic(t, func() { b.Transpose(iota6(b, tensor.F32), 0, 0) })
+	opPanic(t, func() { b.Transpose(iota6(b, tensor.F32), 0) })
+}
+
+func TestSlice(t *testing.T) {
+	cases := []struct {
+		start, stop []int
+		shape       tensor.Shape
+		want        []float64
+	}{
+		{[]int{0, 1}, []int{2, 3}, tensor.Shape{2, 2}, []float64{1, 2, 4, 5}},
+		{[]int{1, 0}, []int{2, 3}, tensor.Shape{1, 3}, []float64{3, 4, 5}},
+		{[]int{0, -1}, []int{2, 3}, tensor.Shape{2, 1}, []float64{2, 5}},
+		{[]int{0, 1}, []int{2, 1}, tensor.Shape{2, 0}, nil},
+	}
+	for _, c := range cases {
+		t.Run(name(c.start, c.stop), func(t *testing.T) {
+			b := open(t)
+			check(t, b, b.Slice(iota6(b, tensor.F16), c.start, c.stop), tensor.F16, c.shape, c.want...)
+		})
+	}
+	b := open(t)
+	opPanic(t, func() { b.Slice(iota6(b, tensor.F32), []int{0, 2}, []int{2, 4}) })
+	opPanic(t, func() { b.Slice(iota6(b, tensor.F32), []int{0}, []int{2}) })
+}
+
+func TestSliceUpdate(t *testing.T) {
+	b := open(t)
+	dst := iota6(b, tensor.BF16)
+	before := b.Stats()
+	// write [[9] [8]] (f32, converted to bf16) into column 1
+	src := arr(b, tensor.F32, tensor.Shape{2, 1}, 9, 8)
+	out := b.SliceUpdate(dst, src, []int{0, 1})
+	check(t, b, out, tensor.BF16, tensor.Shape{2, 3}, 0, 9, 2, 3, 8, 5)
+	// dst was owned: its storage moved to out and dst is released.
+	if !dst.(*Array).released {
+		t.Errorf("owned dst not released after SliceUpdate, want its storage reused")
+	}
+	if got := b.Stats(); got.LiveBytes != before.LiveBytes+8 {
+		t.Errorf("live bytes: got %d, want %d (only src's 8 bytes added)", got.LiveBytes, before.LiveBytes+8)
+	}
+	opPanic(t, func() { b.Unary(backend.Exp, dst) })
+	// src of lower rank broadcasts with leading 1s; negative start counts from the end
+	out2 := b.SliceUpdate(out, arr(b, tensor.BF16, tensor.Shape{2}, 7, 7), []int{-1, 1})
+	check(t, b, out2, tensor.BF16, tensor.Shape{2, 3}, 0, 9, 2, 3, 7, 7)
+	opPanic(t, func() { b.SliceUpdate(out2, arr(b, tensor.BF16, tensor.Shape{2}, 1, 1), []int{0, 2}) })
+}
+
+func TestConcatenate(t *testing.T) {
+	b := open(t)
+	x := iota6(b, tensor.F32)
+	y := arr(b, tensor.BF16, tensor.Shape{2, 1}, 6, 7)
+	check(t, b, b.Concatenate(1, x, y), tensor.F32, tensor.Shape{2, 4}, 0, 1, 2, 6, 3, 4, 5, 7)
+	check(t, b, b.Concatenate(-2, x, x), tensor.F32, tensor.Shape{4, 3}, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5)
+	opPanic(t, func() { b.Concatenate(0, x, y) })
+	opPanic(t, func() { b.Concatenate(0) })
+}
+
+func TestTake(t *testing.T) {
+	cases := []struct {
+		dt    tensor.DType
+		idxDT tensor.DType
+		idxSh tensor.Shape
+		idx   []float64
+		axis  int
+		shape tensor.Shape
+		want  []float64
+	}{
+		// rows 1, 0, 1 of [[0 1 2] [3 4 5]]
+		{tensor.F32, tensor.I32, tensor.Shape{3}, []float64{1, 0, 1}, 0, tensor.Shape{3, 3}, []float64{3, 4, 5, 0, 1, 2, 3, 4, 5}},
+		// 2-D indices along axis 1: [[2 0] [1 1]] → shape [2, 2, 2]; out[i,j,k] = x[i, idx[j,k]]
+		{tensor.BF16, tensor.U32, tensor.Shape{2, 2}, []float64{2, 0, 1, 1}, 1, tensor.Shape{2, 2, 2}, []float64{2, 0, 1, 1, 5, 3, 4, 4}},
+		// negative index counts from the end
+		{tensor.I32, tensor.I64, tensor.Shape{1}, []float64{-1}, -1, tensor.Shape{2, 1}, []float64{2, 5}},
+		// packed quantized rows are uint32
+		{tensor.U32, tensor.U8, tensor.Shape{1}, []float64{1}, 0, tensor.Shape{1, 3}, []float64{3, 4, 5}},
+		// a scalar index removes the axis
+		{tensor.F32, tensor.I32, tensor.Shape{}, []float64{0}, 0, tensor.Shape{3}, []float64{0, 1, 2}},
+	}
+	for _, c := range cases {
+		t.Run(name(c.dt, c.idxDT, c.idxSh, c.axis), func(t *testing.T) {
+			b := open(t)
+			out := b.Take(iota6(b, c.dt), arr(b, c.idxDT, c.idxSh, c.idx...), c.axis)
+			check(t, b, out, c.dt, c.shape, c.want...)
+		})
+	}
+	b := open(t)
+	opPanic(t, func() { b.Take(iota6(b, tensor.F32), arr(b, tensor.I32, tensor.Shape{1}, 2), 0) })
+	opPanic(t, func() { b.Take(iota6(b, tensor.F32), arr(b, tensor.F32, tensor.Shape{1}, 0), 0) })
+}

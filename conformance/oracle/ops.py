@@ -1,0 +1,847 @@
+"""Op-level conformance fixtures: one MLX op (or mlx_lm helper) per case.
+
+Every case runs on MLX's CPU device. Inputs come from a numpy generator seeded
+by the case name (so adding a case never shifts another), are cast to the case
+dtype first, and are stored exactly as MLX saw them. Every float output also
+gets a float64 reference computed with numpy from the stored, already rounded
+inputs, following the op's mathematical definition (quantized ops are
+dequantized exactly from the stored packed ints, scales and biases).
+
+The per-op parameter keys, array names and references are listed in
+conformance/README.md ("Op fixtures").
+
+`python conformance/oracle/ops.py` (no arguments) writes the fixtures into a
+temporary directory and prints per-op sizes and the error MLX's output has
+against the float64 reference, per op and dtype (the tolerance-budget table).
+"""
+
+import hashlib
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models.activations import swiglu
+from mlx_lm.models.rope_utils import Llama3RoPE
+from mlx_lm.sample_utils import (
+    apply_min_p,
+    apply_top_k,
+    apply_top_p,
+    categorical_sampling,
+    make_logits_processors,
+    make_sampler,
+)
+
+from common import dtype_name, write_case
+
+DTYPES = {"f32": mx.float32, "bf16": mx.bfloat16, "f16": mx.float16}
+
+# (op, dtype) -> list of (case name, max abs err, max rel err, max |ref|);
+# filled while generating, printed by main().
+STATS = []
+
+
+# ----------------------------------------------------------------- helpers
+
+def _seed(name):
+    """Stable 64-bit seed from a case name."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "little")
+
+
+def _rng(name):
+    return np.random.default_rng(_seed(name))
+
+
+def _cast(a, dt):
+    """numpy -> mx array of dtype dt, evaluated (the stored input)."""
+    x = mx.array(np.asarray(a, dtype=np.float32)).astype(dt)
+    mx.eval(x)
+    return x
+
+
+def _f64(a):
+    """mx or numpy array -> float64 numpy (exact for every float dtype used here)."""
+    if isinstance(a, mx.array):
+        if a.dtype in (mx.bfloat16, mx.float16):
+            a = a.astype(mx.float32)
+        mx.eval(a)
+        a = np.array(a)
+    return np.asarray(a, dtype=np.float64)
+
+
+def _shape(s):
+    return "x".join(str(d) for d in s)
+
+
+_ULP = {mx.float32: (23, -126), mx.bfloat16: (7, -126), mx.float16: (10, -14)}
+
+
+def _stat(name, op, dt, out, ref):
+    """Record the error of MLX's output `out` against the float64 `ref`:
+    max abs error, max error in ulps of the output dtype at the reference
+    value, and max relative error (denominator floored at 1e-3 * max|ref|)."""
+    mant, emin = _ULP[out.dtype]
+    o = _f64(out)
+    r = np.asarray(ref, dtype=np.float64)
+    if o.shape != r.shape:
+        raise AssertionError(f"{name}: output shape {o.shape} != reference shape {r.shape}")
+    fin = np.isfinite(r)
+    inf_mismatch = int(np.sum(~fin & (o != r)))
+    if not fin.any():
+        STATS.append((op, dt, name, 0.0, 0.0, 0.0, inf_mismatch))
+        return
+    o, r = o[fin], r[fin]
+    d = np.abs(o - r)
+    mag = np.abs(r)
+    with np.errstate(divide="ignore"):
+        e = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
+    e = np.where(mag > 0, np.maximum(e, emin), emin)
+    ulps = d / np.exp2(e - mant)
+    rel = d / np.maximum(mag, max(mag.max() * 1e-3, 1e-30))
+    STATS.append((op, dt, name, float(d.max()), float(ulps.max()), float(rel.max()), inf_mismatch))
+
+
+def _case(entries, out_dir, name, op, dt, params, inputs, outputs, refs=None, order=None):
+    """Write one op case, record its stats, append its index entry."""
+    params = dict(params)
+    params["input_order"] = list(order) if order else list(inputs)
+    for k, r in (refs or {}).items():
+        _stat(name, op, dt, outputs[k], r)
+    entries.append(
+        write_case(out_dir, name, "op", op, dt, params, inputs, outputs, op, references=refs)
+    )
+
+
+def _unpack(wq, bits, n):
+    """Packed uint32 rows -> integer codes: each row is an LSB-first bitstream."""
+    w = np.ascontiguousarray(np.array(wq).astype("<u4"))
+    by = w.view(np.uint8).reshape(w.shape[:-1] + (w.shape[-1] * 4,))
+    bt = np.unpackbits(by, axis=-1, bitorder="little")
+    bt = bt[..., : n * bits].reshape(w.shape[:-1] + (n, bits)).astype(np.int64)
+    return (bt << np.arange(bits, dtype=np.int64)).sum(-1)
+
+
+def _deq64(wq, scales, biases, gs, bits):
+    """Exact float64 dequantization of stored packed codes, scales and biases."""
+    s = _f64(scales)
+    b = _f64(biases)
+    n = s.shape[-1] * gs
+    q = _unpack(wq, bits, n).astype(np.float64)
+    return q * np.repeat(s, gs, axis=-1) + np.repeat(b, gs, axis=-1)
+
+
+def _quant_ref(w64, gs, bits):
+    """float64 version of MLX's affine scale/bias computation (mlx_lm_spec.md §2.2)."""
+    n = 2**bits - 1
+    g = w64.reshape(w64.shape[:-1] + (-1, gs))
+    wmax = g.max(-1)
+    wmin = g.min(-1)
+    s = np.maximum((wmax - wmin) / n, 1e-7)
+    side = np.abs(wmin) > np.abs(wmax)
+    s = np.where(side, s, -s)
+    edge = np.where(side, wmin, wmax)
+    q0 = np.rint(edge / s)
+    nz = q0 != 0
+    s = np.where(nz, edge / np.where(nz, q0, 1), s)
+    bias = np.where(nz, edge, 0.0)
+    return s, bias
+
+
+def _softmax64(x, axis=-1):
+    m = np.max(np.where(np.isfinite(x), x, -np.inf), axis=axis, keepdims=True)
+    e = np.exp(x - m)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+# ----------------------------------------------------------------- quantization
+
+def _quant_input(name, shape, dt, edge=False):
+    r = _rng(name)
+    if not edge:
+        return _cast(r.standard_normal(shape) * 0.05, dt)
+    rows, cols = shape
+    a = np.zeros(shape)
+    kinds = [
+        lambda: -r.uniform(0.1, 2.0, cols),           # all negative
+        lambda: np.full(cols, 0.3),                   # constant positive
+        lambda: np.full(cols, -0.7),                  # constant negative
+        lambda: np.zeros(cols),                       # all zero
+        lambda: r.uniform(0.1, 2.0, cols),            # all positive
+        lambda: r.standard_normal(cols) * 1e-9,       # range below eps*n: scale floor
+        lambda: r.choice([-1.0, 1.0], cols),          # |min| == |max|
+    ]
+    for i in range(rows):
+        a[i] = kinds[i % len(kinds)]()
+    return _cast(a, dt)
+
+
+def _gen_quant(out_dir):
+    entries = []
+    configs = []
+    for bits in (2, 3, 4, 5, 6, 8):
+        for gs in (32, 64, 128):
+            for dn in ("f32", "bf16", "f16"):
+                configs.append((bits, gs, dn, (7, 128), False))
+        for dn in ("f32", "bf16", "f16"):
+            configs.append((bits, 64, dn, (7, 128), True))
+    for bits, gs in ((4, 32), (4, 128), (8, 32), (8, 128)):
+        configs.append((bits, gs, "bf16", (7, 128), True))
+    # one MiniCPM5-1B-sized row block (hidden 1536)
+    for bits, dn in ((4, "f32"), (4, "bf16"), (8, "bf16")):
+        configs.append((bits, 64, dn, (4, 1536), False))
+    for bits, gs, dn, shape, edge in configs:
+        dt = DTYPES[dn]
+        tag = f"b{bits}/g{gs}/{dn}/{_shape(shape)}" + ("/edge" if edge else "")
+        qname = "quantize/" + tag
+        w = _quant_input(qname, shape, dt, edge)
+        wq, s, b = mx.quantize(w, group_size=gs, bits=bits)
+        mx.eval(wq, s, b)
+        rs, rb = _quant_ref(_f64(w), gs, bits)
+        params = {"bits": bits, "group_size": gs, "mode": "affine"}
+        _case(entries, out_dir, qname, "quantize", dtype_name(dt), params,
+              {"w": w}, {"wq": wq, "scales": s, "biases": b},
+              refs={"scales": rs, "biases": rb})
+        # dequantize exactly the quantize outputs above
+        dq = mx.dequantize(wq, s, b, group_size=gs, bits=bits)
+        mx.eval(dq)
+        ref = _deq64(wq, s, b, gs, bits)
+        _case(entries, out_dir, "dequantize/" + tag, "dequantize", dtype_name(dt), params,
+              {"wq": wq, "scales": s, "biases": b}, {"w": dq}, refs={"w": ref},
+              order=["wq", "scales", "biases"])
+    return entries
+
+
+def _gen_qmm(out_dir):
+    entries = []
+    configs = []  # bits, gs, transpose, dtype, M, K, N
+    for bits in (4, 8):
+        for tr in (True, False):
+            for dn in ("f32", "bf16"):
+                for m in (1, 7):
+                    configs.append((bits, 64, tr, dn, m, 256, 128))
+                configs.append((bits, 64, tr, dn, 33, 256, 64))
+    for bits, gs in ((2, 32), (3, 64), (5, 128), (6, 64)):
+        for dn in ("f32", "bf16"):
+            configs.append((bits, gs, True, dn, 7, 256, 128))
+        configs.append((bits, gs, False, "bf16", 5, 128, 256))
+    configs.append((4, 64, True, "f16", 7, 256, 128))
+    configs.append((8, 64, False, "f16", 7, 256, 128))
+    # MiniCPM5-1B-sized reductions: K = hidden 1536 (decode, M = 1) and K = MLP 4608
+    configs.append((4, 64, True, "bf16", 1, 1536, 256))
+    configs.append((8, 64, True, "bf16", 1, 1536, 64))
+    configs.append((4, 64, True, "f32", 1, 1536, 64))
+    configs.append((4, 64, True, "bf16", 3, 1536, 64))
+    configs.append((4, 64, True, "bf16", 1, 4608, 32))
+    for bits, gs, tr, dn, m, k, n in configs:
+        dt = DTYPES[dn]
+        name = f"quantized_matmul/b{bits}g{gs}/{'t' if tr else 'n'}/{dn}/{m}x{k}x{n}"
+        r = _rng(name)
+        x = _cast(r.standard_normal((m, k)), dt)
+        wshape = (n, k) if tr else (k, n)
+        w = _cast(r.standard_normal(wshape) / math.sqrt(k), dt)
+        wq, s, b = mx.quantize(w, group_size=gs, bits=bits)
+        mx.eval(wq, s, b)
+        y = mx.quantized_matmul(x, wq, s, b, transpose=tr, group_size=gs, bits=bits)
+        mx.eval(y)
+        wd = _deq64(wq, s, b, gs, bits)
+        ref = _f64(x) @ (wd.T if tr else wd)
+        params = {"bits": bits, "group_size": gs, "transpose": tr, "mode": "affine"}
+        _case(entries, out_dir, name, "quantized_matmul", dtype_name(dt), params,
+              {"x": x, "wq": wq, "scales": s, "biases": b}, {"y": y}, refs={"y": ref},
+              order=["x", "wq", "scales", "biases"])
+    return entries
+
+
+def _gen_embedding(out_dir):
+    entries = []
+    for bits, gs, dn in ((4, 64, "bf16"), (8, 32, "bf16")):
+        dt = DTYPES[dn]
+        name = f"quantized_embedding/b{bits}g{gs}/{dn}/1000x128/ids9"
+        r = _rng(name)
+        table = _cast(r.standard_normal((1000, 128)) * 0.05, dt)
+        emb = nn.Embedding(1000, 128)
+        emb.weight = table
+        qe = nn.QuantizedEmbedding.from_embedding(emb, group_size=gs, bits=bits)
+        ids = mx.array(np.array([5, 0, 999, 5, 123, 77, 999, 1, 500], dtype=np.int32))
+        y = qe(ids)
+        mx.eval(y, qe.weight, qe.scales, qe.biases)
+        ref = _deq64(np.array(qe.weight)[np.array(ids)], np.array(qe.scales.astype(mx.float32))[np.array(ids)],
+                     np.array(qe.biases.astype(mx.float32))[np.array(ids)], gs, bits)
+        params = {"bits": bits, "group_size": gs, "mode": "affine"}
+        _case(entries, out_dir, name, "quantized_embedding", dtype_name(dt), params,
+              {"ids": ids, "weight": qe.weight, "scales": qe.scales, "biases": qe.biases},
+              {"y": y}, refs={"y": ref}, order=["ids", "weight", "scales", "biases"])
+    return entries
+
+
+# ----------------------------------------------------------------- dense ops
+
+def _gen_matmul(out_dir):
+    entries = []
+    for dn in ("f32", "bf16", "f16"):
+        dt = DTYPES[dn]
+        for sa, sb in (((7, 33), (33, 65)), ((2, 3, 5, 16), (2, 3, 16, 9))):
+            name = f"matmul/{dn}/{_shape(sa)}@{_shape(sb)}"
+            r = _rng(name)
+            a = _cast(r.standard_normal(sa), dt)
+            b = _cast(r.standard_normal(sb), dt)
+            y = mx.matmul(a, b)
+            mx.eval(y)
+            _case(entries, out_dir, name, "matmul", dtype_name(dt), {},
+                  {"a": a, "b": b}, {"y": y}, refs={"y": _f64(a) @ _f64(b)}, order=["a", "b"])
+    return entries
+
+
+def _gen_rms_norm(out_dir):
+    entries = []
+    configs = []
+    for dn in ("f32", "bf16", "f16"):
+        for shape in ((1, 1536), (7, 1536), (3, 129)) if dn != "f16" else ((1, 1536), (3, 129)):
+            configs.append((dn, shape, 1e-5))
+        for shape in ((1, 1536), (3, 129)):
+            configs.append((dn, shape, 1e-6))
+    for dn, shape, eps in configs:
+        dt = DTYPES[dn]
+        name = f"rms_norm/eps{eps:g}/{dn}/{_shape(shape)}"
+        r = _rng(name)
+        x = _cast(r.standard_normal(shape) * 2.0, dt)
+        w = _cast(1.0 + 0.1 * r.standard_normal(shape[-1]), dt)
+        y = mx.fast.rms_norm(x, w, eps)
+        mx.eval(y)
+        x64 = _f64(x)
+        ref = _f64(w) * x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+        _case(entries, out_dir, name, "rms_norm", dtype_name(dt), {"eps": eps},
+              {"x": x, "weight": w}, {"y": y}, refs={"y": ref}, order=["x", "weight"])
+    return entries
+
+
+def _llama3_freqs(dims):
+    cfg = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+           "original_max_position_embeddings": 8192, "rope_type": "llama3"}
+    f = Llama3RoPE(dims, max_position_embeddings=131072, traditional=False,
+                   base=500000.0, scaling_config=cfg)._freqs
+    mx.eval(f)
+    return f
+
+
+def _rope_ref(x64, dims, traditional, base, scale, offsets, freqs64):
+    b, h, l, hd = x64.shape
+    half = dims // 2
+    if freqs64 is not None:
+        inv = 1.0 / freqs64
+    else:
+        inv = base ** (-2.0 * np.arange(half) / dims)
+    off = np.broadcast_to(np.asarray(offsets, dtype=np.float64).reshape(-1), (b,))
+    pos = scale * (np.arange(l)[None, :] + off[:, None])          # [B, L]
+    th = pos[:, None, :, None] * inv[None, None, None, :]         # [B, 1, L, half]
+    c, s = np.cos(th), np.sin(th)
+    y = x64.copy()
+    if traditional:
+        x1, x2 = x64[..., 0:dims:2], x64[..., 1:dims:2]
+        y[..., 0:dims:2] = x1 * c - x2 * s
+        y[..., 1:dims:2] = x1 * s + x2 * c
+    else:
+        x1, x2 = x64[..., :half], x64[..., half:dims]
+        y[..., :half] = x1 * c - x2 * s
+        y[..., half:dims] = x1 * s + x2 * c
+    return y
+
+
+def _gen_rope(out_dir):
+    entries = []
+    # (dtype, shape, dims, traditional, base, scale, offset, freqs)
+    # offset: int (scalar) or list (per-row int32 array); freqs: None or "llama3"
+    configs = []
+    for dn in ("f32", "bf16"):
+        for trad in (False, True):
+            for off in (0, 37):
+                configs.append((dn, (1, 2, 7, 128), 128, trad, 10000.0, 1.0, off, None))
+            configs.append((dn, (2, 2, 5, 32), 32, trad, 10000.0, 1.0, 37, None))
+            configs.append((dn, (2, 2, 5, 32), 16, trad, 10000.0, 1.0, 37, None))
+        configs.append((dn, (1, 2, 7, 128), 128, False, 1000000.0, 1.0, 37, None))
+        configs.append((dn, (1, 2, 7, 128), 128, False, 10000.0, 0.25, 37, None))
+        configs.append((dn, (3, 2, 5, 128), 128, False, 10000.0, 1.0, [0, 37, 40000], None))
+        configs.append((dn, (3, 2, 4, 32), 32, True, 10000.0, 1.0, [-3, 0, 1000], None))
+        configs.append((dn, (1, 2, 7, 128), 128, False, None, 1.0, 37, "llama3"))
+        configs.append((dn, (3, 2, 5, 128), 128, False, None, 1.0, [0, 9000, 100], "llama3"))
+    configs.append(("bf16", (1, 16, 7, 128), 128, False, 1000000.0, 1.0, 0, None))
+    configs.append(("bf16", (1, 16, 1, 128), 128, False, 1000000.0, 1.0, 1000, None))
+    for dn, shape, dims, trad, base, scale, off, fr in configs:
+        dt = DTYPES[dn]
+        arr = isinstance(off, list)
+        offtag = ("o" + ",".join(str(o) for o in off)) if arr else f"o{off}"
+        basetag = "llama3freqs" if fr else f"base{base:g}"
+        name = (f"rope/d{dims}/{'trad' if trad else 'std'}/{basetag}/scale{scale:g}/"
+                f"{offtag}/{dn}/{_shape(shape)}")
+        r = _rng(name)
+        x = _cast(r.standard_normal(shape), dt)
+        inputs = {"x": x}
+        offset = mx.array(np.array(off, dtype=np.int32)) if arr else off
+        if arr:
+            inputs["offset"] = offset
+        freqs = None
+        if fr:
+            freqs = _llama3_freqs(dims)
+            inputs["freqs"] = freqs
+        y = mx.fast.rope(x, dims, traditional=trad, base=None if fr else base,
+                         scale=scale, offset=offset, freqs=freqs)
+        mx.eval(y)
+        ref = _rope_ref(_f64(x), dims, trad, base, scale, off, None if freqs is None else _f64(freqs))
+        params = {"dims": dims, "traditional": trad, "base": None if fr else base,
+                  "scale": scale, "offset": off, "offset_is_array": arr,
+                  "freqs": "llama3" if fr else None}
+        if fr:
+            params["llama3"] = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                "original_max_position_embeddings": 8192, "base": 500000.0}
+        _case(entries, out_dir, name, "rope", dtype_name(dt), params, inputs, {"y": y},
+              refs={"y": ref})
+    return entries
+
+
+def _sdpa_ref(q, k, v, scale, mask_kind, mask):
+    b, h, l, d = q.shape
+    hk, s = k.shape[1], k.shape[2]
+    rep = h // hk
+    kk = np.repeat(k, rep, axis=1)
+    vv = np.repeat(v, rep, axis=1)
+    sc = scale * (q @ np.swapaxes(kk, -1, -2))
+    if mask_kind == "causal":
+        i = np.arange(l)[:, None]
+        j = np.arange(s)[None, :]
+        sc = np.where(j <= i + (s - l), sc, -np.inf)
+    elif mask_kind == "bool":
+        sc = np.where(mask, sc, -np.inf)
+    elif mask_kind == "additive":
+        sc = sc + mask
+    return _softmax64(sc) @ vv
+
+
+def _gen_sdpa(out_dir):
+    entries = []
+    # (dtype, B, H, Hk, L, S, hd, mask kind)
+    configs = []
+    for dn in ("f32", "bf16"):
+        configs += [
+            (dn, 1, 16, 2, 7, 7, 32, "causal"),
+            (dn, 1, 16, 2, 5, 12, 32, "causal"),
+            (dn, 1, 4, 4, 9, 9, 32, "causal"),
+            (dn, 2, 16, 2, 5, 11, 32, "bool"),
+            (dn, 1, 4, 4, 6, 10, 32, "additive"),
+            (dn, 1, 16, 2, 1, 13, 32, "none"),
+            (dn, 1, 4, 4, 1, 13, 32, "none"),
+        ]
+    configs += [
+        ("bf16", 1, 16, 2, 7, 7, 128, "causal"),
+        ("f32", 1, 16, 2, 1, 17, 128, "none"),
+        ("bf16", 1, 16, 2, 1, 1031, 32, "none"),
+        ("f32", 1, 8, 1, 1, 1031, 32, "none"),
+        ("bf16", 1, 8, 1, 3, 1027, 32, "causal"),
+    ]
+    for dn, b, h, hk, l, s, hd, mk in configs:
+        dt = DTYPES[dn]
+        name = (f"scaled_dot_product_attention/{mk}/h{h}k{hk}/hd{hd}/{dn}/"
+                f"b{b}l{l}s{s}")
+        r = _rng(name)
+        q = _cast(r.standard_normal((b, h, l, hd)), dt)
+        k = _cast(r.standard_normal((b, hk, s, hd)), dt)
+        v = _cast(r.standard_normal((b, hk, s, hd)), dt)
+        scale = hd ** -0.5
+        inputs = {"q": q, "k": k, "v": v}
+        mask = None
+        mref = None
+        if mk == "causal":
+            mask = "causal"
+        elif mk == "bool":
+            mb = r.random((b, 1, l, s)) < 0.7
+            mb[..., np.arange(l), np.arange(l) + (s - l)] = True  # no fully masked row
+            mask = mx.array(mb)
+            inputs["mask"] = mask
+            mref = mb
+        elif mk == "additive":
+            ma = 0.5 * r.standard_normal((l, s))
+            ma[r.random((l, s)) < 0.3] = -np.inf
+            ma[np.arange(l), np.arange(l) + (s - l)] = 0.0
+            mask = _cast(ma, dt)
+            inputs["mask"] = mask
+            mref = _f64(mask)
+        y = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+        mx.eval(y)
+        ref = _sdpa_ref(_f64(q), _f64(k), _f64(v), scale, mk, mref)
+        params = {"scale": scale, "mask": {"none": None, "causal": "causal"}.get(mk, "array"),
+                  "mask_kind": mk}
+        if mk in ("bool", "additive"):
+            params["mask_dtype"] = "bool" if mk == "bool" else dtype_name(dt)
+        _case(entries, out_dir, name, "scaled_dot_product_attention", dtype_name(dt), params,
+              inputs, {"y": y}, refs={"y": ref})
+    return entries
+
+
+def _gen_elementwise(out_dir):
+    entries = []
+    for dn in ("f32", "bf16"):
+        dt = DTYPES[dn]
+        for shape in ((7, 384), (1, 4608)):
+            for precise in (True, False):
+                name = f"softmax/{'precise' if precise else 'fast'}/{dn}/{_shape(shape)}"
+                x = _cast(_rng(name).standard_normal(shape) * 3.0, dt)
+                y = mx.softmax(x, axis=-1, precise=precise)
+                mx.eval(y)
+                _case(entries, out_dir, name, "softmax", dtype_name(dt),
+                      {"axis": -1, "precise": precise}, {"x": x}, {"y": y},
+                      refs={"y": _softmax64(_f64(x))})
+            name = f"silu/{dn}/{_shape(shape)}"
+            x = _cast(_rng(name).standard_normal(shape) * 4.0, dt)
+            y = nn.silu(x)
+            mx.eval(y)
+            x64 = _f64(x)
+            _case(entries, out_dir, name, "silu", dtype_name(dt), {}, {"x": x}, {"y": y},
+                  refs={"y": x64 / (1.0 + np.exp(-x64))})
+            name = f"swiglu/{dn}/{_shape(shape)}"
+            r = _rng(name)
+            g = _cast(r.standard_normal(shape) * 4.0, dt)
+            u = _cast(r.standard_normal(shape) * 2.0, dt)
+            y = swiglu(g, u)
+            mx.eval(y)
+            g64 = _f64(g)
+            _case(entries, out_dir, name, "swiglu", dtype_name(dt), {}, {"gate": g, "x": u},
+                  {"y": y}, refs={"y": g64 / (1.0 + np.exp(-g64)) * _f64(u)}, order=["gate", "x"])
+    return entries
+
+
+def _gen_reductions(out_dir):
+    entries = []
+    for dn in ("f32", "bf16"):
+        dt = DTYPES[dn]
+        for shape in ((7, 384), (1, 4608)):
+            for op in ("sum", "max"):
+                name = f"{op}/axis-1/{dn}/{_shape(shape)}"
+                x = _cast(_rng(name).standard_normal(shape) + 0.5, dt)
+                y = getattr(mx, op)(x, axis=-1)
+                mx.eval(y)
+                ref = getattr(np, op)(_f64(x), axis=-1)
+                _case(entries, out_dir, name, op, dtype_name(dt), {"axis": -1, "keepdims": False},
+                      {"x": x}, {"y": y}, refs={"y": ref})
+        # logsumexp as generate_step uses it: over all axes of [1, V], keepdims
+        for v, with_lp in ((1000, True), (130560, False)) if dn == "bf16" else ((1000, True),):
+            name = f"logsumexp/all/{dn}/1x{v}"
+            x = _cast(_rng(name).standard_normal((1, v)) * 3.0, dt)
+            lse = mx.logsumexp(x, keepdims=True)
+            outs = {"lse": lse}
+            x64 = _f64(x)
+            m = x64.max()
+            lse64 = m + np.log(np.exp(x64 - m).sum(keepdims=True))
+            refs = {"lse": lse64}
+            if with_lp:
+                outs["logprobs"] = x - lse
+                refs["logprobs"] = x64 - lse64
+            mx.eval(outs)
+            _case(entries, out_dir, name, "logsumexp", dtype_name(dt),
+                  {"axis": None, "keepdims": True,
+                   "outputs_doc": "lse = logsumexp(x); logprobs = x - lse (in the input dtype)"},
+                  {"x": x}, outs, refs=refs)
+        # argmax along the last axis
+        name = f"argmax/axis-1/{dn}/4x1000"
+        x = _cast(_rng(name).standard_normal((4, 1000)) * 3.0, dt)
+        y = mx.argmax(x, axis=-1)
+        mx.eval(y)
+        want = np.argmax(_f64(x), axis=-1)
+        if not np.array_equal(np.array(y), want):
+            raise AssertionError(f"{name}: MLX argmax {np.array(y)} != numpy {want}")
+        _case(entries, out_dir, name, "argmax", dtype_name(dt), {"axis": -1}, {"x": x}, {"y": y})
+    # exact ties (values on a coarse grid): the smallest index must win
+    for dn in ("bf16", "f32"):
+        dt = DTYPES[dn]
+        name = f"argmax/ties/{dn}/5x1000"
+        r = _rng(name)
+        a = np.round(r.standard_normal((5, 1000)) * 4.0) / 8.0   # multiples of 1/8: many ties
+        a[2, :] = 1.0                                             # all equal -> index 0
+        a[3, [17, 500, 999]] = 100.0                              # three-way tie at the top
+        a[4] = 10.0 + r.random(1000) * 0.03                       # distinct in f32, ties in bf16
+        x = _cast(a, dt)
+        y = mx.argmax(x, axis=-1)
+        mx.eval(y)
+        want = np.argmax(_f64(x), axis=-1)   # numpy: first occurrence
+        if not np.array_equal(np.array(y), want):
+            raise AssertionError(f"{name}: MLX argmax {np.array(y)} != first-max {want}")
+        _case(entries, out_dir, name, "argmax", dtype_name(dt), {"axis": -1}, {"x": x}, {"y": y})
+    return entries
+
+
+# ----------------------------------------------------------------- sampling
+
+def _logprobs(name, dt, v=1000):
+    """Seeded [1, v] log-probabilities (log_softmax in float64, then cast).
+
+    Re-drawn (deterministically) until the 1st, 3rd, 20th and 21st largest
+    values are strictly separated in the case dtype, so top-k style filters
+    have no tie at their boundary.
+    """
+    r = _rng(name)
+    while True:
+        z = r.standard_normal((1, v)) * 2.5
+        z = z - z.max()
+        lp = z - np.log(np.exp(z).sum())
+        x = _cast(lp, dt)
+        srt = np.sort(_f64(x)[0])[::-1]
+        if len(set(srt[:21])) == 21:
+            return x
+
+
+def _top_p_ref(lp, p):
+    """Keep the highest tokens whose cumulative mass (from the top) reaches p."""
+    x = lp[0]
+    order = np.argsort(x, kind="stable")            # ascending
+    sp = x[order]
+    probs = np.exp(sp)
+    above = np.concatenate([np.cumsum(probs[::-1])[::-1][1:], [0.0]])  # mass strictly above
+    drop = np.sum(above >= p * probs.sum())
+    thr = sp[drop]
+    return np.where(x < thr, -np.inf, x)[None]
+
+
+def _min_p_ref(lp, m, keep):
+    x = lp[0]
+    rm = x < x.max() + math.log(m)
+    if keep > 1:
+        rm[np.argsort(-x, kind="stable")[:keep]] = False
+    return np.where(rm, -np.inf, x)[None]
+
+
+def _top_k_ref(lp, k):
+    x = lp[0]
+    kth = np.sort(x)[::-1][k - 1]
+    return np.where(x >= kth, x, -np.inf)[None]
+
+
+def _gen_sampling(out_dir):
+    entries = []
+    for dn in ("f32", "bf16"):
+        dt = DTYPES[dn]
+        dtn = dtype_name(dt)
+        for p in (0.9, 0.5):
+            name = f"apply_top_p/p{p:g}/{dn}/1x1000"
+            x = _logprobs(name, dt)
+            y = apply_top_p(x, p)
+            mx.eval(y)
+            _case(entries, out_dir, name, "apply_top_p", dtn, {"top_p": p}, {"logprobs": x},
+                  {"y": y}, refs={"y": _top_p_ref(_f64(x), p)})
+        for keep in (1, 3):
+            name = f"apply_min_p/m0.05/keep{keep}/{dn}/1x1000"
+            x = _logprobs(name, dt)
+            if keep > 1:
+                # make min_tokens_to_keep matter: a dominant top token
+                a = _f64(x)
+                a[0, int(np.argmax(a))] += 6.0
+                a = a - np.log(np.exp(a).sum())
+                x = _cast(a, dt)
+            y = apply_min_p(x, 0.05, keep)
+            mx.eval(y)
+            _case(entries, out_dir, name, "apply_min_p", dtn,
+                  {"min_p": 0.05, "min_tokens_to_keep": keep}, {"logprobs": x}, {"y": y},
+                  refs={"y": _min_p_ref(_f64(x), 0.05, keep)})
+        for k in (1, 20):
+            name = f"apply_top_k/k{k}/{dn}/1x1000"
+            x = _logprobs(name, dt)
+            y = apply_top_k(x, k)
+            mx.eval(y)
+            _case(entries, out_dir, name, "apply_top_k", dtn, {"top_k": k}, {"logprobs": x},
+                  {"y": y}, refs={"y": _top_k_ref(_f64(x), k)})
+        # temperature scaling exactly as categorical_sampling applies it
+        temp = 0.7
+        name = f"temperature/t{temp:g}/{dn}/1x1000"
+        x = _logprobs(name, dt)
+        y = x * (1.0 / temp)
+        mx.eval(y)
+        _case(entries, out_dir, name, "temperature", dtn,
+              {"temp": temp, "doc": "y = logprobs * (1/temp), Python float weakly typed"},
+              {"logprobs": x}, {"y": y}, refs={"y": _f64(x) / temp})
+        # repetition penalty via make_logits_processors
+        name = f"repetition_penalty/p1.3/ctx20/{dn}/1x1000"
+        r = _rng(name)
+        logits = _cast(r.standard_normal((1, 1000)) * 4.0, dt)
+        ctx = np.array([3, 999, 3, 41, 0, 7, 7, 12, 500, 41, 2, 999, 77, 3, 300, 301,
+                        302, 7, 8, 9, 10, 11, 12, 41, 600], dtype=np.int32)
+        tokens = mx.array(ctx)
+        procs = make_logits_processors(repetition_penalty=1.3, repetition_context_size=20)
+        y = mx.array(logits)        # the processor assigns into its argument
+        for proc in procs:
+            y = proc(tokens, y)
+        mx.eval(y)
+        ref = _f64(logits).copy()
+        for t in set(ctx[-20:].tolist()):
+            v = ref[0, t]
+            ref[0, t] = v * 1.3 if v < 0 else v / 1.3
+        _case(entries, out_dir, name, "repetition_penalty", dtn,
+              {"penalty": 1.3, "context_size": 20}, {"tokens": tokens, "logits": logits},
+              {"y": y}, refs={"y": ref}, order=["tokens", "logits"])
+        # categorical with an explicit key. Single rows only: generation samples
+        # one row at a time (MLX's inverse-CDF path); the several-row Gumbel-max
+        # path serves batched and speculative sampling, which mlxgo does not
+        # offer yet, so it has no fixture to hold a backend to.
+        for rows in (1,):
+            for seed in range(5):
+                name = f"categorical/seed{seed}/{dn}/{rows}x1000"
+                x = _logprobs(f"categorical/{dn}/{rows}x1000", dt) if rows == 1 else \
+                    _cast(_rng(f"categorical/{dn}/{rows}x1000").standard_normal((rows, 1000)) * 2.0, dt)
+                key = mx.random.key(seed)
+                tok = mx.random.categorical(x, key=key)
+                mx.eval(tok, key)
+                _case(entries, out_dir, name, "categorical", dtn, {"seed": seed, "axis": -1},
+                      {"logits": x, "key": key}, {"token": tok}, order=["logits", "key"])
+        # categorical after top-k (most weights are exactly zero)
+        for seed in (0, 1, 2):
+            name = f"categorical/topk20/seed{seed}/{dn}/1x1000"
+            x = apply_top_k(_logprobs(f"categorical/topk20/{dn}", dt), 20)
+            key = mx.random.key(seed)
+            tok = mx.random.categorical(x, key=key)
+            mx.eval(x, tok, key)
+            _case(entries, out_dir, name, "categorical", dtn, {"seed": seed, "axis": -1},
+                  {"logits": x, "key": key}, {"token": tok}, order=["logits", "key"])
+        # the compiled sampling entry points, driven by the global seed exactly as
+        # generate_step drives them: mx.random.seed(seed), then one call
+        for seed in (0, 1):
+            name = f"categorical_sampling/t0.7/seed{seed}/{dn}/1x1000"
+            x = _logprobs(f"categorical_sampling/{dn}", dt)
+            mx.random.seed(seed)
+            tok = categorical_sampling(x, 0.7)
+            mx.eval(tok)
+            _case(entries, out_dir, name, "categorical_sampling", dtn,
+                  {"seed": seed, "temp": 0.7,
+                   "doc": "mx.random.seed(seed); categorical(logprobs * (1/temp)) with the split-off key"},
+                  {"logprobs": x}, {"token": tok})
+            name = f"make_sampler/t0.7_p0.9_m0.05_k20/seed{seed}/{dn}/1x1000"
+            x = _logprobs(f"make_sampler/{dn}", dt)
+            sampler = make_sampler(temp=0.7, top_p=0.9, min_p=0.05, min_tokens_to_keep=1, top_k=20)
+            mx.random.seed(seed)
+            tok = sampler(x)
+            mx.eval(tok)
+            _case(entries, out_dir, name, "make_sampler", dtn,
+                  {"seed": seed, "temp": 0.7, "top_p": 0.9, "min_p": 0.05,
+                   "min_tokens_to_keep": 1, "top_k": 20, "xtc_probability": 0.0,
+                   "doc": "mx.random.seed(seed); make_sampler(...)(logprobs): top_p, min_p, top_k, categorical"},
+                  {"logprobs": x}, {"token": tok})
+    mx.random.seed(0)
+    return entries
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x, r):
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _threefry2x32(key, count):
+    """Threefry-2x32, 20 rounds, as mlx/random.cpp uses it (reference only)."""
+    ks = [key[0], key[1], key[0] ^ key[1] ^ 0x1BD11BDA]
+    x = [(count[0] + ks[0]) & _M32, (count[1] + ks[1]) & _M32]
+    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
+    for i in range(5):
+        for r in rot[i % 2]:
+            x[0] = (x[0] + x[1]) & _M32
+            x[1] = _rotl(x[1], r) ^ x[0]
+        x[0] = (x[0] + ks[(i + 1) % 3]) & _M32
+        x[1] = (x[1] + ks[(i + 2) % 3] + i + 1) & _M32
+    return x
+
+
+def _bits_ref(key, n):
+    """The n uint32 words mlx.random.bits draws from one key (CPU RandomBits layout)."""
+    key = [int(k) for k in key]
+    half, odd = n // 2, n % 2
+    out = [0] * n
+    for j in range(half):
+        a, b = _threefry2x32(key, (j, j + half + odd))
+        out[j], out[j + half + odd] = a, b
+    if odd:
+        out[half] = _threefry2x32(key, (half, 0))[0]
+    return np.array(out, dtype=np.uint32)
+
+
+def _gen_random(out_dir):
+    """RNG cases. Python exposes no raw `bits`, but split(key, num) is exactly
+    bits([num, 2], key): those cases are the raw threefry stream. The reference
+    generator above is checked against them before it is used for uniform."""
+    entries = []
+    for seed in (0, 42, 2**33 + 5):
+        key = mx.random.key(seed)
+        mx.eval(key)
+        _case(entries, out_dir, f"random_key/seed{seed}", "random_key", "float32",
+              {"seed": seed}, {}, {"key": key})
+        for num in (2, 3, 5):
+            ks = mx.random.split(key, num=num)
+            mx.eval(ks)
+            want = _bits_ref(np.array(key), 2 * num).reshape(num, 2)
+            if not np.array_equal(np.array(ks), want):
+                raise AssertionError(f"threefry reference disagrees with split(seed {seed}, {num})")
+            _case(entries, out_dir, f"random_split/num{num}/seed{seed}", "random_split",
+                  "float32", {"num": num, "doc": "split(key, num) == bits([num, 2], key)"},
+                  {"key": key}, {"keys": ks})
+        for n in (1, 7, 10):
+            u = mx.random.uniform(shape=(n,), key=key)
+            mx.eval(u)
+            words = _bits_ref(np.array(key), n).astype(np.float64)
+            ref = np.minimum(words / 4294967296.0, float(np.nextafter(np.float32(1), np.float32(0))))
+            _case(entries, out_dir, f"random_uniform/seed{seed}/f32/{n}", "random_uniform",
+                  "float32", {"shape": [n], "low": 0.0, "high": 1.0}, {"key": key}, {"u": u},
+                  refs={"u": ref})
+    return entries
+
+
+# ----------------------------------------------------------------- entry point
+
+def generate(out_dir):
+    """Write every op case under out_dir; return their index entries."""
+    mx.set_default_device(mx.cpu)
+    STATS.clear()
+    entries = []
+    for gen in (_gen_quant, _gen_qmm, _gen_embedding, _gen_matmul, _gen_rms_norm, _gen_rope,
+                _gen_sdpa, _gen_elementwise, _gen_reductions, _gen_sampling, _gen_random):
+        entries += gen(out_dir)
+    names = [e["name"] for e in entries]
+    if len(set(names)) != len(names):
+        raise AssertionError("duplicate op case names")
+    return entries
+
+
+def main():
+    import collections
+    import os
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t = time.time()
+        entries = generate(tmp)
+        dt = time.time() - t
+        sizes = collections.Counter()
+        counts = collections.Counter()
+        for e in entries:
+            op = e["name"].split("/")[0]
+            counts[op] += 1
+            stem = e["file"][: -len(".json")]
+            sizes[op] += os.path.getsize(e["file"]) + os.path.getsize(stem + ".safetensors")
+        print(f"{len(entries)} cases, {sum(sizes.values()) / 1e6:.2f} MB, {dt:.1f} s")
+        for op in sorted(counts):
+            print(f"  {op:30s} {counts[op]:4d} cases {sizes[op] / 1e3:9.1f} kB")
+    agg = {}
+    for op, dt, name, ab, ulp, rel, infm in STATS:
+        key = (op + ("/edge" if name.endswith("/edge") else ""), dt)
+        a = agg.setdefault(key, [0.0, 0.0, 0.0, 0, "", 0])
+        if ab > a[0]:
+            a[0], a[4] = ab, name
+        a[1] = max(a[1], ulp)
+        a[2] = max(a[2], rel)
+        a[3] += infm
+        a[5] += 1
+    print(f"\n{'op':30s} {'dtype':9s} {'n':>3s} {'max abs':>10s} {'max ulp':>9s} {'max rel':>10s} infmis  worst case (abs)")
+    for (op, dt), (ab, ulp, rel, infm, n1, n) in sorted(agg.items()):
+        print(f"{op:30s} {dt:9s} {n:3d} {ab:10.3e} {ulp:9.2f} {rel:10.3e} {infm:6d}  {n1}")
+
+
+if __name__ == "__main__":
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    main()

@@ -1,0 +1,75 @@
+// Package generate is mlxgo's token generation: the loop of mlx_lm's
+// generate_step and stream_generate, its samplers (sample_utils.make_sampler),
+// its logits processors (make_logits_processors) and MLX's threefry random
+// numbers, written so that a seeded run reproduces mlx_lm's tokens.
+//
+// # The loop
+//
+// [Generate] takes a [Model], a prompt and [Options]:
+//
+//  1. Prefill: while more than one prompt token remains, the next
+//     min(PrefillStepSize, remaining−1) tokens go through Model.Append and
+//     the caches' State is evaluated (generate_step's chunking; the default
+//     step is 2048). Exactly one prompt token is left.
+//  2. Each step: logits of the last position (Model.LastLogits) → the logits
+//     processors, if any → logprobs = logits − logsumexp(logits), both in the
+//     model's dtype on the backend (LogSumExp, Binary Subtract) → sampler →
+//     token.
+//  3. Stop at an EOS id (FinishStop; the EOS is counted in
+//     Stats.GenerationTokens but not returned in Result.Tokens nor passed to
+//     the callback), after MaxTokens tokens (FinishLength), or when the
+//     callback returns false (FinishCallback).
+//
+// Pipelining follows generate_step where the sampler allows it. Greedy
+// decoding without processors samples on the backend (Argmax, smallest index
+// on ties): step n+1 is built on the lazy token n and started (AsyncEval when
+// the backend implements [backend.AsyncEvaler]) before token n is read back
+// and handed to the callback. Every other configuration samples on the host,
+// so token n must be known before step n+1 is built; step n+1 is then started
+// before the callback sees token n. Unlike generate_step, Generate never
+// computes the step after the last token it returns, which changes no token.
+//
+// # Processors' context
+//
+// The processors see a token history: the prompt, then every generated
+// token. mlx_lm 0.32.2 (the pinned oracle) adds every prefill chunk to that
+// history, as BatchGenerator does; this is [FullPrompt], the default. mlx_lm
+// 0.32.0 and earlier (spec §5.1) left the prefill chunks out, so the
+// history started with the last prompt token only and the repetition penalty
+// ignored the rest of the prompt: [LastPromptToken] reproduces that.
+//
+// # Sampling on the host
+//
+// The sampler runs on the host over one [V] row of logprobs (one ToHost of V
+// values per token: 0.5 MB for a 130k vocabulary). This costs one transfer
+// per token but is identical on every backend and lets the filters emulate
+// MLX's dtype arithmetic exactly: the logprobs keep their dtype's values, a
+// Python scalar meeting an array is rounded to float32 and then to the
+// array's dtype (1/temp, ln(min_p), the penalties), and every op result is
+// rounded to the dtype. top_p works as the pinned sample_utils does (exp in
+// float32, a sequential float32 "mass above" sum), min_p's threshold is
+// computed in the dtype, top_k keeps the k largest. Where MLX leaves ties to
+// argpartition (top_k, min_p's min_tokens_to_keep) ties go to the smaller
+// index. XTC is not implemented (NewSampler fails if it is requested).
+//
+// Categorical sampling is MLX's single-row inverse-CDF method (mlx ≥ 0.32.1):
+// weights exp(x − max) in float32 with MLX's CPU exp (a Cephes polynomial
+// with fused multiply-adds, reproduced bit for bit), an exclusive cumulative
+// sum and total summed sequentially in float32 (MLX's CPU reductions on
+// x86; Metal's reduction order may differ in the last bit, which matters
+// only for a draw within an ulp of a boundary), one uniform draw scaled by
+// the total, and the largest index whose cumulative weight is ≤ it. Random
+// numbers are threefry2x32 exactly as mlx/random.cpp and
+// backend/cpu/threefry.cpp: [Key], [Split], [Bits], [Uniform], and [RNG], the
+// mx.random.seed state; every draw splits the state first, and sampling
+// consumes one key per token (none when greedy).
+//
+// # Memory
+//
+// Each step runs inside a backend scope: the step's intermediates are
+// released when it closes, the caches' State is kept out of it (the cache
+// releases the buffers it replaces, per nn.KVCache), and the step's output is
+// released once its token is read. A long generation therefore holds a
+// constant number of live arrays. Generate releases its caches before it
+// returns.
+package generate

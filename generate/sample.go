@@ -1,0 +1,245 @@
+package generate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// SamplerOptions are mlx_lm's make_sampler arguments. The zero value is greedy
+// decoding. Parameters are float64 because mlx_lm's are Python floats: each
+// is converted to float32 and then rounded to the logprobs dtype at the point
+// where MLX would meet it with an array (a weakly typed scalar).
+type SamplerOptions struct {
+	// Temp is the temperature; 0 selects greedy (argmax) decoding.
+	Temp float64
+	// TopP enables nucleus filtering when 0 < TopP < 1.
+	TopP float64
+	// MinP enables min-p filtering when non-zero; it must lie in [0, 1].
+	MinP float64
+	// MinTokensToKeep is how many top tokens min-p never removes; 0 means 1.
+	MinTokensToKeep int
+	// TopK keeps only the K most likely tokens when K > 0 (K < vocabulary).
+	TopK int
+	// XTCProbability enables XTC when > 0. XTC is not implemented: a
+	// positive value makes NewSampler fail.
+	XTCProbability float64
+	// XTCThreshold is XTC's probability threshold (mlx_lm's default 0.1).
+	XTCThreshold float64
+	// Seed seeds the random state as mx.random.seed(Seed) does.
+	Seed uint64
+}
+
+// Sampler turns a row of log-probabilities into a token, as the sampler
+// make_sampler returns does: greedy argmax at temperature 0, otherwise the
+// fixed chain top-p → min-p → top-k followed by categorical sampling of
+// logprobs·(1/temp). It runs on the host over one [V] row (see the package
+// doc), emulating MLX's dtype arithmetic. A Sampler is not safe for
+// concurrent use: it owns its random state.
+type Sampler struct {
+	opts SamplerOptions
+	rng  *RNG
+}
+
+// NewSampler validates o and returns a sampler seeded with o.Seed.
+func NewSampler(o SamplerOptions) (*Sampler, error) {
+	if o.Temp < 0 || math.IsNaN(o.Temp) || math.IsInf(o.Temp, 0) {
+		return nil, fmt.Errorf("sampler: temp is %v, want a finite value >= 0 (0 = greedy)", o.Temp)
+	}
+	if o.MinTokensToKeep == 0 {
+		o.MinTokensToKeep = 1
+	}
+	if o.Temp != 0 {
+		if o.MinP != 0 && !(o.MinP >= 0 && o.MinP <= 1) {
+			return nil, fmt.Errorf("sampler: min_p is %v, want a value in [0, 1]", o.MinP)
+		}
+		if o.MinTokensToKeep < 1 {
+			return nil, fmt.Errorf("sampler: min_tokens_to_keep is %d, want a positive integer", o.MinTokensToKeep)
+		}
+		if o.TopK < 0 {
+			return nil, fmt.Errorf("sampler: top_k is %d, want 0 (off) or a positive integer", o.TopK)
+		}
+		if o.XTCProbability > 0 {
+			return nil, errors.New("sampler: XTC sampling (xtc_probability > 0) is not implemented by mlxgo")
+		}
+	}
+	return &Sampler{opts: o, rng: NewRNG(o.Seed)}, nil
+}
+
+// Greedy reports whether the sampler is plain argmax (temperature 0). A
+// greedy sampler consumes no random numbers.
+func (s *Sampler) Greedy() bool { return s.opts.Temp == 0 }
+
+// Sample returns the token for one row of log-probabilities whose values are
+// exactly representable in dt (the model's logits dtype: BF16, F16 or F32).
+// lp is not modified.
+func (s *Sampler) Sample(lp []float32, dt tensor.DType) (int32, error) {
+	if len(lp) == 0 {
+		return 0, errors.New("sampler: empty logprobs row")
+	}
+	if rounder(dt) == nil {
+		return 0, fmt.Errorf("sampler: logprobs dtype %v, want BF16, F16 or F32", dt)
+	}
+	if s.Greedy() {
+		return int32(Argmax(lp)), nil
+	}
+	o := s.opts
+	x := append([]float32(nil), lp...)
+	if 0 < o.TopP && o.TopP < 1 {
+		ApplyTopP(x, o.TopP)
+	}
+	if o.MinP != 0 {
+		ApplyMinP(x, o.MinP, o.MinTokensToKeep, dt)
+	}
+	if o.TopK > 0 {
+		if o.TopK >= len(x) {
+			return 0, fmt.Errorf("sampler: top_k is %d, want an integer in (0, %d) for this vocabulary", o.TopK, len(x))
+		}
+		ApplyTopK(x, o.TopK)
+	}
+	ScaleTemp(x, o.Temp, dt)
+	return int32(Categorical(x, s.rng.Next())), nil
+}
+
+// Argmax returns the index of the largest value, the smallest index on ties
+// (MLX's argmax rule; mlx_lm's greedy sampler).
+func Argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+var negInf = float32(math.Inf(-1))
+
+// ApplyTopP is mlx_lm's apply_top_p on one row, in place: sort ascending,
+// p = exp(float32(sorted)) (MLX's CPU exp), the exclusive reverse cumulative
+// sum "mass above" in float32 (sequential, from the end), total = mass[0] +
+// p[0]; the number of dropped tokens d counts mass ≥ float32(topP)·total, and
+// every value below sorted[d] becomes −Inf (ties with the threshold stay).
+// The comparisons are on the original dtype's values, so no rounding occurs.
+func ApplyTopP(x []float32, topP float64) {
+	n := len(x)
+	sorted := append([]float32(nil), x...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	mass := make([]float32, n)
+	for i := n - 2; i >= 0; i-- {
+		mass[i] = mass[i+1] + expF32(sorted[i+1])
+	}
+	total := mass[0] + expF32(sorted[0])
+	thr := float32(topP) * total
+	d := 0
+	for _, m := range mass {
+		if m >= thr {
+			d++
+		}
+	}
+	if d >= n {
+		// Only when every probability underflows to 0: MLX would read past
+		// the end; we leave the row unchanged.
+		return
+	}
+	t := sorted[d]
+	for i, v := range x {
+		if v < t {
+			x[i] = negInf
+		}
+	}
+}
+
+// ApplyMinP is mlx_lm's apply_min_p on one row, in place: the threshold
+// max(x) + ln(minP) is computed in dt (ln(minP) rounded to dt as a weakly
+// typed scalar, the sum rounded to dt), values below it become −Inf, except
+// the keep largest values when keep > 1. MLX picks those with argpartition,
+// whose choice among equal values is unspecified; here ties go to the
+// smallest index.
+func ApplyMinP(x []float32, minP float64, keep int, dt tensor.DType) {
+	round := rounder(dt)
+	top := x[Argmax(x)]
+	thr := round(top + round(float32(math.Log(minP))))
+	var kept map[int]bool
+	if keep > 1 {
+		kept = map[int]bool{}
+		for _, i := range topIndices(x, keep) {
+			kept[i] = true
+		}
+	}
+	for i, v := range x {
+		if v < thr && !kept[i] {
+			x[i] = negInf
+		}
+	}
+}
+
+// ApplyTopK is mlx_lm's apply_top_k on one row, in place: every value outside
+// the k largest becomes −Inf. MLX chooses among equal values at the boundary
+// by argpartition (unspecified); here ties go to the smallest index.
+// k must be in (0, len(x)).
+func ApplyTopK(x []float32, k int) {
+	keep := make([]bool, len(x))
+	for _, i := range topIndices(x, k) {
+		keep[i] = true
+	}
+	for i := range x {
+		if !keep[i] {
+			x[i] = negInf
+		}
+	}
+}
+
+// topIndices returns the indices of the k largest values, ties to the smaller index.
+func topIndices(x []float32, k int) []int {
+	idx := make([]int, len(x))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return x[idx[a]] > x[idx[b]] })
+	return idx[:min(k, len(idx))]
+}
+
+// ScaleTemp multiplies the row by 1/temp in place as categorical_sampling
+// does: 1/temp is a Python float, rounded to float32 and then to dt (weakly
+// typed), and each product is rounded to dt.
+func ScaleTemp(x []float32, temp float64, dt tensor.DType) {
+	round := rounder(dt)
+	inv := round(float32(1 / temp))
+	for i, v := range x {
+		x[i] = round(v * inv)
+	}
+}
+
+// Categorical draws one index from the distribution softmax(logits) with the
+// given key, as mx.random.categorical does for a single row since mlx 0.32.1
+// (random.cpp categorical_inverse_cdf), in float32 with MLX's CPU exp and
+// sequential sums: m = max(x); w = exp(x − m) (or w = [x == m] when m is
+// ±Inf); cdf = exclusive cumulative sum of w; u = uniform(key)·sum(w); the
+// result is the largest i with cdf[i] ≤ u (searchsorted right, minus one).
+func Categorical(logits []float32, key [2]uint32) int {
+	cdf, sum := categoricalCDF(logits)
+	u := Uniform(key, 1)[0] * sum
+	return sort.Search(len(cdf), func(i int) bool { return cdf[i] > u }) - 1
+}
+
+// categoricalCDF returns Categorical's exclusive cumulative weights and their
+// sum (a sequential float32 sum, as MLX's CPU reduction on x86 does).
+func categoricalCDF(logits []float32) (cdf []float32, sum float32) {
+	m := logits[Argmax(logits)]
+	inf := math.IsInf(float64(m), 0)
+	cdf = make([]float32, len(logits))
+	for i, v := range logits {
+		cdf[i] = sum
+		switch {
+		case !inf:
+			sum += expF32(v - m)
+		case v == m:
+			sum++
+		}
+	}
+	return cdf, sum
+}

@@ -1,0 +1,248 @@
+package generate
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// The reference values come from MLX and mlx_lm's sample_utils at test time
+// (oracle_test.go): rows are exchanged as raw bit patterns, so every
+// comparison is exact.
+const sampleScript = `
+import json, math, numpy as np, mlx.core as mx
+from mlx_lm.sample_utils import apply_top_p, apply_min_p, apply_top_k, make_sampler
+
+def bits(a):
+    if a.dtype == mx.bfloat16 or a.dtype == mx.float16:
+        return a.view(mx.uint16).reshape(-1).tolist()
+    return a.view(mx.uint32).reshape(-1).tolist()
+
+rng = np.random.default_rng(7)
+rows = {}
+for name, dt, scale in [("bf16", mx.bfloat16, 3.0), ("bf16flat", mx.bfloat16, 0.5), ("f16", mx.float16, 3.0), ("f32", mx.float32, 3.0)]:
+    logits = mx.array(rng.standard_normal(1000).astype(np.float32) * scale).astype(dt)[None]
+    rows[name] = logits - mx.logsumexp(logits, keepdims=True)
+perm = rng.permutation(64)
+rows["distinct"] = mx.array((-perm / 16.0).astype(np.float32)).astype(mx.bfloat16)[None]
+out = {"rows": {k: {"dtype": str(v.dtype).split(".")[-1], "bits": bits(v)} for k, v in rows.items()}}
+
+xs = np.concatenate([np.linspace(-100, 100, 20001), rng.standard_normal(5000) * 30, [0.0, -0.0, 88.0, -88.0, 88.5, -88.5, 1e-8]]).astype(np.float32)
+out["exp"] = {"x": bits(mx.array(xs)), "y": bits(mx.exp(mx.array(xs)))}
+
+out["top_p"] = [{"row": r, "p": p, "out": bits(apply_top_p(rows[r], p))} for r in rows for p in [0.05, 0.5, 0.9, 0.95, 0.999]]
+out["min_p"] = [{"row": r, "p": p, "keep": k, "out": bits(apply_min_p(rows[r], p, k))} for r in rows for p, k in [(0.05, 1), (0.2, 1), (0.9, 1), (0.5, 3), (1.0, 1)] if k == 1 or r == "distinct"]
+out["top_k"] = [{"row": "distinct", "k": k, "out": bits(apply_top_k(rows["distinct"], k))} for k in [1, 5, 20, 63]]
+
+cat = []
+for r in rows:
+    for seed in [0, 3, 99]:
+        key = mx.random.key(seed)
+        for temp in [0.7, 1.0, 1.5]:
+            x = rows[r] * (1.0 / temp)
+            xf = x.astype(mx.float32)
+            w = mx.exp(xf - mx.max(xf))
+            cat.append({"row": r, "seed": seed, "temp": temp, "scaled": bits(x), "token": mx.random.categorical(x, key=key).item(),
+                        "cdf": bits(mx.cumsum(w, axis=-1, inclusive=False)), "sum": bits(mx.sum(w))})
+special = mx.array([[-math.inf, -math.inf, 0.5, -math.inf, 0.5]], dtype=mx.bfloat16)
+for seed in range(8):
+    cat.append({"row": "special", "seed": seed, "temp": 1.0, "scaled": bits(special), "token": mx.random.categorical(special, key=mx.random.key(seed)).item()})
+allinf = mx.full((1, 5), -math.inf, dtype=mx.bfloat16)
+for seed in range(8):
+    cat.append({"row": "allinf", "seed": seed, "temp": 1.0, "scaled": bits(allinf), "token": mx.random.categorical(allinf, key=mx.random.key(seed)).item()})
+out["categorical"] = cat
+
+chains = []
+for r in rows:
+    for cfg in [dict(temp=0.0), dict(temp=0.8), dict(temp=0.7, top_p=0.9), dict(temp=1.0, min_p=0.05), dict(temp=0.6, top_k=20),
+                dict(temp=0.9, top_p=0.95, min_p=0.02, top_k=40), dict(temp=1.3, top_p=0.5, min_p=0.1, min_tokens_to_keep=3, top_k=10)]:
+        if r == "distinct" and cfg.get("top_k", 0) >= 64:
+            continue
+        mx.random.seed(1234)
+        s = make_sampler(**cfg)
+        toks = [s(rows[r]).item() for _ in range(25)]
+        chains.append({"row": r, "cfg": cfg, "tokens": toks})
+out["chains"] = chains
+print(json.dumps(out))
+`
+
+type sampleRow struct {
+	DType string
+	Bits  []uint32
+}
+
+type sampleOracle struct {
+	Rows map[string]sampleRow
+	Exp  struct{ X, Y []uint32 }
+	TopP []struct {
+		Row string
+		P   float64
+		Out []uint32
+	} `json:"top_p"`
+	MinP []struct {
+		Row  string
+		P    float64
+		Keep int
+		Out  []uint32
+	} `json:"min_p"`
+	TopK []struct {
+		Row string
+		K   int
+		Out []uint32
+	} `json:"top_k"`
+	Categorical []struct {
+		Row    string
+		Seed   uint64
+		Temp   float64
+		Scaled []uint32
+		Token  int
+		CDF    []uint32 // the inverse-CDF intermediates, built from MLX ops
+		Sum    []uint32
+	}
+	Chains []struct {
+		Row    string
+		Cfg    map[string]float64
+		Tokens []int32
+	}
+}
+
+func decodeBits(t *testing.T, dt string, b []uint32) ([]float32, tensor.DType) {
+	t.Helper()
+	out := make([]float32, len(b))
+	var d tensor.DType
+	switch dt {
+	case "bfloat16":
+		d = tensor.BF16
+		for i, v := range b {
+			out[i] = tensor.BF16ToFloat32(uint16(v))
+		}
+	case "float16":
+		d = tensor.F16
+		for i, v := range b {
+			out[i] = tensor.F16ToFloat32(uint16(v))
+		}
+	case "float32":
+		d = tensor.F32
+		for i, v := range b {
+			out[i] = math.Float32frombits(v)
+		}
+	default:
+		t.Fatalf("unknown dtype %q", dt)
+	}
+	return out, d
+}
+
+// sameBits compares two rows exactly (NaN never expected; -0 and 0 differ).
+func sameBits(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: got %d values, want %d", name, len(got), len(want))
+	}
+	bad := 0
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			if bad < 5 {
+				t.Errorf("%s: got %v, want %v (index %d)", name, got[i], want[i], i)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d values differ", name, bad, len(got))
+	}
+}
+
+func loadSampleOracle(t *testing.T) (*sampleOracle, map[string][]float32, map[string]tensor.DType) {
+	var o sampleOracle
+	oracle(t, sampleScript, &o)
+	rows := map[string][]float32{}
+	dts := map[string]tensor.DType{}
+	for name, r := range o.Rows {
+		rows[name], dts[name] = decodeBits(t, r.DType, r.Bits)
+	}
+	return &o, rows, dts
+}
+
+func TestSamplingMatchesMLX(t *testing.T) {
+	o, rows, dts := loadSampleOracle(t)
+
+	t.Run("exp", func(t *testing.T) {
+		x, _ := decodeBits(t, "float32", o.Exp.X)
+		want, _ := decodeBits(t, "float32", o.Exp.Y)
+		got := make([]float32, len(x))
+		for i, v := range x {
+			got[i] = expF32(v)
+		}
+		sameBits(t, "exp", got, want)
+	})
+	for _, c := range o.TopP {
+		t.Run(fmt.Sprintf("top_p/%s/p=%v", c.Row, c.P), func(t *testing.T) {
+			x := append([]float32(nil), rows[c.Row]...)
+			ApplyTopP(x, c.P)
+			want, _ := decodeBits(t, o.Rows[c.Row].DType, c.Out)
+			sameBits(t, "top_p", x, want)
+		})
+	}
+	for _, c := range o.MinP {
+		t.Run(fmt.Sprintf("min_p/%s/p=%v/keep=%d", c.Row, c.P, c.Keep), func(t *testing.T) {
+			x := append([]float32(nil), rows[c.Row]...)
+			ApplyMinP(x, c.P, c.Keep, dts[c.Row])
+			want, _ := decodeBits(t, o.Rows[c.Row].DType, c.Out)
+			sameBits(t, "min_p", x, want)
+		})
+	}
+	for _, c := range o.TopK {
+		t.Run(fmt.Sprintf("top_k/%s/k=%d", c.Row, c.K), func(t *testing.T) {
+			x := append([]float32(nil), rows[c.Row]...)
+			ApplyTopK(x, c.K)
+			want, _ := decodeBits(t, o.Rows[c.Row].DType, c.Out)
+			sameBits(t, "top_k", x, want)
+		})
+	}
+	for _, c := range o.Categorical {
+		t.Run(fmt.Sprintf("categorical/%s/seed=%d/temp=%v", c.Row, c.Seed, c.Temp), func(t *testing.T) {
+			dt := "bfloat16"
+			if r, ok := o.Rows[c.Row]; ok {
+				dt = r.DType
+			}
+			want, d := decodeBits(t, dt, c.Scaled)
+			if x, ok := rows[c.Row]; ok {
+				x = append([]float32(nil), x...)
+				ScaleTemp(x, c.Temp, d)
+				sameBits(t, "scaled", x, want)
+			}
+			if c.CDF != nil {
+				cdf, sum := categoricalCDF(want)
+				wantCDF, _ := decodeBits(t, "float32", c.CDF)
+				wantSum, _ := decodeBits(t, "float32", c.Sum)
+				sameBits(t, "cdf", cdf, wantCDF)
+				sameBits(t, "sum", []float32{sum}, wantSum)
+			}
+			if got := Categorical(want, Key(c.Seed)); got != c.Token {
+				t.Errorf("got token %d, want %d", got, c.Token)
+			}
+		})
+	}
+	for _, c := range o.Chains {
+		t.Run(fmt.Sprintf("chain/%s/%v", c.Row, c.Cfg), func(t *testing.T) {
+			s, err := NewSampler(SamplerOptions{
+				Temp: c.Cfg["temp"], TopP: c.Cfg["top_p"], MinP: c.Cfg["min_p"],
+				MinTokensToKeep: int(c.Cfg["min_tokens_to_keep"]), TopK: int(c.Cfg["top_k"]), Seed: 1234,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range c.Tokens {
+				got, err := s.Sample(rows[c.Row], dts[c.Row])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("got token %d, want %d (draw %d)", got, want, i)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,50 @@
+package nn
+
+import (
+	"math"
+
+	"github.com/mlxgo/mlxgo/backend"
+)
+
+// Attention is the grouped-query self-attention of mlx_lm's llama.py.
+type Attention struct {
+	B                          backend.Backend
+	NHeads, NKVHeads           int
+	Scale                      float32 // head_dim^-0.5, see AttentionScale
+	QProj, KProj, VProj, OProj Linear
+	RoPE                       *RoPE
+}
+
+// AttentionScale is llama.py's self.scale = head_dim**-0.5, computed in
+// float64 and handed to the kernel as float32.
+func AttentionScale(headDim int) float32 {
+	return float32(math.Pow(float64(headDim), -0.5))
+}
+
+// Forward attends x [B, L, dim] to itself and to what cache holds. mask comes
+// from the model (the first cache's Mask, once per forward). With a nil cache
+// positions start at 0 and nothing is stored.
+func (a *Attention) Forward(x backend.Array, mask backend.Mask, cache KVCache) backend.Array {
+	b := a.B
+	B, L := x.Shape()[0], x.Shape()[1]
+
+	q, k, v := a.QProj.Forward(x), a.KProj.Forward(x), a.VProj.Forward(x)
+
+	q = b.Transpose(b.Reshape(q, B, L, a.NHeads, -1), 0, 2, 1, 3)
+	k = b.Transpose(b.Reshape(k, B, L, a.NKVHeads, -1), 0, 2, 1, 3)
+	v = b.Transpose(b.Reshape(v, B, L, a.NKVHeads, -1), 0, 2, 1, 3)
+
+	if cache != nil {
+		q = a.RoPE.Forward(q, cache.Offset())
+		k = a.RoPE.Forward(k, cache.Offset())
+		k, v = cache.Update(k, v)
+	} else {
+		q = a.RoPE.Forward(q, 0)
+		k = a.RoPE.Forward(k, 0)
+	}
+
+	o := b.ScaledDotProductAttention(q, k, v, a.Scale, mask)
+
+	o = b.Reshape(b.Transpose(o, 0, 2, 1, 3), B, L, -1)
+	return a.OProj.Forward(o)
+}

@@ -1,0 +1,114 @@
+package nn
+
+import (
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// KVStep is the growth step of FullKVCache, mlx_lm's KVCache.step.
+const KVStep = 256
+
+// FullKVCache keeps every key and value, mlx_lm's KVCache: buffers of a
+// capacity that grows in steps of KVStep slots, written in place.
+type FullKVCache struct {
+	b            backend.Backend
+	keys, values backend.Array // [B, Hk, capacity, D]; nil when empty
+	offset       int
+}
+
+// NewFullKVCache returns an empty cache on b.
+func NewFullKVCache(b backend.Backend) *FullKVCache {
+	return &FullKVCache{b: b}
+}
+
+// Offset returns the number of tokens stored.
+func (c *FullKVCache) Offset() int { return c.offset }
+
+// Capacity returns the number of slots allocated.
+func (c *FullKVCache) Capacity() int {
+	if c.keys == nil {
+		return 0
+	}
+	return c.keys.Shape()[2]
+}
+
+// Update is update_and_fetch. When the new tokens do not fit, it allocates
+// zeros of ceil(L/KVStep)·KVStep slots and concatenates them to the old
+// buffer, cut to Offset first when Offset is not a multiple of KVStep; then
+// it writes k and v at [Offset, Offset+L) with SliceUpdate. Replaced buffers
+// are released. It returns the buffers sliced to [..., :Offset, :] (mlx_lm
+// returns the buffers themselves when full; a full-range slice has the same
+// values and keeps the returned arrays the caller's).
+func (c *FullKVCache) Update(k, v backend.Array) (backend.Array, backend.Array) {
+	prev := c.offset
+	L := k.Shape()[2]
+	if c.keys == nil || prev+L > c.keys.Shape()[2] {
+		n := (KVStep + L - 1) / KVStep * KVStep
+		newK := c.b.Zeros(slots(k.Shape(), n), k.DType())
+		newV := c.b.Zeros(slots(v.Shape(), n), v.DType())
+		if c.keys != nil {
+			if prev%KVStep != 0 {
+				c.keys = c.replace(c.keys, c.b.Slice(c.keys, zeros4, upTo(c.keys.Shape(), prev)))
+				c.values = c.replace(c.values, c.b.Slice(c.values, zeros4, upTo(c.values.Shape(), prev)))
+			}
+			c.keys = c.replace(c.keys, c.b.Concatenate(2, c.keys, newK))
+			c.values = c.replace(c.values, c.b.Concatenate(2, c.values, newV))
+			c.b.Release(newK, newV)
+		} else {
+			c.keys, c.values = newK, newV
+		}
+	}
+	c.offset += L
+	at := []int{0, 0, prev, 0}
+	c.keys = c.replace(c.keys, c.b.SliceUpdate(c.keys, k, at))
+	c.values = c.replace(c.values, c.b.SliceUpdate(c.values, v, at))
+	return c.b.Slice(c.keys, zeros4, upTo(c.keys.Shape(), c.offset)),
+		c.b.Slice(c.values, zeros4, upTo(c.values.Shape(), c.offset))
+}
+
+// replace releases old and returns next.
+func (c *FullKVCache) replace(old, next backend.Array) backend.Array {
+	c.b.Release(old)
+	return next
+}
+
+var zeros4 = []int{0, 0, 0, 0}
+
+// slots returns shape [B, H, n, D] from a [B, H, L, D] shape.
+func slots(s tensor.Shape, n int) tensor.Shape {
+	return tensor.Shape{s[0], s[1], n, s[3]}
+}
+
+// upTo is the stop index of the slice [..., :n, :] of an array of shape s.
+func upTo(s tensor.Shape, n int) []int {
+	return []int{s[0], s[1], n, s[3]}
+}
+
+// Mask is make_mask: NoMask for one query, CausalMask otherwise.
+func (c *FullKVCache) Mask(L int) backend.Mask {
+	if L == 1 {
+		return backend.NoMask{}
+	}
+	return backend.CausalMask{}
+}
+
+// State returns the key and value buffers (full capacity), or nil when empty.
+func (c *FullKVCache) State() []backend.Array {
+	if c.keys == nil {
+		return nil
+	}
+	return []backend.Array{c.keys, c.values}
+}
+
+// Trim moves the offset back by up to n tokens and returns how many.
+func (c *FullKVCache) Trim(n int) int {
+	n = max(0, min(n, c.offset))
+	c.offset -= n
+	return n
+}
+
+// Release frees the buffers and empties the cache.
+func (c *FullKVCache) Release() {
+	c.b.Release(c.keys, c.values)
+	c.keys, c.values, c.offset = nil, nil, 0
+}
