@@ -1,6 +1,8 @@
 package minicpm5
 
 import (
+	"strconv"
+
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/nn"
@@ -19,12 +21,34 @@ type Block struct {
 // Forward runs the block in a scope of its own, keeping its output and the
 // cache's arrays.
 func (l *Block) Forward(x backend.Array, mask backend.Mask, cache nn.KVCache) backend.Array {
+	return l.ForwardTap(x, mask, cache, nil)
+}
+
+// ForwardTap is Forward that also hands tap (when not nil) the block's
+// intermediates in graph order: "input_norm", the attention's taps (see
+// nn.Attention.ForwardTap), "residual" (x plus the attention output),
+// "post_norm", the MLP's taps prefixed "mlp." and "out".
+func (l *Block) ForwardTap(x backend.Array, mask backend.Mask, cache nn.KVCache, tap nn.Tap) backend.Array {
 	s := l.B.Scope()
 	defer s.Close()
-	r := l.SelfAttn.Forward(l.InputLayernorm.Forward(x), mask, cache)
+	xn := l.InputLayernorm.Forward(x)
+	if tap != nil {
+		tap("input_norm", xn)
+	}
+	r := l.SelfAttn.ForwardTap(xn, mask, cache, tap)
 	h := l.B.Binary(backend.Add, x, r)
-	r = l.MLP.Forward(l.PostAttentionLayernorm.Forward(h))
+	if tap != nil {
+		tap("residual", h)
+	}
+	hn := l.PostAttentionLayernorm.Forward(h)
+	if tap != nil {
+		tap("post_norm", hn)
+	}
+	r = l.MLP.ForwardTap(hn, nn.Prefixed(tap, "mlp."))
 	out := l.B.Binary(backend.Add, h, r)
+	if tap != nil {
+		tap("out", out)
+	}
 	if cache != nil {
 		s.Keep(cache.State()...)
 	}
@@ -57,6 +81,12 @@ type ForwardOptions struct {
 	NoLogits bool
 	// CaptureHidden fills Output.Hidden and Output.Norm.
 	CaptureHidden bool
+	// Tap, when not nil, receives every named intermediate in graph order
+	// (numerical debugging, see package debug): "embed", then for each
+	// layer i "layers.{i}." followed by the names of Block.ForwardTap, then
+	// "norm" and "logits". Arrays handed to it are freed when their scope
+	// closes: copy what you keep. nil (the default) costs nothing.
+	Tap nn.Tap
 }
 
 // Output is what Forward returns. Its arrays belong to the caller, who
@@ -81,20 +111,34 @@ func (m *Model) Forward(ids backend.Array, cache []nn.KVCache, opts ForwardOptio
 	s := m.b.Scope()
 	defer s.Close()
 
+	tap := opts.Tap
 	h := m.EmbedTokens.Forward(ids)
+	if tap != nil {
+		tap("embed", h)
+	}
 	mask := m.mask(h, cache)
 	for i, layer := range m.Layers {
-		h = layer.Forward(h, mask, layerCache(cache, i))
+		var lt nn.Tap
+		if tap != nil {
+			lt = nn.Prefixed(tap, "layers."+strconv.Itoa(i)+".")
+		}
+		h = layer.ForwardTap(h, mask, layerCache(cache, i), lt)
 		if opts.CaptureHidden {
 			out.Hidden = append(out.Hidden, h)
 		}
 	}
 	h = m.Norm.Forward(h)
+	if tap != nil {
+		tap("norm", h)
+	}
 	if opts.CaptureHidden {
 		out.Norm = h
 	}
 	if !opts.NoLogits {
 		out.Logits = m.head(m.rows(h, opts.LogitsRows))
+		if tap != nil {
+			tap("logits", out.Logits)
+		}
 	}
 
 	for _, c := range cache {

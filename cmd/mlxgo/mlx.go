@@ -1,0 +1,5 @@
+//go:build mlx
+
+package main
+
+import _ "github.com/mlxgo/mlxgo/backend/metal"
