@@ -73,6 +73,21 @@ func compare(caseName, backendName, output string, got, want, ref *tensor.Dense,
 	}
 	finite := func(i int) bool { return !math.IsNaN(w[i]) && !math.IsInf(w[i], 0) }
 
+	if b.Exact && got.DType.IsFloat() {
+		// Bit for bit: -0 and +0 differ, as do NaN payloads.
+		r.Metric, r.Budget = "bit_mismatches", 0
+		n := got.DType.Size()
+		for i := range g {
+			if string(got.Data[i*n:(i+1)*n]) != string(want.Data[i*n:(i+1)*n]) {
+				if r.Index < 0 {
+					r.Index, r.Got, r.Want = i, g[i], w[i]
+				}
+				r.Value++
+			}
+		}
+		r.Pass = r.Value == 0
+		return r
+	}
 	if b.Exact || !got.DType.IsFloat() {
 		r.Metric, r.Budget = "mismatches", 0
 		for i := range g {

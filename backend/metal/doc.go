@@ -1,0 +1,42 @@
+// Package metal is mlxgo's MLX backend, registered as "mlx": every op runs in
+// MLX (Metal GPU where MLX has one, else MLX's default device; Options.Device
+// "cpu" forces the CPU) through the mlx-c C API, with cgo.
+//
+// The package compiles only with the build tag mlx; without it only this
+// file exists, so `go build ./...` works on machines without MLX. Programs
+// that want the backend blank-import it from a file tagged mlx.
+//
+// # Building
+//
+// By default the mlx-c functions the backend calls come from mlxgo itself:
+// mlxc.cpp implements them, with mlx-c's names and signatures (declared in
+// mlxc/include/mlx/c/mlx.h), over MLX's C++ API from the pinned MLX wheel in
+// the project virtualenv. `make venv` links .venv/mlx to the wheel's mlx
+// directory (headers in include/, libmlx in lib/); then
+//
+//	go test -tags mlx ./backend/metal/
+//
+// The tag mlxc_system uses the system's mlx-c instead (macOS: `brew install
+// mlx-c`; other prefixes through CGO_CFLAGS and CGO_LDFLAGS):
+//
+//	go build -tags mlx,mlxc_system ./...
+//
+// # Numerics
+//
+// The backend calls the MLX functions mlx_lm calls, in the same order with
+// the same dtypes, so results are the same bits: mx.fast.rms_norm, rope
+// (scalar and per-row array offsets), scaled_dot_product_attention,
+// quantized_matmul, and swiglu/silu compiled shapeless as mlx_lm's
+// @partial(mx.compile, shapeless=True) functions are.
+//
+// # Threads, errors and memory
+//
+// MLX's streams and compile cache belong to one OS thread, so all MLX work
+// runs on one goroutine locked to its thread: Backend.Do runs a function
+// there, and ops called elsewhere are handed to it. mlx-c's default error
+// handler (which exits the process) is replaced; every MLX failure becomes a
+// Go error or an *backend.OpError panic naming the op. Arrays are freed by
+// scopes and Release on the MLX thread; a garbage-collector cleanup only
+// queues forgotten handles for that thread and counts them in
+// Stats.LeakedByGC.
+package metal

@@ -1,0 +1,317 @@
+//go:build mlx
+
+package metal
+
+// #include "mlxgo.h"
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/mlxgo/mlxgo/backend"
+)
+
+func init() {
+	backend.Register("mlx", func(o backend.Options) (backend.Backend, error) { return New(o) })
+}
+
+var (
+	_ backend.Backend     = (*Backend)(nil)
+	_ backend.AsyncEvaler = (*Backend)(nil)
+)
+
+// Backend runs MLX through the mlx-c API. All MLX work happens on one
+// goroutine locked to its OS thread (MLX's streams and compile cache belong to
+// a thread); ops called from any other goroutine are handed to it and waited
+// for. It is not safe for concurrent use, except Do, which serialises.
+type Backend struct {
+	device string // "cpu" or "gpu"
+	w      *worker
+	s      C.mlx_stream // the stream every op runs on; made on the worker
+
+	silu, swiglu C.mlx_closure // compiled lazily, shapeless
+
+	ledger *ledger
+	scopes []*scope // open scopes, innermost last
+	closed bool
+}
+
+// New opens an MLX backend. Options.Device is "" (the GPU when MLX has one,
+// else the CPU), "gpu" (an error without one) or "cpu". Options.Precision must
+// be "" or "reference": MLX has one arithmetic. Options.Threads is not used
+// (MLX sizes its own thread pools) and must not be negative.
+func New(opts backend.Options) (*Backend, error) {
+	switch opts.Precision {
+	case "", "reference":
+	default:
+		return nil, fmt.Errorf("mlx backend: unknown precision %q (want %q or %q)", opts.Precision, "", "reference")
+	}
+	if opts.Threads < 0 {
+		return nil, fmt.Errorf("mlx backend: Threads is %d (want 0 or more)", opts.Threads)
+	}
+	switch opts.Device {
+	case "", "cpu", "gpu":
+	default:
+		return nil, fmt.Errorf("mlx backend: unknown device %q (want %q, %q or %q)", opts.Device, "", "cpu", "gpu")
+	}
+	b := &Backend{w: startWorker(), ledger: newLedger()}
+	err := b.w.do(func() error {
+		gpu := C.mlx_device_new_type(C.MLX_GPU, 0)
+		defer C.mlx_device_free(gpu)
+		var cavail C.bool
+		if C.mlx_device_is_available(&cavail, gpu) != 0 {
+			cavail = false
+			C.mlxgo_clear_error()
+		}
+		avail := bool(cavail)
+		switch {
+		case opts.Device == "gpu" && !avail:
+			return errors.New("mlx backend: device \"gpu\" requested but this MLX build has no GPU backend")
+		case opts.Device == "cpu" || !avail:
+			b.device = "cpu"
+			b.s = C.mlx_default_cpu_stream_new()
+		default:
+			b.device = "gpu"
+			b.s = C.mlx_default_gpu_stream_new()
+		}
+		if b.s.ctx == nil {
+			return fmt.Errorf("mlx backend: opening the %s stream: %w", b.device, takeError())
+		}
+		return nil
+	})
+	if err != nil {
+		b.w.stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Name returns "mlx".
+func (b *Backend) Name() string { return "mlx" }
+
+// Device returns the device the ops run on: "gpu" or "cpu".
+func (b *Backend) Device() string { return b.device }
+
+// Do runs fn on the MLX thread and returns its error. A panic in fn is raised
+// again in the caller. Calls from several goroutines run one at a time; a
+// call from inside fn runs inline.
+func (b *Backend) Do(fn func() error) error {
+	if b.closed {
+		return &backend.OpError{Op: "Do", Err: errors.New("backend is closed")}
+	}
+	return b.w.do(fn)
+}
+
+// run runs fn on the MLX thread (inline when already there). After Close it
+// panics with an *OpError.
+func (b *Backend) run(fn func()) {
+	if b.closed {
+		panic(&backend.OpError{Op: "mlx", Err: errors.New("backend is closed")})
+	}
+	b.w.do(func() error { fn(); return nil })
+}
+
+// Close releases every array still alive, the compiled functions and the
+// stream, and stops the MLX thread. Arrays become invalid; using the backend
+// afterwards panics with an *OpError. Closing twice is allowed.
+func (b *Backend) Close() error {
+	if b.closed {
+		return nil
+	}
+	if b.w.exited() {
+		b.closed = true
+		return fmt.Errorf("mlx backend: Close: %w; its arrays could not be freed", errThreadExited)
+	}
+	b.run(func() {
+		for len(b.scopes) > 0 {
+			b.scopes[0].Close()
+		}
+		b.ledger.freeAll()
+		for _, f := range []*C.mlx_closure{&b.silu, &b.swiglu} {
+			if f.ctx != nil {
+				C.mlx_closure_free(*f)
+				f.ctx = nil
+			}
+		}
+		C.mlx_synchronize(b.s)
+		C.mlx_stream_free(b.s)
+		b.s.ctx = nil
+		C.mlxgo_clear_error()
+	})
+	b.closed = true
+	b.w.stop()
+	return nil
+}
+
+// Version returns the version of the MLX library linked in.
+func (b *Backend) Version() string {
+	var v string
+	b.run(func() {
+		s := C.mlx_string_new()
+		defer C.mlx_string_free(s)
+		if C.mlx_version(&s) == 0 {
+			v = C.GoString(C.mlx_string_data(s))
+		}
+		C.mlxgo_clear_error()
+	})
+	return v
+}
+
+// MemoryStats are MLX's own allocator counters.
+type MemoryStats struct {
+	Active int64 // bytes held by live MLX buffers
+	Peak   int64 // the most Active has been since the last ResetPeakMemory
+	Cache  int64 // bytes freed by MLX but kept for reuse
+}
+
+// Memory reads MLX's allocator counters.
+func (b *Backend) Memory() MemoryStats {
+	var m MemoryStats
+	b.run(func() {
+		var a, p, c C.size_t
+		if C.mlxgo_memory(&a, &p, &c) != 0 {
+			panic(&backend.OpError{Op: "Memory", Err: takeError()})
+		}
+		m = MemoryStats{int64(a), int64(p), int64(c)}
+	})
+	return m
+}
+
+// ClearCache returns MLX's cached buffers to the system.
+func (b *Backend) ClearCache() {
+	b.run(func() {
+		if C.mlx_clear_cache() != 0 {
+			panic(&backend.OpError{Op: "ClearCache", Err: takeError()})
+		}
+	})
+}
+
+// ResetPeakMemory restarts MemoryStats.Peak from the current active bytes.
+func (b *Backend) ResetPeakMemory() {
+	b.run(func() {
+		if C.mlx_reset_peak_memory() != 0 {
+			panic(&backend.OpError{Op: "ResetPeakMemory", Err: takeError()})
+		}
+	})
+}
+
+// Error is a failure reported by MLX, with its message.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return "mlx: " + e.Msg }
+
+// takeError returns the message MLX reported on this thread since the last
+// call, and clears it. It must run on the MLX thread.
+func takeError() error {
+	msg := C.GoString(C.mlxgo_error())
+	C.mlxgo_clear_error()
+	if msg == "" {
+		msg = "call failed without a message"
+	}
+	return &Error{Msg: msg}
+}
+
+// worker is one goroutine locked to its OS thread that runs every MLX call.
+type worker struct {
+	calls chan func()
+	tid   C.uint64_t
+	done  chan struct{}
+}
+
+func startWorker() *worker {
+	w := &worker{calls: make(chan func()), done: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		defer close(w.done)
+		// Never unlocked: the thread ends with the goroutine, and MLX's
+		// thread-local state with it.
+		runtime.LockOSThread()
+		w.tid = C.mlxgo_self()
+		C.mlxgo_install_error_handler()
+		close(ready)
+		for f := range w.calls {
+			f()
+		}
+	}()
+	<-ready
+	return w
+}
+
+// errThreadExited is returned once the MLX thread has ended because a
+// function given to Do called runtime.Goexit (t.Fatal, for one): its MLX
+// state is gone with it, so the backend cannot go on.
+var errThreadExited = errors.New("the MLX thread exited: a function run by Do called runtime.Goexit (t.Fatal?)")
+
+// do runs fn on the worker's thread, inline if already there, and re-raises
+// its panic in the caller.
+func (w *worker) do(fn func() error) error {
+	if C.mlxgo_self() == w.tid {
+		return fn()
+	}
+	type result struct {
+		err   error
+		panic any
+		stack []byte
+	}
+	ch := make(chan result, 1)
+	call := func() {
+		var r result
+		returned := false
+		defer func() {
+			if r.panic = recover(); r.panic != nil {
+				r.stack = debug.Stack()
+			} else if !returned {
+				r.err = errThreadExited
+			}
+			ch <- r
+		}()
+		r.err = fn()
+		returned = true
+	}
+	select {
+	case w.calls <- call:
+	case <-w.done:
+		panic(&backend.OpError{Op: "mlx", Err: errThreadExited})
+	}
+	r := <-ch
+	if r.panic != nil {
+		if _, ok := r.panic.(*backend.OpError); ok {
+			panic(r.panic)
+		}
+		panic(&ThreadPanic{Value: r.panic, Stack: r.stack})
+	}
+	return r.err
+}
+
+// ThreadPanic carries a panic other than *backend.OpError raised on the MLX
+// thread to the goroutine that handed it the work, with the thread's stack.
+type ThreadPanic struct {
+	Value any
+	Stack []byte
+}
+
+func (p *ThreadPanic) Error() string {
+	return fmt.Sprintf("panic on the MLX thread: %v\n%s", p.Value, p.Stack)
+}
+
+// exited reports whether the worker goroutine has ended.
+func (w *worker) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *worker) stop() {
+	select {
+	case <-w.done:
+	default:
+		close(w.calls)
+		<-w.done
+	}
+}
