@@ -25,6 +25,14 @@ func AttentionScale(headDim int) float32 {
 // from the model (the first cache's Mask, once per forward). With a nil cache
 // positions start at 0 and nothing is stored.
 func (a *Attention) Forward(x backend.Array, mask backend.Mask, cache KVCache) backend.Array {
+	return a.ForwardTap(x, mask, cache, nil)
+}
+
+// ForwardTap is Forward that also hands tap (when not nil) its intermediates
+// in graph order: "q" and "k" after RoPE and "v" ([B, heads, L, head_dim],
+// before the cache update), "attn" (the SDPA output, [B, H, L, head_dim]) and
+// "o_proj" ([B, L, dim], the layer's output).
+func (a *Attention) ForwardTap(x backend.Array, mask backend.Mask, cache KVCache, tap Tap) backend.Array {
 	b := a.B
 	B, L := x.Shape()[0], x.Shape()[1]
 
@@ -37,14 +45,27 @@ func (a *Attention) Forward(x backend.Array, mask backend.Mask, cache KVCache) b
 	if cache != nil {
 		q = a.RoPE.Forward(q, cache.Offset())
 		k = a.RoPE.Forward(k, cache.Offset())
-		k, v = cache.Update(k, v)
 	} else {
 		q = a.RoPE.Forward(q, 0)
 		k = a.RoPE.Forward(k, 0)
 	}
+	if tap != nil {
+		tap("q", q)
+		tap("k", k)
+		tap("v", v)
+	}
+	if cache != nil {
+		k, v = cache.Update(k, v)
+	}
 
 	o := b.ScaledDotProductAttention(q, k, v, a.Scale, mask)
+	if tap != nil {
+		tap("attn", o)
+	}
 
-	o = b.Reshape(b.Transpose(o, 0, 2, 1, 3), B, L, -1)
-	return a.OProj.Forward(o)
+	o = a.OProj.Forward(b.Reshape(b.Transpose(o, 0, 2, 1, 3), B, L, -1))
+	if tap != nil {
+		tap("o_proj", o)
+	}
+	return o
 }

@@ -11,5 +11,20 @@ type MLP struct {
 
 // Forward applies the feed-forward to x [..., dim].
 func (m *MLP) Forward(x backend.Array) backend.Array {
-	return m.DownProj.Forward(m.B.SwiGLU(m.GateProj.Forward(x), m.UpProj.Forward(x)))
+	return m.ForwardTap(x, nil)
+}
+
+// ForwardTap is Forward that also hands tap (when not nil) "gate", "up",
+// "swiglu" and "down" in graph order.
+func (m *MLP) ForwardTap(x backend.Array, tap Tap) backend.Array {
+	gate, up := m.GateProj.Forward(x), m.UpProj.Forward(x)
+	h := m.B.SwiGLU(gate, up)
+	y := m.DownProj.Forward(h)
+	if tap != nil {
+		tap("gate", gate)
+		tap("up", up)
+		tap("swiglu", h)
+		tap("down", y)
+	}
+	return y
 }
