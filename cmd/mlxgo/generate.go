@@ -1,46 +1,74 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
-const generateUsage = `usage: mlxgo generate --model DIR --prompt-ids IDS [flags]
+const generateUsage = `usage: mlxgo generate --model DIR|ORG/NAME (--prompt TEXT | --prompt-ids IDS) [flags]
 
-Generates tokens from an MLX model directory (config.json and
-model*.safetensors, as mlx_lm writes them) after a prompt given as token
-ids (mlxgo has no tokenizer yet), as mlx_lm's generate_step does. Prints the
-load time, each generated id as soon as it is known, and a statistics line.
-Generation stops after --max-tokens tokens or at an eos_token_id of the
-model's config.
+Generates text from an MLX model directory (config.json, model*.safetensors,
+tokenizer.json and tokenizer_config.json, as mlx_lm writes them), as
+mlx_lm.generate does. --model is a directory or a Hugging Face repo id
+(org/name) already in the local Hugging Face cache.
+
+With --prompt, the text is wrapped in the model's chat template as a user
+message (after a --system message, if given) unless --raw is given, encoded
+with the model's tokenizer, and the answer is printed as it is generated.
+--prompt - reads the prompt from stdin (one trailing newline dropped).
+--think / --no-think set the template's enable_thinking variable, for
+templates that have one (MiniCPM5, Qwen3). With --prompt-ids the prompt is
+token ids and the generated ids are printed ("generated: 1 2 3").
+
+Generation stops after --max-tokens tokens or at an end-of-sequence token:
+tokenizer_config.json's eos_token, config.json's and generation_config.json's
+eos_token_id. A load-time line comes first and a statistics line (prompt and
+generation tokens per second, peak memory) last.
 
 Examples:
+  mlxgo generate --model smollm2-mlx --prompt "What is the capital of France?"
+  mlxgo generate --model HuggingFaceTB/SmolLM2-135M-Instruct --prompt "Write a haiku." --temp 0.7 --seed 1
+  echo "Summarise: ..." | mlxgo generate --model DIR --prompt - --system "You are terse." --max-tokens 100
+  mlxgo generate --model DIR --prompt "2+2=" --raw --max-tokens 8
+  mlxgo generate --model minicpm5-dir --prompt "Is 97 prime?" --no-think
   mlxgo generate --model conformance/testdata/models/optiq-f32 --prompt-ids 1,2,3
-  mlxgo generate --model DIR --prompt-ids 1,2,3 --max-tokens 64 --temp 0.7 --top-p 0.9 --seed 42
   mlxgo generate --model DIR --prompt-ids 5,6,7 --repetition-penalty 1.3 --backend cpu --precision high
 
 Flags:
 `
 
+// sampleFlags are the model, backend and sampling flags that generate and
+// chat share.
+type sampleFlags struct {
+	model, backend, precision        string
+	maxTokens, topK, minTokensToKeep int
+	temp, topP, minP, repPenalty     float64
+	repContext, prefillStep          int
+	seed                             uint64
+}
+
 // generateFlags are the parsed flags of mlxgo generate.
 type generateFlags struct {
-	model, promptIDs, backend, precision string
-	maxTokens, topK, minTokensToKeep     int
-	temp, topP, minP, repPenalty         float64
-	repContext, prefillStep              int
-	seed                                 uint64
-	ids                                  []int32
+	sampleFlags
+	promptIDs, prompt, system string
+	raw, think, noThink       bool
+	ids                       []int32
 }
 
 // usageError is a bad flag or argument: exit status 2.
@@ -58,16 +86,10 @@ func defaultBackend() string {
 	return "cpu"
 }
 
-// parseGenerateFlags parses and checks the flags; --help prints the usage
-// to stdout and returns flag.ErrHelp.
-func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error) {
-	f := &generateFlags{}
-	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are reported by cmdGenerate, once
-	fs.Usage = func() {}
-	fs.StringVar(&f.model, "model", "", "model directory (config.json, model*.safetensors); required")
-	fs.StringVar(&f.promptIDs, "prompt-ids", "", "prompt token ids, comma-separated (e.g. 1,2,3); required")
-	fs.IntVar(&f.maxTokens, "max-tokens", 256, "most tokens to generate (>= 1)")
+// register adds the shared flags to fs.
+func (f *sampleFlags) register(fs *flag.FlagSet, maxTokens int) {
+	fs.StringVar(&f.model, "model", "", "model directory (config.json, model*.safetensors, tokenizer.json) or Hugging Face repo id org/name in the local cache; required")
+	fs.IntVar(&f.maxTokens, "max-tokens", maxTokens, "most tokens to generate (>= 1)")
 	fs.Float64Var(&f.temp, "temp", 0, "sampling temperature; 0 is greedy (argmax)")
 	fs.Float64Var(&f.topP, "top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability mass (0 or 1: off)")
 	fs.IntVar(&f.topK, "top-k", 0, "keep only the K most likely tokens (0: off)")
@@ -79,24 +101,14 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	fs.IntVar(&f.prefillStep, "prefill-step", 2048, "prompt tokens per prefill chunk (>= 1)")
 	fs.StringVar(&f.backend, "backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
 	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference (MLX's) or high (float64 accumulation; cpu only)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, generateUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil, err
-		}
-		return nil, usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q (flags start with --)", fs.Arg(0))
-	}
+}
+
+// check validates the shared flags and resolves --model to a directory.
+func (f *sampleFlags) check() error {
 	var err error
 	switch {
 	case f.model == "":
-		err = usagef("--model is required (a model directory)")
-	case f.promptIDs == "":
-		err = usagef("--prompt-ids is required (comma-separated token ids, e.g. 1,2,3)")
+		err = usagef("--model is required (a model directory or a Hugging Face repo id, org/name)")
 	case f.maxTokens < 1:
 		err = usagef("--max-tokens %d: want >= 1", f.maxTokens)
 	case f.temp < 0:
@@ -120,14 +132,78 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	case !slices.Contains(backend.Names(), f.backend):
 		err = usagef("--backend %q is not compiled in (available: %s; the mlx backend needs `-tags mlx`)", f.backend, strings.Join(backend.Names(), ", "))
 	}
+	return err
+}
+
+// options are the generate.Options of the flags (EOS left empty).
+func (f *sampleFlags) options() generate.Options {
+	return generate.Options{
+		MaxTokens:       f.maxTokens,
+		PrefillStepSize: f.prefillStep,
+		Sampler: generate.SamplerOptions{
+			Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
+			MinTokensToKeep: f.minTokensToKeep, Seed: f.seed,
+		},
+		Processors: generate.ProcessorOptions{RepetitionPenalty: f.repPenalty, RepetitionContextSize: f.repContext},
+	}
+}
+
+// parseGenerateFlags parses and checks the flags; --help prints the usage
+// to stdout and returns flag.ErrHelp.
+func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error) {
+	f := &generateFlags{}
+	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported by cmdGenerate, once
+	fs.Usage = func() {}
+	f.register(fs, 256)
+	fs.StringVar(&f.prompt, "prompt", "", "prompt text (- reads stdin); wrapped in the chat template unless --raw")
+	fs.StringVar(&f.promptIDs, "prompt-ids", "", "prompt token ids, comma-separated (e.g. 1,2,3), instead of --prompt")
+	fs.StringVar(&f.system, "system", "", "system message before the prompt (chat template only)")
+	fs.BoolVar(&f.raw, "raw", false, "encode --prompt as it is, without the chat template")
+	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
+	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, generateUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q (flags start with --; quote a prompt: --prompt \"...\")", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	var err error
+	switch {
+	case set["prompt"] && set["prompt-ids"]:
+		err = usagef("--prompt and --prompt-ids are mutually exclusive: give the prompt as text or as token ids, not both")
+	case !set["prompt"] && !set["prompt-ids"]:
+		err = usagef("--prompt TEXT or --prompt-ids is required (the prompt as text, or as token ids)")
+	case set["prompt-ids"] && f.promptIDs == "":
+		err = usagef("--prompt-ids is empty: want comma-separated token ids, e.g. 1,2,3")
+	case set["prompt-ids"] && (f.raw || f.think || f.noThink || f.system != ""):
+		err = usagef("--raw, --system, --think and --no-think apply to --prompt text, not to --prompt-ids")
+	case f.think && f.noThink:
+		err = usagef("--think and --no-think are mutually exclusive")
+	case f.raw && (f.think || f.noThink || f.system != ""):
+		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
+	}
 	if err != nil {
 		return nil, err
 	}
-	if f.ids, err = parseIDs(f.promptIDs); err != nil {
-		return nil, err
+	if set["prompt-ids"] {
+		if f.ids, err = parseIDs(f.promptIDs); err != nil {
+			return nil, err
+		}
 	}
-	if st, err := os.Stat(f.model); err != nil || !st.IsDir() {
-		return nil, usagef("--model %q: not a directory", f.model)
+	if f.model, err = resolveModel(f.model); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -145,6 +221,9 @@ func parseIDs(s string) ([]int32, error) {
 	}
 	return ids, nil
 }
+
+// stdin is the standard input of --prompt - and of mlxgo chat (tests replace it).
+var stdin io.Reader = os.Stdin
 
 func cmdGenerate(args []string, stdout, stderr io.Writer) int {
 	f, err := parseGenerateFlags(args, stdout)
@@ -166,43 +245,210 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
+// textModel is what generating from text needs besides the weights.
+type textModel struct {
+	tok      *tokenizer.Tokenizer
+	eos      []int32
+	template bool           // use the chat template
+	extra    map[string]any // template variables (enable_thinking)
+}
+
+// openText loads dir's tokenizer and stop tokens and checks the template
+// switches; raw skips the template, think/noThink set enable_thinking.
+func openText(dir string, cfg *checkpoint.Config, raw, think, noThink bool, system string, stderr io.Writer) (*textModel, error) {
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); errors.Is(err, fs.ErrNotExist) {
+		return nil, usagef("%s has no tokenizer.json, which text prompts need: copy tokenizer.json and tokenizer_config.json from the model's Hugging Face repo into it (mlxgo convert writes them for GGUF files), or give the prompt as --prompt-ids", dir)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	tm := &textModel{tok: tok, template: !raw}
+	tm.eos, err = eosIDs(dir, cfg, tok)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := tok.Config().ChatTemplate
+	if !raw && tmpl == "" {
+		if think || noThink || system != "" {
+			return nil, usagef("%s/tokenizer_config.json has no chat_template, so --system, --think and --no-think cannot apply", dir)
+		}
+		fmt.Fprintf(stderr, "note: %s/tokenizer_config.json has no chat_template; the prompt is encoded as it is (as with --raw)\n", dir)
+		tm.template = false
+	}
+	if think || noThink {
+		if !strings.Contains(tmpl, "enable_thinking") {
+			flagName := map[bool]string{true: "--think", false: "--no-think"}[think]
+			return nil, usagef("%s: the chat template of %s has no enable_thinking switch (only templates that mention enable_thinking, e.g. MiniCPM5's or Qwen3's, have one)", flagName, dir)
+		}
+		tm.extra = map[string]any{"enable_thinking": think}
+	}
+	return tm, nil
+}
+
+// render returns the token ids of a conversation: the chat template with
+// the assistant's generation prompt, encoded without the tokenizer's own
+// special tokens (the template has them), as mlx_lm does; or, without the
+// template, the last message's text encoded with them.
+func (tm *textModel) render(msgs []tokenizer.Message) ([]int32, error) {
+	if !tm.template {
+		return tm.tok.Encode(msgs[len(msgs)-1].Content), nil
+	}
+	text, err := tm.tok.ApplyChatTemplate(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, Extra: tm.extra})
+	if err != nil {
+		return nil, err
+	}
+	return tm.tok.EncodeSpecial(text, false), nil
+}
+
+// eosIDs gathers the stop tokens: tokenizer_config.json's eos_token,
+// config.json's eos_token_id and generation_config.json's eos_token_id
+// (a number or a list).
+func eosIDs(dir string, cfg *checkpoint.Config, tok *tokenizer.Tokenizer) ([]int32, error) {
+	var ids []int32
+	add := func(id int32) {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	if id, ok := tok.EOS(); ok {
+		add(id)
+	}
+	for _, id := range cfg.EOSTokenIDs {
+		add(int32(id))
+	}
+	path := filepath.Join(dir, "generation_config.json")
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ids, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var gc struct {
+		EOS json.RawMessage `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(data, &gc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(gc.EOS) == 0 || string(gc.EOS) == "null" {
+		return ids, nil
+	}
+	var one int32
+	var list []int32
+	if err := json.Unmarshal(gc.EOS, &one); err == nil {
+		list = []int32{one}
+	} else if err := json.Unmarshal(gc.EOS, &list); err != nil {
+		return nil, fmt.Errorf("%s: eos_token_id is %s, want a token id or a list of them", path, gc.EOS)
+	}
+	for _, id := range list {
+		add(id)
+	}
+	return ids, nil
+}
+
+// readPrompt returns --prompt, or stdin without one trailing newline for "-".
+func readPrompt(p string) (string, error) {
+	if p != "-" {
+		return p, nil
+	}
+	b, err := io.ReadAll(stdin)
+	if err != nil {
+		return "", fmt.Errorf("--prompt -: reading stdin: %w", err)
+	}
+	s := strings.TrimSuffix(string(b), "\n")
+	return strings.TrimSuffix(s, "\r"), nil
+}
+
+// openModel opens the backend and loads the model, printing the load line.
+func openModel(f *sampleFlags, stdout io.Writer) (backend.Backend, *minicpm5.Model, error) {
 	b, err := backend.Open(f.backend, backend.Options{Precision: f.precision})
 	if err != nil {
-		return usagef("--backend %s --precision %s: %v", f.backend, f.precision, err)
+		return nil, nil, usagef("--backend %s --precision %s: %v", f.backend, f.precision, err)
 	}
-	defer b.Close()
 	start := time.Now()
 	m, err := loadModel(b, f.model)
 	if err != nil {
-		return fmt.Errorf("--model %s: %w", f.model, err)
+		b.Close()
+		return nil, nil, fmt.Errorf("--model %s: %w", f.model, err)
 	}
-	defer b.Do(func() error { return m.Close() })
 	cfg := m.Config()
 	fmt.Fprintf(stdout, "loaded %s on %s in %s (%s, %d layers, vocab %d)\n", f.model, b.Name(), ms(time.Since(start)), m.DType().MLXName(), cfg.NumHiddenLayers, cfg.VocabSize)
+	return b, m, nil
+}
+
+func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
+	var tm *textModel
+	var prompt string
+	if f.ids == nil {
+		// The tokenizer and the prompt come before the weights, so that a
+		// missing tokenizer.json fails fast.
+		ck, err := checkpoint.LoadConfig(f.model)
+		if err != nil {
+			return fmt.Errorf("--model %s: %w", f.model, err)
+		}
+		if tm, err = openText(f.model, ck, f.raw, f.think, f.noThink, f.system, stderr); err != nil {
+			return err
+		}
+		if prompt, err = readPrompt(f.prompt); err != nil {
+			return err
+		}
+		var msgs []tokenizer.Message
+		if f.system != "" {
+			msgs = append(msgs, tokenizer.Message{Role: "system", Content: f.system})
+		}
+		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
+		if f.ids, err = tm.render(msgs); err != nil {
+			return err
+		}
+		if len(f.ids) == 0 {
+			return usagef("--prompt is empty and encodes to no tokens: give some text")
+		}
+	}
+	b, m, err := openModel(&f.sampleFlags, stdout)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	defer b.Do(func() error { return m.Close() })
+	cfg := m.Config()
 	for i, id := range f.ids {
 		if int(id) >= cfg.VocabSize {
+			if tm != nil {
+				return fmt.Errorf("the tokenizer of %s gave token %d (at %d), out of the model's vocabulary (vocab_size %d in config.json)", f.model, id, i, cfg.VocabSize)
+			}
 			return usagef("--prompt-ids: item %d is %d, out of the vocabulary (vocab_size %d in %s/config.json)", i, id, cfg.VocabSize, f.model)
 		}
 	}
-	opts := generate.Options{
-		MaxTokens:       f.maxTokens,
-		PrefillStepSize: f.prefillStep,
-		Sampler: generate.SamplerOptions{
-			Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
-			MinTokensToKeep: f.minTokensToKeep, Seed: f.seed,
-		},
-		Processors: generate.ProcessorOptions{RepetitionPenalty: f.repPenalty, RepetitionContextSize: f.repContext},
+	opts := f.options()
+	var res generate.Result
+	if tm == nil {
+		for _, e := range cfg.EOSTokenIDs {
+			opts.EOS = append(opts.EOS, int32(e))
+		}
+		res, err = streamTokens(m, f.ids, opts, stdout)
+	} else {
+		opts.EOS = tm.eos
+		res, err = streamText(m, tm.tok, f.ids, opts, stdout)
 	}
-	for _, e := range cfg.EOSTokenIDs {
-		opts.EOS = append(opts.EOS, int32(e))
-	}
-	res, err := streamTokens(m, f.ids, opts, stdout)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, statsLine(res))
 	return nil
+}
+
+// streamText generates, printing the text as it becomes final (mlx_lm's
+// streaming detokenizer), then a newline.
+func streamText(m *minicpm5.Model, tok *tokenizer.Tokenizer, ids []int32, opts generate.Options, w io.Writer) (generate.Result, error) {
+	st := tok.NewStream(false)
+	res, err := generate.Generate(m, ids, opts, func(t generate.Token) bool {
+		io.WriteString(w, st.Push(t.ID))
+		return true
+	})
+	io.WriteString(w, st.Flush())
+	fmt.Fprintln(w)
+	return res, err
 }
 
 // loadModel loads a model directory on b's thread.

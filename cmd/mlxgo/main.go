@@ -19,8 +19,13 @@ const usage = `usage: mlxgo [command] [flags]
 
 Commands:
   (none)     run the embedded default: generate, check against mlx_lm, conformance summary
-  generate   generate tokens from a model directory
+  generate   generate text (or tokens) from a model directory or Hugging Face repo id
+  chat       interactive multi-turn chat with a model, keeping the KV cache between turns
   conform    run the conformance suite against the oracle's fixtures
+  convert    convert a llama GGUF file into an MLX model directory
+  synth      write a synthetic checkpoint (MiniCPM5-1B shapes, random weights) for benchmarks
+  bench      benchmark every backend, mlx_lm and llama.cpp side by side on one checkpoint
+  diff       compare two backends (or a backend and an oracle tap dump) tap by tap, and bisect kernels
 
 Run 'mlxgo COMMAND --help' for a command's flags and examples.
 `
@@ -36,8 +41,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "generate":
 		return cmdGenerate(args[1:], stdout, stderr)
+	case "chat":
+		return cmdChat(args[1:], stdout, stderr)
 	case "conform":
 		return cmdConform(args[1:], stdout, stderr)
+	case "convert":
+		return cmdConvert(args[1:], stdout, stderr)
+	case "synth":
+		return cmdSynth(args[1:], stdout, stderr)
+	case "bench":
+		return cmdBench(args[1:], stdout, stderr)
+	case "diff":
+		return cmdDiff(args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0

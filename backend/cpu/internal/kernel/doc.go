@@ -20,10 +20,25 @@
 // Each kernel has a plain single-goroutine reference, exported with a Ref
 // suffix (QuantizedMatmulTRef, SDPARef, ...), written as the loop it
 // computes. The unsuffixed name is the fast version: it splits output rows
-// (or, for a single row, output columns) across worker goroutines
-// ([SetThreads]) and performs the same float operations in the same order,
-// so fast and reference results are bit-identical; the tests check that.
+// (or, for a single row, output columns) across a persistent worker pool
+// ([SetThreads]). Most fast versions perform the same float operations in
+// the same order as their reference, so the results are bit-identical; the
+// float32 QuantizedMatmulT and SDPA sum in their own order (partial sums,
+// vector lanes) and the tests hold them to the reference and to a float64
+// oracle within the rounding bound of that order. Every fast version
+// computes an output row from its own input row in an order that does not
+// depend on how many rows there are, so chunked and one-shot evaluation
+// agree bit for bit.
 //
+// # Vector paths
+//
+// Built with GOEXPERIMENT=simd on amd64 (Go 1.26 simd/archsimd), the
+// quantized matmul, SDPA and bf16 conversion switch at start-up to AVX-512
+// kernels when the CPU has AVX-512 (simd_amd64.go); otherwise, and on every
+// other platform, the portable loops run. AccQ8 is the approximate int8
+// mode of QuantizedMatmulT (the backend's "fast" precision), see
+// qmmTQ8Ref.
+
 // # Memory
 //
 // Kernels never allocate anything proportional to a weight. Per-call scratch

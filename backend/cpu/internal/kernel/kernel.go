@@ -3,7 +3,6 @@ package kernel
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 )
 
@@ -20,6 +19,11 @@ const (
 	// AccF64 accumulates in float64 (high-precision debugging mode); results
 	// are still rounded by the Rounder.
 	AccF64
+	// AccQ8 is the approximate "fast" mode of the quantized matmul with
+	// transposed weights: the activations are quantized to int8 per block of
+	// 32 and multiplied with the integer codes in integer arithmetic (see
+	// qmmTQ8Ref). Every other kernel treats it as AccF32.
+	AccQ8
 )
 
 // Identity is the Rounder of float32 storage.
@@ -37,36 +41,6 @@ func Threads() int {
 		return n
 	}
 	return runtime.GOMAXPROCS(0)
-}
-
-// parallelFor calls fn on disjoint ranges [lo, hi) covering [0, n), on up to
-// Threads() goroutines, each range holding at least minChunk items (except
-// when n itself is smaller). It runs fn inline when one worker suffices.
-func parallelFor(n, minChunk int, fn func(lo, hi int)) {
-	if n <= 0 {
-		return
-	}
-	if minChunk < 1 {
-		minChunk = 1
-	}
-	workers := min(Threads(), (n+minChunk-1)/minChunk)
-	if workers <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := w*n/workers, (w+1)*n/workers
-		if lo == hi {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
 }
 
 // need panics unless the slice called name has at least n elements.

@@ -178,6 +178,17 @@ func checkQMM(kernel string, dst, x []float32, wq []uint32, scales, biases []flo
 	need(kernel, "dst", len(dst), m*n)
 }
 
+// checkQMMVec is checkQMM for the transposed form with scales given as Vecs.
+func checkQMMVec(kernel string, dst, x []float32, wq []uint32, scales, biases Vec, m, n, k, groupSize, bits int) {
+	check(m >= 0 && n > 0 && k > 0, kernel, "sizes m=%d n=%d k=%d", m, n, k)
+	checkQuant(kernel, k, groupSize, bits)
+	need(kernel, "wq", len(wq), n*WordsPerRow(k, bits))
+	need(kernel, "scales", scales.Len(), n*k/groupSize)
+	need(kernel, "biases", biases.Len(), n*k/groupSize)
+	need(kernel, "x", len(x), m*k)
+	need(kernel, "dst", len(dst), m*n)
+}
+
 // QuantizedMatmulTRef is the reference of [QuantizedMatmulT]:
 //
 //	for each row r of x and output j:
@@ -187,11 +198,16 @@ func checkQMM(kernel string, dst, x []float32, wq []uint32, scales, biases []flo
 //	        xs = Σ_i x[r, g·gs+i]
 //	        res += s·a + b·xs
 //	    dst[r, j] = round(res)
+//
+// Under AccQ8 it is the approximate int8 form instead, see [qmmTQ8Ref].
 func QuantizedMatmulTRef(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k, groupSize, bits int, round Rounder, acc Acc) {
 	checkQMM("QuantizedMatmulT", dst, x, wq, scales, biases, m, n, k, groupSize, bits, true)
-	if acc == AccF64 {
+	switch acc {
+	case AccF64:
 		qmmTRef[float64](dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round))
-	} else {
+	case AccQ8:
+		qmmTQ8Ref(dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round))
+	default:
 		qmmTRef[float32](dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round))
 	}
 }
@@ -215,79 +231,6 @@ func qmmTRef[A float](dst, x []float32, wq []uint32, scales, biases []float32, m
 			dst[r*n+j] = round(float32(res))
 		}
 	}
-}
-
-// Tile sizes of the fast quantized matmuls: weight rows (or column groups)
-// per tile, and rows of x per block, so that a block of x and a tile of the
-// weight stay in cache together.
-const (
-	qmmRowsPerBlock = 32
-	qmmWeightTile   = 16
-	qmmColTile      = 256
-)
-
-// QuantizedMatmulT is mx.quantized_matmul(x, W, transpose=True):
-// y[m, n] = round(Σ_k x[m, k]·W[n, k]), W [n, k] stored quantized along k
-// (wq [n, k·bits/32], scales and biases [n, k/groupSize]). Per output it
-// accumulates group by group as s·Σ(q·x) + b·Σx in float32 (AccF32, the
-// structure of MLX's Metal qmv kernels, mlx/backend/metal/kernels/quantized.h
-// qdot: the weight is never dequantized or rounded) or float64 (AccF64), and
-// rounds once; see [QuantizedMatmulTRef] for the exact loop. Output columns
-// are split across workers, in tiles of 16 weight rows times blocks of 32 rows
-// of x. Scratch: the m·k/groupSize group sums of x, and 32 accumulators per
-// worker.
-func QuantizedMatmulT(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k, groupSize, bits int, round Rounder, acc Acc) {
-	checkQMM("QuantizedMatmulT", dst, x, wq, scales, biases, m, n, k, groupSize, bits, true)
-	if acc == AccF64 {
-		qmmT[float64](dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round))
-	} else {
-		qmmT[float32](dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round))
-	}
-}
-
-func qmmT[A float](dst, x []float32, wq []uint32, scales, biases []float32, m, n, k, gs, bits int, round Rounder) {
-	wpr, wpg, gpr := WordsPerRow(k, bits), WordsPerRow(gs, bits), k/gs
-	// Group sums of x, shared by every output column.
-	xsum := make([]A, m*gpr)
-	for r := range m {
-		for g := range gpr {
-			var s A
-			for _, v := range x[r*k+g*gs : r*k+(g+1)*gs] {
-				s += A(v)
-			}
-			xsum[r*gpr+g] = s
-		}
-	}
-	parallelFor(n, max(1, 2*qmmWeightTile*1024/max(1, k*max(m, 1))), func(lo, hi int) {
-		var codes [128]float32
-		var res [qmmRowsPerBlock]A
-		for j0 := lo; j0 < hi; j0 += qmmWeightTile {
-			j1 := min(j0+qmmWeightTile, hi)
-			for r0 := 0; r0 < m; r0 += qmmRowsPerBlock {
-				r1 := min(r0+qmmRowsPerBlock, m)
-				for j := j0; j < j1; j++ {
-					clear(res[:])
-					for g := range gpr {
-						decodeGroup(codes[:], wq[j*wpr+g*wpg:], gs, bits)
-						q := codes[:gs]
-						s, b := A(scales[j*gpr+g]), A(biases[j*gpr+g])
-						for r := r0; r < r1; r++ {
-							xr := x[r*k+g*gs : r*k+g*gs+gs]
-							xr = xr[:len(q)] // lets the compiler drop the bounds checks below
-							var a A
-							for i, c := range q {
-								a += A(A(c) * A(xr[i]))
-							}
-							res[r-r0] += A(s*a) + A(b*xsum[r*gpr+g])
-						}
-					}
-					for r := r0; r < r1; r++ {
-						dst[r*n+j] = round(float32(res[r-r0]))
-					}
-				}
-			}
-		}
-	})
 }
 
 // QuantizedMatmulNRef is the reference of [QuantizedMatmulN]:
@@ -321,6 +264,12 @@ func qmmNRef[A float](dst, x []float32, wq []uint32, scales, biases []float32, m
 		}
 	}
 }
+
+// Tile sizes of QuantizedMatmulN: rows of x per block and columns per tile.
+const (
+	qmmRowsPerBlock = 32
+	qmmColTile      = 256
+)
 
 // QuantizedMatmulN is mx.quantized_matmul(x, W, transpose=False):
 // y[m, n] = round(Σ_k x[m, k]·W[k, n]), W [k, n] stored quantized along n

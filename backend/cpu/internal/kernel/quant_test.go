@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 var allBits = []int{2, 3, 4, 5, 6, 8}
@@ -213,6 +215,9 @@ func TestQuantizedMatmul(t *testing.T) {
 					}
 					if gs == 64 && kind.transpose {
 						k = 384 // a realistic multi-group row
+						if m == 3 {
+							k = 192 // not whole 128-code vector blocks at 4 bits
+						}
 					}
 					name := fmt.Sprintf("%s/b%dg%d/%s", kind.name, bits, gs, dims(m, n, k))
 					t.Run(name, func(t *testing.T) {
@@ -239,14 +244,55 @@ func testQMMCase(t *testing.T, transpose bool, fast, ref func(dst, x []float32, 
 		inputs := [][]float32{slices.Clone(x), slices.Clone(sc), slices.Clone(bi)}
 		wq0 := slices.Clone(wq)
 		y64, mag := dequantMatmul64(x, wq, sc, bi, m, n, k, gs, bits, transpose)
-		for _, acc := range []Acc{AccF32, AccF64} {
+		accs := []Acc{AccF32, AccF64}
+		if transpose {
+			accs = append(accs, AccQ8)
+		}
+		for _, acc := range accs {
 			want := make([]float32, m*n)
 			ref(want, x, wq, sc, bi, m, n, k, gs, bits, dt.round, acc)
 			got, whole := guarded(m * n)
 			withThreads(3, func() { fast(got, x, wq, sc, bi, m, n, k, gs, bits, dt.round, acc) })
 			what := fmt.Sprintf("%s acc=%d fast vs ref", dt.name, acc)
-			expectSame(t, got, want, what)
 			checkGuards(t, whole, what)
+			if acc == AccQ8 {
+				testQ8(t, what, got, want, y64, mag, x, wq, sc, m, n, k, gs, bits, dt.name)
+				continue
+			}
+			if !transpose || acc == AccF64 {
+				expectSame(t, got, want, what) // same operations in the same order
+			} else {
+				// The fast float32 form sums in its own order: both it and
+				// the reference are within the bound below of the float64
+				// result, so they are within twice that of each other.
+				u := math.Ldexp(1, -24)
+				terms := float64(k + 4)
+				half := u
+				if dt.name == "bf16" {
+					half = math.Ldexp(1, -8)
+				}
+				for i := range got {
+					bound := 2 * (terms*u/(1-terms*u)*mag[i] + half*math.Abs(y64[i]))
+					if e := math.Abs(float64(got[i]) - float64(want[i])); !(e <= bound) {
+						t.Errorf("%s: got %v, want %v ± %g (index %d)", what, got[i], want[i], bound, i)
+						break
+					}
+				}
+			}
+			if transpose && acc == AccF32 {
+				// Scales and biases given in their bf16 storage give the same bits.
+				if dt.name == "bf16" {
+					sb, bb := make([]uint16, len(sc)), make([]uint16, len(bi))
+					for i := range sc {
+						sb[i], bb[i] = tensor.Float32ToBF16(sc[i]), tensor.Float32ToBF16(bi[i])
+					}
+					gotV := make([]float32, m*n)
+					withThreads(3, func() {
+						QuantizedMatmulTVec(gotV, x, wq, BF16Vec(sb), BF16Vec(bb), m, n, k, gs, bits, dt.round, acc)
+					})
+					expectSame(t, gotV, got, "bf16 Vec scales vs float32 scales")
+				}
+			}
 			// Against the float64 product of the dequantized weight: the
 			// float32 accumulation error is at most γ_{k+4}·Σ|x|(|s·q|+|b|)
 			// (γ_j = j·u/(1−j·u), u = 2^-24; each output is a sum of k
@@ -277,6 +323,59 @@ func testQMMCase(t *testing.T, transpose bool, fast, ref func(dst, x []float32, 
 	}
 }
 
+// testQ8 checks the int8 form. Fast vs reference: both compute the same
+// integer block sums and differ only in how the float32 terms d·Σ, s·a and
+// b·Σx are combined (at most k/32 + 2k/gs + 4 roundings on terms bounded by
+// mag·(1 + 1/(2·qmax))). Reference vs the float64 product: quantizing x
+// moves each element by at most d_t/2 (d_t = max|x| of its block / qmax),
+// which moves the output by at most Σ_i |s·q_i|·d_t/2, plus the float32
+// rounding bound of the float form.
+func testQ8(t *testing.T, what string, got, want []float32, y64, mag []float64, x []float32, wq []uint32, sc []float32, m, n, k, gs, bits int, dtName string) {
+	t.Helper()
+	u := math.Ldexp(1, -24)
+	half := u
+	if dtName == "bf16" {
+		half = math.Ldexp(1, -8)
+	}
+	qmax := 127.0
+	if bits == 8 {
+		qmax = 63
+	}
+	rounds := float64(k/32 + 2*k/gs + 4)
+	qerr := make([]float64, m*n)
+	codes := make([]uint8, k)
+	for j := range n {
+		UnpackRow(codes, wq[j*WordsPerRow(k, bits):], k, bits)
+		for r := range m {
+			var e float64
+			for blk := range k / 32 {
+				var amax float64
+				for _, v := range x[r*k+blk*32 : r*k+blk*32+32] {
+					amax = math.Max(amax, math.Abs(float64(v)))
+				}
+				for i := blk * 32; i < blk*32+32; i++ {
+					e += math.Abs(float64(sc[j*(k/gs)+i/gs])*float64(codes[i])) * amax / qmax / 2
+				}
+			}
+			qerr[r*n+j] = e
+		}
+	}
+	for i := range got {
+		m1 := mag[i]*(1+1/(2*qmax)) + qerr[i]
+		bound := 2*rounds*u*m1 + 2*half*(math.Abs(y64[i])+qerr[i])
+		if e := math.Abs(float64(got[i]) - float64(want[i])); !(e <= bound) {
+			t.Errorf("%s: got %v, want %v ± %g (index %d)", what, got[i], want[i], bound, i)
+			return
+		}
+		terms := float64(k + 4)
+		bound = qerr[i] + terms*u/(1-terms*u)*m1 + 2*u*mag[i] + half*(math.Abs(y64[i])+qerr[i])
+		if e := math.Abs(float64(want[i]) - y64[i]); !(e <= bound) {
+			t.Errorf("%s: reference got %v, want %v ± %g (index %d)", what, want[i], y64[i], bound, i)
+			return
+		}
+	}
+}
+
 // TestQuantizedMatmulNaN: a NaN in one row of x makes only that output row NaN.
 func TestQuantizedMatmulNaN(t *testing.T) {
 	const m, n, k, gs, bits = 3, 5, 64, 32, 4
@@ -286,11 +385,13 @@ func TestQuantizedMatmulNaN(t *testing.T) {
 	Quantize(wq, sc, bi, w, n, k, gs, bits, Identity)
 	x := randVec(r, m*k, 1, Identity)
 	x[1*k+7] = float32(math.NaN())
-	y := make([]float32, m*n)
-	QuantizedMatmulT(y, x, wq, sc, bi, m, n, k, gs, bits, Identity, AccF32)
-	for i, v := range y {
-		if isNaN := v != v; isNaN != (i/n == 1) {
-			t.Errorf("got %v at row %d, want NaN only in row 1 (index %d)", v, i/n, i)
+	for _, acc := range []Acc{AccF32, AccQ8} {
+		y := make([]float32, m*n)
+		QuantizedMatmulT(y, x, wq, sc, bi, m, n, k, gs, bits, Identity, acc)
+		for i, v := range y {
+			if isNaN := v != v; isNaN != (i/n == 1) {
+				t.Errorf("acc=%d: got %v at row %d, want NaN only in row 1 (index %d)", acc, v, i/n, i)
+			}
 		}
 	}
 }

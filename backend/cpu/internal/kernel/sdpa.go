@@ -163,8 +163,78 @@ func SDPA(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m Ma
 	if acc == AccF64 {
 		sdpa[float64](dst, q, k, v, b, h, hk, l, s, d, dv, scale, &m, roundOr(round))
 	} else {
-		sdpa[float32](dst, q, k, v, b, h, hk, l, s, d, dv, scale, &m, roundOr(round))
+		sdpa32(dst, q, k, v, b, h, hk, l, s, d, dv, scale, &m, roundOr(round))
 	}
+}
+
+// sdpa32 is the float32 form of sdpa with the score dot products and the
+// value accumulation done by the vector helpers (dot32, axpy32): the same
+// formula, summed in their order. Query rows (heads × positions) are split
+// across the worker pool; scratch per worker is pooled.
+func sdpa32(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder) {
+	rep := h / hk
+	parallelFor(b*h*l, max(1, 16384/(s*(d+dv))), func(lo, hi int) {
+		ws := scratchPool.Get().(*qmmScratch)
+		defer scratchPool.Put(ws)
+		ws.wt = grow(ws.wt, s+d+dv)
+		score, qs, out := ws.wt[:s], ws.wt[s:s+d], ws.wt[s+d:s+d+dv]
+		for row := lo; row < hi; row++ {
+			i, bh := row%l, row/l
+			bi, hh := bh/h, bh%h
+			kv := bi*hk + hh/rep
+			kb, vb := k[kv*s*d:(kv+1)*s*d], v[kv*s*dv:(kv+1)*s*dv]
+			for t, x := range q[row*d : (row+1)*d] {
+				qs[t] = scale * x
+			}
+			mx := float32(math.Inf(-1))
+			nSeen := 0
+			ninf := float32(math.Inf(-1))
+			for j := range s {
+				ok, add := m.visible(bi, hh, i, j, l, s)
+				if !ok {
+					score[j] = ninf
+					continue
+				}
+				nSeen++
+				sc := dot32(qs, kb[j*d:(j+1)*d]) + add
+				score[j] = sc
+				if sc > mx {
+					mx = sc
+				}
+			}
+			all := nSeen == 0
+			if all { // every key masked: MLX's softmax is uniform
+				mx = 0
+			}
+			var sum float32
+			clear(out)
+			for j := range s {
+				var e float32
+				switch {
+				case all:
+					e = 1
+				case score[j] == ninf && !visibleAt(m, bi, hh, i, j, l, s):
+					continue
+				default:
+					e = float32(math.Exp(float64(score[j] - mx)))
+				}
+				sum += e
+				axpy32(out, e, vb[j*dv:(j+1)*dv])
+			}
+			o := dst[row*dv : (row+1)*dv]
+			for t, x := range out {
+				o[t] = round(x / sum)
+			}
+		}
+	})
+}
+
+// visibleAt reports whether key j is visible (a visible key may still score
+// −Inf through an additive mask, which contributes exp(−Inf) = 0 like the
+// reference).
+func visibleAt(m *Mask, bi, hi, i, j, l, s int) bool {
+	ok, _ := m.visible(bi, hi, i, j, l, s)
+	return ok
 }
 
 func sdpa[A float](dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder) {

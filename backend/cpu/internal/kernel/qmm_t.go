@@ -1,0 +1,458 @@
+package kernel
+
+import (
+	"math"
+	"sync"
+)
+
+// The fast quantized matmul with transposed weights (x @ Wᵀ, the linear
+// layers of a model). Three forms share one driver:
+//
+//   - float32 (AccF32): per output s·Σ(q·x) + b·Σx summed over the groups,
+//     with Σx per group computed once per row of x. The portable loop keeps
+//     four partial sums per group; the vector path (simd_amd64.go) keeps
+//     sixteen lanes and fuses the scale per block of lanes. The summation
+//     order differs from QuantizedMatmulTRef; the tests bound the difference.
+//   - int8 (AccQ8): x quantized per block of 32 (quantizeQ8), integer dot
+//     products of the codes with the int8 values, see qmmTQ8Ref.
+//
+// Output rows of W are split across the worker pool; each worker converts
+// the scales and biases of one weight row at a time (bf16/f16 stay in
+// their storage, see Vec) and applies that row to every row of x while it
+// is in cache. Every output is computed from its own row of x in an order
+// that does not depend on m, so a prompt prefilled in chunks gives the
+// same bits as one pass (the model tests rely on it).
+
+// Vector hooks, set by simd_amd64.go when the CPU has AVX-512; nil otherwise.
+var (
+	// simdDotF32 returns Σ_g s_g·Σ(q·x) + b_g·Σx for one weight row
+	// against x in the permuted layout of permF32, with xs the group sums
+	// of x; xs, s and b are padded with zeros to l.gpad.
+	simdDotF32 func(row []uint32, xp, xs, s, b []float32, l *qLayout) float32
+	// simdDotQ8 is the int8 form against x in the layout of permQ8 with
+	// the lane-expanded block scales dxl.
+	simdDotQ8 func(row []uint32, xq []int8, dxl, xs, s, b []float32, l *qLayout) float32
+	// simdBF16 converts bfloat16 bits to float32.
+	simdBF16 func(dst []float32, src []uint16)
+)
+
+// qLayout describes a weight row to the vector kernels: nblk blocks of 16
+// words, B codes per block, half when a group spans 8 lanes (two groups per
+// block), else block b reads group b>>sh; gpad is the group count rounded
+// up to 16.
+type qLayout struct {
+	bits, B, nblk, gpad int
+	half                bool
+	sh                  uint
+}
+
+func newQLayout(k, gs, bits int) qLayout {
+	cpl := 32 / bits
+	l := qLayout{bits: bits, B: 16 * cpl, nblk: k / (16 * cpl), gpad: (k/gs + 15) &^ 15, half: gs == 8*cpl}
+	for gs > l.B<<l.sh {
+		l.sh++
+	}
+	return l
+}
+
+// simdLayout reports whether the vector hooks handle bits and gs: a block of
+// 16 words holds 16 lanes of 32/bits codes, and a group must span at least
+// 8 lanes (4-bit: group 64 or 128; 8-bit: 32, 64 or 128).
+func simdLayout(bits, gs int) bool {
+	if simdDotF32 == nil {
+		return false
+	}
+	switch bits {
+	case 4:
+		return gs >= 64
+	case 8:
+		return gs >= 32
+	}
+	return false
+}
+
+// QuantizedMatmulT is mx.quantized_matmul(x, W, transpose=True):
+// y[m, n] = round(Σ_k x[m, k]·W[n, k]), W [n, k] stored quantized along k
+// (wq [n, k·bits/32], scales and biases [n, k/groupSize]). Under AccF32 it
+// accumulates per output s·Σ(q·x) + b·Σx over the groups in float32 (the
+// structure of MLX's Metal qmv kernels, mlx/backend/metal/kernels/quantized.h
+// qdot: the weight is never rounded to the dtype), in a summation order of
+// its own (see qmm_t.go); AccF64 accumulates in float64; AccQ8 is the
+// approximate int8 form (qmmTQ8Ref). The result is rounded once. Output
+// columns are split across the worker pool. Scratch (pooled): the group sums
+// of x and one rearranged copy of x; per worker two rows of scales.
+func QuantizedMatmulT(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k, groupSize, bits int, round Rounder, acc Acc) {
+	checkQMM("QuantizedMatmulT", dst, x, wq, scales, biases, m, n, k, groupSize, bits, true)
+	qmmTFast(dst, x, wq, F32Vec(scales), F32Vec(biases), m, n, k, groupSize, bits, roundOr(round), acc)
+}
+
+// QuantizedMatmulTVec is [QuantizedMatmulT] with the scales and biases in
+// their storage dtype.
+func QuantizedMatmulTVec(dst, x []float32, wq []uint32, scales, biases Vec, m, n, k, groupSize, bits int, round Rounder, acc Acc) {
+	checkQMMVec("QuantizedMatmulT", dst, x, wq, scales, biases, m, n, k, groupSize, bits)
+	qmmTFast(dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round), acc)
+}
+
+func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, acc Acc) {
+	if m == 0 {
+		return
+	}
+	switch {
+	case acc == AccF64:
+		qmmT64(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
+	default:
+		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, acc == AccQ8)
+	}
+}
+
+// qmmScratch holds the per-call rearrangements of x.
+type qmmScratch struct {
+	xs  []float32 // group sums of x, m·k/gs
+	xp  []float32 // x permuted for the vector path
+	xq  []int8    // x quantized (permuted for the vector path)
+	xqn []int8    // x quantized, natural order (before permuting)
+	dx  []float32 // block scales of xq, m·k/32
+	dxl []float32 // block scales expanded to vector lanes
+	wt  []float32 // (per worker) float32 scratch of other kernels
+	row []float32 // (per worker) scales and biases of one weight row
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(qmmScratch) }}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n, n+n/4)
+	}
+	return s[:n]
+}
+
+// groupSums writes Σx per group of gs, sequentially in float32, for m rows.
+func groupSums(xs, x []float32, m, k, gs int) {
+	for i := range m * k / gs {
+		var s float32
+		for _, v := range x[i*gs : (i+1)*gs] {
+			s += v
+		}
+		xs[i] = s
+	}
+}
+
+// dotBias is Σ_g b_g·xs_g in float32.
+func dotBias(b, xs []float32) float32 {
+	xs = xs[:len(b)]
+	var s float32
+	for g, v := range b {
+		s += v * xs[g]
+	}
+	return s
+}
+
+// permF32 writes x (m rows of k) in the lane layout of the vector path: in
+// each block of 16 words (16·cpl codes, cpl = 32/bits), position p of lane l
+// is code cpl·l + p, stored at p·16 + l.
+func permF32(dst, x []float32, m, k, bits int) {
+	cpl := 32 / bits
+	B := 16 * cpl
+	for b := range m * k / B {
+		src, out := x[b*B:(b+1)*B], dst[b*B:(b+1)*B]
+		for l := range 16 {
+			for p := range cpl {
+				out[p*16+l] = src[cpl*l+p]
+			}
+		}
+	}
+}
+
+// permQ8 rearranges quantized x for the vector int8 path: 4-bit blocks of
+// 128 codes put the even codes (low nibbles) first and the odd codes (high
+// nibbles) after; 8-bit keeps the natural order. dxl gets, per block of 16
+// lanes, the scale of the x block each lane reads.
+func permQ8(dst, src []int8, dxl, dx []float32, m, k, bits int) {
+	cpl := 32 / bits
+	B := 16 * cpl
+	if bits == 4 {
+		for b := range m * k / B {
+			s, o := src[b*B:(b+1)*B], dst[b*B:(b+1)*B]
+			for i := range 64 {
+				o[i], o[64+i] = s[2*i], s[2*i+1]
+			}
+		}
+	} else {
+		copy(dst, src[:m*k])
+	}
+	for b := range m * k / B {
+		for l := range 16 {
+			dxl[b*16+l] = dx[(b*B+cpl*l)/32]
+		}
+	}
+}
+
+// q8Max is the largest |int8| activation code: 127, or 63 against 8-bit
+// weights so that a pair of u8·i8 products fits in int16 (2·255·63 < 2^15),
+// which the VPMADDUBSW form needs.
+func q8Max(bits int) float32 {
+	if bits == 8 {
+		return 63
+	}
+	return 127
+}
+
+// quantizeQ8 quantizes n values of x (n a multiple of 32) per block of 32:
+// amax = max|x|, d = amax/qmax, xq = clamp(rint(x·(qmax/amax)), ±qmax), with
+// d = 0 and xq = 0 for an all-zero block. NaN elements get code 0 (the group
+// sums of x carry the NaN into the result).
+func quantizeQ8(xq []int8, dx, x []float32, n int, qmax float32) {
+	for blk := range n / 32 {
+		xb := x[blk*32 : (blk+1)*32]
+		var amax float32
+		for _, v := range xb {
+			if a := abs32(v); a > amax {
+				amax = a
+			}
+		}
+		dx[blk] = amax / qmax
+		var id float32
+		if amax > 0 && amax <= math.MaxFloat32 {
+			id = qmax / amax
+		}
+		out := xq[blk*32 : (blk+1)*32]
+		for i, v := range xb {
+			q := rint32(v * id)
+			switch {
+			case q != q:
+				q = 0
+			case q > qmax:
+				q = qmax
+			case q < -qmax:
+				q = -qmax
+			}
+			out[i] = int8(q)
+		}
+	}
+}
+
+// qmmTQ8Ref is the int8 form of the quantized matmul (the "fast" precision,
+// after llama.cpp's Q8_0 activations):
+//
+//	x[r] is quantized per block t of 32 (quantizeQ8): xq, d_t
+//	for each output j and group g of W[j] (codes q, scale s, bias b):
+//	    a  = Σ_{t in g} d_t·float(Σ_{i in t} q_i·xq_i)   (integer inner sums)
+//	    xs = Σ_{i in g} x_i                               (float32, exact x)
+//	    res += s·a + b·xs
+//	dst[r, j] = round(res)
+//
+// It is approximate: the activations keep 7 or 8 bits per block.
+func qmmTQ8Ref(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k, gs, bits int, round Rounder) {
+	xq, dx := make([]int8, m*k), make([]float32, m*k/32)
+	quantizeQ8(xq, dx, x, m*k, q8Max(bits))
+	wpr, gpr := WordsPerRow(k, bits), k/gs
+	for r := range m {
+		for j := range n {
+			row := wq[j*wpr : (j+1)*wpr]
+			var res float32
+			for g := range gpr {
+				var a, xs float32
+				for t := g * gs / 32; t < (g+1)*gs/32; t++ {
+					var isum int32
+					for i := t * 32; i < (t+1)*32; i++ {
+						isum += int32(codeAt(row, i, bits)) * int32(xq[r*k+i])
+					}
+					a += float32(dx[r*k/32+t] * float32(isum))
+				}
+				for _, v := range x[r*k+g*gs : r*k+(g+1)*gs] {
+					xs += v
+				}
+				res += float32(scales[j*gpr+g]*a) + float32(biases[j*gpr+g]*xs)
+			}
+			dst[r*n+j] = round(res)
+		}
+	}
+}
+
+// qmmTRows is the row-at-a-time driver: for each weight row j (split
+// across workers) and each row r of x, dst[r, j] = round(dot + bias term).
+func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8 bool) {
+	wpr, gpr := WordsPerRow(k, bits), k/gs
+	vec := simdLayout(bits, gs) && k%(16*32/bits) == 0 // whole blocks of 16 words
+	s := scratchPool.Get().(*qmmScratch)
+	defer scratchPool.Put(s)
+	gw := gpr // row stride of the group sums
+	var lay qLayout
+	if vec {
+		lay = newQLayout(k, gs, bits)
+		gw = lay.gpad
+	}
+	s.xs = grow(s.xs, m*gw)
+	clear(s.xs)
+	for r := range m {
+		groupSums(s.xs[r*gw:], x[r*k:], 1, k, gs)
+	}
+	lanes := 0
+	if vec {
+		lanes = k / (32 / bits)
+		s.xp = grow(s.xp, m*k)
+		permF32(s.xp, x, m, k, bits)
+	}
+	if q8 {
+		s.xqn, s.dx = grow(s.xqn, m*k), grow(s.dx, m*k/32)
+		quantizeQ8(s.xqn, s.dx, x, m*k, q8Max(bits))
+		if vec {
+			s.xq, s.dxl = grow(s.xq, m*k), grow(s.dxl, m*lanes)
+			permQ8(s.xq, s.xqn, s.dxl, s.dx, m, k, bits)
+		}
+	}
+	parallelFor(n, max(1, 16384/k), func(lo, hi int) {
+		ws := scratchPool.Get().(*qmmScratch)
+		defer scratchPool.Put(ws)
+		ws.row = grow(ws.row, 2*gw)
+		srow, brow := ws.row[:gw], ws.row[gw:2*gw]
+		clear(ws.row)
+		for j := lo; j < hi; j++ {
+			sc.load(srow[:gpr], j*gpr)
+			bi.load(brow[:gpr], j*gpr)
+			row := wq[j*wpr : (j+1)*wpr]
+			for r := range m {
+				xs := s.xs[r*gw : (r+1)*gw]
+				var v float32
+				switch {
+				case q8 && vec:
+					v = simdDotQ8(row, s.xq[r*k:(r+1)*k], s.dxl[r*lanes:(r+1)*lanes], xs, srow, brow, &lay)
+				case vec:
+					v = simdDotF32(row, s.xp[r*k:(r+1)*k], xs, srow, brow, &lay)
+				case q8:
+					v = dotQ8(row, s.xqn[r*k:(r+1)*k], s.dx[r*k/32:(r+1)*k/32], srow, k, gs, bits) + dotBias(brow[:gpr], xs)
+				default:
+					v = dotF32(row, x[r*k:(r+1)*k], srow, k, gs, bits) + dotBias(brow[:gpr], xs)
+				}
+				dst[r*n+j] = round(v)
+			}
+		}
+	})
+}
+
+// dotF32 is the portable Σ_g s_g·Σ(q·x) of one weight row, four partial
+// sums per group.
+func dotF32(row []uint32, x, s []float32, k, gs, bits int) float32 {
+	gpr, wpg := k/gs, gs*bits/32
+	var res float32
+	switch bits {
+	case 4:
+		for g := range gpr {
+			ws := row[g*wpg : (g+1)*wpg]
+			xg := x[g*gs : (g+1)*gs]
+			var a0, a1, a2, a3 float32
+			for i, w := range ws {
+				xx := xg[8*i : 8*i+8]
+				a0 += float32(w&15)*xx[0] + float32(w>>16&15)*xx[4]
+				a1 += float32(w>>4&15)*xx[1] + float32(w>>20&15)*xx[5]
+				a2 += float32(w>>8&15)*xx[2] + float32(w>>24&15)*xx[6]
+				a3 += float32(w>>12&15)*xx[3] + float32(w>>28)*xx[7]
+			}
+			res += s[g] * ((a0 + a1) + (a2 + a3))
+		}
+	case 8:
+		for g := range gpr {
+			ws := row[g*wpg : (g+1)*wpg]
+			xg := x[g*gs : (g+1)*gs]
+			var a0, a1, a2, a3 float32
+			for i, w := range ws {
+				xx := xg[4*i : 4*i+4]
+				a0 += float32(w&255) * xx[0]
+				a1 += float32(w>>8&255) * xx[1]
+				a2 += float32(w>>16&255) * xx[2]
+				a3 += float32(w>>24) * xx[3]
+			}
+			res += s[g] * ((a0 + a1) + (a2 + a3))
+		}
+	default:
+		var codes [128]float32
+		for g := range gpr {
+			decodeGroup(codes[:], row[g*wpg:], gs, bits)
+			xg := x[g*gs : (g+1)*gs]
+			var a0, a1, a2, a3 float32
+			for i := 0; i < gs; i += 4 {
+				a0 += codes[i] * xg[i]
+				a1 += codes[i+1] * xg[i+1]
+				a2 += codes[i+2] * xg[i+2]
+				a3 += codes[i+3] * xg[i+3]
+			}
+			res += s[g] * ((a0 + a1) + (a2 + a3))
+		}
+	}
+	return res
+}
+
+// dotQ8 is the portable int8 Σ_g s_g·Σ_t d_t·Σ(q·xq) of one weight row
+// against x quantized in natural order.
+func dotQ8(row []uint32, xq []int8, dx, s []float32, k, gs, bits int) float32 {
+	bpg := gs / 32
+	var res float32
+	for g := range k / gs {
+		var a float32
+		for t := g * bpg; t < (g+1)*bpg; t++ {
+			ws := row[t*bits : (t+1)*bits] // 32 codes take `bits` words
+			xb := xq[t*32 : (t+1)*32]
+			var isum int32
+			switch bits {
+			case 4:
+				for i, w := range ws[:4] {
+					xx := xb[8*i : 8*i+8]
+					isum += int32(w&15)*int32(xx[0]) + int32(w>>4&15)*int32(xx[1]) +
+						int32(w>>8&15)*int32(xx[2]) + int32(w>>12&15)*int32(xx[3]) +
+						int32(w>>16&15)*int32(xx[4]) + int32(w>>20&15)*int32(xx[5]) +
+						int32(w>>24&15)*int32(xx[6]) + int32(w>>28)*int32(xx[7])
+				}
+			case 8:
+				for i, w := range ws[:8] {
+					xx := xb[4*i : 4*i+4]
+					isum += int32(w&255)*int32(xx[0]) + int32(w>>8&255)*int32(xx[1]) +
+						int32(w>>16&255)*int32(xx[2]) + int32(w>>24)*int32(xx[3])
+				}
+			default:
+				for i, xv := range xb {
+					isum += int32(codeAt(ws, i, bits)) * int32(xv)
+				}
+			}
+			a += dx[t] * float32(isum)
+		}
+		res += s[g] * a
+	}
+	return res
+}
+
+// qmmT64 is the float64 (AccF64) form: per output and group s·Σ(q·x) +
+// b·Σx in float64, the terms in the order of QuantizedMatmulTRef.
+func qmmT64(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) {
+	wpr, wpg, gpr := WordsPerRow(k, bits), WordsPerRow(gs, bits), k/gs
+	xsum := make([]float64, m*gpr)
+	for r := range m {
+		for g := range gpr {
+			var s float64
+			for _, v := range x[r*k+g*gs : r*k+(g+1)*gs] {
+				s += float64(v)
+			}
+			xsum[r*gpr+g] = s
+		}
+	}
+	parallelFor(n, max(1, 8192/max(1, k*m)), func(lo, hi int) {
+		var codes [128]float32
+		srow, brow := make([]float32, gpr), make([]float32, gpr)
+		for j := lo; j < hi; j++ {
+			sc.load(srow, j*gpr)
+			bi.load(brow, j*gpr)
+			for r := range m {
+				var res float64
+				for g := range gpr {
+					decodeGroup(codes[:], wq[j*wpr+g*wpg:], gs, bits)
+					xr := x[r*k+g*gs : r*k+g*gs+gs]
+					var a float64
+					for i, c := range codes[:gs] {
+						a += float64(c) * float64(xr[i])
+					}
+					res += float64(srow[g])*a + float64(brow[g])*xsum[r*gpr+g]
+				}
+				dst[r*n+j] = round(float32(res))
+			}
+		}
+	})
+}

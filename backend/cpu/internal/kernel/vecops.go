@@ -1,0 +1,40 @@
+package kernel
+
+// Float32 vector helpers of the fast kernels: a portable loop, replaced by a
+// vector one (simd_amd64.go) when the CPU allows. They sum in their own order.
+var (
+	simdDot  func(a, b []float32) float32              // Σ a_i·b_i
+	simdAxpy func(y []float32, a float32, x []float32) // y += a·x
+)
+
+// dot32 is Σ a_i·b_i over len(a) values, four partial sums in the portable form.
+func dot32(a, b []float32) float32 {
+	if simdDot != nil {
+		return simdDot(a, b)
+	}
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// axpy32 is y += a·x.
+func axpy32(y []float32, a float32, x []float32) {
+	if simdAxpy != nil {
+		simdAxpy(y, a, x)
+		return
+	}
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += a * x[i]
+	}
+}

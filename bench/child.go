@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/models/minicpm5"
+)
+
+// ChildOptions is one Go configuration's measurement plan.
+type ChildOptions struct {
+	Model        string          // checkpoint directory
+	Backend      string          // registry name
+	Options      backend.Options // precision, device, threads
+	IDs          []int32         // prompt ids; each prompt is a prefix
+	PromptLens   []int
+	DecodeTokens int // generated after the first prompt length
+	Reps, Warmup int
+}
+
+// RunChild loads the model on the backend, runs the plan and writes a
+// ChildReport as one JSON line to stdout; progress goes to stderr.
+func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
+	for _, p := range o.PromptLens {
+		if p < 1 || p > len(o.IDs) {
+			return fmt.Errorf("bench child: prompt length %d, want 1..%d (the ids given)", p, len(o.IDs))
+		}
+	}
+	if len(o.PromptLens) == 0 {
+		return fmt.Errorf("bench child: no prompt lengths")
+	}
+	if o.DecodeTokens < 3 || o.Reps < 1 || o.Warmup < 0 {
+		return fmt.Errorf("bench child: decode tokens %d, reps %d, warm-up %d: want >= 3, >= 1, >= 0", o.DecodeTokens, o.Reps, o.Warmup)
+	}
+	b, err := backend.Open(o.Backend, o.Options)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	start := time.Now()
+	m, err := minicpm5.Load(b, o.Model)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	rep := ChildReport{Engine: "mlxgo", Device: o.Backend, LoadS: time.Since(start).Seconds()}
+	if o.Options.Precision != "" {
+		rep.Device += " " + o.Options.Precision
+	}
+	if o.Options.Device != "" {
+		rep.Device += " " + o.Options.Device
+	}
+	fmt.Fprintf(stderr, "bench child %s: loaded in %.2fs\n", rep.Device, rep.LoadS)
+	for _, p := range o.PromptLens {
+		for r := range o.Warmup + o.Reps {
+			sec, err := prefill(b, m, o.IDs[:p])
+			if err != nil {
+				return fmt.Errorf("bench child %s: prefill %d: %w", rep.Device, p, err)
+			}
+			rec := RunRecord{Kind: "prefill", Prompt: p, Warmup: r < o.Warmup, Seconds: sec}
+			rep.Runs = append(rep.Runs, rec)
+			fmt.Fprintf(stderr, "bench child %s: prefill %d %s: %.3fs (%.1f tok/s)\n", rep.Device, p, repName(r, o.Warmup, o.Reps), sec, float64(p)/sec)
+		}
+	}
+	p := o.PromptLens[0]
+	for r := range o.Warmup + o.Reps {
+		var times []float64
+		t0 := time.Now()
+		_, err := generate.Generate(m, o.IDs[:p], generate.Options{MaxTokens: o.DecodeTokens}, func(generate.Token) bool {
+			times = append(times, time.Since(t0).Seconds())
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("bench child %s: generate after %d: %w", rep.Device, p, err)
+		}
+		rep.Runs = append(rep.Runs, RunRecord{Kind: "generate", Prompt: p, Warmup: r < o.Warmup, TTFT: times[0], Tokens: times})
+		fmt.Fprintf(stderr, "bench child %s: generate after %d %s: first token %.3fs, %d tokens in %.2fs\n",
+			rep.Device, p, repName(r, o.Warmup, o.Reps), times[0], len(times), times[len(times)-1])
+	}
+	return json.NewEncoder(stdout).Encode(rep)
+}
+
+// prefill times the prompt through a fresh cache, as generation prefills
+// it, until the last position's logits are on the host.
+func prefill(b backend.Backend, m *minicpm5.Model, ids []int32) (float64, error) {
+	cache := m.NewCache()
+	defer func() {
+		for _, c := range cache {
+			c.Release()
+		}
+	}()
+	t0 := time.Now()
+	logits, err := m.PrefillLast(ids, cache, 2048)
+	if err != nil {
+		return 0, err
+	}
+	defer b.Release(logits)
+	if _, err := b.ToHost(logits); err != nil {
+		return 0, err
+	}
+	return time.Since(t0).Seconds(), nil
+}
+
+func repName(r, warmup, reps int) string {
+	if r < warmup {
+		return "warm-up"
+	}
+	return fmt.Sprintf("rep %d/%d", r-warmup+1, reps)
+}
+
+// ReadIDs reads a JSON list of token ids.
+func ReadIDs(path string) ([]int32, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	var ids []int32
+	if err := json.Unmarshal(data, &ids); err != nil {
+		return nil, fmt.Errorf("bench: %s: want a JSON list of int32 token ids: %w", path, err)
+	}
+	return ids, nil
+}

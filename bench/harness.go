@@ -1,0 +1,395 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu"
+)
+
+// Options configure a harness run.
+type Options struct {
+	Model      string   // MLX checkpoint directory
+	GGUF       string   // its GGUF twin, for llama-bench ("" skips llama.cpp)
+	Self       []string // command line of a Go child, e.g. {exe, "bench", "--child"}
+	Python     string   // the virtualenv's python, for mlx_lm ("" skips mlx_lm)
+	Driver     string   // bench/mlx_lm_driver.py
+	LlamaBench string   // llama-bench binary ("" skips llama.cpp)
+	// Configs selects configurations by name or prefix ("cpu" selects every
+	// cpu-*); empty selects the defaults (DefaultConfigs).
+	Configs      []string
+	PromptLens   []int // prompt lengths, prefixes of the seeded ids
+	DecodeTokens int   // tokens generated after the first prompt length (>= 3)
+	Reps, Warmup int
+	// Slow* replace PromptLens, DecodeTokens, Reps and Warmup for the MLX
+	// engines when MLX's device is its CPU, whose quantized matmul is a
+	// scalar loop on x86 (about 1 tok/s at MiniCPM5-1B's size).
+	SlowPromptLens             []int
+	SlowDecodeTokens, SlowReps int
+	Threads                    int    // threads for llama-bench; 0: runtime.NumCPU()
+	Seed                       uint64 // of the prompt ids
+	Progress                   io.Writer
+}
+
+// ConfigResult is one configuration's measurements.
+type ConfigResult struct {
+	Name         string         `json:"name"`
+	Engine       string         `json:"engine"`
+	Device       string         `json:"device"`
+	Note         string         `json:"note,omitempty"`
+	Reps         int            `json:"reps"`
+	Warmup       int            `json:"warmup"`
+	DecodeTokens int            `json:"decode_tokens"`
+	LoadS        float64        `json:"load_s"`
+	PeakRSSBytes int64          `json:"peak_rss_bytes"`
+	Prompts      []PromptResult `json:"prompts"`
+	TTFT         Stat           `json:"ttft_s"`      // generation's time to first token
+	TTFTPrompt   int            `json:"ttft_prompt"` // after a prompt of this length
+	Decode       Stat           `json:"decode_tps"`
+	// WeightBytesPerToken is what one decode step reads of this engine's
+	// weights (every layer's, the head's, one embedding row).
+	WeightBytesPerToken int64 `json:"weight_bytes_per_token"`
+	// BandwidthFraction is decode tok/s × WeightBytesPerToken / bandwidth.
+	BandwidthFraction float64 `json:"bandwidth_fraction"`
+	Err               string  `json:"error,omitempty"`
+}
+
+// Prompt returns the prefill result at prompt length p.
+func (c *ConfigResult) Prompt(p int) (PromptResult, bool) {
+	for _, r := range c.Prompts {
+		if r.Prompt == p {
+			return r, r.PrefillTPS.N > 0
+		}
+	}
+	return PromptResult{}, false
+}
+
+// Result is a whole harness run.
+type Result struct {
+	Date            string         `json:"date"`
+	Host            string         `json:"host"`
+	CPU             string         `json:"cpu"`
+	Cores           int            `json:"cores"`
+	GoVersion       string         `json:"go_version"`
+	LoadAvgStart    string         `json:"loadavg_start"`
+	LoadAvgEnd      string         `json:"loadavg_end"`
+	Model           string         `json:"model"`
+	CheckpointBytes int64          `json:"checkpoint_bytes"`
+	BandwidthGBs    float64        `json:"bandwidth_gb_s"`
+	BandwidthNote   string         `json:"bandwidth_note"`
+	PromptLens      []int          `json:"prompt_lens"`
+	DecodeTokens    int            `json:"decode_tokens"`
+	Configs         []ConfigResult `json:"configs"`
+	Notes           []string       `json:"notes"`
+}
+
+// DefaultConfigs lists the configurations a run measures by default, given
+// what is compiled in and available: cpu-<precision> for each precision of
+// the CPU backend but "high" (float64 debugging, ask for cpu-high), "mlx"
+// when the MLX backend is compiled in, "mlx_lm", and "llama.cpp".
+func DefaultConfigs() []string {
+	var out []string
+	for _, p := range cpu.Precisions {
+		if p != "" && p != "high" {
+			out = append(out, "cpu-"+p)
+		}
+	}
+	if slices.Contains(backend.Names(), "mlx") {
+		out = append(out, "mlx")
+	}
+	return append(out, "mlx_lm", "llama.cpp")
+}
+
+// AllConfigs is DefaultConfigs plus cpu-high.
+func AllConfigs() []string {
+	return append(DefaultConfigs(), "cpu-high")
+}
+
+// ParseConfig maps a Go configuration name to its backend and options:
+// "cpu-<precision>", "mlx", "mlx-cpu" or "mlx-gpu".
+func ParseConfig(name string) (string, backend.Options, error) {
+	switch {
+	case strings.HasPrefix(name, "cpu-"):
+		p := strings.TrimPrefix(name, "cpu-")
+		if !slices.Contains(cpu.Precisions, p) {
+			return "", backend.Options{}, fmt.Errorf("config %q: the cpu backend has no precision %q (it has %q)", name, p, cpu.Precisions)
+		}
+		return "cpu", backend.Options{Precision: p}, nil
+	case name == "mlx", name == "mlx-cpu", name == "mlx-gpu":
+		_, dev, _ := strings.Cut(name, "-")
+		return "mlx", backend.Options{Device: dev}, nil
+	}
+	return "", backend.Options{}, fmt.Errorf("config %q is not a Go backend configuration (cpu-<precision>, mlx, mlx-cpu, mlx-gpu)", name)
+}
+
+// selectConfigs expands the --configs selection.
+func selectConfigs(sel []string) ([]string, error) {
+	if len(sel) == 0 {
+		return DefaultConfigs(), nil
+	}
+	all := append(AllConfigs(), "mlx-cpu", "mlx-gpu")
+	var out []string
+	for _, s := range sel {
+		n := 0
+		for _, c := range all {
+			if (c == s || strings.HasPrefix(c, s+"-") && s == "cpu") && !slices.Contains(out, c) {
+				if s == "cpu" && c == "cpu-high" {
+					continue
+				}
+				out = append(out, c)
+				n++
+			}
+		}
+		if n == 0 && !slices.Contains(out, s) {
+			return nil, fmt.Errorf("--configs: unknown configuration %q (known: %s; \"cpu\" selects every cpu-* but cpu-high)", s, strings.Join(all, ", "))
+		}
+	}
+	return out, nil
+}
+
+func (o *Options) logf(format string, a ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "bench: "+format+"\n", a...)
+	}
+}
+
+// Run measures every selected configuration and returns the result. A
+// configuration that fails is reported with its error; Run fails only when
+// nothing can be measured.
+func Run(o Options) (*Result, error) {
+	configs, err := selectConfigs(o.Configs)
+	if err != nil {
+		return nil, err
+	}
+	if o.Reps < 1 || o.DecodeTokens < 3 || len(o.PromptLens) == 0 {
+		return nil, fmt.Errorf("bench: reps %d, decode tokens %d, %d prompt lengths: want >= 1, >= 3, >= 1", o.Reps, o.DecodeTokens, len(o.PromptLens))
+	}
+	host, _ := os.Hostname()
+	res := &Result{
+		Date: time.Now().Format(time.RFC3339), Host: host, CPU: cpuModel(), Cores: runtime.NumCPU(),
+		GoVersion: runtime.Version(), LoadAvgStart: loadAvg(), Model: o.Model,
+		PromptLens: o.PromptLens, DecodeTokens: o.DecodeTokens,
+	}
+	goBytes, ckBytes, err := CheckpointWeightBytes(o.Model)
+	if err != nil {
+		return nil, err
+	}
+	res.CheckpointBytes = ckBytes
+
+	tmp, err := os.MkdirTemp("", "mlxgo-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	maxLen := slices.Max(append(slices.Clone(o.PromptLens), o.SlowPromptLens...))
+	idsFile := filepath.Join(tmp, "ids.json")
+	ids, err := PromptIDs(o.Model, maxLen, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	if data, err := json.Marshal(ids); err != nil || os.WriteFile(idsFile, data, 0o644) != nil {
+		return nil, fmt.Errorf("bench: writing %s: %v", idsFile, err)
+	}
+
+	// In a child: the parent must stay small, because a child's ru_maxrss
+	// starts from the parent's resident set at the fork.
+	o.logf("measuring memory read bandwidth (%d threads)", runtime.NumCPU())
+	bw, err := o.bandwidth()
+	if err != nil {
+		return nil, err
+	}
+	res.BandwidthGBs = bw / 1e9
+	res.BandwidthNote = fmt.Sprintf("Go streaming read of a 512 MiB buffer, %d goroutines, best of 5 passes", runtime.NumCPU())
+
+	mlxSlow := false
+	if slices.ContainsFunc(configs, func(c string) bool { return strings.HasPrefix(c, "mlx") }) && o.Python != "" {
+		dev, err := mlxDefaultDevice(o.Python)
+		if err != nil {
+			o.logf("could not ask MLX for its default device (%v); treating it as the CPU", err)
+			dev = "cpu"
+		}
+		mlxSlow = strings.Contains(dev, "cpu")
+	}
+	slowNote := fmt.Sprintf("MLX's device is its CPU, whose quantized matmul is a scalar loop on x86 (about 1 tok/s or less at MiniCPM5-1B's size): "+
+		"prompt lengths %v, %d decode tokens, %d rep(s), no warm-up", o.SlowPromptLens, o.SlowDecodeTokens, o.SlowReps)
+
+	for _, name := range configs {
+		plan := runPlan{lens: o.PromptLens, decode: o.DecodeTokens, reps: o.Reps, warmup: o.Warmup}
+		slow := mlxSlow && (name == "mlx_lm" || name == "mlx" || name == "mlx-cpu")
+		if slow {
+			plan = runPlan{lens: o.SlowPromptLens, decode: o.SlowDecodeTokens, reps: o.SlowReps, warmup: 0}
+		}
+		o.logf("=== %s: prompt lengths %v, %d decode tokens, %d warm-up + %d reps", name, plan.lens, plan.decode, plan.warmup, plan.reps)
+		var cr ConfigResult
+		switch name {
+		case "llama.cpp":
+			if o.LlamaBench == "" || o.GGUF == "" {
+				o.logf("llama.cpp skipped: no --llama-bench given")
+				continue
+			}
+			cr = o.runLlamaBench(plan)
+		case "mlx_lm":
+			if o.Python == "" {
+				o.logf("mlx_lm skipped: no python virtualenv (run make venv)")
+				continue
+			}
+			cr = o.runChild(name, "mlx_lm", append([]string{o.Python, o.Driver, "--model", o.Model}, plan.args(idsFile)...))
+			cr.WeightBytesPerToken = goBytes
+		default:
+			if _, _, err := ParseConfig(name); err != nil {
+				return nil, err
+			}
+			cr = o.runChild(name, "mlxgo", append(append(slices.Clone(o.Self), "--config", name, "--model", o.Model), plan.args(idsFile)...))
+			cr.WeightBytesPerToken = goBytes
+		}
+		cr.Name, cr.Reps, cr.Warmup, cr.DecodeTokens = name, plan.reps, plan.warmup, plan.decode
+		if slow {
+			cr.Note = "MLX CPU device: reduced run"
+		}
+		if cr.Decode.N > 0 && bw > 0 {
+			cr.BandwidthFraction = cr.Decode.Median * float64(cr.WeightBytesPerToken) / bw
+		}
+		if cr.Err != "" {
+			o.logf("%s failed: %s", name, cr.Err)
+		}
+		res.Configs = append(res.Configs, cr)
+	}
+	if mlxSlow {
+		res.Notes = append(res.Notes, slowNote)
+	}
+	res.LoadAvgEnd = loadAvg()
+	return res, nil
+}
+
+type runPlan struct {
+	lens                 []int
+	decode, reps, warmup int
+}
+
+func (p runPlan) args(idsFile string) []string {
+	lens := make([]string, len(p.lens))
+	for i, l := range p.lens {
+		lens[i] = strconv.Itoa(l)
+	}
+	return []string{"--ids-file", idsFile, "--prompt-lens", strings.Join(lens, ","),
+		"--decode-tokens", strconv.Itoa(p.decode), "--reps", strconv.Itoa(p.reps), "--warmup", strconv.Itoa(p.warmup)}
+}
+
+// runChild runs one configuration's child process and summarises its report.
+func (o *Options) runChild(name, engine string, argv []string) ConfigResult {
+	cr := ConfigResult{Engine: engine}
+	var stdout bytes.Buffer
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout = &stdout
+	cmd.Stderr = o.Progress
+	if cmd.Stderr == nil {
+		cmd.Stderr = io.Discard
+	}
+	err := cmd.Run()
+	cr.PeakRSSBytes = maxRSS(cmd.ProcessState)
+	if err != nil {
+		cr.Err = fmt.Sprintf("%s: %v", strings.Join(argv, " "), err)
+		return cr
+	}
+	var rep ChildReport
+	if err := json.Unmarshal(lastLine(stdout.Bytes()), &rep); err != nil {
+		cr.Err = fmt.Sprintf("%s: its output is not a report: %v", name, err)
+		return cr
+	}
+	cr.Device, cr.LoadS = rep.Device, rep.LoadS
+	cr.Prompts, cr.TTFT, cr.TTFTPrompt, cr.Decode = summarise(rep.Runs)
+	return cr
+}
+
+func lastLine(b []byte) []byte {
+	b = bytes.TrimSpace(b)
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		return b[i+1:]
+	}
+	return b
+}
+
+// mlxDefaultDevice asks the virtualenv's MLX for its default device.
+func mlxDefaultDevice(python string) (string, error) {
+	out, err := exec.Command(python, "-c", "import mlx.core as mx; print(mx.default_device())").Output()
+	return strings.ToLower(strings.TrimSpace(string(out))), err
+}
+
+// loadAvg returns /proc/loadavg's first three fields ("" where absent).
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// cpuModel returns /proc/cpuinfo's model name and its AVX-512 / VNNI flags.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	var model string
+	var feats []string
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "model name":
+			if model == "" {
+				model = strings.TrimSpace(v)
+			}
+		case "flags":
+			if feats == nil {
+				fl := strings.Fields(v)
+				for _, f := range []string{"avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni"} {
+					if slices.Contains(fl, f) {
+						feats = append(feats, f)
+					}
+				}
+				feats = append(feats, "")
+			}
+		}
+	}
+	return strings.TrimSpace(model + " " + strings.Join(feats, " "))
+}
+
+// bandwidth runs ReadBandwidth in a child process (Self with --bandwidth).
+func (o *Options) bandwidth() (float64, error) {
+	argv := append(slices.Clone(o.Self), "--bandwidth")
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		return 0, fmt.Errorf("bench: bandwidth child %s: %v", strings.Join(argv, " "), err)
+	}
+	var r struct {
+		BytesPerSecond float64 `json:"bytes_per_s"`
+	}
+	if err := json.Unmarshal(lastLine(out), &r); err != nil || r.BytesPerSecond <= 0 {
+		return 0, fmt.Errorf("bench: bandwidth child printed %q, want {\"bytes_per_s\": N}", out)
+	}
+	return r.BytesPerSecond, nil
+}
+
+// BandwidthChild measures ReadBandwidth on every core (512 MiB, best of 5
+// passes) and prints {"bytes_per_s": N}.
+func BandwidthChild(stdout io.Writer) error {
+	return json.NewEncoder(stdout).Encode(map[string]float64{"bytes_per_s": ReadBandwidth(runtime.NumCPU(), 512<<20, 5)})
+}

@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// llamaBenchEntry is the part of one llama-bench JSON result the harness
+// reads (llama-bench -o json prints an array of them).
+type llamaBenchEntry struct {
+	ModelSize int64     `json:"model_size"`
+	NPrompt   int       `json:"n_prompt"`
+	NGen      int       `json:"n_gen"`
+	AvgTS     float64   `json:"avg_ts"`
+	SamplesTS []float64 `json:"samples_ts"`
+	CPUInfo   string    `json:"cpu_info"`
+	Build     string    `json:"build_commit"`
+}
+
+// runLlamaBench runs llama-bench on the GGUF twin: ppP for each prompt
+// length and tgN for the decode tokens, with the plan's repetitions
+// (llama-bench does its own warm-up run).
+func (o *Options) runLlamaBench(p runPlan) ConfigResult {
+	cr := ConfigResult{Engine: "llama.cpp", Device: "cpu"}
+	threads := o.Threads
+	if threads == 0 {
+		threads = runtime.NumCPU()
+	}
+	lens := make([]string, len(p.lens))
+	for i, l := range p.lens {
+		lens[i] = strconv.Itoa(l)
+	}
+	argv := []string{o.LlamaBench, "-m", o.GGUF, "-p", strings.Join(lens, ","), "-n", strconv.Itoa(p.decode),
+		"-t", strconv.Itoa(threads), "-r", strconv.Itoa(p.reps), "-o", "json"}
+	var stdout bytes.Buffer
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout = &stdout
+	cmd.Stderr = o.Progress
+	o.logf("running %s", strings.Join(argv, " "))
+	err := cmd.Run()
+	cr.PeakRSSBytes = maxRSS(cmd.ProcessState)
+	if err != nil {
+		cr.Err = fmt.Sprintf("%s: %v", strings.Join(argv, " "), err)
+		return cr
+	}
+	var entries []llamaBenchEntry
+	if err := json.Unmarshal(stdout.Bytes(), &entries); err != nil {
+		cr.Err = fmt.Sprintf("llama-bench output is not its JSON: %v", err)
+		return cr
+	}
+	if cr.WeightBytesPerToken, err = GGUFWeightBytes(o.GGUF); err != nil {
+		cr.Err = err.Error()
+		return cr
+	}
+	for _, e := range entries {
+		samples := e.SamplesTS
+		if len(samples) == 0 {
+			samples = []float64{e.AvgTS} // older llama-bench: the mean only
+		}
+		cr.Device = "cpu " + strconv.Itoa(threads) + " threads"
+		switch {
+		case e.NPrompt > 0 && e.NGen == 0:
+			cr.Prompts = append(cr.Prompts, PromptResult{Prompt: e.NPrompt, PrefillTPS: NewStat(samples)})
+		case e.NGen > 0 && e.NPrompt == 0:
+			cr.Decode = NewStat(samples)
+		}
+	}
+	cr.Note = "llama-bench runs its own warm-up; ppP: prompt processing alone; tgN: decode from an empty context; no load time or TTFT reported"
+	return cr
+}

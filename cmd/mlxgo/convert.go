@@ -1,0 +1,92 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/mlxgo/mlxgo/convert"
+)
+
+const convertUsage = `usage: mlxgo convert --gguf FILE --out DIR [--requantize [--bits N] [--group-size G]]
+
+Converts a llama-architecture GGUF file (llama.cpp's format) into an MLX
+model directory: config.json, model.safetensors, tokenizer.json and
+tokenizer_config.json with the chat template, all built from the file.
+
+Q4_0, Q4_1 and Q8_0 weights become MLX affine quantization with group 32,
+exactly; F32, F16 and BF16 stay as they are; K-quants (Q2_K ... Q6_K) are
+dequantized exactly to float32 and kept unquantized, or, with --requantize,
+quantized again with MLX's affine algorithm (lossy). llama.cpp's q/k row
+permutation is undone, so the model uses Hugging Face's RoPE layout. Any
+other tensor type is an error naming the tensor.
+
+Examples:
+  mlxgo convert --gguf SmolLM2-135M-Instruct.Q4_1.gguf --out smollm2-mlx
+  mlxgo generate --model smollm2-mlx --prompt-ids 1,2,3
+  mlxgo convert --gguf model.Q4_K_M.gguf --out model-mlx --requantize --bits 4 --group-size 64
+
+Flags:
+`
+
+func cmdConvert(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("convert", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	src := fs.String("gguf", "", "GGUF file to convert; required")
+	out := fs.String("out", "", "output model directory (created if needed); required")
+	opts := convert.Options{}
+	fs.BoolVar(&opts.Requantize, "requantize", false, "re-quantize dequantized K-quant weights with MLX affine quantization (lossy)")
+	fs.IntVar(&opts.Bits, "bits", 4, "bits for --requantize (2, 3, 4, 5, 6 or 8)")
+	fs.IntVar(&opts.GroupSize, "group-size", 64, "group size for --requantize (32, 64 or 128)")
+	quiet := fs.Bool("quiet", false, "no progress output")
+	printUsage := func(w io.Writer) {
+		fmt.Fprint(w, convertUsage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			printUsage(stdout)
+			return 0
+		}
+		fmt.Fprintf(stderr, "mlxgo convert: %v\n\n", err)
+		printUsage(stderr)
+		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "mlxgo convert: unexpected argument %q\n\n", fs.Arg(0))
+		printUsage(stderr)
+		return 2
+	case *src == "" || *out == "":
+		fmt.Fprint(stderr, "mlxgo convert: --gguf and --out are required\n\n")
+		printUsage(stderr)
+		return 2
+	}
+	start := time.Now()
+	last := time.Time{}
+	if !*quiet {
+		opts.Progress = func(done, total int, name string) {
+			if now := time.Now(); done == total || now.Sub(last) > 200*time.Millisecond {
+				last = now
+				fmt.Fprintf(stderr, "\rconverting %d/%d tensors %-40s", done, total, name)
+				if done == total {
+					fmt.Fprintln(stderr)
+				}
+			}
+		}
+	}
+	res, err := convert.Convert(*src, *out, opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "mlxgo convert:", err)
+		return 1
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintln(stderr, "note:", n)
+	}
+	fmt.Fprintf(stdout, "wrote %s (%d tensors; %s) in %.1fs\n", *out, res.Tensors, strings.Join(res.Files, ", "), time.Since(start).Seconds())
+	return 0
+}
