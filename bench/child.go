@@ -86,24 +86,31 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 }
 
 // prefill times the prompt through a fresh cache, as generation prefills
-// it, until the last position's logits are on the host.
-func prefill(b backend.Backend, m *minicpm5.Model, ids []int32) (float64, error) {
+// it, until the last position's logits are on the host. It runs on the
+// backend's thread (Do), as generation does: outside it, every op of a
+// backend with its own thread (mlx) would cross threads.
+func prefill(b backend.Backend, m *minicpm5.Model, ids []int32) (sec float64, err error) {
 	cache := m.NewCache()
 	defer func() {
-		for _, c := range cache {
-			c.Release()
-		}
+		_ = b.Do(func() error {
+			for _, c := range cache {
+				c.Release()
+			}
+			return nil
+		})
 	}()
 	t0 := time.Now()
-	logits, err := m.PrefillLast(ids, cache, 2048)
-	if err != nil {
-		return 0, err
-	}
-	defer b.Release(logits)
-	if _, err := b.ToHost(logits); err != nil {
-		return 0, err
-	}
-	return time.Since(t0).Seconds(), nil
+	err = b.Do(func() (err error) {
+		defer backend.Recover(&err)
+		logits, err := m.PrefillLast(ids, cache, 2048)
+		if err != nil {
+			return err
+		}
+		defer b.Release(logits)
+		_, err = b.ToHost(logits)
+		return err
+	})
+	return time.Since(t0).Seconds(), err
 }
 
 func repName(r, warmup, reps int) string {
