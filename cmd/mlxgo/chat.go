@@ -200,6 +200,10 @@ func (s *session) turn(user string, w io.Writer) error {
 		s.dropCache()
 		return err
 	}
+	if len(ids) == 0 {
+		s.dropCache()
+		return errors.New("the conversation renders to no tokens")
+	}
 	vocab := s.m.Config().VocabSize
 	for i, id := range ids {
 		if int(id) >= vocab {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,6 +37,9 @@ func cmdConform(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print every result as JSON instead of the table")
 	verbose := fs.Bool("verbose", false, "print every failing output, not only the summary")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -25,7 +25,7 @@ other tensor type is an error naming the tensor.
 
 Examples:
   mlxgo convert --gguf SmolLM2-135M-Instruct.Q4_1.gguf --out smollm2-mlx
-  mlxgo generate --model smollm2-mlx --prompt-ids 1,2,3
+  mlxgo generate --model smollm2-mlx --prompt "What is the capital of France?"
   mlxgo convert --gguf model.Q4_K_M.gguf --out model-mlx --requantize --bits 4 --group-size 64
 
 Flags:

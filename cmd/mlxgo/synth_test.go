@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/checkpoint"
-	"github.com/mlxgo/mlxgo/synth/gguf"
+	"github.com/mlxgo/mlxgo/gguf"
 )
 
 func TestParseSynthFlags(t *testing.T) {
@@ -69,9 +69,11 @@ func TestCmdSynth(t *testing.T) {
 	if code := run([]string{"synth", "--preset", "tiny", "--format", "gguf", "--out", g}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if _, err := gguf.Read(g); err != nil {
+	f, err := gguf.Open(g)
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.Close()
 	if code := run([]string{"synth", "--preset", "tiny"}, &out, &errb); code != 2 {
 		t.Errorf("without --out: exit %d, want 2", code)
 	}
