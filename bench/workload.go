@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/checkpoint"
-	"github.com/mlxgo/mlxgo/synth/gguf"
+	"github.com/mlxgo/mlxgo/gguf"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -83,10 +83,11 @@ func CheckpointWeightBytes(dir string) (perToken, files int64, err error) {
 // GGUFWeightBytes returns the bytes one llama.cpp decode step reads of the
 // GGUF file at path: every tensor but token_embd, plus one of its rows.
 func GGUFWeightBytes(path string) (int64, error) {
-	f, err := gguf.Read(path)
+	f, err := gguf.Open(path)
 	if err != nil {
 		return 0, err
 	}
+	defer f.Close()
 	var n int64
 	for _, t := range f.Tensors {
 		if t.Name == "token_embd.weight" && len(t.Dims) == 2 && t.Dims[1] > 0 {

@@ -23,16 +23,17 @@ func (f fields) get(name string) (any, bool) {
 	return v, true
 }
 
+// missingRequired is the error of a required field that is missing or null.
+func (f fields) missingRequired(name string) error {
+	return f.errf(name, "missing (a required field of mlx_lm's llama ModelArgs)")
+}
+
 func (f fields) reqInt(name string) (int, error) {
-	v, ok := f.get(name)
-	if !ok {
-		return 0, f.errf(name, "missing (a required field of mlx_lm's llama ModelArgs)")
+	i, ok, err := f.optInt(name, 0)
+	if err == nil && !ok {
+		err = f.missingRequired(name)
 	}
-	i, ok := asInt(v)
-	if !ok {
-		return 0, f.errf(name, "want an integer, got %s", kind(v))
-	}
-	return i, nil
+	return i, err
 }
 
 // optInt returns def when name is missing or null.
@@ -49,15 +50,11 @@ func (f fields) optInt(name string, def int) (int, bool, error) {
 }
 
 func (f fields) reqFloat(name string) (float64, error) {
-	v, ok := f.get(name)
-	if !ok {
-		return 0, f.errf(name, "missing (a required field of mlx_lm's llama ModelArgs)")
+	x, ok, err := f.optFloat(name, 0)
+	if err == nil && !ok {
+		err = f.missingRequired(name)
 	}
-	x, ok := asFloat(v)
-	if !ok {
-		return 0, f.errf(name, "want a number, got %s", kind(v))
-	}
-	return x, nil
+	return x, err
 }
 
 // optFloat returns def when name is missing or null.

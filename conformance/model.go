@@ -102,19 +102,26 @@ func ReleaseModels(b backend.Backend) error {
 	return errors.Join(append(errs, err)...)
 }
 
-// model returns the case's model on b and what to call when done with it:
-// the one LoadModels loaded, or else one loaded now for this case only. It
-// runs inside Check's Backend.Do and scope, so a model loaded here has its
+// model returns the case's model on b, its prompt (input "ids", int32 [N]
+// with N >= 1) and what to call when done with the model: the one
+// LoadModels loaded, or else one loaded now for this case only. It runs
+// inside Check's Backend.Do and scope, so a model loaded here has its
 // weights in that scope and must not outlive the case.
-func model(b backend.Backend, c *Case) (*minicpm5.Model, func(), error) {
+func model(b backend.Backend, c *Case, a *Arrays) (*minicpm5.Model, []int32, func(), error) {
+	ids, err := a.Input("ids")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if ids.DType != tensor.I32 || len(ids.Shape) != 1 || ids.Shape[0] < 1 {
+		return nil, nil, nil, fmt.Errorf("case %s: input ids is %v %v, want int32 [N] with N >= 1", c.Name, ids.DType, ids.Shape)
+	}
 	k := keyOf(b, c)
 	loaded.Lock()
 	m, ok := loaded.m[k]
 	loaded.Unlock()
 	if !ok {
-		var err error
 		if m, err = minicpm5.Load(b, k.dir); err != nil {
-			return nil, nil, fmt.Errorf("case %s: loading checkpoint: %w", c.Name, err)
+			return nil, nil, nil, fmt.Errorf("case %s: loading checkpoint: %w", c.Name, err)
 		}
 	}
 	done := func() {
@@ -125,25 +132,13 @@ func model(b backend.Backend, c *Case) (*minicpm5.Model, func(), error) {
 	want, err := tensor.ParseDType(c.DType)
 	if err != nil {
 		done()
-		return nil, nil, fmt.Errorf("case %s: dtype: %w", c.Name, err)
+		return nil, nil, nil, fmt.Errorf("case %s: dtype: %w", c.Name, err)
 	}
 	if m.DType() != want {
 		done()
-		return nil, nil, fmt.Errorf("case %s: dtype %s, but checkpoint %s computes in %s", c.Name, c.DType, k.dir, m.DType().MLXName())
+		return nil, nil, nil, fmt.Errorf("case %s: dtype %s, but checkpoint %s computes in %s", c.Name, c.DType, k.dir, m.DType().MLXName())
 	}
-	return m, done, nil
-}
-
-// prompt returns input "ids", int32 [N] with N >= 1.
-func prompt(c *Case, a *Arrays) ([]int32, error) {
-	ids, err := a.Input("ids")
-	if err != nil {
-		return nil, err
-	}
-	if ids.DType != tensor.I32 || len(ids.Shape) != 1 || ids.Shape[0] < 1 {
-		return nil, fmt.Errorf("case %s: input ids is %v %v, want int32 [N] with N >= 1", c.Name, ids.DType, ids.Shape)
-	}
-	return ids.Int32s(), nil
+	return m, ids.Int32s(), done, nil
 }
 
 func releaseCache(cache []nn.KVCache) {
@@ -155,15 +150,11 @@ func releaseCache(cache []nn.KVCache) {
 // runPrefill: the prompt through a fresh cache in chunks of
 // prefill_step_size, every position's logits [N, V].
 func runPrefill(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense, error) {
-	m, done, err := model(b, c)
+	m, ids, done, err := model(b, c, a)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	ids, err := prompt(c, a)
-	if err != nil {
-		return nil, err
-	}
 	step, err := c.Int("prefill_step_size")
 	if err != nil {
 		return nil, err
@@ -181,15 +172,11 @@ func runPrefill(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense
 // layer ("h.0", ...), after the final norm ("norm") and the logits, each
 // [N, ·].
 func runHidden(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense, error) {
-	m, done, err := model(b, c)
+	m, ids, done, err := model(b, c, a)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	ids, err := prompt(c, a)
-	if err != nil {
-		return nil, err
-	}
 	n := len(ids)
 	out, err := m.Forward(b.FromHost(tensor.FromInt32(tensor.Shape{1, n}, ids)), nil, minicpm5.ForwardOptions{CaptureHidden: true})
 	if err != nil {
@@ -213,15 +200,11 @@ func runHidden(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense,
 // dtype [steps, V], and tokens [steps] — the last prompt token, then our
 // argmax of each step but the last (what a free-running decode would feed).
 func runDecode(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense, error) {
-	m, done, err := model(b, c)
+	m, ids, done, err := model(b, c, a)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	ids, err := prompt(c, a)
-	if err != nil {
-		return nil, err
-	}
 	step, err := c.Int("prefill_step_size")
 	if err != nil {
 		return nil, err
@@ -273,7 +256,7 @@ func runDecode(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense,
 			if err != nil {
 				return nil, err
 			}
-			tokens = append(tokens, int32(argmax(h.ToFloat64())))
+			tokens = append(tokens, int32(generate.Argmax(h.ToFloat32()))) // lp is bf16, f16 or f32: exact in float32
 		}
 	}
 	out, err := host(b, map[string]backend.Array{
@@ -291,15 +274,11 @@ func runDecode(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense,
 // max_tokens tokens, prefill in chunks of prefill_step_size, no stop tokens
 // (generate_step has none); output "tokens" in the dtype the oracle stored.
 func runGreedy(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense, error) {
-	m, done, err := model(b, c)
+	m, ids, done, err := model(b, c, a)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	ids, err := prompt(c, a)
-	if err != nil {
-		return nil, err
-	}
 	step, err := c.Int("prefill_step_size")
 	if err != nil {
 		return nil, err
@@ -347,16 +326,4 @@ func cacheState(cache []nn.KVCache) []backend.Array {
 		out = append(out, c.State()...)
 	}
 	return out
-}
-
-// argmax is the index of the largest value, the smallest index on ties
-// (mx.argmax).
-func argmax(x []float64) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }

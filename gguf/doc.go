@@ -1,5 +1,8 @@
 // Package gguf reads GGUF files (versions 2 and 3, little-endian), the
-// format of llama.cpp, and converts their tensors to MLX's form.
+// format of llama.cpp, converts their tensors to MLX's form, and writes
+// version-3 files (Write streams tensor by tensor, so a file larger than
+// memory can be written; WriteFile and Encode take the tensors' bytes in
+// memory).
 //
 // A GGUF file is: the magic "GGUF", a uint32 version, a uint64 tensor count
 // and a uint64 metadata count; the metadata key/value pairs (a key is a

@@ -358,8 +358,10 @@ func TestErrors(t *testing.T) {
 		{"version9", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[4:], 9); return b }, []string{"version 9"}},
 		{"big-endian", func(b []byte) []byte { binary.BigEndian.PutUint32(b[4:], 3); return b }, []string{"big-endian"}},
 		{"truncated-header", func(b []byte) []byte { return b[:30] }, []string{"truncated"}},
-		{"truncated-data", func(b []byte) []byte { return b[:len(b)-10] }, []string{"tensor blk.0.w", "out of range"}},
+		// The 68 data bytes end 28 bytes of padding before the end of the file.
+		{"truncated-data", func(b []byte) []byte { return b[:len(b)-28-10] }, []string{"tensor blk.0.w", "out of range"}},
 		{"huge-count", func(b []byte) []byte { binary.LittleEndian.PutUint64(b[16:], 1<<40); return b }, []string{"metadata pairs"}},
+		{"huge-tensor-count", func(b []byte) []byte { binary.LittleEndian.PutUint64(b[8:], 1<<40); return b }, []string{"claims 1099511627776 tensors"}},
 		{"unknown-type", func(b []byte) []byte { binary.LittleEndian.PutUint32(b[typeOffset(b):], 99); return b }, []string{"tensor blk.0.w", "unknown ggml type 99"}},
 		{"offset-out-of-range", func(b []byte) []byte { binary.LittleEndian.PutUint64(b[typeOffset(b)+4:], 1<<20); return b }, []string{"tensor blk.0.w", "out of range"}},
 		{"misaligned", func(b []byte) []byte { binary.LittleEndian.PutUint64(b[typeOffset(b)+4:], 4); return b }, []string{"tensor blk.0.w", "alignment"}},

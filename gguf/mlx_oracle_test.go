@@ -8,44 +8,14 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/tensor"
 )
-
-// venvPython returns <repo>/.venv/bin/python, skipping loudly (failing
-// under MLXGO_REQUIRE_VENV=1) when it is absent.
-func venvPython(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-	py := filepath.Join(dir, ".venv", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		msg := py + " is missing (create it with `make venv`)"
-		if os.Getenv("MLXGO_REQUIRE_VENV") == "1" {
-			t.Fatal("MLXGO_REQUIRE_VENV=1 but the Python/MLX oracle is unavailable: " + msg)
-		}
-		t.Skip("!!! SKIPPING the Python/MLX oracle test: " + msg + "; set MLXGO_REQUIRE_VENV=1 to make this a failure !!!")
-	}
-	return py
-}
 
 // mxLoadScript prints, for every array mx.load makes of a GGUF file, its
 // dtype, shape and the sha256 of its little-endian bytes.
@@ -67,7 +37,7 @@ print(json.dumps(out))
 // MLX's own GGUF loader (mx.load) gives: codes, scales and biases. The one
 // difference is BF16, which mx.load converts to F16 and Convert keeps.
 func TestMatchesMLXLoader(t *testing.T) {
-	py := venvPython(t)
+	py := testenv.Python(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	randBlocks := func(typ Type, n int) []byte {
 		b := make([]byte, n*typ.BlockBytes())

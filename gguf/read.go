@@ -7,6 +7,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/mlxgo/mlxgo/internal/mmap"
 )
 
 // Magic is the four bytes every GGUF file starts with.
@@ -95,15 +97,13 @@ func Open(path string) (*File, error) {
 	if st.Size() > math.MaxInt {
 		return nil, fmt.Errorf("gguf %s: file of %d bytes is too large", path, st.Size())
 	}
-	buf, unmap, err := mapFile(fh, int(st.Size()))
+	buf, unmap, err := mmap.Map(fh, int(st.Size()))
 	if err != nil {
 		return nil, fmt.Errorf("gguf %s: mapping: %w", path, err)
 	}
 	f, err := parse(path, buf)
 	if err != nil {
-		if unmap != nil {
-			unmap(buf)
-		}
+		unmap(buf)
 		return nil, err
 	}
 	f.unmap = unmap
@@ -121,7 +121,7 @@ func (f *File) Close() error {
 	}
 	var err error
 	if f.unmap != nil {
-		err = f.unmap(f.buf)
+		err = f.unmap(f.buf) // nil for a File from Parse
 	}
 	f.buf, f.unmap = nil, nil
 	if err != nil {

@@ -1,6 +1,9 @@
 package gguf
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Type is a ggml tensor type (enum ggml_type).
 type Type uint32
@@ -75,6 +78,29 @@ func (t Type) BlockSize() int { return typeInfo[t].block }
 
 // BlockBytes returns the bytes per block (0 for an unknown type).
 func (t Type) BlockBytes() int { return typeInfo[t].size }
+
+// Bytes returns the data size of a tensor of type t with dims (GGUF order,
+// innermost first): ne[0] must be a multiple of the block size and the
+// product must not overflow.
+func (t Type) Bytes(dims []uint64) (uint64, error) {
+	if !t.Known() {
+		return 0, fmt.Errorf("unknown ggml type %d", uint32(t))
+	}
+	if len(dims) == 0 {
+		return 0, fmt.Errorf("%s tensor with no dimensions", t)
+	}
+	if bs := uint64(t.BlockSize()); dims[0]%bs != 0 {
+		return 0, fmt.Errorf("row length ne[0] = %d is not a multiple of %s's block size %d", dims[0], t, bs)
+	}
+	n := dims[0] / uint64(t.BlockSize()) * uint64(t.BlockBytes())
+	for _, d := range dims[1:] {
+		if d != 0 && n > math.MaxUint64/d {
+			return 0, fmt.Errorf("%s dimensions %v overflow", t, dims)
+		}
+		n *= d
+	}
+	return n, nil
+}
 
 // ValueType is the type tag of a metadata value (enum gguf_type).
 type ValueType uint32

@@ -4,31 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/internal/testenv"
 )
-
-// oraclePython returns the pinned oracle's interpreter, or skips (fails with
-// MLXGO_REQUIRE_VENV=1) when it is absent.
-func oraclePython(t *testing.T) string {
-	t.Helper()
-	py, err := filepath.Abs("../.venv/bin/python")
-	if err == nil {
-		if _, err = os.Stat(py); err == nil {
-			return py
-		}
-	}
-	if os.Getenv("MLXGO_REQUIRE_VENV") == "1" {
-		t.Fatalf("oracle virtualenv missing (%v); run `make venv`", err)
-	}
-	t.Skipf("SKIPPED: oracle virtualenv missing (%v); run `make venv` to check RoPE against mlx_lm", err)
-	return ""
-}
 
 // ropeCase is one initialize_rope call and the (L, offset) pairs it is
 // applied at.
@@ -104,7 +86,7 @@ func scalingFromJSON(t *testing.T, c ropeCase) *checkpoint.RopeScaling {
 }
 
 func TestRoPEAgainstMLXLM(t *testing.T) {
-	py := oraclePython(t)
+	py := testenv.Python(t)
 	longFactor := make([]float64, 16)
 	for i := range longFactor {
 		longFactor[i] = 1 + 0.37*float64(i)

@@ -8,13 +8,13 @@ import (
 	"math/rand/v2"
 	"strconv"
 
-	"github.com/mlxgo/mlxgo/synth/gguf"
+	"github.com/mlxgo/mlxgo/gguf"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // ggufTensor is one tensor of the GGUF twin and how its values are made.
 type ggufTensor struct {
-	info gguf.TensorInfo
+	info gguf.WriteTensor
 	mod  *Module // quantized or float weight; nil for norms
 	norm string  // the MLX name of the norm whose values it copies
 }
@@ -39,10 +39,10 @@ func (s Spec) ggufTensors() []ggufTensor {
 		case 8:
 			t = gguf.Q8_0
 		}
-		return ggufTensor{info: gguf.TensorInfo{Name: m.GGUF + ".weight", Dims: []uint64{uint64(m.In), uint64(m.Out)}, Type: t}, mod: m}
+		return ggufTensor{info: gguf.WriteTensor{Name: m.GGUF + ".weight", Dims: []uint64{uint64(m.In), uint64(m.Out)}, Type: t}, mod: m}
 	}
 	norm := func(name, mlxName string) ggufTensor {
-		return ggufTensor{info: gguf.TensorInfo{Name: name, Dims: []uint64{uint64(s.Hidden)}, Type: gguf.F32}, norm: mlxName}
+		return ggufTensor{info: gguf.WriteTensor{Name: name, Dims: []uint64{uint64(s.Hidden)}, Type: gguf.F32}, norm: mlxName}
 	}
 	ts := []ggufTensor{lin("model.embed_tokens")}
 	for i := range s.Layers {
@@ -71,8 +71,8 @@ func (s Spec) GGUFMetadata() []gguf.KV {
 		fileType = 1 // MOSTLY_F16
 	}
 	tokens := make([]string, s.Vocab)
-	scores := make([]float64, s.Vocab)
-	types := make([]int64, s.Vocab)
+	scores := make([]float32, s.Vocab)
+	types := make([]int32, s.Vocab)
 	for i := range tokens {
 		switch {
 		case i == 0:
@@ -85,7 +85,7 @@ func (s Spec) GGUFMetadata() []gguf.KV {
 			tokens[i], types[i] = fmt.Sprintf("<0x%02X>", i-3), 6 // BYTE
 		default:
 			tokens[i], types[i] = "t"+strconv.Itoa(i), 1 // NORMAL
-			scores[i] = -float64(i)
+			scores[i] = -float32(i)
 		}
 	}
 	u := func(v int) gguf.Value { return gguf.U32(uint32(v)) }
@@ -104,8 +104,8 @@ func (s Spec) GGUFMetadata() []gguf.KV {
 		{Key: "llama.attention.key_length", Value: u(s.HeadDim)},
 		{Key: "llama.attention.value_length", Value: u(s.HeadDim)},
 		{Key: "llama.rope.dimension_count", Value: u(s.HeadDim)},
-		{Key: "llama.rope.freq_base", Value: gguf.F32v(float32(s.RopeTheta))},
-		{Key: "llama.attention.layer_norm_rms_epsilon", Value: gguf.F32v(float32(s.RMSNormEps))},
+		{Key: "llama.rope.freq_base", Value: gguf.F32Value(float32(s.RopeTheta))},
+		{Key: "llama.attention.layer_norm_rms_epsilon", Value: gguf.F32Value(float32(s.RMSNormEps))},
 		{Key: "llama.vocab_size", Value: u(s.Vocab)},
 		{Key: "tokenizer.ggml.model", Value: gguf.Str("llama")},
 		{Key: "tokenizer.ggml.tokens", Value: gguf.Strs(tokens)},
@@ -114,7 +114,7 @@ func (s Spec) GGUFMetadata() []gguf.KV {
 		{Key: "tokenizer.ggml.unknown_token_id", Value: gguf.U32(0)},
 		{Key: "tokenizer.ggml.bos_token_id", Value: gguf.U32(1)},
 		{Key: "tokenizer.ggml.eos_token_id", Value: gguf.U32(2)},
-		{Key: "tokenizer.ggml.add_bos_token", Value: gguf.BoolV(true)},
+		{Key: "tokenizer.ggml.add_bos_token", Value: gguf.BoolValue(true)},
 	}
 }
 
@@ -132,7 +132,8 @@ func WriteGGUF(path string, s Spec, progress io.Writer) error {
 		return fmt.Errorf("synth: vocab %d: the GGUF twin's vocabulary needs at least 259 tokens (3 special, 256 bytes)", s.Vocab)
 	}
 	ts := s.ggufTensors()
-	infos := make([]gguf.TensorInfo, len(ts))
+	infos := make([]gguf.WriteTensor, len(ts))
+	sizes := make([]int64, len(ts))
 	var total int64
 	for i, t := range ts {
 		infos[i] = t.info
@@ -140,7 +141,8 @@ func WriteGGUF(path string, s Spec, progress io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("synth: gguf tensor %s: %w", t.info.Name, err)
 		}
-		total += int64(n)
+		sizes[i] = int64(n)
+		total += sizes[i]
 	}
 	p := newProgress(progress, "gguf", total)
 	buf := make([]byte, 1<<20)
@@ -149,7 +151,7 @@ func WriteGGUF(path string, s Spec, progress io.Writer) error {
 		if err := s.writeGGUFTensor(w, t, buf); err != nil {
 			return err
 		}
-		p.add(int64(infos[i].Size), t.info.Name)
+		p.add(sizes[i], t.info.Name)
 		return nil
 	})
 }

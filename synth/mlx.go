@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+
+	"github.com/mlxgo/mlxgo/internal/atomicfile"
 )
 
 // Config returns the config.json mlx_lm's save_config would write for the
@@ -164,32 +166,9 @@ func writeTokenizer(w *bufio.Writer, vocab int) error {
 }
 
 // writeFile writes path through a temporary file renamed into place.
-func writeFile(path string, fill func(w *bufio.Writer) error) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("synth: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	if err = fill(w); err != nil {
+func writeFile(path string, fill func(w *bufio.Writer) error) error {
+	if err := atomicfile.Write(path, fill); err != nil {
 		return fmt.Errorf("synth: %s: %w", path, err)
-	}
-	if err = w.Flush(); err != nil {
-		return fmt.Errorf("synth: %s: %w", path, err)
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("synth: %w", err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("synth: %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("synth: %w", err)
 	}
 	return nil
 }

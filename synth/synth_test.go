@@ -11,7 +11,8 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/checkpoint"
-	"github.com/mlxgo/mlxgo/synth/gguf"
+	"github.com/mlxgo/mlxgo/gguf"
+	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -195,13 +196,7 @@ func TestWriteMLXOpens(t *testing.T) {
 
 // mlx_lm.load accepts the directory as it is and runs it to finite logits.
 func TestMLXLMLoads(t *testing.T) {
-	py := filepath.Join("..", ".venv", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("MLXGO_REQUIRE_VENV") == "1" {
-			t.Fatalf("%s is missing and MLXGO_REQUIRE_VENV=1 (run make venv)", py)
-		}
-		t.Skipf("SKIPPED: %s is missing, so mlx_lm.load is not checked (run make venv)", py)
-	}
+	py := testenv.Python(t)
 	dir, err := tinyDir()
 	if err != nil {
 		t.Fatal(err)
@@ -235,17 +230,18 @@ func TestGGUFTwin(t *testing.T) {
 	if err := WriteGGUF(path, s, nil); err != nil {
 		t.Fatal(err)
 	}
-	f, err := gguf.Read(path)
+	f, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close()
 	if got, want := len(f.Tensors), 2+9*3+1; got != want {
 		t.Errorf("tensors: got %d, want %d", got, want)
 	}
 	for _, c := range []struct {
 		name string
 		dims []uint64
-		typ  gguf.TensorType
+		typ  gguf.Type
 	}{
 		{"token_embd.weight", []uint64{128, 1000}, gguf.Q4_0},
 		{"blk.0.attn_q.weight", []uint64{128, 512}, gguf.Q4_0},
@@ -265,21 +261,16 @@ func TestGGUFTwin(t *testing.T) {
 	}
 	for key, want := range map[string]int64{"llama.embedding_length": 128, "llama.block_count": 3, "llama.attention.head_count": 16,
 		"llama.attention.head_count_kv": 2, "llama.attention.key_length": 32, "llama.feed_forward_length": 384} {
-		if v, ok := f.Get(key); !ok || v.Int != want {
-			t.Errorf("%s: got %+v (present %v), want %d", key, v, ok, want)
+		if v, ok, err := f.Int(key); !ok || err != nil || v != want {
+			t.Errorf("%s: got %d (present %v, error %v), want %d", key, v, ok, err, want)
 		}
 	}
-	if v, _ := f.Get("tokenizer.ggml.tokens"); len(v.Strings) != 1000 || v.Strings[3+10] != "<0x0A>" {
-		t.Errorf("tokens: %d of them, token 13 %q; want 1000 and <0x0A>", len(v.Strings), v.Strings[13])
-	}
-
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	if v, _, err := f.Strings("tokenizer.ggml.tokens"); err != nil || len(v) != 1000 || v[3+10] != "<0x0A>" {
+		t.Fatalf("tokens: %d of them (error %v); want 1000 with token 13 <0x0A>", len(v), err)
 	}
 	data := func(name string) []byte {
 		ti, _ := f.Tensor(name)
-		return raw[f.DataOffset+ti.Offset : f.DataOffset+ti.Offset+ti.Size]
+		return f.Data(ti)
 	}
 	ck, err := checkpoint.Open(mlxDir)
 	if err != nil {

@@ -11,37 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// venvPython returns the oracle interpreter, /<repo root>/.venv/bin/python.
-// When it is absent the test is skipped loudly, or fails when
-// MLXGO_REQUIRE_VENV=1 (as `make test` sets).
-func venvPython(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-	py := filepath.Join(dir, ".venv", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		msg := py + " is missing (create it with `make venv`)"
-		if os.Getenv("MLXGO_REQUIRE_VENV") == "1" {
-			t.Fatal("MLXGO_REQUIRE_VENV=1 but the Python/MLX oracle is unavailable: " + msg)
-		}
-		t.Skip("!!! SKIPPING the Python/MLX oracle test: " + msg + "; set MLXGO_REQUIRE_VENV=1 to make this a failure !!!")
-	}
-	return py
-}
+	"github.com/mlxgo/mlxgo/internal/testenv"
+)
 
 // runPython runs script with args and returns its stdout.
 func runPython(t *testing.T, py, script string, args ...string) []byte {
@@ -122,7 +94,7 @@ print(json.dumps({"checked": checked, "errors": errors}))
 
 // Go writes, numpy's safetensors loader and MLX read back bit for bit.
 func TestPythonReadsGoFiles(t *testing.T) {
-	py := venvPython(t)
+	py := testenv.Python(t)
 	dir := t.TempDir()
 	specials := []float32{0, float32(math.Copysign(0, -1)), 1, -2.5, float32(math.Inf(1)), float32(math.Inf(-1)),
 		float32(math.NaN()), math.Float32frombits(1), math.MaxFloat32, 65504, 1e-6}
@@ -268,7 +240,7 @@ print(json.dumps({"n": int(src_bits.size)}))
 // MLX writes (unpadded header, unaligned offsets, bf16); Go reads bit for bit.
 // The same run checks Float32ToBF16/F16 and the widenings against MLX's astype.
 func TestPythonMLXWritesGoReads(t *testing.T) {
-	py := venvPython(t)
+	py := testenv.Python(t)
 	dir := t.TempDir()
 	var res struct {
 		N int `json:"n"`

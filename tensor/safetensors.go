@@ -9,10 +9,12 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"unsafe"
+
+	"github.com/mlxgo/mlxgo/internal/atomicfile"
+	"github.com/mlxgo/mlxgo/internal/mmap"
 )
 
 // MaxHeaderLen bounds a safetensors JSON header, as the Rust safetensors crate
@@ -84,7 +86,7 @@ func OpenSafetensors(path string) (*SafetensorsFile, error) {
 	if size > math.MaxInt {
 		return nil, fileErr(path, "file of %d bytes is too large to map", size)
 	}
-	mapped, unmap, err := mapFile(f, int(size))
+	mapped, unmap, err := mmap.Map(f, int(size))
 	if err != nil {
 		return nil, fileErr(path, "mapping file: %v", err)
 	}
@@ -462,35 +464,18 @@ func WriteSafetensors(path string, names []string, tensors []*Dense, metadata ma
 		hdr.WriteByte(' ')
 	}
 
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("safetensors %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+	err = atomicfile.Write(path, func(w *bufio.Writer) error {
+		var lenBuf [8]byte
+		binary.LittleEndian.PutUint64(lenBuf[:], uint64(hdr.Len()))
+		w.Write(lenBuf[:])
+		w.Write(hdr.Bytes())
+		for _, t := range tensors {
+			w.Write(t.Data)
 		}
-	}()
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	var lenBuf [8]byte
-	binary.LittleEndian.PutUint64(lenBuf[:], uint64(hdr.Len()))
-	w.Write(lenBuf[:])
-	w.Write(hdr.Bytes())
-	for _, t := range tensors {
-		w.Write(t.Data)
-	}
-	if err = w.Flush(); err != nil {
+		return nil // a write error stays in w and comes back from its Flush
+	})
+	if err != nil {
 		return fmt.Errorf("safetensors %s: writing: %w", path, err)
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("safetensors %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("safetensors %s: writing: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("safetensors %s: %w", path, err)
 	}
 	return nil
 }

@@ -54,19 +54,7 @@ func TestFastPrecision(t *testing.T) {
 				if c.Op != "decode" {
 					continue
 				}
-				fed := c.array(t, "out.tokens").Int32s()
-				want := c.array(t, "out.logits").ToFloat32()
-				cache := m.NewCache()
-				logits, err := m.PrefillLast(c.ids(t), cache, c.param(t, "prefill_step_size"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := host(t, b, logits)
-				b.Release(logits)
-				for i := 1; i < len(fed); i++ {
-					got = append(got, step(t, m, cache, fed[i])...)
-				}
-				release(cache)
+				fed, got, want := forcedDecode(t, m, c)
 				for i := 0; i+1 < len(fed); i++ {
 					g, w := got[i*V:(i+1)*V], want[i*V:(i+1)*V]
 					kl := klDiv(w, g)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu"
+	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -30,10 +31,7 @@ func checkpoints(t *testing.T) []string {
 	t.Helper()
 	dirs, _ := filepath.Glob(filepath.Join(fixtureRoot, "*", "config.json"))
 	if len(dirs) == 0 {
-		if os.Getenv("MLXGO_REQUIRE_VENV") == "1" {
-			t.Fatalf("no fixture checkpoints under %s; run `make oracle`", fixtureRoot)
-		}
-		t.Skipf("SKIPPED: no fixture checkpoints under %s; run `make oracle` to check the model against mlx_lm", fixtureRoot)
+		testenv.Missing(t, "no fixture checkpoints under "+fixtureRoot+" (run `make oracle`); the model is not checked against mlx_lm")
 	}
 	for i := range dirs {
 		dirs[i] = filepath.Dir(dirs[i])

@@ -93,24 +93,33 @@ func step(t *testing.T, m *Model, cache []nn.KVCache, tok int32) []float32 {
 	return row
 }
 
-// decodeCase replays the oracle's decode case: PrefillLast gives step 0,
-// then each step feeds the oracle's token, and our argmax must name the
-// oracle's next token (its prompts were chosen with clear margins).
-func decodeCase(t *testing.T, m *Model, c *fixtureCase) {
-	b, V := m.Backend(), m.Config().VocabSize
-	fed := c.array(t, "out.tokens").Int32s()
-	want := c.array(t, "out.logits").ToFloat32()
+// forcedDecode replays the oracle's decode case c teacher-forced:
+// PrefillLast gives step 0, then each step feeds the oracle's token. It
+// returns the tokens fed, our logits and the oracle's, one row per step.
+func forcedDecode(t *testing.T, m *Model, c *fixtureCase) (fed []int32, got, want []float32) {
+	b := m.Backend()
+	fed = c.array(t, "out.tokens").Int32s()
+	want = c.array(t, "out.logits").ToFloat32()
 	cache := m.NewCache()
 	defer release(cache)
 	logits, err := m.PrefillLast(c.ids(t), cache, c.param(t, "prefill_step_size"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := host(t, b, logits)
+	got = host(t, b, logits)
 	b.Release(logits)
 	for i := 1; i < len(fed); i++ {
 		got = append(got, step(t, m, cache, fed[i])...)
 	}
+	return fed, got, want
+}
+
+// decodeCase checks the oracle's decode case (forcedDecode): the logits,
+// and that our argmax names the oracle's next token (its prompts were
+// chosen with clear margins).
+func decodeCase(t *testing.T, m *Model, c *fixtureCase) {
+	V := m.Config().VocabSize
+	fed, got, want := forcedDecode(t, m, c)
 	d := checkRows(t, m, c.Name, got, want)
 	agree := 0
 	for i := 0; i+1 < len(fed); i++ {

@@ -1,0 +1,4 @@
+// Package mmap maps a whole file read-only into memory, for the readers of
+// safetensors and GGUF files; where mmap is not wired up it reads the file
+// into an 8-byte-aligned buffer instead.
+package mmap
