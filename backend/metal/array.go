@@ -6,11 +6,13 @@ package metal
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
-	"weak"
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -22,13 +24,14 @@ import (
 type Array struct {
 	h        C.mlx_array
 	dtype    tensor.DType
-	shape    tensor.Shape
+	shape    tensor.Shape // in dims when the rank fits
 	owner    *Backend
 	borrowed bool // aliases caller memory; not counted in LiveBytes
 	released bool
 	scope    *scope // the scope that frees it; nil at the outermost level
-	id       uint64
+	id       uint64 // its ledger entry, at the outermost level
 	cleanup  runtime.Cleanup
+	dims     [4]int
 }
 
 // DType returns the element type. It stays valid after Release.
@@ -57,56 +60,89 @@ func (a *Array) nbytes() int64 {
 	return int64(a.shape.Size() * a.dtype.Size())
 }
 
-// ledger owns every live handle. It is touched on the MLX thread, except by
-// the garbage-collector safety net, which only moves a handle to the orphan
-// list (under mu); the MLX thread frees orphans at its next Eval, scope
-// Close, Release or Close.
+// ledger counts every live array and holds an entry for each one at the
+// outermost level. An array in a scope needs no entry: the scope's list keeps
+// it reachable until the scope's Close frees it, so a garbage-collector
+// cleanup could never run for it. An array at the outermost level (made with
+// no scope open, or kept out of the outermost scope) lives until Release and
+// may be forgotten: it gets an entry and a cleanup, the safety net, which
+// only moves its handle to the orphan list (under mu); the MLX thread frees
+// orphans at its next Eval, scope Close, Release or Close.
+//
+// The counters are atomic: the MLX thread changes them, the safety net
+// lowers them from the cleanup goroutine, and Stats reads them anywhere.
 type ledger struct {
+	arrays, bytes, peak, leaked atomic.Int64
+
 	mu      sync.Mutex
 	next    uint64
-	live    map[uint64]*entry
+	roots   map[uint64]root
 	orphans []C.mlx_array
-	stats   backend.Stats
 }
 
-type entry struct {
+type root struct {
 	h     C.mlx_array
 	bytes int64
-	a     weak.Pointer[Array]
 }
 
-func newLedger() *ledger { return &ledger{live: map[uint64]*entry{}} }
+func newLedger() *ledger { return &ledger{roots: map[uint64]root{}} }
 
-func (l *ledger) add(a *Array) {
+// count adds one live array of n bytes. MLX thread only (it alone raises
+// the peak).
+func (l *ledger) count(n int64) {
+	l.arrays.Add(1)
+	if v := l.bytes.Add(n); v > l.peak.Load() {
+		l.peak.Store(v)
+	}
+}
+
+// uncount removes k live arrays of n bytes in all.
+func (l *ledger) uncount(k, n int64) {
+	l.arrays.Add(-k)
+	l.bytes.Add(-n)
+}
+
+// addRoot gives a (counted, at the outermost level) an entry and arms the
+// safety net. MLX thread only.
+func (l *ledger) addRoot(a *Array) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.next++
 	a.id = l.next
-	n := a.nbytes()
-	l.live[a.id] = &entry{h: a.h, bytes: n, a: weak.Make(a)}
-	l.stats.LiveArrays++
-	l.stats.LiveBytes += n
-	l.stats.PeakBytes = max(l.stats.PeakBytes, l.stats.LiveBytes)
+	l.roots[a.id] = root{h: a.h, bytes: a.nbytes()}
+	l.mu.Unlock()
+	a.cleanup = runtime.AddCleanup(a, gcDrop, gcNote{l, a.id})
 }
 
-// drop removes id from the accounting and returns its handle (ctx nil when
-// already gone). gc says the safety net found it.
-func (l *ledger) drop(id uint64, gc bool) C.mlx_array {
+// dropRoot removes a's entry and disarms the safety net; it reports whether
+// the entry was there (it is not after freeAll). MLX thread only.
+func (l *ledger) dropRoot(a *Array) bool {
+	a.cleanup.Stop()
+	l.mu.Lock()
+	_, ok := l.roots[a.id]
+	delete(l.roots, a.id)
+	l.mu.Unlock()
+	return ok
+}
+
+type gcNote struct {
+	l  *ledger
+	id uint64
+}
+
+// gcDrop is the safety net: the array of n became unreachable without
+// Release. Its handle is queued for the MLX thread.
+func gcDrop(n gcNote) {
+	l := n.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.live[id]
+	e, ok := l.roots[n.id]
 	if !ok {
-		return C.mlx_array{}
+		return
 	}
-	delete(l.live, id)
-	l.stats.LiveArrays--
-	l.stats.LiveBytes -= e.bytes
-	if gc {
-		l.stats.LeakedByGC++
-		l.orphans = append(l.orphans, e.h)
-		return C.mlx_array{}
-	}
-	return e.h
+	delete(l.roots, n.id)
+	l.uncount(1, e.bytes)
+	l.leaked.Add(1)
+	l.orphans = append(l.orphans, e.h)
 }
 
 // freeOrphans frees the handles the safety net queued. MLX thread only.
@@ -120,33 +156,64 @@ func (l *ledger) freeOrphans() {
 	}
 }
 
-// freeAll frees every live handle and marks its Array released. MLX thread only.
+// freeAll frees the handles of every array at the outermost level (the
+// scopes must be closed first) and of the orphans. Cleanups still armed
+// find no entry afterwards. MLX thread only.
 func (l *ledger) freeAll() {
 	l.freeOrphans()
 	l.mu.Lock()
-	live := l.live
-	l.live = map[uint64]*entry{}
-	l.stats.LiveArrays, l.stats.LiveBytes = 0, 0
+	roots := l.roots
+	l.roots = map[uint64]root{}
 	l.mu.Unlock()
-	for _, e := range live {
-		if a := e.a.Value(); a != nil {
-			a.released = true
-			a.cleanup.Stop()
-		}
+	for _, e := range roots {
+		l.uncount(1, e.bytes)
 		C.mlx_array_free(e.h)
 	}
 }
 
 func (l *ledger) snapshot() backend.Stats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.stats
+	return backend.Stats{
+		LiveArrays: int(l.arrays.Load()),
+		LiveBytes:  l.bytes.Load(),
+		PeakBytes:  l.peak.Load(),
+		LeakedByGC: int(l.leaked.Load()),
+	}
 }
 
-type gcNote struct {
-	l  *ledger
-	id uint64
+// handles is a growable buffer of handles in C memory, which cgo calls take
+// without checking it for Go pointers. MLX thread only.
+type handles struct {
+	p *C.mlx_array
+	s []C.mlx_array // the buffer, len = capacity
 }
+
+// reserve makes room for n handles and returns the buffer's address (which
+// changes when it grows; the contents are not kept).
+func (h *handles) reserve(n int) *C.mlx_array {
+	if n > len(h.s) {
+		h.free()
+		n = max(n, 2*len(h.s), 8)
+		h.p = (*C.mlx_array)(C.calloc(C.size_t(n), C.sizeof_mlx_array))
+		if h.p == nil {
+			panic(&backend.OpError{Op: "mlx", Err: errors.New("out of memory")})
+		}
+		h.s = unsafe.Slice(h.p, n)
+	}
+	return h.p
+}
+
+func (h *handles) free() {
+	C.free(unsafe.Pointer(h.p))
+	h.p, h.s = nil, nil
+}
+
+// dtypes maps mlx_dtype values to tensor dtypes (Invalid where mlxgo has none).
+var dtypes = func() (t [C.MLX_COMPLEX64 + 1]tensor.DType) {
+	for k, v := range toDType {
+		t[k] = v
+	}
+	return t
+}()
 
 var toDType = map[C.mlx_dtype]tensor.DType{
 	C.MLX_BOOL: tensor.Bool, C.MLX_UINT8: tensor.U8, C.MLX_UINT16: tensor.U16, C.MLX_UINT32: tensor.U32,
@@ -173,9 +240,9 @@ func mlxDType(op string, dt tensor.DType) C.mlx_dtype {
 }
 
 // wrap makes an Array of a fresh handle h (produced by op): reads its shape
-// and dtype, puts it in the innermost open scope and in the ledger, and arms
-// the safety net. If rc reports a failure, h is freed and wrap panics with an
-// *OpError naming op and its arguments. MLX thread only.
+// and dtype (one more cgo call; ops recorded through exec get them with the
+// op) and adopts it. If rc reports a failure, h is freed and wrap panics
+// with an *OpError naming op and its arguments. MLX thread only.
 func (b *Backend) wrap(op string, rc C.int, h C.mlx_array, args ...backend.Array) *Array {
 	return b.wrapAs(op, rc, h, false, args)
 }
@@ -192,22 +259,37 @@ func (b *Backend) wrapAs(op string, rc C.int, h C.mlx_array, borrowed bool, args
 		C.mlx_array_free(h)
 		panic(b.opError(op, args))
 	}
-	dtype, ok := toDType[C.mlx_dtype(dt)]
-	if !ok {
+	return b.adopt(op, h, int(ndim), &dims, dt, borrowed, args)
+}
+
+// adopt makes an Array of the fresh handle h with the given rank, dimensions
+// and mlx_dtype, counts it and puts it in the innermost open scope, or at
+// the outermost level with an entry and the safety net. MLX thread only.
+func (b *Backend) adopt(op string, h C.mlx_array, ndim int, dims *[C.MLXGO_MAX_DIMS]C.int, dt C.int, borrowed bool, args []backend.Array) *Array {
+	var dtype tensor.DType
+	if dt >= 0 && int(dt) < len(dtypes) {
+		dtype = dtypes[dt]
+	}
+	if dtype == tensor.Invalid {
 		C.mlx_array_free(h)
-		panic(backend.Errorf(op, args, "MLX produced dtype %d, which mlxgo has no name for", int(dt)))
+		panic(backend.Errorf(op, slices.Clone(args), "MLX produced dtype %d, which mlxgo has no name for", int(dt)))
 	}
-	shape := make(tensor.Shape, int(ndim))
-	for i := range shape {
-		shape[i] = int(dims[i])
+	a := &Array{h: h, dtype: dtype, owner: b, borrowed: borrowed}
+	if ndim <= len(a.dims) {
+		a.shape = a.dims[:ndim:ndim]
+	} else {
+		a.shape = make(tensor.Shape, ndim)
 	}
-	a := &Array{h: h, dtype: dtype, shape: shape, owner: b, borrowed: borrowed}
-	b.ledger.add(a)
-	a.cleanup = runtime.AddCleanup(a, func(n gcNote) { n.l.drop(n.id, true) }, gcNote{b.ledger, a.id})
+	for i := range a.shape {
+		a.shape[i] = int(dims[i])
+	}
+	b.ledger.count(a.nbytes())
 	if n := len(b.scopes); n > 0 {
 		s := b.scopes[n-1]
 		a.scope = s
 		s.arrays = append(s.arrays, a)
+	} else {
+		b.ledger.addRoot(a)
 	}
 	return a
 }
@@ -225,33 +307,55 @@ func (b *Backend) release(a *Array) {
 		return
 	}
 	a.released = true
-	a.cleanup.Stop()
-	a.scope = nil
-	if h := b.ledger.drop(a.id, false); h.ctx != nil {
-		C.mlx_array_free(h)
+	if a.scope == nil && !b.ledger.dropRoot(a) {
+		return // freed by freeAll
 	}
+	a.scope = nil
+	b.ledger.uncount(1, a.nbytes())
+	C.mlx_array_free(a.h)
 }
 
 // use checks that every x is a live array of b and returns them. A nil,
 // released or foreign array panics with an *OpError naming op.
 func (b *Backend) use(op string, xs ...backend.Array) []*Array {
 	out := make([]*Array, len(xs))
-	for i, x := range xs {
-		a, ok := x.(*Array)
-		switch {
-		case x == nil || (ok && a == nil):
-			panic(backend.Errorf(op, xs, "argument %d is nil", i))
-		case !ok:
-			panic(backend.Errorf(op, xs, "argument %d is a %T, not an array of this mlx backend", i, x))
-		case a.owner != b:
-			panic(backend.Errorf(op, xs, "argument %d belongs to another backend", i))
-		case a.released:
-			panic(backend.Errorf(op, xs, "argument %d was released", i))
-		}
-		out[i] = a
+	for i := range xs {
+		out[i] = b.arg(op, xs, i)
 	}
 	return out
 }
+
+// arg checks that args[i] is a live array of b and returns it; a nil,
+// released or foreign array panics with an *OpError naming op. It does not
+// allocate (args stays on the caller's stack) unless it panics.
+func (b *Backend) arg(op string, args []backend.Array, i int) *Array {
+	a, ok := args[i].(*Array)
+	if ok && a != nil && a.owner == b && !a.released {
+		return a
+	}
+	panic(b.badArg(op, slices.Clone(args), i))
+}
+
+func (b *Backend) badArg(op string, xs []backend.Array, i int) *backend.OpError {
+	x := xs[i]
+	a, ok := x.(*Array)
+	switch {
+	case x == nil || (ok && a == nil):
+		return backend.Errorf(op, xs, "argument %d is nil", i)
+	case !ok:
+		return backend.Errorf(op, xs, "argument %d is a %T, not an array of this mlx backend", i, x)
+	case a.owner != b:
+		return backend.Errorf(op, xs, "argument %d belongs to another backend", i)
+	default:
+		return backend.Errorf(op, xs, "argument %d was released", i)
+	}
+}
+
+// here reports whether the caller may call MLX inline: the backend is open
+// and this is its MLX thread. Every entry point checks it first and, when
+// false, hands itself to the MLX thread through do (which also reports a
+// closed backend or an exited thread).
+func (b *Backend) here() bool { return !b.closed && b.w.here() }
 
 // do checks that b is open and runs fn on the MLX thread.
 func (b *Backend) do(op string, fn func()) {
@@ -372,22 +476,25 @@ func (b *Backend) eval(op string, async bool, arrays []backend.Array) (err error
 // Release frees arrays now. Nil and already-released arrays are skipped;
 // another backend's array panics.
 func (b *Backend) Release(arrays ...backend.Array) {
-	b.do("Release", func() {
-		for _, x := range arrays {
-			if x == nil {
-				continue
-			}
-			a, ok := x.(*Array)
-			switch {
-			case ok && a == nil:
-			case !ok || a.owner != b:
-				panic(backend.Errorf("Release", []backend.Array{x}, "not an array of this mlx backend"))
-			default:
-				b.release(a)
-			}
+	if !b.here() {
+		arrays := slices.Clone(arrays) // the caller's slice stays on its stack
+		b.do("Release", func() { b.Release(arrays...) })
+		return
+	}
+	for _, x := range arrays {
+		if x == nil {
+			continue
 		}
-		b.ledger.freeOrphans()
-	})
+		a, ok := x.(*Array)
+		switch {
+		case ok && a == nil:
+		case !ok || a.owner != b:
+			panic(backend.Errorf("Release", []backend.Array{x}, "not an array of this mlx backend"))
+		default:
+			b.release(a)
+		}
+	}
+	b.ledger.freeOrphans()
 }
 
 // Stats reports live arrays (borrowed ones included), the bytes their shapes
@@ -415,14 +522,13 @@ func checkShape(op string, shape tensor.Shape, dt tensor.DType) {
 // Zeros returns an array of zeros.
 func (b *Backend) Zeros(shape tensor.Shape, dt tensor.DType) backend.Array {
 	checkShape("Zeros", shape, dt)
-	var out *Array
-	b.do("Zeros", func() {
-		s := cints(shape)
-		var h C.mlx_array
-		rc := C.mlx_zeros(&h, ptr(s), C.size_t(len(s)), mlxDType("Zeros", dt), b.s)
-		out = b.wrap("Zeros", rc, h)
-	})
-	return out
+	if !b.here() {
+		return b.away("Zeros", func() backend.Array { return b.Zeros(shape, dt) })
+	}
+	c := b.begin(C.MLXGO_OP_ZEROS)
+	c.i0 = C.int(mlxDType("Zeros", dt))
+	b.ints("Zeros", &c.v0, shape)
+	return b.exec("Zeros")
 }
 
 // Full returns an array filled with v converted to dt as MLX's full does
@@ -459,15 +565,21 @@ type scope struct {
 
 // Scope opens a scope nested in the innermost open one.
 func (b *Backend) Scope() backend.Scope {
-	var s *scope
-	b.do("Scope", func() {
-		s = &scope{b: b}
-		if n := len(b.scopes); n > 0 {
-			s.parent = b.scopes[n-1]
-			s.depth = s.parent.depth + 1
-		}
-		b.scopes = append(b.scopes, s)
-	})
+	if !b.here() {
+		var s backend.Scope
+		b.do("Scope", func() { s = b.Scope() })
+		return s
+	}
+	s := &scope{b: b}
+	if n := len(b.scopes); n > 0 {
+		s.parent = b.scopes[n-1]
+		s.depth = s.parent.depth + 1
+	}
+	if n := len(b.spare); n > 0 {
+		s.arrays = b.spare[n-1]
+		b.spare = b.spare[:n-1]
+	}
+	b.scopes = append(b.scopes, s)
 	return s
 }
 
@@ -477,23 +589,32 @@ func (b *Backend) Scope() backend.Scope {
 // array, an array of a still-open inner scope, or keeping on a closed scope
 // panics with an *OpError.
 func (s *scope) Keep(arrays ...backend.Array) backend.Array {
-	s.b.do("Keep", func() {
-		as := s.b.use("Keep", arrays...)
-		if s.closed {
-			panic(backend.Errorf("Keep", arrays, "scope is closed"))
+	b := s.b
+	if !b.here() {
+		arrays := slices.Clone(arrays)
+		b.do("Keep", func() { s.Keep(arrays...) })
+	} else {
+		for i := range arrays {
+			b.arg("Keep", arrays, i)
 		}
-		for _, a := range as {
+		if s.closed {
+			panic(backend.Errorf("Keep", slices.Clone(arrays), "scope is closed"))
+		}
+		for i := range arrays {
+			a := arrays[i].(*Array)
 			switch {
 			case a.scope == s:
 				a.scope = s.parent
 				if s.parent != nil {
 					s.parent.arrays = append(s.parent.arrays, a)
+				} else {
+					b.ledger.addRoot(a)
 				}
 			case a.scope != nil && a.scope.depth > s.depth:
-				panic(backend.Errorf("Keep", arrays, "array belongs to an inner scope that is still open"))
+				panic(backend.Errorf("Keep", slices.Clone(arrays), "array belongs to an inner scope that is still open"))
 			}
 		}
-	})
+	}
 	if len(arrays) == 0 {
 		return nil
 	}
@@ -509,27 +630,46 @@ func (s *scope) Close() {
 		return
 	}
 	b := s.b
-	b.run(func() {
-		at := -1
-		for i, o := range b.scopes {
-			if o == s {
-				at = i
-				break
-			}
+	if !b.here() {
+		b.run(s.Close)
+		return
+	}
+	at := -1
+	for i, o := range b.scopes {
+		if o == s {
+			at = i
+			break
 		}
-		if at >= 0 {
-			for len(b.scopes) > at+1 {
-				b.scopes[len(b.scopes)-1].Close()
-			}
-			b.scopes = b.scopes[:at]
+	}
+	if at >= 0 {
+		for len(b.scopes) > at+1 {
+			b.scopes[len(b.scopes)-1].Close()
 		}
-		for _, a := range s.arrays {
-			if a.scope == s {
-				b.release(a)
-			}
+		b.scopes = b.scopes[:at]
+	}
+	// Free the arrays still owned in one cgo call; they have no ledger
+	// entry or cleanup (see ledger).
+	b.dead.reserve(len(s.arrays))
+	hs := b.dead.s
+	var k, n int64
+	for _, a := range s.arrays {
+		if a.scope == s && !a.released {
+			a.released = true
+			a.scope = nil
+			hs[k] = a.h
+			k++
+			n += a.nbytes()
 		}
-		s.arrays = nil
-		s.closed = true
-		b.ledger.freeOrphans()
-	})
+	}
+	if k > 0 {
+		C.mlxgo_free_arrays(b.dead.p, C.size_t(k))
+		b.ledger.uncount(k, n)
+	}
+	if cap(s.arrays) > 0 {
+		clear(s.arrays)
+		b.spare = append(b.spare, s.arrays[:0])
+	}
+	s.arrays = nil
+	s.closed = true
+	b.ledger.freeOrphans()
 }

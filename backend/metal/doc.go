@@ -36,7 +36,19 @@
 // there, and ops called elsewhere are handed to it. mlx-c's default error
 // handler (which exits the process) is replaced; every MLX failure becomes a
 // Go error or an *backend.OpError panic naming the op. Arrays are freed by
-// scopes and Release on the MLX thread; a garbage-collector cleanup only
-// queues forgotten handles for that thread and counts them in
-// Stats.LeakedByGC.
+// scopes and Release on the MLX thread. Arrays at the outermost level (made
+// with no scope open, or kept out of the outermost scope) also get a
+// garbage-collector cleanup as a safety net, which only queues a forgotten
+// handle for that thread and counts it in Stats.LeakedByGC; arrays in a
+// scope need none, since the scope keeps them until its Close frees them.
+//
+// # Cost per op
+//
+// A decode step records about a thousand lazy ops, so recording one is kept
+// cheap (BenchmarkOpRecord): on the MLX thread an op checks it is there by
+// comparing goroutine identities (package internal/goroutine) rather than
+// calling C, describes itself in a per-backend struct in C memory, and makes
+// one cgo call (mlxgo_op) that records it and returns the result's shape and
+// dtype. The only Go allocation is the Array (with its shape inline up to
+// four dimensions); a scope frees its arrays in one cgo call at Close.
 package metal

@@ -10,36 +10,42 @@ import "github.com/mlxgo/mlxgo/backend"
 // builtin applies one of the functions compiled shapeless with mlx_compile
 // (mlxgo.c: silu, swiglu), compiling it on first use. The compiled function
 // and its cache live on the MLX thread.
-func (b *Backend) builtin(op string, which C.int, args ...backend.Array) *Array {
-	return b.op(op, func(res *C.mlx_array, h []C.mlx_array) C.int {
-		f := &b.silu
-		if which == C.MLXGO_FN_SWIGLU {
-			f = &b.swiglu
-		}
-		if f.ctx == nil {
-			var c C.mlx_closure // a local: cgo may not see into *b
-			if rc := C.mlxgo_compile_builtin(&c, which, b.s); rc != 0 {
-				return rc
+func (b *Backend) builtin(op string, which C.int, x, y backend.Array) backend.Array {
+	if !b.here() {
+		return b.away(op, func() backend.Array { return b.builtin(op, which, x, y) })
+	}
+	f := &b.silu
+	if which == C.MLXGO_FN_SWIGLU {
+		f = &b.swiglu
+	}
+	if f.ctx == nil {
+		var c C.mlx_closure // a local: cgo may not see into *b
+		if C.mlxgo_compile_builtin(&c, which, b.s) != 0 {
+			args := []backend.Array{x}
+			if y != nil {
+				args = append(args, y)
 			}
-			*f = c
+			panic(b.opError(op, args))
 		}
-		return C.mlxgo_apply(*f, &h[0], C.size_t(len(h)), res)
-	}, args...)
+		*f = c
+	}
+	b.begin(C.MLXGO_OP_APPLY).fn = *f
+	if which == C.MLXGO_FN_SWIGLU {
+		return b.exec(op, x, y)
+	}
+	return b.exec(op, x)
 }
 
 // RMSNorm is mx.fast.rms_norm. A nil weight means none.
 func (b *Backend) RMSNorm(x, weight backend.Array, eps float32) backend.Array {
-	args := []backend.Array{x}
-	if weight != nil {
-		args = append(args, weight)
+	if !b.here() {
+		return b.away("RMSNorm", func() backend.Array { return b.RMSNorm(x, weight, eps) })
 	}
-	return b.op("RMSNorm", func(res *C.mlx_array, h []C.mlx_array) C.int {
-		w := C.mlx_array_new()
-		if len(h) > 1 {
-			w = h[1]
-		}
-		return C.mlx_fast_rms_norm(res, h[0], w, C.float(eps), b.s)
-	}, args...)
+	b.begin(C.MLXGO_OP_RMS_NORM).f0 = C.float(eps)
+	if weight == nil {
+		return b.exec("RMSNorm", x)
+	}
+	return b.exec("RMSNorm", x, weight)
 }
 
 // RoPE is mx.fast.rope: with p.Freqs the frequencies are 1/Freqs (base
@@ -47,26 +53,26 @@ func (b *Backend) RMSNorm(x, weight backend.Array, eps float32) backend.Array {
 // offset per row (Offset.Rows, int32 [B]) the array one, as mlx_lm passes
 // them.
 func (b *Backend) RoPE(x backend.Array, p backend.RoPE, offset backend.Offset) backend.Array {
-	args := []backend.Array{x}
+	if !b.here() {
+		return b.away("RoPE", func() backend.Array { return b.RoPE(x, p, offset) })
+	}
+	code := C.int(C.MLXGO_OP_ROPE)
 	if offset.Rows != nil {
-		args = append(args, offset.Rows)
+		code = C.MLXGO_OP_ROPE_DYNAMIC
 	}
-	if p.Freqs != nil {
-		args = append(args, p.Freqs)
+	c := b.begin(code)
+	c.i0, c.b0, c.f0, c.i1 = C.int(p.Dims), C.bool(p.Traditional), C.float(p.Scale), C.int(offset.Scalar)
+	c.f1, c.b1 = C.float(p.Base), p.Freqs == nil
+	switch {
+	case offset.Rows != nil && p.Freqs != nil:
+		return b.exec("RoPE", x, offset.Rows, p.Freqs)
+	case offset.Rows != nil:
+		return b.exec("RoPE", x, offset.Rows)
+	case p.Freqs != nil:
+		return b.exec("RoPE", x, p.Freqs)
+	default:
+		return b.exec("RoPE", x)
 	}
-	return b.op("RoPE", func(res *C.mlx_array, h []C.mlx_array) C.int {
-		base := C.mlx_optional_float{value: C.float(p.Base), has_value: true}
-		freqs := C.mlx_array_new()
-		if p.Freqs != nil {
-			base = C.mlx_optional_float{}
-			freqs = h[len(h)-1]
-		}
-		dims, trad, scale := C.int(p.Dims), C.bool(p.Traditional), C.float(p.Scale)
-		if offset.Rows != nil {
-			return C.mlx_fast_rope_dynamic(res, h[0], dims, trad, base, scale, h[1], freqs, b.s)
-		}
-		return C.mlx_fast_rope(res, h[0], dims, trad, base, scale, C.int(offset.Scalar), freqs, b.s)
-	}, args...)
 }
 
 var (
@@ -78,25 +84,27 @@ var (
 // ScaledDotProductAttention is mx.fast.scaled_dot_product_attention (GQA
 // without repeating heads; no sinks; force_fused false where mlx-c has it).
 func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32, mask backend.Mask) backend.Array {
-	args := []backend.Array{q, k, v}
+	const op = "ScaledDotProductAttention"
+	var m backend.Array
 	mode := maskNone
-	switch m := mask.(type) {
+	switch mk := mask.(type) {
 	case nil, backend.NoMask:
 	case backend.CausalMask:
 		mode = maskCausal
 	case backend.ArrayMask:
-		mode = maskArray
-		args = append(args, m.A)
+		mode, m = maskArray, mk.A
 	default:
-		panic(backend.Errorf("ScaledDotProductAttention", args, "unknown mask %T", mask))
+		panic(backend.Errorf(op, []backend.Array{q, k, v}, "unknown mask %T", mask))
 	}
-	return b.op("ScaledDotProductAttention", func(res *C.mlx_array, h []C.mlx_array) C.int {
-		m := C.mlx_array_new()
-		if len(h) > 3 {
-			m = h[3]
-		}
-		return C.mlxgo_sdpa(res, h[0], h[1], h[2], C.float(scale), mode, m, b.s)
-	}, args...)
+	if !b.here() {
+		return b.away(op, func() backend.Array { return b.ScaledDotProductAttention(q, k, v, scale, mask) })
+	}
+	c := b.begin(C.MLXGO_OP_SDPA)
+	c.f0, c.str = C.float(scale), mode
+	if mode == maskArray {
+		return b.exec(op, q, k, v, m)
+	}
+	return b.exec(op, q, k, v)
 }
 
 // SwiGLU is mlx_lm's swiglu: silu(gate) * up, compiled shapeless as
@@ -129,28 +137,32 @@ func (b *Backend) Quantize(w backend.Array, groupSize, bits int) backend.Quantiz
 	return q
 }
 
-func quantArgs(op string, q backend.QuantizedArray) (C.mlx_optional_int, C.mlx_optional_int) {
+func quantArgs(op string, q backend.QuantizedArray) {
 	if q.W == nil || q.Scales == nil || q.Biases == nil {
 		panic(backend.Errorf(op, []backend.Array{q.W, q.Scales, q.Biases}, "affine quantized array needs W, Scales and Biases"))
 	}
-	return C.mlx_optional_int{value: C.int(q.GroupSize), has_value: true},
-		C.mlx_optional_int{value: C.int(q.Bits), has_value: true}
 }
 
 var modeAffine = C.CString("affine")
 
 // Dequantize is mx.dequantize (affine): output in the scales' dtype.
 func (b *Backend) Dequantize(q backend.QuantizedArray) backend.Array {
-	g, bits := quantArgs("Dequantize", q)
-	return b.op("Dequantize", func(res *C.mlx_array, h []C.mlx_array) C.int {
-		return C.mlx_dequantize(res, h[0], h[1], h[2], g, bits, modeAffine, C.mlx_array_new(), C.mlx_optional_dtype{}, b.s)
-	}, q.W, q.Scales, q.Biases)
+	quantArgs("Dequantize", q)
+	if !b.here() {
+		return b.away("Dequantize", func() backend.Array { return b.Dequantize(q) })
+	}
+	c := b.begin(C.MLXGO_OP_DEQUANTIZE)
+	c.i0, c.i1, c.str = C.int(q.GroupSize), C.int(q.Bits), modeAffine
+	return b.exec("Dequantize", q.W, q.Scales, q.Biases)
 }
 
 // QuantizedMatmul is mx.quantized_matmul (affine).
 func (b *Backend) QuantizedMatmul(x backend.Array, w backend.QuantizedArray, transpose bool) backend.Array {
-	g, bits := quantArgs("QuantizedMatmul", w)
-	return b.op("QuantizedMatmul", func(res *C.mlx_array, h []C.mlx_array) C.int {
-		return C.mlx_quantized_matmul(res, h[0], h[1], h[2], h[3], C.bool(transpose), g, bits, modeAffine, b.s)
-	}, x, w.W, w.Scales, w.Biases)
+	quantArgs("QuantizedMatmul", w)
+	if !b.here() {
+		return b.away("QuantizedMatmul", func() backend.Array { return b.QuantizedMatmul(x, w, transpose) })
+	}
+	c := b.begin(C.MLXGO_OP_QUANTIZED_MATMUL)
+	c.i0, c.i1, c.b0, c.str = C.int(w.GroupSize), C.int(w.Bits), C.bool(transpose), modeAffine
+	return b.exec("QuantizedMatmul", x, w.W, w.Scales, w.Biases)
 }

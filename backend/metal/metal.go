@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/mlxgo/mlxgo/backend"
 )
@@ -35,8 +36,15 @@ type Backend struct {
 
 	silu, swiglu C.mlx_closure // compiled lazily, shapeless
 
+	// call describes the op being recorded to mlxgo_op (C memory, so the
+	// one cgo call per op passes no Go pointer); args holds its input
+	// handles and dead the handles a closing scope frees in one call.
+	call       *C.mlxgo_call
+	args, dead handles
+
 	ledger *ledger
-	scopes []*scope // open scopes, innermost last
+	scopes []*scope   // open scopes, innermost last
+	spare  [][]*Array // array lists of closed scopes, for reuse
 	closed bool
 }
 
@@ -81,6 +89,13 @@ func New(opts backend.Options) (*Backend, error) {
 		if b.s.ctx == nil {
 			return fmt.Errorf("mlx backend: opening the %s stream: %w", b.device, takeError())
 		}
+		b.call = (*C.mlxgo_call)(C.calloc(1, C.sizeof_mlxgo_call))
+		if b.call == nil {
+			C.mlx_stream_free(b.s)
+			return errors.New("mlx backend: out of memory")
+		}
+		b.call.s = b.s
+		b.call.args = b.args.reserve(8)
 		return nil
 	})
 	if err != nil {
@@ -140,6 +155,10 @@ func (b *Backend) Close() error {
 		C.mlx_synchronize(b.s)
 		C.mlx_stream_free(b.s)
 		b.s.ctx = nil
+		C.free(unsafe.Pointer(b.call))
+		b.call = nil
+		b.args.free()
+		b.dead.free()
 		C.mlxgo_clear_error()
 	})
 	b.closed = true
@@ -218,10 +237,11 @@ func takeError() error {
 // worker is one goroutine locked to its OS thread that runs every MLX call.
 type worker struct {
 	calls chan func()
-	tid   C.uint64_t
+	g     atomic.Uintptr // curg of the worker goroutine while it runs, else 0
 	done  chan struct{}
 	// dead is set before a Goexit'ed call reports back: from then on the
-	// thread id may be reused by another thread, so do must not compare it.
+	// goroutine's identity may be reused by another one, so do must not
+	// compare it.
 	dead atomic.Bool
 }
 
@@ -229,11 +249,14 @@ func startWorker() *worker {
 	w := &worker{calls: make(chan func()), done: make(chan struct{})}
 	ready := make(chan struct{})
 	go func() {
-		defer close(w.done)
+		defer func() {
+			w.g.Store(0)
+			close(w.done)
+		}()
 		// Never unlocked: the thread ends with the goroutine, and MLX's
 		// thread-local state with it.
 		runtime.LockOSThread()
-		w.tid = C.mlxgo_self()
+		w.g.Store(curg())
 		C.mlxgo_install_error_handler()
 		close(ready)
 		for f := range w.calls {
@@ -255,7 +278,7 @@ func (w *worker) do(fn func() error) error {
 	if w.dead.Load() {
 		panic(&backend.OpError{Op: "mlx", Err: errThreadExited})
 	}
-	if C.mlxgo_self() == w.tid {
+	if w.here() {
 		return fn()
 	}
 	type result struct {
@@ -293,6 +316,10 @@ func (w *worker) do(fn func() error) error {
 	}
 	return r.err
 }
+
+// here reports whether the caller is the worker goroutine (so MLX calls may
+// run inline), without a cgo call.
+func (w *worker) here() bool { return curg() == w.g.Load() && !w.dead.Load() }
 
 // ThreadPanic carries a panic other than *backend.OpError raised on the MLX
 // thread to the goroutine that handed it the work, with the thread's stack.

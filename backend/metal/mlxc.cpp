@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -119,12 +120,65 @@ Fn& fn(const mlx_closure c) {
   return *static_cast<Fn*>(c.ctx);
 }
 
+// Array handles. Every op result lives in its own heap mx::array (mlx-c's
+// convention), made and freed once per op; the blocks are recycled through a
+// per-thread free list instead of going back to malloc each time.
+class HandleBlocks {
+ public:
+  HandleBlocks() { free_.reserve(kKeep); }
+  ~HandleBlocks() {
+    for (void* p : free_) {
+      ::operator delete(p);
+    }
+  }
+  void* get() {
+    if (free_.empty()) {
+      return ::operator new(sizeof(mx::array));
+    }
+    void* p = free_.back();
+    free_.pop_back();
+    return p;
+  }
+  void put(void* p) {
+    if (free_.size() < kKeep) {
+      free_.push_back(p);  // cannot throw below kKeep: reserved
+    } else {
+      ::operator delete(p);
+    }
+  }
+
+ private:
+  static constexpr size_t kKeep = 4096;
+  std::vector<void*> free_;
+};
+
+thread_local HandleBlocks handle_blocks;
+
+// new_handle constructs an mx::array from args in a recycled block.
+template <class... Args>
+mx::array* new_handle(Args&&... args) {
+  void* p = handle_blocks.get();
+  try {
+    return new (p) mx::array(std::forward<Args>(args)...);
+  } catch (...) {
+    handle_blocks.put(p);
+    throw;
+  }
+}
+
+void free_handle(void* ctx) {
+  if (ctx != nullptr) {
+    static_cast<mx::array*>(ctx)->~array();
+    handle_blocks.put(ctx);
+  }
+}
+
 // put stores v in *res, reusing its object when it has one.
 void put(mlx_array* res, mx::array v) {
   if (res->ctx != nullptr) {
     *static_cast<mx::array*>(res->ctx) = std::move(v);
   } else {
-    res->ctx = new mx::array(std::move(v));
+    res->ctx = new_handle(std::move(v));
   }
 }
 
@@ -325,7 +379,7 @@ mlx_array mlx_array_new(void) {
 }
 
 int mlx_array_free(mlx_array a) {
-  delete static_cast<mx::array*>(a.ctx);
+  free_handle(a.ctx);
   return 0;
 }
 
@@ -342,7 +396,7 @@ mlx_array mlx_array_new_data(const void* data, const int* shape, int dim, mlx_dt
     if (n > 0) {
       std::memcpy(buf.buffer().raw_ptr(), data, n);
     }
-    res.ctx = new mx::array(std::move(buf), std::move(sh), t);
+    res.ctx = new_handle(std::move(buf), std::move(sh), t);
   });
   return res;
 }
@@ -356,7 +410,7 @@ mlx_array mlx_array_new_data_managed_payload(
         dtor(payload);
       }
     };
-    res.ctx = new mx::array(data, shape_of(shape, size_t(dim)), to_dtype(dtype), release);
+    res.ctx = new_handle(data, shape_of(shape, size_t(dim)), to_dtype(dtype), release);
   });
   return res;
 }

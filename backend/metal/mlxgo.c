@@ -209,3 +209,120 @@ mlx_array mlxgo_borrow(void* data, const int* shape, int ndim, mlx_dtype dtype, 
 int mlxgo_memory(size_t* active, size_t* peak, size_t* cache) {
   return mlx_get_active_memory(active) || mlx_get_peak_memory(peak) || mlx_get_cache_memory(cache);
 }
+
+void mlxgo_free_arrays(const mlx_array* a, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    mlx_array_free(a[i]);
+  }
+}
+
+// record runs the MLX function of c->op into *r.
+static int record(mlxgo_call* c, mlx_array* r) {
+  const mlx_array* a = c->args;
+  const size_t n = c->nargs;
+  const mlx_stream s = c->s;
+  const mlx_array none = mlx_array_new();
+  switch (c->op) {
+    case MLXGO_OP_ADD: return mlx_add(r, a[0], a[1], s);
+    case MLXGO_OP_SUBTRACT: return mlx_subtract(r, a[0], a[1], s);
+    case MLXGO_OP_MULTIPLY: return mlx_multiply(r, a[0], a[1], s);
+    case MLXGO_OP_DIVIDE: return mlx_divide(r, a[0], a[1], s);
+    case MLXGO_OP_MAXIMUM: return mlx_maximum(r, a[0], a[1], s);
+    case MLXGO_OP_MINIMUM: return mlx_minimum(r, a[0], a[1], s);
+    case MLXGO_OP_EQUAL: return mlx_equal(r, a[0], a[1], s);
+    case MLXGO_OP_LESS: return mlx_less(r, a[0], a[1], s);
+    case MLXGO_OP_GREATER: return mlx_greater(r, a[0], a[1], s);
+    case MLXGO_OP_MATMUL: return mlx_matmul(r, a[0], a[1], s);
+    case MLXGO_OP_EXP: return mlx_exp(r, a[0], s);
+    case MLXGO_OP_LOG: return mlx_log(r, a[0], s);
+    case MLXGO_OP_NEGATIVE: return mlx_negative(r, a[0], s);
+    case MLXGO_OP_ABS: return mlx_abs(r, a[0], s);
+    case MLXGO_OP_SQRT: return mlx_sqrt(r, a[0], s);
+    case MLXGO_OP_RSQRT: return mlx_rsqrt(r, a[0], s);
+    case MLXGO_OP_SQUARE: return mlx_square(r, a[0], s);
+    case MLXGO_OP_SIGMOID: return mlx_sigmoid(r, a[0], s);
+    case MLXGO_OP_TANH: return mlx_tanh(r, a[0], s);
+    case MLXGO_OP_SIN: return mlx_sin(r, a[0], s);
+    case MLXGO_OP_COS: return mlx_cos(r, a[0], s);
+    case MLXGO_OP_ASTYPE: return mlx_astype(r, a[0], (mlx_dtype)c->i0, s);
+    case MLXGO_OP_WHERE: return mlx_where(r, a[0], a[1], a[2], s);
+    case MLXGO_OP_RESHAPE: return mlx_reshape(r, a[0], c->v0, c->n, s);
+    case MLXGO_OP_TRANSPOSE: return mlx_transpose_axes(r, a[0], c->v0, c->n, s);
+    case MLXGO_OP_SLICE: return mlx_slice(r, a[0], c->v0, c->n, c->v1, c->n, c->v2, c->n, s);
+    case MLXGO_OP_SLICE_UPDATE:
+      return mlx_slice_update(r, a[0], a[1], c->v0, c->n, c->v1, c->n, c->v2, c->n, s);
+    case MLXGO_OP_CONCATENATE: {
+      mlx_vector_array v = mlx_vector_array_new_data(a, n);
+      if (v.ctx == NULL) {
+        return 1;
+      }
+      int rc = mlx_concatenate_axis(r, v, c->i0, s);
+      mlx_vector_array_free(v);
+      return rc;
+    }
+    case MLXGO_OP_TAKE: return mlx_take_axis(r, a[0], a[1], c->i0, s);
+    case MLXGO_OP_SUM: return mlx_sum_axis(r, a[0], c->i0, c->b0, s);
+    case MLXGO_OP_MAX: return mlx_max_axis(r, a[0], c->i0, c->b0, s);
+    case MLXGO_OP_ARGMAX: return mlx_argmax_axis(r, a[0], c->i0, c->b0, s);
+    case MLXGO_OP_LOGSUMEXP: return mlx_logsumexp_axis(r, a[0], c->i0, c->b0, s);
+    case MLXGO_OP_SOFTMAX: return mlx_softmax_axis(r, a[0], c->i0, c->b0, s);
+    case MLXGO_OP_APPLY: return mlxgo_apply(c->fn, a, n, r);
+    case MLXGO_OP_RMS_NORM: return mlx_fast_rms_norm(r, a[0], n > 1 ? a[1] : none, c->f0, s);
+    case MLXGO_OP_ROPE: {
+      // i0 dims, b0 traditional, f1 base (b1: has one), f0 scale, i1 offset; a[1] freqs.
+      mlx_optional_float base = {c->f1, c->b1};
+      return mlx_fast_rope(r, a[0], c->i0, c->b0, base, c->f0, c->i1, n > 1 ? a[1] : none, s);
+    }
+    case MLXGO_OP_ROPE_DYNAMIC: {
+      // As MLXGO_OP_ROPE with a[1] the offsets and a[2] freqs.
+      mlx_optional_float base = {c->f1, c->b1};
+      return mlx_fast_rope_dynamic(r, a[0], c->i0, c->b0, base, c->f0, a[1], n > 2 ? a[2] : none, s);
+    }
+    case MLXGO_OP_SDPA: return mlxgo_sdpa(r, a[0], a[1], a[2], c->f0, c->str, n > 3 ? a[3] : none, s);
+    case MLXGO_OP_DEQUANTIZE: {
+      mlx_optional_int g = {c->i0, true}, b = {c->i1, true};
+      mlx_optional_dtype dt = {MLX_FLOAT32, false};
+      return mlx_dequantize(r, a[0], a[1], a[2], g, b, c->str, none, dt, s);
+    }
+    case MLXGO_OP_QUANTIZED_MATMUL: {
+      mlx_optional_int g = {c->i0, true}, b = {c->i1, true};
+      return mlx_quantized_matmul(r, a[0], a[1], a[2], a[3], c->b0, g, b, c->str, s);
+    }
+    case MLXGO_OP_ZEROS: return mlx_zeros(r, c->v0, c->n, (mlx_dtype)c->i0, s);
+  }
+  char msg[64];
+  snprintf(msg, sizeof msg, "mlxgo_op: unknown op code %d", c->op);
+  on_error(msg, NULL);
+  return 1;
+}
+
+int mlxgo_op(uintptr_t call) {
+  mlxgo_call* c = (mlxgo_call*)call;
+  mlx_array r = mlx_array_new();
+  c->res = mlx_array_new();
+  int rc = record(c, &r);
+  if (rc == 0 && r.ctx == NULL) {
+    on_error("the op returned an empty array", NULL);
+    rc = 1;
+  }
+  if (rc != 0) {
+    mlx_array_free(r);
+    return rc;
+  }
+  size_t nd = mlx_array_ndim(r);
+  const int* sh = mlx_array_shape(r);
+  if (nd > MLXGO_MAX_DIMS || (nd > 0 && sh == NULL)) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "the result has %zu dimensions, at most %d", nd, (int)MLXGO_MAX_DIMS);
+    on_error(msg, NULL);
+    mlx_array_free(r);
+    return 1;
+  }
+  for (size_t i = 0; i < nd; i++) {
+    c->shape[i] = sh[i];
+  }
+  c->ndim = (int)nd;
+  c->dtype = (int)mlx_array_dtype(r);
+  c->res = r;
+  return 0;
+}

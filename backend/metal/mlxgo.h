@@ -15,6 +15,49 @@ enum { MLXGO_MAX_DIMS = 32 };
 // Builtin functions compiled with mlx_compile(shapeless=true).
 enum { MLXGO_FN_SILU = 0, MLXGO_FN_SWIGLU = 1 };
 
+// Ops recorded by mlxgo_op, one code per MLX function it calls.
+enum {
+  MLXGO_OP_ADD, MLXGO_OP_SUBTRACT, MLXGO_OP_MULTIPLY, MLXGO_OP_DIVIDE, MLXGO_OP_MAXIMUM, MLXGO_OP_MINIMUM,
+  MLXGO_OP_EQUAL, MLXGO_OP_LESS, MLXGO_OP_GREATER, MLXGO_OP_MATMUL,
+  MLXGO_OP_EXP, MLXGO_OP_LOG, MLXGO_OP_NEGATIVE, MLXGO_OP_ABS, MLXGO_OP_SQRT, MLXGO_OP_RSQRT, MLXGO_OP_SQUARE,
+  MLXGO_OP_SIGMOID, MLXGO_OP_TANH, MLXGO_OP_SIN, MLXGO_OP_COS,
+  MLXGO_OP_ASTYPE, MLXGO_OP_WHERE, MLXGO_OP_RESHAPE, MLXGO_OP_TRANSPOSE, MLXGO_OP_SLICE, MLXGO_OP_SLICE_UPDATE,
+  MLXGO_OP_CONCATENATE, MLXGO_OP_TAKE, MLXGO_OP_SUM, MLXGO_OP_MAX, MLXGO_OP_ARGMAX, MLXGO_OP_LOGSUMEXP,
+  MLXGO_OP_SOFTMAX, MLXGO_OP_APPLY, MLXGO_OP_RMS_NORM, MLXGO_OP_ROPE, MLXGO_OP_ROPE_DYNAMIC, MLXGO_OP_SDPA,
+  MLXGO_OP_DEQUANTIZE, MLXGO_OP_QUANTIZED_MATMUL, MLXGO_OP_ZEROS,
+};
+
+// mlxgo_call describes one op for mlxgo_op and receives its result. The Go
+// side keeps one per backend in C memory, fills the fields the op reads
+// (see mlxgo_op) and reads res, ndim, shape and dtype back, so recording an
+// op is a single cgo call.
+typedef struct mlxgo_call {
+  int op;
+  mlx_stream s;
+  mlx_array* args;  // nargs input handles (C memory of the Go side)
+  size_t nargs;
+  size_t n;  // entries used in v0, v1, v2
+  int v0[MLXGO_MAX_DIMS], v1[MLXGO_MAX_DIMS], v2[MLXGO_MAX_DIMS];
+  int i0, i1;
+  bool b0, b1;
+  float f0, f1;
+  const char* str;
+  mlx_closure fn;
+  // Outputs.
+  mlx_array res;
+  int ndim, dtype;
+  int shape[MLXGO_MAX_DIMS];
+} mlxgo_call;
+
+// mlxgo_op records op c->op and writes its result handle (owned by the
+// caller), rank, dimensions and dtype into c. On failure it returns non-zero,
+// leaves c->res empty and the message with the error handler. c comes as an
+// integer: it is C memory, and cgo would otherwise check it for Go pointers
+// on every call.
+int mlxgo_op(uintptr_t c);
+// mlxgo_free_arrays frees n handles.
+void mlxgo_free_arrays(const mlx_array* a, size_t n);
+
 // mlxgo_self identifies the calling OS thread.
 uint64_t mlxgo_self(void);
 
