@@ -273,3 +273,11 @@ func (ArrayMask) isMask()  {}
 type AsyncEvaler interface {
 	AsyncEval(arrays ...Array) error
 }
+
+// CacheClearer is implemented by backends that keep freed buffers in a cache
+// for reuse (MLX). ClearCache returns them to the system; generation calls it
+// where mlx_lm calls mx.clear_cache (after the prompt, and every 256 tokens),
+// so that peak memory stays near what is live.
+type CacheClearer interface {
+	ClearCache()
+}

@@ -237,7 +237,20 @@ func (g *generator[C]) prefill() error {
 		}
 		p = p[n:]
 	}
+	g.clearCache()
 	return nil
+}
+
+// clearCache returns a caching backend's freed buffers to the system, as
+// generate_step calls mx.clear_cache after the prompt and every 256 tokens.
+func (g *generator[C]) clearCache() {
+	if c, ok := g.b.(backend.CacheClearer); ok {
+		_ = g.b.Do(func() (err error) {
+			defer backend.Recover(&err)
+			c.ClearCache()
+			return nil
+		})
+	}
 }
 
 // schedule builds one decode step on ids (the processors having seen the
@@ -400,6 +413,9 @@ func (g *generator[C]) run(onToken func(Token) bool) (res Result, err error) {
 		if !more {
 			res.FinishReason = FinishLength
 			return res, nil
+		}
+		if (n+1)%256 == 0 {
+			g.clearCache()
 		}
 		cur = next
 	}

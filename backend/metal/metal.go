@@ -23,6 +23,7 @@ func init() {
 var (
 	_ backend.Backend     = (*Backend)(nil)
 	_ backend.AsyncEvaler = (*Backend)(nil)
+	_ backend.CacheClearer = (*Backend)(nil)
 )
 
 // Backend runs MLX through the mlx-c API. All MLX work happens on one
