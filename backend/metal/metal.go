@@ -21,8 +21,8 @@ func init() {
 }
 
 var (
-	_ backend.Backend     = (*Backend)(nil)
-	_ backend.AsyncEvaler = (*Backend)(nil)
+	_ backend.Backend      = (*Backend)(nil)
+	_ backend.AsyncEvaler  = (*Backend)(nil)
 	_ backend.CacheClearer = (*Backend)(nil)
 )
 
