@@ -214,8 +214,16 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) backend.Ar
 				} else {
 					m32 := float32(m)
 					var s float32
-					for j := range l.n {
-						s += exp32(float32(v[l.at(o, j, i)]) - m32)
+					var buf [512]float32 // exps in batches (vector exp), summed in order
+					for j0 := 0; j0 < l.n; j0 += len(buf) {
+						c := buf[:min(len(buf), l.n-j0)]
+						for j := range c {
+							c[j] = float32(v[l.at(o, j0+j, i)]) - m32
+						}
+						kernel.ExpSlice(c, c)
+						for _, e := range c {
+							s += e
+						}
 					}
 					r = float64(float32(math.Log(float64(s))) + m32)
 				}
@@ -225,9 +233,6 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) backend.Ar
 	}
 	return b.dense(packF64(dt, shape, res))
 }
-
-// exp32 is exp in float32 as MLX's CPU kernels compute it (kernel.ExpMLX).
-func exp32(x float32) float32 { return kernel.ExpMLX(x) }
 
 // Softmax along axis, output in x's dtype (F32 for integer x, as MLX). It
 // follows MLX's CPU kernel (mlx/backend/cpu/softmax.cpp): m = max,
@@ -266,10 +271,18 @@ func (b *Backend) Softmax(x backend.Array, axis int, precise bool) backend.Array
 				// r rounds to the accumulation dtype: identity in float32.
 				m32 := float32(m)
 				var s float32
-				for j := range l.n {
-					e := r(exp32(r(float32(v[l.at(o, j, i)]) - m32)))
-					res[l.at(o, j, i)] = float64(e)
-					s = r(s + e)
+				var buf [512]float32 // exps in batches (vector exp), summed in order
+				for j0 := 0; j0 < l.n; j0 += len(buf) {
+					c := buf[:min(len(buf), l.n-j0)]
+					for j := range c {
+						c[j] = r(float32(v[l.at(o, j0+j, i)]) - m32)
+					}
+					kernel.ExpSlice(c, c)
+					for j, e := range c {
+						e = r(e)
+						res[l.at(o, j0+j, i)] = float64(e)
+						s = r(s + e)
+					}
 				}
 				inv := r(1 / s)
 				for j := range l.n {

@@ -30,9 +30,10 @@ func BenchmarkQuantizedMatmulT(b *testing.B) {
 		{"prefill_gate_b8", 512, 4608, 1536, 8},
 	}
 	modes := []struct {
-		name string
-		acc  Acc
-	}{{"f32", AccF32}, {"q8", AccQ8}}
+		name  string
+		acc   Acc
+		noAsm bool // the archsimd or portable kernels instead of the assembly ones
+	}{{"f32", AccF32, false}, {"q8", AccQ8, false}, {"f32-noasm", AccF32, true}, {"q8-noasm", AccQ8, true}}
 	for _, sz := range shapes {
 		const gs = 64
 		r := newRand(1)
@@ -51,6 +52,11 @@ func BenchmarkQuantizedMatmulT(b *testing.B) {
 		for _, mode := range modes {
 			b.Run(fmt.Sprintf("%s/%s/%s", sz.name, dims(sz.m, sz.n, sz.k), mode.name), func(b *testing.B) {
 				b.SetBytes(int64(len(wq)*4 + 4*ng))
+				if mode.noAsm {
+					f, q := asmF32, asmQ8
+					asmF32, asmQ8 = false, false
+					defer func() { asmF32, asmQ8 = f, q }()
+				}
 				t0 := cpuTime()
 				for b.Loop() {
 					QuantizedMatmulTVec(y, x, wq, BF16Vec(sc), BF16Vec(bi), sz.m, sz.n, sz.k, gs, sz.bits, tensor.RoundBF16, mode.acc)

@@ -32,12 +32,20 @@
 //
 // # Vector paths
 //
-// Built with GOEXPERIMENT=simd on amd64 (Go 1.26 simd/archsimd), the
-// quantized matmul, SDPA and bf16 conversion switch at start-up to AVX-512
-// kernels when the CPU has AVX-512 (simd_amd64.go); otherwise, and on every
-// other platform, the portable loops run. AccQ8 is the approximate int8
-// mode of QuantizedMatmulT (the backend's "fast" precision), see
-// qmmTQ8Ref.
+// On amd64 CPUs with AVX-512 F/BW/DQ/VL, assembly kernels (qmm_amd64.s,
+// selected at start-up from CPUID, with or without GOEXPERIMENT=simd) run
+// the quantized matmul with transposed weights: one weight row against up
+// to four rows of x per call, float32 (AccF32) or int8 with VPDPBUSD
+// (AccQ8, needs AVX512-VNNI), and the dot/axpy helpers of SDPA. Built with
+// GOEXPERIMENT=simd (Go 1.26 simd/archsimd), AVX-512 kernels also replace
+// bf16 conversion, SwiGLU, ExpSlice and bf16 output rounding (all bit-identical
+// to the scalar forms), and archsimd row kernels stand in for the
+// assembly ones on AVX-512 CPUs without VNNI. Every vector path of an op
+// performs the same lane operations in the same order, so the two builds
+// give the same bits on one machine; the tests hold them to each other and
+// to the references. On every other CPU and platform the portable loops
+// run. AccQ8 is the approximate int8 mode of QuantizedMatmulT (the
+// backend's "fast" precision), see qmmTQ8Ref.
 
 // # Memory
 //

@@ -3,6 +3,7 @@ package kernel
 import (
 	"math"
 	"sync"
+	"unsafe"
 )
 
 // The fast quantized matmul with transposed weights (x @ Wᵀ, the linear
@@ -10,18 +11,20 @@ import (
 //
 //   - float32 (AccF32): per output s·Σ(q·x) + b·Σx summed over the groups,
 //     with Σx per group computed once per row of x. The portable loop keeps
-//     four partial sums per group; the vector path (simd_amd64.go) keeps
-//     sixteen lanes and fuses the scale per block of lanes. The summation
-//     order differs from QuantizedMatmulTRef; the tests bound the difference.
+//     four partial sums per group; the vector paths keep sixteen lanes and
+//     fuse the scale per block of lanes. The summation order differs from
+//     QuantizedMatmulTRef; the tests bound the difference.
 //   - int8 (AccQ8): x quantized per block of 32 (quantizeQ8), integer dot
 //     products of the codes with the int8 values, see qmmTQ8Ref.
 //
-// Output rows of W are split across the worker pool; each worker converts
-// the scales and biases of one weight row at a time (bf16/f16 stay in
-// their storage, see Vec) and applies that row to every row of x while it
-// is in cache. Every output is computed from its own row of x in an order
-// that does not depend on m, so a prompt prefilled in chunks gives the
-// same bits as one pass (the model tests rely on it).
+// Output rows of W are split across the worker pool. With the assembly
+// kernels (qTiles) a worker converts the scales and biases of a tile of
+// weight rows once, then runs each weight row against the rows of x four
+// at a time (the weight block is unpacked once for the four); other paths
+// take one weight row and one row of x at a time. Every output is computed
+// from its own row of x by the same instructions in the same order whatever
+// m is, so a prompt prefilled in chunks gives the same bits as one pass
+// (the model tests rely on it).
 
 // Vector hooks, set by simd_amd64.go when the CPU has AVX-512; nil otherwise.
 var (
@@ -55,20 +58,53 @@ func newQLayout(k, gs, bits int) qLayout {
 	return l
 }
 
-// simdLayout reports whether the vector hooks handle bits and gs: a block of
-// 16 words holds 16 lanes of 32/bits codes, and a group must span at least
-// 8 lanes (4-bit: group 64 or 128; 8-bit: 32, 64 or 128).
-func simdLayout(bits, gs int) bool {
-	if simdDotF32 == nil {
-		return false
+// The assembly kernels (qmm_amd64.go, asmDot) are used when the CPU has
+// AVX-512 (asmF32) and AVX512-VNNI (asmQ8). Each computes a.mr (1 to 4)
+// outputs of one weight row in the lane layout of the vector path, in the
+// order of simdDotF32 and simdDotQ8.
+var asmF32, asmQ8 bool
+
+func init() { installAsm() }
+
+// qArgs are the arguments of the assembly kernels (the field offsets are
+// fixed in qmm_amd64.s): weight row w (nblk blocks of 16 words); scales s2
+// (block b's lanes 0-7 use the float at s2 + b·sstep bytes, lanes 8-15 the
+// one hoff bytes further); bias row b and the group sums xs padded to gpad;
+// x (permF32 floats or permQ8 bytes) and its lane scales d (int8 only) for
+// the first of mr rows of x, with their byte strides; out the mr results.
+type qArgs struct {
+	w, s2, b       unsafe.Pointer // 0, 8, 16
+	x              unsafe.Pointer // 24
+	xstr           uintptr        // 32
+	d              unsafe.Pointer // 40
+	dstr           uintptr        // 48
+	xs             unsafe.Pointer // 56
+	xsstr          uintptr        // 64
+	nblk, gpad, mr int            // 72, 80, 88
+	out            [4]float32     // 96
+	hoff, sstep    uintptr        // 112, 120
+}
+
+// vecKernel returns which vector kernel handles this matmul: 'a' the
+// assembly tiles, 's' the archsimd rows, 0 none (the portable loops). Both
+// need whole blocks of 16 words (k a multiple of 16·32/bits) and a group
+// spanning at least 8 lanes (4-bit: group 64 or 128; 8-bit: 32, 64 or 128).
+func vecKernel(k, gs, bits int, q8 bool) byte {
+	switch {
+	case bits == 4 && gs >= 64, bits == 8 && gs >= 32:
+	default:
+		return 0
 	}
-	switch bits {
-	case 4:
-		return gs >= 64
-	case 8:
-		return gs >= 32
+	if k%(16*32/bits) != 0 {
+		return 0
 	}
-	return false
+	switch {
+	case q8 && asmQ8, !q8 && asmF32:
+		return 'a'
+	case q8 && simdDotQ8 != nil, !q8 && simdDotF32 != nil:
+		return 's'
+	}
+	return 0
 }
 
 // QuantizedMatmulT is mx.quantized_matmul(x, W, transpose=True):
@@ -107,14 +143,15 @@ func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 
 // qmmScratch holds the per-call rearrangements of x.
 type qmmScratch struct {
-	xs  []float32 // group sums of x, m·k/gs
-	xp  []float32 // x permuted for the vector path
-	xq  []int8    // x quantized (permuted for the vector path)
-	xqn []int8    // x quantized, natural order (before permuting)
-	dx  []float32 // block scales of xq, m·k/32
-	dxl []float32 // block scales expanded to vector lanes
-	wt  []float32 // (per worker) float32 scratch of other kernels
-	row []float32 // (per worker) scales and biases of one weight row
+	xs   []float32 // group sums of x, m·k/gs
+	xp   []float32 // x permuted for the vector path
+	xq   []int8    // x quantized (permuted for the vector path)
+	xqn  []int8    // x quantized, natural order (before permuting)
+	dx   []float32 // block scales of xq, m·k/32
+	dxl  []float32 // block scales expanded to vector lanes
+	wt   []float32 // (per worker) float32 scratch of other kernels
+	row  []float32 // (per worker) scales and biases of one weight row
+	args qArgs     // (per worker) arguments of the assembly kernels
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(qmmScratch) }}
@@ -187,15 +224,10 @@ func permQ8(dst, src []int8, dxl, dx []float32, m, k, bits int) {
 	}
 }
 
-// q8Max is the largest |int8| activation code: 127, or 63 against 8-bit
-// weights so that a pair of u8·i8 products fits in int16 (2·255·63 < 2^15),
-// which the VPMADDUBSW form needs.
-func q8Max(bits int) float32 {
-	if bits == 8 {
-		return 63
-	}
-	return 127
-}
+// q8Max is the largest |int8| activation code. Every int8 kernel computes
+// its integer sums exactly at this range (VPDPBUSD, VPMADDWD on widened
+// bytes, or VPMADDUBSW where the codes are 4-bit: 2·15·127 < 2^15).
+func q8Max(bits int) float32 { return 127 }
 
 // quantizeQ8 quantizes n values of x (n a multiple of 32) per block of 32:
 // amax = max|x|, d = amax/qmax, xq = clamp(rint(x·(qmax/amax)), ±qmax), with
@@ -269,11 +301,13 @@ func qmmTQ8Ref(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k,
 	}
 }
 
-// qmmTRows is the row-at-a-time driver: for each weight row j (split
-// across workers) and each row r of x, dst[r, j] = round(dot + bias term).
+// qmmTRows is the driver: weight rows are split across workers; each
+// output dst[r, j] = round(dot + bias term) is computed from row j of W and
+// row r of x alone, by the same kernel whatever m is.
 func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8 bool) {
 	wpr, gpr := WordsPerRow(k, bits), k/gs
-	vec := simdLayout(bits, gs) && k%(16*32/bits) == 0 // whole blocks of 16 words
+	kind := vecKernel(k, gs, bits, q8)
+	vec := kind != 0
 	s := scratchPool.Get().(*qmmScratch)
 	defer scratchPool.Put(s)
 	gw := gpr // row stride of the group sums
@@ -290,6 +324,8 @@ func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 	lanes := 0
 	if vec {
 		lanes = k / (32 / bits)
+	}
+	if vec && !q8 {
 		s.xp = grow(s.xp, m*k)
 		permF32(s.xp, x, m, k, bits)
 	}
@@ -300,6 +336,11 @@ func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 			s.xq, s.dxl = grow(s.xq, m*k), grow(s.dxl, m*lanes)
 			permQ8(s.xq, s.xqn, s.dxl, s.dx, m, k, bits)
 		}
+	}
+	if kind == 'a' {
+		t := qTiles{dst: dst, wq: wq, sc: sc, bi: bi, s: s, lay: &lay, m: m, n: n, k: k, gpr: gpr, wpr: wpr, lanes: lanes, round: round, q8: q8}
+		parallelFor(n, max(1, 16384/k), t.run)
+		return
 	}
 	parallelFor(n, max(1, 16384/k), func(lo, hi int) {
 		ws := scratchPool.Get().(*qmmScratch)
@@ -328,6 +369,111 @@ func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 			}
 		}
 	})
+}
+
+// qTiles runs the assembly kernels over a range of weight rows: blocks of
+// up to tileRows weight rows (their scales converted once, the rows kept in
+// cache) against the rows of x four at a time.
+type qTiles struct {
+	dst                      []float32
+	wq                       []uint32
+	sc, bi                   Vec
+	s                        *qmmScratch
+	lay                      *qLayout
+	m, n, k, gpr, wpr, lanes int
+	round                    Rounder
+	q8                       bool
+}
+
+const tileRows = 64
+
+// ptr is the address of a slice's first element.
+func ptr[T any](s []T) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
+
+func (t *qTiles) run(lo, hi int) {
+	l, m, k, gpr := t.lay, t.m, t.k, t.gpr
+	gw := l.gpad
+	// Everything the kernels read, checked once: the weight rows, x and its
+	// lane scales and group sums for m rows, the padded scale rows.
+	check(len(t.wq) >= hi*t.wpr && t.wpr == 16*l.nblk, "QuantizedMatmulT", "weights too short for the tiles")
+	check(len(t.s.xs) >= m*gw, "QuantizedMatmulT", "group sums too short")
+	var xb, db unsafe.Pointer
+	var xstr, dstr uintptr
+	if t.q8 {
+		check(len(t.s.xq) >= m*k && len(t.s.dxl) >= m*t.lanes, "QuantizedMatmulT", "int8 x too short")
+		xb, xstr = ptr(t.s.xq), uintptr(k)
+		db, dstr = ptr(t.s.dxl), uintptr(4*t.lanes)
+	} else {
+		check(len(t.s.xp) >= m*k, "QuantizedMatmulT", "permuted x too short")
+		xb, xstr = ptr(t.s.xp), uintptr(4*k)
+	}
+	// The kernel reads block b's scales at b·sstep and b·sstep + hoff bytes:
+	// in place when a block spans two groups (half) or one; two copies per
+	// block (s2) when a group spans several blocks.
+	expand := !l.half && l.sh > 0
+	hoff, sstep, s2w := uintptr(0), uintptr(4), 0
+	switch {
+	case l.half:
+		hoff, sstep = 4, 8
+	case expand:
+		hoff, sstep, s2w = 4, 8, 2*l.nblk
+	}
+	ws := scratchPool.Get().(*qmmScratch)
+	defer scratchPool.Put(ws)
+	per := 2*gw + s2w // scales, biases (padded with zeros) and s2 of one weight row
+	// One pass of x per tile: with a single block of x rows (decode) a
+	// weight row's scales are converted just before its kernel call.
+	tile := tileRows
+	if m <= 4 {
+		tile = 1
+	}
+	ws.row = grow(ws.row, tile*per)
+	clear(ws.row) // the padding past gpr stays zero
+	for j0 := lo; j0 < hi; j0 += tile {
+		j1 := min(j0+tile, hi)
+		for j := j0; j < j1; j++ {
+			sr := ws.row[(j-j0)*per : (j-j0+1)*per]
+			t.sc.load(sr[:gpr], j*gpr)
+			t.bi.load(sr[gw:gw+gpr], j*gpr)
+			if expand {
+				s2 := sr[2*gw:]
+				for b := range l.nblk {
+					s2[2*b], s2[2*b+1] = sr[b>>l.sh], sr[b>>l.sh]
+				}
+			}
+		}
+		for r := 0; r < m; r += 4 {
+			// a lives across the calls of a tile: its fields are written
+			// once (the kernel reads them back with narrow loads, which
+			// wide zeroing stores would stall) and only w, b, s2 change.
+			a := &ws.args
+			if m > 4 || j0 == lo { // with one block of x rows, set once
+				*a = qArgs{
+					x: unsafe.Add(xb, uintptr(r)*xstr), xstr: xstr,
+					xs: unsafe.Add(ptr(t.s.xs), 4*r*gw), xsstr: uintptr(4 * gw),
+					nblk: l.nblk, gpad: gw, mr: min(4, m-r), hoff: hoff, sstep: sstep,
+				}
+				if db != nil {
+					a.d, a.dstr = unsafe.Add(db, uintptr(r)*dstr), dstr
+				}
+			}
+			for j := j0; j < j1; j++ {
+				sr := ws.row[(j-j0)*per : (j-j0+1)*per]
+				a.w, a.b, a.s2 = ptr(t.wq[j*t.wpr:]), ptr(sr[gw:]), ptr(sr)
+				if expand {
+					a.s2 = ptr(sr[2*gw:])
+				}
+				asmDot(a, l.bits, t.q8)
+				for i := range a.mr {
+					t.dst[(r+i)*t.n+j] = a.out[i]
+				}
+			}
+		}
+	}
+	kind := roundKind(t.round)
+	for r := range m {
+		roundSlice(t.dst[r*t.n+lo:r*t.n+hi], t.round, kind)
+	}
 }
 
 // dotF32 is the portable Σ_g s_g·Σ(q·x) of one weight row, four partial

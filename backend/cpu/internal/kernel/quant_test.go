@@ -337,10 +337,7 @@ func testQ8(t *testing.T, what string, got, want []float32, y64, mag []float64, 
 	if dtName == "bf16" {
 		half = math.Ldexp(1, -8)
 	}
-	qmax := 127.0
-	if bits == 8 {
-		qmax = 63
-	}
+	qmax := float64(q8Max(bits))
 	rounds := float64(k/32 + 2*k/gs + 4)
 	qerr := make([]float64, m*n)
 	codes := make([]uint8, k)

@@ -10,9 +10,10 @@ import (
 
 // The AVX-512 kernels (GOEXPERIMENT=simd, Go 1.26 simd/archsimd), installed
 // at start-up when the CPU has AVX-512 F/CD/BW/DQ/VL. archsimd has no
-// VPDPBUSD (VNNI), so the int8 dot products use VPMADDUBSW (u8·i8 pairs to
-// int16) followed by VPMADDWD against ones (pairs to int32), as llama.cpp
-// does on AVX2.
+// VPDPBUSD (VNNI; qmm_amd64.s uses it when the CPU has it), so the 4-bit
+// int8 dot products use VPMADDUBSW (u8·i8 pairs to int16) followed by
+// VPMADDWD against ones (pairs to int32), as llama.cpp does on AVX2, and
+// the 8-bit ones widen to int16 first.
 func init() {
 	if !archsimd.X86.AVX512() {
 		return
@@ -68,8 +69,6 @@ func biasDot(bi, xs unsafe.Pointer, gpad int) archsimd.Float32x16 {
 	}
 	return acc
 }
-
-func ptr[T any](s []T) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
 
 // dotF32AVX512: see simdDotF32. Lane l of block b holds codes cpl·l + p
 // (p = 0..cpl-1) of the block's 16 words; xp holds x in the same order.
@@ -149,10 +148,17 @@ func dotQ8AVX512(row []uint32, xq []int8, dxl, xs, s, bi []float32, l *qLayout) 
 		}
 		return hsum(acc0.Add(acc1))
 	}
+	// 8-bit codes times x up to ±127 overflow VPMADDUBSW's int16 pairs, so
+	// the bytes are widened to int16 (even and odd bytes apart) and
+	// multiplied with VPMADDWD: lane l still sums codes 4l..4l+3, exactly.
+	ff := archsimd.BroadcastUint16x32(0xFF)
 	for b := range nblk {
-		w := archsimd.LoadUint8x64((*[64]uint8)(unsafe.Add(pw, 64*b)))
-		x := archsimd.LoadInt8x64((*[64]int8)(unsafe.Add(px, 64*b)))
-		f := w.DotProductPairsSaturated(x).DotProductPairs(ones).ConvertToFloat32().Mul(ldp(pd, 16*b))
+		w := archsimd.LoadUint16x32((*[32]uint16)(unsafe.Add(pw, 64*b)))
+		x := archsimd.LoadInt16x32((*[32]int16)(unsafe.Add(px, 64*b)))
+		we, wo := w.And(ff).AsInt16x32(), w.ShiftAllRight(8).AsInt16x32()
+		xe, xo := x.ShiftAllLeft(8).ShiftAllRight(8), x.ShiftAllRight(8)
+		p := we.DotProductPairs(xe).Add(wo.DotProductPairs(xo))
+		f := p.ConvertToFloat32().Mul(ldp(pd, 16*b))
 		acc0 = f.MulAdd(scaleAt(ps, b, half, sh), acc0)
 	}
 	return hsum(acc0.Add(acc1))

@@ -1,61 +1,29 @@
 package kernel
 
-import "math"
+import (
+	"reflect"
 
-// fma32 returns a·b + c rounded once to float32 (C's fmaf). The product is
-// exact in float64; the sum's rounding error is recovered (TwoSum) and folded
-// in as a sticky bit (round to odd), so the final conversion to float32
-// rounds correctly.
-func fma32(a, b, c float32) float32 {
-	p := float64(a) * float64(b)
-	s := p + float64(c)
-	if math.IsInf(s, 0) || s != s {
-		return float32(s)
-	}
-	bb := s - p
-	err := (p - (s - bb)) + (float64(c) - bb)
-	if err == 0 {
-		return float32(s)
-	}
-	bits := math.Float64bits(s)
-	if bits&1 == 0 {
-		if (err > 0) == (s > 0) {
-			bits++
-		} else {
-			bits--
-		}
-	}
-	return float32(math.Float64frombits(bits))
-}
+	"github.com/mlxgo/mlxgo/internal/mlxmath"
+	"github.com/mlxgo/mlxgo/tensor"
+)
 
 // ExpMLX is exp(x) exactly as MLX's CPU computes it in float32
-// (mlx/backend/cpu/simd/math.h, simd::exp): x·log2(e) split into the integer
-// n = floor(x·1.442695 + 0.5) (the +0.5 taken in double) and the fraction f,
-// 2^f from a degree-6 Cephes polynomial evaluated with fmaf, 2^n built from
-// the exponent bits; NaN passes through, x > 88 gives +Inf and x < -88 gives 0.
-// It is not correctly rounded; it is what MLX's CPU exp, sigmoid and silu use.
-func ExpMLX(x float32) float32 {
-	if x != x {
-		return x
+// (mlx/backend/cpu/simd/math.h, simd::exp; see mlxmath.Exp): a Cephes
+// polynomial, not correctly rounded; NaN passes through, x > 88 gives +Inf
+// and x < -88 gives 0. It is what MLX's CPU exp, sigmoid and silu use.
+func ExpMLX(x float32) float32 { return mlxmath.Exp(x) }
+
+// ExpSlice writes ExpMLX(src[i]) to dst[i] for every i (dst and src may be
+// the same slice); 16 lanes at a time with AVX-512, bit-identical.
+func ExpSlice(dst, src []float32) {
+	need("ExpSlice", "dst", len(dst), len(src))
+	i := 0
+	if simdExp != nil {
+		i = simdExp(dst, src)
 	}
-	if x > 88 {
-		return float32(math.Inf(1))
+	for ; i < len(src); i++ {
+		dst[i] = ExpMLX(src[i])
 	}
-	if x < -88 {
-		return 0
-	}
-	y := x * 1.442695
-	ipart := float32(math.Floor(float64(y) + 0.5))
-	f := y - ipart
-	p := float32(1.535336188319500e-4)
-	p = fma32(p, f, 1.339887440266574e-3)
-	p = fma32(p, f, 9.618437357674640e-3)
-	p = fma32(p, f, 5.550332471162809e-2)
-	p = fma32(p, f, 2.402264791363012e-1)
-	p = fma32(p, f, 6.931472028550421e-1)
-	p = fma32(p, f, 1.000000000000000)
-	e := math.Float32frombits(uint32((int32(ipart) + 127) << 23))
-	return e * p
 }
 
 // SigmoidMLX is mx.sigmoid of a value stored in a dtype with rounding round,
@@ -71,6 +39,45 @@ func SigmoidMLX(x float32, round Rounder) float32 {
 		return round(y)
 	}
 	return round(1 - y)
+}
+
+// Vector hooks (swiglu_amd64.go): each handles a prefix of whole blocks of
+// 16 and returns its length; nil when the CPU has no AVX-512.
+var (
+	// simdSwiGLU is SwiGLU with every stored value rounded to bf16 (bf16
+	// set) or kept in float32.
+	simdSwiGLU func(dst, gate, up []float32, bf16 bool) int
+	// simdExp writes ExpMLX of each value.
+	simdExp func(dst, src []float32) int
+	// simdRoundBF16 rounds values to bf16 in place (tensor.RoundBF16).
+	simdRoundBF16 func(v []float32) int
+)
+
+// roundSlice applies round to every value of v in place, 16 lanes at a time
+// for tensor.RoundBF16 with AVX-512.
+func roundSlice(v []float32, round Rounder, kind byte) {
+	i := 0
+	switch {
+	case kind == 'i':
+		return
+	case kind == 'b' && simdRoundBF16 != nil:
+		i = simdRoundBF16(v)
+	}
+	for ; i < len(v); i++ {
+		v[i] = round(v[i])
+	}
+}
+
+// roundKind classifies a Rounder for the vector kernels: 'i' Identity, 'b'
+// tensor.RoundBF16, 0 anything else (left to the scalar loops).
+func roundKind(r Rounder) byte {
+	switch reflect.ValueOf(r).Pointer() {
+	case reflect.ValueOf(Identity).Pointer():
+		return 'i'
+	case reflect.ValueOf(tensor.RoundBF16).Pointer():
+		return 'b'
+	}
+	return 0
 }
 
 // swiglu computes one element of mlx_lm's swiglu (see SwiGLU).
@@ -103,11 +110,16 @@ func SwiGLURef(dst, gate, up []float32, round Rounder) {
 //
 // for len(gate) elements; up has the same length. Checked bit for bit against
 // MLX in bf16, f16 and f32 in the tests. Chunks are split across workers; no
-// scratch.
+// scratch. With AVX-512 (GOEXPERIMENT=simd) the bf16 and float32 forms run
+// 16 lanes at a time, bit-identical to SwiGLURef.
 func SwiGLU(dst, gate, up []float32, round Rounder) {
 	checkSwiGLU(dst, gate, up)
 	round = roundOr(round)
+	kind := roundKind(round)
 	parallelFor(len(gate), 16384, func(lo, hi int) {
+		if simdSwiGLU != nil && kind != 0 {
+			lo += simdSwiGLU(dst[lo:hi], gate[lo:hi], up[lo:hi], kind == 'b')
+		}
 		for i := lo; i < hi; i++ {
 			dst[i] = swiglu(gate[i], up[i], round)
 		}

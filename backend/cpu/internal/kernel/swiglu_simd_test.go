@@ -1,0 +1,106 @@
+//go:build goexperiment.simd && amd64
+
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// expInputs is every bfloat16 bit pattern as a float32 (NaNs, infinities,
+// subnormals, both zeros, the ±88 cut-offs), then random float32 bit
+// patterns and random values in the range where exp is finite.
+func expInputs() []float32 {
+	xs := make([]float32, 0, 1<<17+2<<18)
+	for b := range 1 << 16 {
+		xs = append(xs, math.Float32frombits(uint32(b)<<16))
+	}
+	r := newRand(5)
+	for range 1 << 18 {
+		xs = append(xs, math.Float32frombits(r.Uint32()))
+		xs = append(xs, float32(r.Float64()*180-90))
+	}
+	for _, v := range []float32{88, -88, math.Nextafter32(88, 100), math.Nextafter32(-88, -100), 0.5 / 1.442695, -0.5 / 1.442695} {
+		xs = append(xs, v)
+	}
+	for len(xs)%16 != 0 {
+		xs = append(xs, 1)
+	}
+	return xs
+}
+
+// TestExpAVX512BitExact holds the vector exp to ExpMLX bit for bit.
+func TestExpAVX512BitExact(t *testing.T) {
+	if simdExp == nil {
+		t.Skip("SKIPPED: this CPU lacks AVX-512; the vector exp is not installed")
+	}
+	xs := expInputs()
+	got := make([]float32, len(xs))
+	if n := simdExp(got, xs); n != len(xs) {
+		t.Fatalf("simdExp wrote %d values, want %d", n, len(xs))
+	}
+	for i, x := range xs {
+		want := ExpMLX(x)
+		if math.Float32bits(got[i]) != math.Float32bits(want) {
+			t.Fatalf("exp(%v = %#08x): got %v (%#08x), want %v (%#08x) (index %d)", x, math.Float32bits(x), got[i], math.Float32bits(got[i]), want, math.Float32bits(want), i)
+		}
+	}
+}
+
+// TestSwiGLUAVX512BitExact holds the vector SwiGLU to SwiGLURef bit for bit
+// with every bf16 pattern as the gate (and as the up value, shifted).
+func TestSwiGLUAVX512BitExact(t *testing.T) {
+	if simdSwiGLU == nil {
+		t.Skip("SKIPPED: this CPU lacks AVX-512; the vector SwiGLU is not installed")
+	}
+	xs := expInputs()[:1<<16]
+	up := make([]float32, len(xs))
+	for i := range up {
+		up[i] = xs[(i*7919+13)%len(xs)]
+	}
+	for _, dt := range []struct {
+		name  string
+		round Rounder
+		bf16  bool
+	}{{"bf16", tensor.RoundBF16, true}, {"f32", Identity, false}} {
+		t.Run(fmt.Sprintf("swiglu/%s", dt.name), func(t *testing.T) {
+			got := make([]float32, len(xs))
+			if n := simdSwiGLU(got, xs, up, dt.bf16); n != len(xs) {
+				t.Fatalf("simdSwiGLU wrote %d values, want %d", n, len(xs))
+			}
+			for i := range xs {
+				want := swiglu(xs[i], up[i], dt.round)
+				if math.Float32bits(got[i]) != math.Float32bits(want) {
+					t.Fatalf("swiglu(%v, %v): got %v (%#08x), want %v (%#08x) (index %d)", xs[i], up[i], got[i], math.Float32bits(got[i]), want, math.Float32bits(want), i)
+				}
+			}
+		})
+	}
+}
+
+// TestRoundBF16AVX512BitExact holds the vector bf16 rounding to
+// tensor.RoundBF16 bit for bit (ties, NaNs, overflow to infinity).
+func TestRoundBF16AVX512BitExact(t *testing.T) {
+	if simdRoundBF16 == nil {
+		t.Skip("SKIPPED: this CPU lacks AVX-512; the vector bf16 rounding is not installed")
+	}
+	xs := expInputs()
+	for _, u := range []uint32{0x3f808000, 0x3f818000, 0x7f7fffff, 0xff7f8000, 0x7f800001, 0xffc00001, 0x00008000, 0x80018000} {
+		xs = append(xs, math.Float32frombits(u))
+	}
+	for len(xs)%16 != 0 {
+		xs = append(xs, 0)
+	}
+	got := append([]float32(nil), xs...)
+	if n := simdRoundBF16(got); n != len(got) {
+		t.Fatalf("simdRoundBF16 rounded %d values, want %d", n, len(got))
+	}
+	for i, x := range xs {
+		if want := tensor.RoundBF16(x); math.Float32bits(got[i]) != math.Float32bits(want) {
+			t.Fatalf("round(%#08x): got %#08x, want %#08x (index %d)", math.Float32bits(x), math.Float32bits(got[i]), math.Float32bits(want), i)
+		}
+	}
+}
