@@ -66,11 +66,11 @@ run:
 # on first use): the Go CPU backend, the Go MLX backend, mlx_lm, and llama.cpp when
 # LLAMA_BENCH=/path/to/llama-bench. Table on stdout; JSON and PNG in bench/results/.
 bench: venv
-	$(GO) run -tags mlx ./cmd/mlxgo bench $(if $(LLAMA_BENCH),--llama-bench $(LLAMA_BENCH)) $(BENCH_FLAGS)
+	GOEXPERIMENT=simd $(GO) run -tags mlx ./cmd/mlxgo bench $(if $(LLAMA_BENCH),--llama-bench $(LLAMA_BENCH)) $(BENCH_FLAGS)
 
 # Per-op testing.B benchmarks at MiniCPM5-1B shapes on every Go backend compiled in.
 bench-ops: venv
-	$(GO) test -tags mlx ./bench/ -run XXX -bench . -benchtime 20x
+	GOEXPERIMENT=simd $(GO) test -tags mlx ./bench/ -run XXX -bench . -benchtime 20x
 
 # Regenerate every fixture from the oracle (mlx_lm, pinned) into the repository.
 oracle: venv smollm2
