@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -168,7 +169,7 @@ func conformCases(cases []*conformance.Case, names []string, progress io.Writer)
 			return nil, err
 		}
 		for i, c := range cases {
-			if i%50 == 0 {
+			if i%50 == 0 && isTerminal(progress) {
 				fmt.Fprintf(progress, "\rconform: %s %d/%d cases", name, i, len(cases))
 			}
 			all = append(all, conformance.Check(b, c)...)
@@ -183,4 +184,15 @@ func conformCases(cases []*conformance.Case, names []string, progress io.Writer)
 		}
 	}
 	return all, nil
+}
+
+// isTerminal reports whether w is a terminal, where a progress line may be
+// redrawn in place with \r; logs get only the final line.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
