@@ -213,21 +213,8 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 	what := fmt.Sprintf("decoder %q", typ)
 	switch typ {
 	case "Sequence":
-		var list []json.RawMessage
-		if err := field(obj, "decoders", what, &list); err != nil {
-			return nil, err
-		}
-		var seq seqDecoder
-		for _, r := range list {
-			d, err := parseDecoder(r)
-			if err != nil {
-				return nil, err
-			}
-			if d != nil {
-				seq = append(seq, d)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(obj, "decoders", what, parseDecoder)
+		return seqDecoder(seq), err
 	case "ByteLevel":
 		return byteLevelDecoder{}, nil
 	case "ByteFallback":

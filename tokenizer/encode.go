@@ -100,21 +100,8 @@ func parsePostProcessor(raw json.RawMessage) (postProcessor, error) {
 	what := fmt.Sprintf("post_processor %q", typ)
 	switch typ {
 	case "Sequence":
-		var list []json.RawMessage
-		if err := field(obj, "processors", what, &list); err != nil {
-			return nil, err
-		}
-		var seq seqPost
-		for _, r := range list {
-			p, err := parsePostProcessor(r)
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(obj, "processors", what, parsePostProcessor)
+		return seqPost(seq), err
 	case "ByteLevel":
 		return noPost{}, nil // only adjusts offsets
 	case "TemplateProcessing":

@@ -306,3 +306,23 @@ func (t *Tokenizer) BOS() (int32, bool) { return t.TokenToID(t.config.BOSToken) 
 
 // EOS returns the id of tokenizer_config.json's eos_token.
 func (t *Tokenizer) EOS() (int32, bool) { return t.TokenToID(t.config.EOSToken) }
+
+// parseSequence parses the list under key of a "Sequence" component with
+// parse, dropping the components parse returns as nil (no-ops).
+func parseSequence[T any](obj map[string]json.RawMessage, key, what string, parse func(json.RawMessage) (T, error)) ([]T, error) {
+	var list []json.RawMessage
+	if err := field(obj, key, what, &list); err != nil {
+		return nil, err
+	}
+	var seq []T
+	for _, r := range list {
+		c, err := parse(r)
+		if err != nil {
+			return nil, err
+		}
+		if any(c) != nil {
+			seq = append(seq, c)
+		}
+	}
+	return seq, nil
+}

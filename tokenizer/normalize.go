@@ -117,21 +117,8 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 	what := fmt.Sprintf("normalizer %q", typ)
 	switch typ {
 	case "Sequence":
-		var list []json.RawMessage
-		if err := field(obj, "normalizers", what, &list); err != nil {
-			return nil, err
-		}
-		var seq seqNormalizer
-		for _, r := range list {
-			n, err := parseNormalizer(r)
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(obj, "normalizers", what, parseNormalizer)
+		return seqNormalizer(seq), err
 	case "NFC":
 		return formNormalizer(norm.NFC), nil
 	case "NFD":

@@ -333,21 +333,8 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 	what := fmt.Sprintf("pre_tokenizer %q", typ)
 	switch typ {
 	case "Sequence":
-		var list []json.RawMessage
-		if err := field(obj, "pretokenizers", what, &list); err != nil {
-			return nil, err
-		}
-		var seq seqPre
-		for _, r := range list {
-			p, err := parsePreTokenizer(r)
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(obj, "pretokenizers", what, parsePreTokenizer)
+		return seqPre(seq), err
 	case "ByteLevel":
 		x := byteLevelPre{useRegex: true}
 		if err := field(obj, "add_prefix_space", what, &x.prefixSpace); err != nil {
