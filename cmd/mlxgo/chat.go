@@ -115,6 +115,11 @@ func runChat(f *chatFlags, in io.Reader, stdout, stderr io.Writer) error {
 	if !tm.template {
 		return usagef("%s has no chat template, which mlxgo chat needs (use mlxgo generate --raw for plain text)", f.model)
 	}
+	stop, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	b, m, err := openModel(&f.sampleFlags, stdout)
 	if err != nil {
 		return err

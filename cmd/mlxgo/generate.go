@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ Flags:
 // chat share.
 type sampleFlags struct {
 	model, backend, precision        string
+	cpuProfile                       string
 	maxTokens, topK, minTokensToKeep int
 	temp, topP, minP, repPenalty     float64
 	repContext, prefillStep          int
@@ -100,7 +102,8 @@ func (f *sampleFlags) register(fs *flag.FlagSet, maxTokens int) {
 	fs.Uint64Var(&f.seed, "seed", 0, "random seed (mx.random.seed) for sampling")
 	fs.IntVar(&f.prefillStep, "prefill-step", 2048, "prompt tokens per prefill chunk (>= 1)")
 	fs.StringVar(&f.backend, "backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
-	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference (MLX's) or high (float64 accumulation; cpu only)")
+	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference (MLX's), high (float64 accumulation; cpu only) or fast (int8 activations in quantized matmuls, approximate; cpu only)")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 }
 
 // check validates the shared flags and resolves --model to a directory.
@@ -127,8 +130,8 @@ func (f *sampleFlags) check() error {
 		err = usagef("--repetition-context-size %d: want >= 1", f.repContext)
 	case f.prefillStep < 1:
 		err = usagef("--prefill-step %d: want >= 1", f.prefillStep)
-	case f.precision != "reference" && f.precision != "high":
-		err = usagef("--precision %q: want reference or high", f.precision)
+	case f.precision != "reference" && f.precision != "high" && f.precision != "fast":
+		err = usagef("--precision %q: want reference, high or fast", f.precision)
 	case !slices.Contains(backend.Names(), f.backend):
 		err = usagef("--backend %q is not compiled in (available: %s; the mlx backend needs `-tags mlx`)", f.backend, strings.Join(backend.Names(), ", "))
 	}
@@ -360,6 +363,26 @@ func readPrompt(p string) (string, error) {
 	return strings.TrimSuffix(s, "\r"), nil
 }
 
+// startCPUProfile starts a Go CPU profile into path ("" does nothing) and
+// returns the function that ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usagef("--cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, usagef("--cpuprofile %s: %v", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
+
 // openModel opens the backend and loads the model, printing the load line.
 func openModel(f *sampleFlags, stdout io.Writer) (backend.Backend, *minicpm5.Model, error) {
 	b, err := backend.Open(f.backend, backend.Options{Precision: f.precision})
@@ -405,6 +428,11 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			return usagef("--prompt is empty and encodes to no tokens: give some text")
 		}
 	}
+	stop, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	b, m, err := openModel(&f.sampleFlags, stdout)
 	if err != nil {
 		return err

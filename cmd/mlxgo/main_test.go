@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -115,6 +116,28 @@ func TestGenerateOracleTokens(t *testing.T) {
 	}
 }
 
+// TestGenerateFastWithProfile runs the approximate "fast" precision (its
+// numerics are judged in models/minicpm5's TestFastPrecision) and requires
+// the asked-for number of tokens and a CPU profile in pprof's gzip format.
+func TestGenerateFastWithProfile(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
+	rc, stdout, stderr := mlxgo("generate", "--model", filepath.Join(fixtures, "models", "optiq-f32"),
+		"--prompt-ids", "1,2,3", "--max-tokens", "5", "--backend", "cpu", "--precision", "fast", "--cpuprofile", prof)
+	if rc != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", rc, stderr)
+	}
+	if got := generated(t, stdout); len(got) != 5 {
+		t.Errorf("got %d tokens %v, want 5", len(got), got)
+	}
+	data, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b {
+		t.Errorf("profile %s: %d bytes, want a gzip-compressed pprof profile", prof, len(data))
+	}
+}
+
 // TestGenerateBadFlags requires exit status 2 and a message naming the flag
 // and its value.
 func TestGenerateBadFlags(t *testing.T) {
@@ -139,7 +162,8 @@ func TestGenerateBadFlags(t *testing.T) {
 		{"top-k-negative", []string{"--model", model, "--prompt-ids", "1", "--top-k", "-2"}, []string{"--top-k -2"}},
 		{"prefill-step-zero", []string{"--model", model, "--prompt-ids", "1", "--prefill-step", "0"}, []string{"--prefill-step 0"}},
 		{"unknown-backend", []string{"--model", model, "--prompt-ids", "1", "--backend", "nope"}, []string{`--backend "nope"`, "not compiled in"}},
-		{"unknown-precision", []string{"--model", model, "--prompt-ids", "1", "--precision", "fast"}, []string{`--precision "fast"`}},
+		{"unknown-precision", []string{"--model", model, "--prompt-ids", "1", "--precision", "quick"}, []string{`--precision "quick"`, "want reference, high or fast"}},
+		{"bad-cpuprofile", []string{"--model", model, "--prompt-ids", "1", "--cpuprofile", "/nonexistent-dir/x.prof"}, []string{"--cpuprofile"}},
 		{"unknown-flag", []string{"--model", model, "--prompt-ids", "1", "--bogus"}, []string{"-bogus"}},
 		{"extra-argument", []string{"--model", model, "--prompt-ids", "1", "extra"}, []string{`"extra"`}},
 	} {
