@@ -1,6 +1,10 @@
 package kernel
 
-import "math"
+import (
+	"math"
+
+	"github.com/mlxgo/mlxgo/internal/mlxmath"
+)
 
 // MaskKind selects how SDPA masks keys.
 type MaskKind int
@@ -29,13 +33,40 @@ func (m *Mask) index(bi, hi, i, j int) int {
 	return bi*m.Strides[0] + hi*m.Strides[1] + i*m.Strides[2] + j*m.Strides[3]
 }
 
-func checkSDPA(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, m *Mask) {
-	const name = "SDPA"
+// KV is the keys or the values of [SDPAKV], read in place in their storage
+// dtype: element (batch bi, KV head h, position j, t) is
+// Vec.At(bi·BStride + h·HStride + j·RowStride + t). A KV cache passes its
+// whole buffer with s the filled length, so HStride may exceed s·RowStride.
+type KV struct {
+	Vec                         Vec
+	BStride, HStride, RowStride int
+}
+
+// DenseKV wraps contiguous float32 [b, hk, s, n] values.
+func DenseKV(x []float32, hk, s, n int) KV {
+	return KV{Vec: F32Vec(x), BStride: hk * s * n, HStride: s * n, RowStride: n}
+}
+
+// row returns the element offset of (bi, h, j, 0).
+func (kv *KV) row(bi, h, j int) int { return bi*kv.BStride + h*kv.HStride + j*kv.RowStride }
+
+// checkKV panics unless kv holds b·hk rows of s positions of n values.
+func checkKV(kernel, name string, kv *KV, b, hk, s, n int) {
+	check(kv.BStride >= 0 && kv.HStride >= 0 && kv.RowStride >= n, kernel,
+		"%s strides batch=%d head=%d row=%d, want >= 0, >= 0 and >= the row length %d", name, kv.BStride, kv.HStride, kv.RowStride, n)
+	check(kv.Vec.F32 == nil || kv.Vec.U16 == nil, kernel, "%s holds both float32 and 16-bit storage", name)
+	if b > 0 {
+		need(kernel, name, kv.Vec.Len(), kv.row(b-1, hk-1, s-1)+n)
+	}
+}
+
+// checkSDPA panics unless the sizes, the slices, K, V and the mask fit.
+func checkSDPA(name string, dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, m *Mask) {
 	check(b >= 0 && l >= 0 && h > 0 && hk > 0 && s > 0 && d > 0 && dv > 0, name, "sizes b=%d h=%d hk=%d l=%d s=%d d=%d dv=%d", b, h, hk, l, s, d, dv)
 	check(h%hk == 0, name, "%d query heads is not a multiple of %d KV heads", h, hk)
 	need(name, "q", len(q), b*h*l*d)
-	need(name, "k", len(k), b*hk*s*d)
-	need(name, "v", len(v), b*hk*s*dv)
+	checkKV(name, "k", k, b, hk, s, d)
+	checkKV(name, "v", v, b, hk, s, dv)
 	need(name, "dst", len(dst), b*h*l*dv)
 	switch m.Kind {
 	case MaskNone, MaskCausal:
@@ -72,7 +103,8 @@ func (m *Mask) visible(bi, hi, i, j, l, s int) (bool, float32) {
 // SDPARef is the reference of [SDPA]: one goroutine, one query row at a time,
 // written as the formula with explicit index arithmetic.
 func SDPARef(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m Mask, round Rounder, acc Acc) {
-	checkSDPA(dst, q, k, v, b, h, hk, l, s, d, dv, &m)
+	kk, vv := DenseKV(k, hk, s, d), DenseKV(v, hk, s, dv)
+	checkSDPA("SDPARef", dst, q, &kk, &vv, b, h, hk, l, s, d, dv, &m)
 	if acc == AccF64 {
 		sdpaRef[float64](dst, q, k, v, b, h, hk, l, s, d, dv, scale, &m, roundOr(round))
 	} else {
@@ -80,7 +112,14 @@ func SDPARef(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m
 	}
 }
 
-func exp[A float](x A) A { return A(math.Exp(float64(x))) }
+// exp is MLX's float32 exp (mlxmath.Exp, what MLX's CPU softmax uses) for
+// float32 and math.Exp for float64.
+func exp[A float](x A) A {
+	if f, ok := any(x).(float32); ok {
+		return A(mlxmath.Exp(f))
+	}
+	return A(math.Exp(float64(x)))
+}
 
 func sdpaRef[A float](dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder) {
 	rep := h / hk
@@ -148,107 +187,78 @@ func sdpaRef[A float](dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale f
 //
 //	score_j = Σ_t (scale·q_t)·k_jt  (+ Add mask)      for visible keys j
 //	M       = max_j score_j
-//	e_j     = exp(score_j − M)                         (correctly rounded exp)
+//	e_j     = exp(score_j − M)
 //	dst     = round(Σ_j e_j·v_j / Σ_j e_j)
 //
-// Masked keys (causal j > i+s−l, Bool false) are skipped. A row whose keys are
-// all masked gets the mean of all of v, which is what MLX computes (it fills
-// masked scores with the dtype's lowest finite value, so the softmax is
-// uniform); an additive mask of all −Inf gives NaN, as in MLX. Scores and
-// probabilities are never rounded to the dtype; only the output is.
-// Query rows are split across workers; scratch per worker: s scores, d scaled
-// query values and dv accumulators.
+// exp is MLX's float32 exp (mlxmath.Exp, the polynomial of MLX's CPU
+// softmax) under AccF32 and math.Exp under AccF64. Masked keys (causal j >
+// i+s−l, Bool false) are skipped. A row whose keys are all masked gets the
+// mean of all of v, which is what MLX computes (it fills masked scores with
+// the dtype's lowest finite value, so the softmax is uniform); an additive
+// mask of all −Inf gives NaN, as in MLX. Scores and probabilities are never
+// rounded to the dtype; only the output is.
+//
+// The float32 form is a blocked online softmax (sdpa_fast.go): it sums in
+// its own order (fused multiply-adds on AVX-512, a rescale per block of 32
+// keys, a merge per chunk of 256) and is held to SDPARef within the
+// rounding bound of that order; a query row's result never depends on the
+// other rows of the call, so chunked and one-shot prefill agree bit for
+// bit. Work is split across workers by (batch, KV head, block of query
+// positions), and by chunks of keys when those are few (decode); scratch
+// per worker is a few blocks of 32 rows of K and V plus, per query row of
+// its block, d scaled query values, 32 scores and two states of dv
+// accumulators. The float64 form computes the formula above one query row
+// at a time, in the reference's order.
 func SDPA(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m Mask, round Rounder, acc Acc) {
-	checkSDPA(dst, q, k, v, b, h, hk, l, s, d, dv, &m)
+	kk, vv := DenseKV(k, hk, s, d), DenseKV(v, hk, s, dv)
+	checkSDPA("SDPA", dst, q, &kk, &vv, b, h, hk, l, s, d, dv, &m)
+	sdpaKV(dst, q, &kk, &vv, b, h, hk, l, s, d, dv, scale, &m, roundOr(round), acc)
+}
+
+// SDPAKV is [SDPA] with keys and values read in place through strides and in
+// their storage dtype (a bf16 or f16 KV cache is converted a few rows at a
+// time, never as a whole): k holds [b, hk, ≥s, d] and v [b, hk, ≥s, dv] as
+// described by [KV]; positions 0..s-1 are used.
+func SDPAKV(dst, q []float32, k, v KV, b, h, hk, l, s, d, dv int, scale float32, m Mask, round Rounder, acc Acc) {
+	checkSDPA("SDPAKV", dst, q, &k, &v, b, h, hk, l, s, d, dv, &m)
+	sdpaKV(dst, q, &k, &v, b, h, hk, l, s, d, dv, scale, &m, roundOr(round), acc)
+}
+
+// sdpaKV runs the float64 or the float32 form on a validated call.
+func sdpaKV(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder, acc Acc) {
 	if acc == AccF64 {
-		sdpa[float64](dst, q, k, v, b, h, hk, l, s, d, dv, scale, &m, roundOr(round))
+		sdpa[float64](dst, q, k, v, b, h, hk, l, s, d, dv, scale, m, round)
 	} else {
-		sdpa32(dst, q, k, v, b, h, hk, l, s, d, dv, scale, &m, roundOr(round))
+		sdpa32(dst, q, k, v, b, h, hk, l, s, d, dv, scale, m, round)
 	}
 }
 
-// sdpa32 is the float32 form of sdpa with the score dot products and the
-// value accumulation done by the vector helpers (dot32, axpy32): the same
-// formula, summed in their order. Query rows (heads × positions) are split
-// across the worker pool; scratch per worker is pooled.
-func sdpa32(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder) {
-	rep := h / hk
-	parallelFor(b*h*l, max(1, 16384/(s*(d+dv))), func(lo, hi int) {
-		ws := scratchPool.Get().(*qmmScratch)
-		defer scratchPool.Put(ws)
-		ws.wt = grow(ws.wt, s+d+dv)
-		score, qs, out := ws.wt[:s], ws.wt[s:s+d], ws.wt[s+d:s+d+dv]
-		for row := lo; row < hi; row++ {
-			i, bh := row%l, row/l
-			bi, hh := bh/h, bh%h
-			kv := bi*hk + hh/rep
-			kb, vb := k[kv*s*d:(kv+1)*s*d], v[kv*s*dv:(kv+1)*s*dv]
-			for t, x := range q[row*d : (row+1)*d] {
-				qs[t] = scale * x
-			}
-			mx := float32(math.Inf(-1))
-			nSeen := 0
-			ninf := float32(math.Inf(-1))
-			for j := range s {
-				ok, add := m.visible(bi, hh, i, j, l, s)
-				if !ok {
-					score[j] = ninf
-					continue
-				}
-				nSeen++
-				sc := dot32(qs, kb[j*d:(j+1)*d]) + add
-				score[j] = sc
-				if sc > mx {
-					mx = sc
-				}
-			}
-			all := nSeen == 0
-			if all { // every key masked: MLX's softmax is uniform
-				mx = 0
-			}
-			var sum float32
-			clear(out)
-			for j := range s {
-				var e float32
-				switch {
-				case all:
-					e = 1
-				case score[j] == ninf && !visibleAt(m, bi, hh, i, j, l, s):
-					continue
-				default:
-					e = float32(math.Exp(float64(score[j] - mx)))
-				}
-				sum += e
-				axpy32(out, e, vb[j*dv:(j+1)*dv])
-			}
-			o := dst[row*dv : (row+1)*dv]
-			for t, x := range out {
-				o[t] = round(x / sum)
-			}
-		}
-	})
+// kvRow returns the n values of (bi, kh, j): a slice of float32 storage, or
+// converted into buf.
+func kvRow(kv *KV, bi, kh, j, n int, buf []float32) []float32 {
+	o := kv.row(bi, kh, j)
+	if kv.Vec.F32 != nil {
+		return kv.Vec.F32[o : o+n]
+	}
+	kv.Vec.load(buf[:n], o)
+	return buf[:n]
 }
 
-// visibleAt reports whether key j is visible (a visible key may still score
-// −Inf through an additive mask, which contributes exp(−Inf) = 0 like the
-// reference).
-func visibleAt(m *Mask, bi, hi, i, j, l, s int) bool {
-	ok, _ := m.visible(bi, hi, i, j, l, s)
-	return ok
-}
-
-func sdpa[A float](dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder) {
+// sdpa is the AccF64 form (A = float64): the reference's loop split over
+// query rows, reading K and V through kvRow (scratch per worker: s scores,
+// d scaled query values, dv accumulators and one converted row).
+func sdpa[A float](dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder) {
 	rep := h / hk
 	parallelFor(b*h*l, max(1, 16384/(s*(d+dv))), func(lo, hi int) {
 		score := make([]A, s)
 		seen := make([]bool, s)
 		qs := make([]A, d)
 		out := make([]A, dv)
+		buf := make([]float32, max(d, dv))
 		for row := lo; row < hi; row++ {
 			i, bh := row%l, row/l
 			bi, hh := bh/h, bh%h
-			kv := bi*hk + hh/rep
-			kb, vb := k[kv*s*d:(kv+1)*s*d], v[kv*s*dv:(kv+1)*s*dv]
+			kh := hh / rep
 			for t, x := range q[row*d : (row+1)*d] {
 				qs[t] = A(A(scale) * A(x))
 			}
@@ -261,7 +271,7 @@ func sdpa[A float](dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale floa
 					continue
 				}
 				nSeen++
-				kr := kb[j*d : (j+1)*d]
+				kr := kvRow(k, bi, kh, j, d, buf)
 				var sc A
 				for t, x := range qs {
 					sc += A(x * A(kr[t]))
@@ -286,7 +296,7 @@ func sdpa[A float](dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale floa
 				}
 				e := exp(score[j] - mx)
 				sum += e
-				for t, x := range vb[j*dv : (j+1)*dv] {
+				for t, x := range kvRow(v, bi, kh, j, dv, buf) {
 					out[t] += A(e * A(x))
 				}
 			}

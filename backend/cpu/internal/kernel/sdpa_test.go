@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // repeatKV materialises GQA: [b, hk, s, d] → [b, hk·rep, s, d].
@@ -60,13 +63,17 @@ func sdpa64(q, k, v []float32, b, h, l, s, d int, scale float64, visible func(bi
 
 func TestSDPA(t *testing.T) {
 	type shape struct{ b, h, hk, l, s, d int }
-	shapes := []shape{{1, 4, 4, 1, 9, 16}, {2, 8, 2, 3, 17, 32}, {1, 6, 3, 7, 7, 8}, {2, 4, 1, 33, 40, 16}}
-	for _, sh := range shapes {
-		for _, kind := range []MaskKind{MaskNone, MaskCausal, MaskBool, MaskAdd} {
-			for _, dt := range testDTypes[:2] {
-				for _, acc := range []Acc{AccF32, AccF64} {
-					name := fmt.Sprintf("sdpa/%s/mask%d/acc%d/b%dh%dhk%d/%s", dt.name, kind, acc, sh.b, sh.h, sh.hk, dims(sh.l, sh.s, sh.d))
-					t.Run(name, func(t *testing.T) { testSDPACase(t, sh.b, sh.h, sh.hk, sh.l, sh.s, sh.d, kind, dt.round, acc) })
+	shapes := []shape{{1, 4, 4, 1, 9, 16}, {2, 8, 2, 3, 17, 32}, {1, 6, 3, 7, 7, 8}, {2, 4, 1, 33, 40, 16}, {1, 16, 2, 37, 70, 32}}
+	for _, path := range sdpaPaths() {
+		for _, sh := range shapes {
+			for _, kind := range []MaskKind{MaskNone, MaskCausal, MaskBool, MaskAdd} {
+				for _, dt := range testDTypes[:2] {
+					for _, acc := range []Acc{AccF32, AccF64} {
+						name := fmt.Sprintf("sdpa/%s/%s/mask%d/acc%d/b%dh%dhk%d/%s", path.name, dt.name, kind, acc, sh.b, sh.h, sh.hk, dims(sh.l, sh.s, sh.d))
+						t.Run(name, func(t *testing.T) {
+							path.run(t, func() { testSDPACase(t, sh.b, sh.h, sh.hk, sh.l, sh.s, sh.d, kind, dt.round, acc) })
+						})
+					}
 				}
 			}
 		}
@@ -111,6 +118,8 @@ func testSDPACase(t *testing.T, b, h, hk, l, s, d int, kind MaskKind, round Roun
 	withThreads(3, func() { SDPA(got, q, k, v, b, h, hk, l, s, d, dv, scale, m, round, acc) })
 	if acc == AccF64 {
 		expectSame(t, got, want, "fast vs ref") // the same operations in the same order
+	} else {
+		checkSDPABound(t, got, want, q, k, v, b, h, hk, l, s, d, dv, scale, &m, round)
 	}
 	checkGuards(t, whole, "dst")
 	unchanged(t, q, q0, "q")
@@ -205,6 +214,12 @@ func sdpa64add(q, k, v []float32, b, h, l, s, d int, scale float64, add []float3
 // False and causal with l > s both give the mean); an additive mask of all
 // −Inf gives NaN.
 func TestSDPAFullyMasked(t *testing.T) {
+	for _, path := range sdpaPaths() {
+		t.Run(path.name, func(t *testing.T) { path.run(t, func() { testSDPAFullyMasked(t) }) })
+	}
+}
+
+func testSDPAFullyMasked(t *testing.T) {
 	const b, h, l, s, d = 1, 2, 4, 2, 8 // causal with l > s: queries 0 and 1 see nothing
 	r := newRand(21)
 	q, k, v := randVec(r, b*h*l*d, 1, Identity), randVec(r, b*h*s*d, 1, Identity), randVec(r, b*h*s*d, 1, Identity)
@@ -232,6 +247,12 @@ func TestSDPAFullyMasked(t *testing.T) {
 // TestSDPANaN: a NaN in one query row poisons only that row's output; a NaN
 // in a value vector poisons every row that sees its key.
 func TestSDPANaN(t *testing.T) {
+	for _, path := range sdpaPaths() {
+		t.Run(path.name, func(t *testing.T) { path.run(t, func() { testSDPANaN(t) }) })
+	}
+}
+
+func testSDPANaN(t *testing.T) {
 	const b, h, l, s, d = 1, 1, 3, 3, 4
 	r := newRand(8)
 	q, k, v := randVec(r, l*d, 1, Identity), randVec(r, s*d, 1, Identity), randVec(r, s*d, 1, Identity)
@@ -250,5 +271,383 @@ func TestSDPANaN(t *testing.T) {
 		if (g != g) != (i/d == 2 && i%d == 1) {
 			t.Errorf("NaN value: got %v, want NaN only at row 2 dim 1 (index %d)", g, i)
 		}
+	}
+}
+
+// sdpaPath is one implementation of the float32 SDPA: the AVX-512 kernels
+// or the portable loops.
+type sdpaPath struct {
+	name string
+	asm  bool
+}
+
+// sdpaPaths lists the float32 paths to test: the portable loops always, the
+// AVX-512 kernels too (skipped, loudly, on CPUs without AVX-512).
+func sdpaPaths() []sdpaPath { return []sdpaPath{{"asm", true}, {"portable", false}} }
+
+// run runs fn with the path selected.
+func (p sdpaPath) run(t *testing.T, fn func()) {
+	t.Helper()
+	old := asmF32
+	if p.asm && !old {
+		t.Skip("SKIPPED: this CPU lacks AVX-512; the SDPA assembly kernels cannot run")
+	}
+	asmF32 = p.asm
+	defer func() { asmF32 = old }()
+	fn()
+}
+
+// checkSDPABound holds a float32 SDPA result got to the reference want row
+// by row. Both evaluate the same formula in float32 with MLX's exp, in
+// different orders (the fast path sums scores with fused multiply-adds,
+// rescales an online softmax per block of keys and merges chunks). With u =
+// 2^-24, A the largest Σ_t|scale·q_t·k_jt| and V the largest |v_j| over the
+// row's visible keys, a score differs by at most 2(d+2)uA between the two;
+// weights shift relatively by twice that (the max moves too, and the
+// rescaling subtractions round at |s_j − M| ≤ 2A), the two sums of weights
+// and of weighted values each by (s + s/32 + 8)u relatively per side, and
+// the stored output by one ulp of the dtype. So
+//
+//	|got − want| ≤ V·u·(8(d+4)A + 4(s + s/32 + 8)) + ulp(want)
+//
+// Rows that see no key are exact (the mean of v in the reference's order).
+func checkSDPABound(t *testing.T, got, want, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder) {
+	t.Helper()
+	rep := h / hk
+	u := math.Ldexp(1, -24)
+	for bi := range b {
+		for hq := range h {
+			kh := hq / rep
+			for i := range l {
+				row := ((bi*h+hq)*l + i) * dv
+				var a, vm float64
+				seen := false
+				for j := range s {
+					ok, add := m.visible(bi, hq, i, j, l, s)
+					if !ok || math.IsInf(float64(add), -1) {
+						continue
+					}
+					seen = true
+					var sc float64
+					for tt := range d {
+						sc += math.Abs(float64(scale * q[((bi*h+hq)*l+i)*d+tt] * k[((bi*hk+kh)*s+j)*d+tt]))
+					}
+					a = max(a, sc+math.Abs(float64(add)))
+					for tt := range dv {
+						vm = max(vm, math.Abs(float64(v[((bi*hk+kh)*s+j)*dv+tt])))
+					}
+				}
+				for tt := range dv {
+					g, w := got[row+tt], want[row+tt]
+					if !seen {
+						if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+							t.Errorf("row with no visible key: got %v, want %v (batch %d head %d query %d dim %d)", g, w, bi, hq, i, tt)
+							return
+						}
+						continue
+					}
+					bound := vm*u*(8*float64(d+4)*a+4*float64(s+s/32+8)) + ulpOf(w, round)
+					if e := math.Abs(float64(g) - float64(w)); !(e <= bound) && !(g != g && w != w) {
+						t.Errorf("got %v, want %v ± %.3g (batch %d head %d query %d dim %d)", g, w, bound, bi, hq, i, tt)
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// toStorage returns x rounded to dt as bf16 or f16 bits laid out as a KV
+// cache: [b, hk, cap, rowStride] with the values at [.., :s, :n] and
+// garbage (NaN) elsewhere, and its KV.
+func toStorage(x []float32, dt string, b, hk, s, n, capS, rowStride int) KV {
+	bs, hs := hk*capS*rowStride, capS*rowStride
+	kv := KV{BStride: bs, HStride: hs, RowStride: rowStride}
+	total := b * bs
+	switch dt {
+	case "f32":
+		buf := make([]float32, total)
+		for i := range buf {
+			buf[i] = float32(math.NaN())
+		}
+		for bi := range b {
+			for h := range hk {
+				for j := range s {
+					copy(buf[bi*bs+h*hs+j*rowStride:][:n], x[((bi*hk+h)*s+j)*n:][:n])
+				}
+			}
+		}
+		kv.Vec = F32Vec(buf)
+	case "bf16", "f16":
+		buf := make([]uint16, total)
+		for i := range buf {
+			buf[i] = 0x7fc1 // NaN in both encodings
+		}
+		for bi := range b {
+			for h := range hk {
+				for j := range s {
+					for t := range n {
+						f := x[((bi*hk+h)*s+j)*n+t]
+						if dt == "bf16" {
+							buf[bi*bs+h*hs+j*rowStride+t] = uint16(math.Float32bits(f) >> 16)
+						} else {
+							buf[bi*bs+h*hs+j*rowStride+t] = tensor.Float32ToF16(f)
+						}
+					}
+				}
+			}
+		}
+		kv.Vec = BF16Vec(buf)
+		if dt == "f16" {
+			kv.Vec = F16Vec(buf)
+		}
+	}
+	return kv
+}
+
+// TestSDPAKV: keys and values read in place from a strided cache (HStride >
+// s·RowStride, RowStride > d, NaN in the unused parts) in float32, bf16 and
+// f16 storage give the same bits as SDPA on dense float32 copies of the
+// same values (the conversion is exact and the arithmetic the same).
+func TestSDPAKV(t *testing.T) {
+	type shape struct{ b, h, hk, l, s, d, dv int }
+	shapes := []shape{{1, 16, 2, 1, 45, 32, 32}, {2, 8, 2, 5, 77, 16, 48}, {1, 4, 4, 9, 33, 8, 8}, {1, 8, 1, 3, 600, 64, 64}}
+	for _, path := range sdpaPaths() {
+		for _, sh := range shapes {
+			for _, dt := range []struct {
+				name  string
+				round Rounder
+			}{{"f32", Identity}, {"bf16", tensor.RoundBF16}, {"f16", tensor.RoundF16}} {
+				for _, kind := range []MaskKind{MaskCausal, MaskNone} {
+					name := fmt.Sprintf("%s/%s/mask%d/b%dh%dhk%d/%s", path.name, dt.name, kind, sh.b, sh.h, sh.hk, dims(sh.l, sh.s, sh.d, sh.dv))
+					t.Run(name, func(t *testing.T) {
+						path.run(t, func() {
+							r := newRand(uint64(sh.s*7 + sh.d))
+							q := randVec(r, sh.b*sh.h*sh.l*sh.d, 1, dt.round)
+							k := randVec(r, sh.b*sh.hk*sh.s*sh.d, 1, dt.round)
+							v := randVec(r, sh.b*sh.hk*sh.s*sh.dv, 1, dt.round)
+							capS := sh.s + 19
+							kk := toStorage(k, dt.name, sh.b, sh.hk, sh.s, sh.d, capS, sh.d+3)
+							vv := toStorage(v, dt.name, sh.b, sh.hk, sh.s, sh.dv, capS, sh.dv+16)
+							m := Mask{Kind: kind}
+							want := make([]float32, sh.b*sh.h*sh.l*sh.dv)
+							SDPA(want, q, k, v, sh.b, sh.h, sh.hk, sh.l, sh.s, sh.d, sh.dv, 0.3, m, dt.round, AccF32)
+							for _, acc := range []Acc{AccF32, AccF64} {
+								if acc == AccF64 {
+									SDPA(want, q, k, v, sh.b, sh.h, sh.hk, sh.l, sh.s, sh.d, sh.dv, 0.3, m, dt.round, acc)
+								}
+								got, whole := guarded(len(want))
+								withThreads(2, func() {
+									SDPAKV(got, q, kk, vv, sh.b, sh.h, sh.hk, sh.l, sh.s, sh.d, sh.dv, 0.3, m, dt.round, acc)
+								})
+								checkGuards(t, whole, "dst")
+								expectSame(t, got, want, fmt.Sprintf("SDPAKV vs SDPA on dense values (acc%d)", acc))
+							}
+						})
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestSDPAKVChecks: bad strides and short storage panic with a message
+// naming the kernel and the argument.
+func TestSDPAKVChecks(t *testing.T) {
+	good := func() KV { return DenseKV(make([]float32, 2*5*8), 2, 5, 8) }
+	cases := []struct {
+		name string
+		k    func() KV
+		want string
+	}{
+		{"row stride below d", func() KV { k := good(); k.RowStride = 4; return k }, "kernel.SDPAKV: k strides"},
+		{"negative head stride", func() KV { k := good(); k.HStride = -1; return k }, "kernel.SDPAKV: k strides"},
+		{"short storage", func() KV { k := good(); k.HStride = 41; return k }, "kernel.SDPAKV: k has 80 elements, want at least"},
+		{"two storages", func() KV { k := good(); k.Vec.U16 = make([]uint16, 80); return k }, "kernel.SDPAKV: k holds both"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if msg, _ := r.(string); !strings.HasPrefix(msg, c.want) {
+					t.Errorf("got panic %v, want a message starting %q", r, c.want)
+				}
+			}()
+			dst, q := make([]float32, 4*3*8), make([]float32, 4*3*8)
+			SDPAKV(dst, q, c.k(), good(), 1, 4, 2, 3, 5, 8, 8, 1, Mask{Kind: MaskCausal}, Identity, AccF32)
+		})
+	}
+}
+
+// TestSDPAChunked: a query row's result does not depend on the other rows
+// of the call: prefill in chunks (each chunk's queries against the keys up
+// to its end, causal) equals one-shot prefill bit for bit, across block
+// (32) and chunk (512) boundaries, and for 1, 2 and 3 workers.
+func TestSDPAChunked(t *testing.T) {
+	type shape struct {
+		h, hk, s, d int
+		chunks      []int
+	}
+	for _, path := range sdpaPaths() {
+		for _, sh := range []shape{{16, 2, 600, 32, []int{16, 37, 256}}, {4, 4, 100, 16, []int{1, 7, 64}}, {6, 2, 70, 8, []int{1, 32}}} {
+			for _, chunk := range sh.chunks {
+				name := fmt.Sprintf("%s/h%dhk%d/s%dd%d/chunk%d", path.name, sh.h, sh.hk, sh.s, sh.d, chunk)
+				t.Run(name, func(t *testing.T) {
+					path.run(t, func() {
+						h, hk, s, d := sh.h, sh.hk, sh.s, sh.d
+						r := newRand(uint64(s + chunk))
+						q := randVec(r, h*s*d, 1, tensor.RoundBF16)
+						k := randVec(r, hk*s*d, 1, tensor.RoundBF16)
+						v := randVec(r, hk*s*d, 1, tensor.RoundBF16)
+						want := make([]float32, h*s*d)
+						withThreads(1, func() {
+							SDPA(want, q, k, v, 1, h, hk, s, s, d, d, 0.2, Mask{Kind: MaskCausal}, Identity, AccF32)
+						})
+						kv := DenseKV(k, hk, s, d)
+						vv := DenseKV(v, hk, s, d)
+						for _, th := range []int{1, 2, 3} {
+							got := make([]float32, h*s*d)
+							for c0 := 0; c0 < s; c0 += chunk {
+								c1 := min(s, c0+chunk)
+								n := c1 - c0
+								qc := make([]float32, h*n*d)
+								for hq := range h {
+									copy(qc[hq*n*d:(hq+1)*n*d], q[(hq*s+c0)*d:(hq*s+c1)*d])
+								}
+								out := make([]float32, h*n*d)
+								withThreads(th, func() {
+									SDPAKV(out, qc, kv, vv, 1, h, hk, n, c1, d, d, 0.2, Mask{Kind: MaskCausal}, Identity, AccF32)
+								})
+								for hq := range h {
+									copy(got[(hq*s+c0)*d:(hq*s+c1)*d], out[hq*n*d:(hq+1)*n*d])
+								}
+							}
+							expectSame(t, got, want, fmt.Sprintf("chunked (%d workers) vs one-shot", th))
+						}
+					})
+				})
+			}
+		}
+	}
+}
+
+// TestSDPADecodeLong: one query against 8192 bf16 keys (the split of keys
+// across workers): 1, 2 and 3 workers give the same bits, within the bound
+// of the reference and of a float64 oracle.
+func TestSDPADecodeLong(t *testing.T) {
+	const h, hk, s, d = 16, 2, 8192, 128
+	for _, path := range sdpaPaths() {
+		t.Run(path.name, func(t *testing.T) {
+			path.run(t, func() {
+				r := newRand(99)
+				q := randVec(r, h*d, 1, tensor.RoundBF16)
+				k := randVec(r, hk*s*d, 1, tensor.RoundBF16)
+				v := randVec(r, hk*s*d, 1, tensor.RoundBF16)
+				kk := toStorage(k, "bf16", 1, hk, s, d, s+64, d)
+				vv := toStorage(v, "bf16", 1, hk, s, d, s+64, d)
+				scale := float32(1 / math.Sqrt(d))
+				m := Mask{Kind: MaskCausal}
+				var first []float32
+				for _, th := range []int{1, 2, 3} {
+					got := make([]float32, h*d)
+					withThreads(th, func() { SDPAKV(got, q, kk, vv, 1, h, hk, 1, s, d, d, scale, m, tensor.RoundBF16, AccF32) })
+					if first == nil {
+						first = got
+						continue
+					}
+					expectSame(t, got, first, fmt.Sprintf("%d workers vs 1", th))
+				}
+				want := make([]float32, h*d)
+				SDPARef(want, q, k, v, 1, h, hk, 1, s, d, d, scale, m, tensor.RoundBF16, AccF32)
+				checkSDPABound(t, first, want, q, k, v, 1, h, hk, 1, s, d, d, scale, &m, tensor.RoundBF16)
+				rep := h / hk
+				y64 := sdpa64(q, repeatKV(k, 1, hk, s, d, rep), repeatKV(v, 1, hk, s, d, rep), 1, h, 1, s, d, float64(scale), func(bi, hh, i, j int) bool { return true })
+				for i, w := range y64 {
+					// As in testSDPACase: float32 sums off by d·2^-24 (scores)
+					// and s·2^-24 (weights) relative, on values |v| ≤ ~5, then
+					// one rounding to bf16.
+					bound := float64(d+s+8)*math.Ldexp(1, -24)*8 + ulpOf(float32(w), tensor.RoundBF16)
+					if e := math.Abs(float64(first[i]) - w); e > bound {
+						t.Fatalf("got %v, want %v ± %.3g (index %d)", first[i], w, bound, i)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestSDPABoolHoles: a Bool mask with scattered holes and fully masked rows,
+// and a NaN in the values of a key every row masks, on every path: within
+// the bound of the reference, the masked NaN never reaches the output.
+func TestSDPABoolHoles(t *testing.T) {
+	const b, h, hk, l, s, d = 1, 8, 2, 6, 300, 16
+	for _, path := range sdpaPaths() {
+		t.Run(path.name, func(t *testing.T) {
+			path.run(t, func() {
+				r := newRand(3)
+				q, k, v := randVec(r, b*h*l*d, 1, Identity), randVec(r, b*hk*s*d, 1, Identity), randVec(r, b*hk*s*d, 1, Identity)
+				m := Mask{Kind: MaskBool, Bool: make([]bool, h*l*s), Strides: [4]int{0, l * s, s, 1}}
+				for i := range m.Bool {
+					m.Bool[i] = r.IntN(5) > 0
+				}
+				for j := range s { // head 3 query 2 sees nothing
+					m.Bool[(3*l+2)*s+j] = false
+				}
+				for hh := range h { // key 40 is masked everywhere; its values are NaN
+					for i := range l {
+						m.Bool[(hh*l+i)*s+40] = false
+					}
+				}
+				for kh := range hk {
+					v[(kh*s+40)*d+5] = float32(math.NaN())
+				}
+				got, want := make([]float32, b*h*l*d), make([]float32, b*h*l*d)
+				withThreads(2, func() { SDPA(got, q, k, v, b, h, hk, l, s, d, d, 0.25, m, Identity, AccF32) })
+				SDPARef(want, q, k, v, b, h, hk, l, s, d, d, 0.25, m, Identity, AccF32)
+				for i, g := range got {
+					row := i / d
+					if (g != g) != (row == 3*l+2 && i%d == 5) { // the mean of all v includes key 40
+						t.Fatalf("got %v at index %d: NaN only where a row sees no key (its mean includes the NaN)", g, i)
+					}
+				}
+				checkSDPABound(t, got, want, q, k, v, b, h, hk, l, s, d, d, 0.25, &m, Identity)
+			})
+		})
+	}
+}
+
+// TestSDPALongPrefill: causal with l < s across chunks of keys (600 keys,
+// d = 128, GQA), bf16 values from a strided bf16 cache, on every path:
+// within the bound of the reference and close to a float64 oracle.
+func TestSDPALongPrefill(t *testing.T) {
+	const h, hk, l, s, d = 8, 2, 40, 600, 128
+	for _, path := range sdpaPaths() {
+		t.Run(path.name, func(t *testing.T) {
+			path.run(t, func() {
+				r := newRand(12)
+				q := randVec(r, h*l*d, 1, tensor.RoundBF16)
+				k := randVec(r, hk*s*d, 1, tensor.RoundBF16)
+				v := randVec(r, hk*s*d, 1, tensor.RoundBF16)
+				kk := toStorage(k, "bf16", 1, hk, s, d, s+40, d)
+				vv := toStorage(v, "bf16", 1, hk, s, d, s+40, d)
+				scale := float32(1 / math.Sqrt(d))
+				m := Mask{Kind: MaskCausal}
+				got, want := make([]float32, h*l*d), make([]float32, h*l*d)
+				withThreads(2, func() { SDPAKV(got, q, kk, vv, 1, h, hk, l, s, d, d, scale, m, tensor.RoundBF16, AccF32) })
+				SDPARef(want, q, k, v, 1, h, hk, l, s, d, d, scale, m, tensor.RoundBF16, AccF32)
+				checkSDPABound(t, got, want, q, k, v, 1, h, hk, l, s, d, d, scale, &m, tensor.RoundBF16)
+				rep := h / hk
+				y64 := sdpa64(q, repeatKV(k, 1, hk, s, d, rep), repeatKV(v, 1, hk, s, d, rep), 1, h, l, s, d, float64(scale), func(bi, hh, i, j int) bool { return j <= i+s-l })
+				for i, w := range y64 {
+					// As in testSDPACase: float32 sums off by d·2^-24 (scores)
+					// and s·2^-24 (weights) relative, on values |v| ≤ ~5, then
+					// one rounding to bf16.
+					bound := float64(d+s+8)*math.Ldexp(1, -24)*8 + ulpOf(float32(w), tensor.RoundBF16)
+					if e := math.Abs(float64(got[i]) - w); e > bound {
+						t.Fatalf("got %v, want %v ± %.3g (index %d)", got[i], w, bound, i)
+					}
+				}
+			})
+		})
 	}
 }

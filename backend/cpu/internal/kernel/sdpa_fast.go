@@ -1,0 +1,627 @@
+package kernel
+
+import (
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/mlxgo/mlxgo/internal/mlxmath"
+)
+
+// The float32 SDPA (AccF32): a blocked online ("flash") softmax.
+//
+// Work is split into items: one batch, one KV head and a block of up to lb
+// query positions, whose rows are the rep = h/hk query heads sharing the KV
+// head at each position (row r = position·rep + head). An item walks its
+// keys in blocks of sdpaBK (aligned to multiples of sdpaBK from key 0):
+// the block's K rows are loaded once (transposed and converted to float32
+// for the vector kernels), scored against every row that sees any of them,
+// the row's softmax state (max m, sum l, accumulator acc) is updated, and
+// the block's V rows are accumulated, again loaded once per item. A causal
+// row stops at its last visible key: blocks past it are not visited and
+// keys past it in its last block get no weight.
+//
+// Keys are further grouped in chunks of sdpaChunk: each chunk's state is
+// computed from the empty state and the chunks are merged in order. A
+// single query row's arithmetic therefore depends only on its own position
+// and mask, never on l or on the other rows of its item, so chunked and
+// one-shot prefill agree bit for bit; and chunks of one item may run on
+// different workers (decode at long context) with the same result.
+//
+// Per row and block, in float32:
+//
+//	s_j  = Σ_t qs_t·k_jt (+ Add mask)  qs = scale·q, summed in order of t (fused on AVX-512)
+//	M    = max(m, max_j s_j)
+//	f    = exp(m − M)                 (1 while M is −Inf; exp is mlxmath.Exp)
+//	p_j  = exp(s_j − M)               (exp(s_j) while M is −Inf: 0 for −Inf scores)
+//	l    = l·f + Σ_j p_j
+//	acc  = acc·f + Σ_j p_j·v_j        (in order of j)
+//
+// and chunk states (M1, l1, acc1), (M2, l2, acc2) merge as M = max(M1, M2),
+// f_i = exp(M_i − M) (1 when M is −Inf), l = l1·f1 + l2·f2, acc likewise.
+// The output is round(acc/l). Keys a Bool mask hides inside a row's range
+// score −Inf and are left out of the accumulation (runs of visible keys),
+// so their values never reach the row, as in the reference.
+//
+// With AVX-512 (asmF32) and d, dv multiples of 16 the steps run in the
+// assembly kernels of sdpa_amd64.s, the same code with or without
+// GOEXPERIMENT=simd; otherwise in Go loops (dot32, axpy32, mlxmath.Exp),
+// which keep the structure (and so the independence from l) but not the
+// bits of the vector path.
+
+const (
+	sdpaBK    = 32  // keys per block (the width of the vector kernels)
+	sdpaChunk = 256 // keys per chunk (a multiple of sdpaBK)
+	sdpaRows  = 128 // target query rows per item
+)
+
+// Storage kinds of the assembly kernels.
+const (
+	sdpaF32 = iota
+	sdpaBF16
+	sdpaF16
+)
+
+// sdpaKind is the storage kind of v.
+func sdpaKind(v Vec) int {
+	switch {
+	case v.F32 != nil:
+		return sdpaF32
+	case v.F16:
+		return sdpaF16
+	}
+	return sdpaBF16
+}
+
+// sdpaJob is one call of the float32 SDPA.
+type sdpaJob struct {
+	dst, q                     []float32
+	k, v                       *KV
+	b, h, hk, l, s, d, dv, rep int
+	scale                      float32
+	m                          *Mask
+	round                      Rounder
+	lb, nqb                    int  // query positions per item, query blocks
+	rmax, rpad                 int  // rows per item: lb·rep, rounded up to 4
+	asm                        bool // the AVX-512 kernels
+	kkind, vkind               int
+	rkind                      byte // roundKind(round)
+}
+
+// sdpaState is the online-softmax state of an item's rows: m, l, the block
+// rescale factors f (rpad+16 each: sdpaSoftmax works on groups of 16 rows)
+// and the per-row count of visible keys n, and the accumulators acc
+// (rpad·dv).
+type sdpaState struct {
+	m, l, f []float32
+	n       []int
+	acc     []float32
+}
+
+// newSDPAState lays a state out on buf (sdpaStateLen values) and n (rpad
+// counts).
+func newSDPAState(buf []float32, n []int, rpad, dv int) sdpaState {
+	g := rpad + 16
+	return sdpaState{m: buf[:g], l: buf[g : 2*g], f: buf[2*g : 3*g], acc: buf[3*g : 3*g+rpad*dv], n: n[:rpad]}
+}
+
+func sdpaStateLen(rpad, dv int) int { return 3*(rpad+16) + rpad*dv }
+
+// reset empties rows [0, rows).
+func (st *sdpaState) reset(rows, dv int) {
+	for r := range rows {
+		st.m[r], st.l[r], st.f[r], st.n[r] = float32(math.Inf(-1)), 0, 1, 0
+	}
+	clear(st.acc[:rows*dv])
+}
+
+// sdpaWork is one worker's scratch.
+type sdpaWork struct {
+	qs, sc, kt, kc, vb []float32
+	mx                 []float32 // scratch of sdpaMerge
+	st, st2            sdpaState // an item's state and a chunk's
+	stBuf, stBuf2      []float32
+	nBuf               []int
+	hole               []bool
+}
+
+var sdpaPool = sync.Pool{New: func() any { return new(sdpaWork) }}
+
+// sdpaSplitPool holds the chunk states of runSplit.
+var sdpaSplitPool = sync.Pool{New: func() any { return new([]float32) }}
+
+func sdpaGrow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+func (j *sdpaJob) work() *sdpaWork {
+	w := sdpaPool.Get().(*sdpaWork)
+	w.qs = sdpaGrow(w.qs, j.rpad*j.d)
+	w.sc = sdpaGrow(w.sc, (j.rpad+16)*sdpaBK)
+	w.mx = sdpaGrow(w.mx, 2*j.rpad+16)
+	w.kt = sdpaGrow(w.kt, sdpaBK*j.d)
+	w.kc = sdpaGrow(w.kc, sdpaBK*j.d)
+	w.vb = sdpaGrow(w.vb, sdpaBK*j.dv)
+	w.stBuf = sdpaGrow(w.stBuf, sdpaStateLen(j.rpad, j.dv))
+	if cap(w.nBuf) < 2*j.rpad {
+		w.nBuf = make([]int, 2*j.rpad)
+	}
+	w.st = newSDPAState(w.stBuf, w.nBuf, j.rpad, j.dv)
+	w.stBuf2 = sdpaGrow(w.stBuf2, sdpaStateLen(j.rpad, j.dv))
+	w.st2 = newSDPAState(w.stBuf2, w.nBuf[j.rpad:], j.rpad, j.dv)
+	if cap(w.hole) < j.rpad {
+		w.hole = make([]bool, j.rpad)
+	}
+	w.hole = w.hole[:j.rpad]
+	return w
+}
+
+// sdpa32 is the float32 SDPA on a validated call.
+func sdpa32(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder) {
+	if b == 0 || l == 0 {
+		return
+	}
+	j := &sdpaJob{dst: dst, q: q, k: k, v: v, b: b, h: h, hk: hk, l: l, s: s, d: d, dv: dv, rep: h / hk,
+		scale: scale, m: m, round: round, kkind: sdpaKind(k.Vec), vkind: sdpaKind(v.Vec), rkind: roundKind(round)}
+	j.lb = min(l, max(1, sdpaRows/j.rep))
+	j.nqb = (l + j.lb - 1) / j.lb
+	j.rmax = j.lb * j.rep
+	j.rpad = (j.rmax + 3) &^ 3
+	j.asm = sdpaHaveAsm && asmF32 && d%16 == 0 && dv%16 == 0
+	items := b * hk * j.nqb
+	nch := (s + sdpaChunk - 1) / sdpaChunk
+	th := Threads()
+	if th > 1 && nch > 1 && items < 2*th && items*nch*sdpaStateLen(j.rpad, dv) <= 1<<22 {
+		j.runSplit(items, nch)
+		return
+	}
+	parallelFor(items, 1, func(lo, hi int) {
+		w := j.work()
+		defer sdpaPool.Put(w)
+		for it := lo; it < hi; it++ {
+			j.runItem(w, it)
+		}
+	})
+}
+
+// item returns the batch, KV head and query block of item it. Query blocks
+// alternate from both ends (0, last, 1, last-1, ...) so that contiguous
+// ranges of items carry similar causal work.
+func (j *sdpaJob) item(it int) (bi, kh, qb int) {
+	x := it % j.nqb
+	qb = x / 2
+	if x%2 == 1 {
+		qb = j.nqb - 1 - x/2
+	}
+	bh := it / j.nqb
+	return bh / j.hk, bh % j.hk, qb
+}
+
+// positions returns the first query position of block qb and its count.
+func (j *sdpaJob) positions(qb int) (i0, np int) {
+	i0 = qb * j.lb
+	return i0, min(j.lb, j.l-i0)
+}
+
+// lim is the last key query position i may see.
+func (j *sdpaJob) lim(i int) int {
+	if j.m.Kind == MaskCausal {
+		return min(i+j.s-j.l, j.s-1)
+	}
+	return j.s - 1
+}
+
+// runItem computes an item's outputs, chunk after chunk.
+func (j *sdpaJob) runItem(w *sdpaWork, it int) {
+	bi, kh, qb := j.item(it)
+	i0, np := j.positions(qb)
+	rows := np * j.rep
+	j.loadQ(w.qs, bi, kh, i0, np)
+	kEnd := j.lim(i0+np-1) + 1
+	st := &w.st
+	st.reset(rows, j.dv)
+	if kEnd > 0 {
+		j.chunk(w, st, bi, kh, i0, np, 0, min(kEnd, sdpaChunk))
+	}
+	for c0 := sdpaChunk; c0 < kEnd; c0 += sdpaChunk {
+		tmp := &w.st2
+		tmp.reset(rows, j.dv)
+		j.chunk(w, tmp, bi, kh, i0, np, c0, min(kEnd, c0+sdpaChunk))
+		sdpaMerge(st, tmp, rows, j.dv, j.asm, w.mx)
+	}
+	j.output(st, bi, kh, i0, np)
+}
+
+// runSplit runs the chunks of few items on separate workers, then merges
+// them in order per item (the same operations as runItem).
+func (j *sdpaJob) runSplit(items, nch int) {
+	sl := sdpaStateLen(j.rpad, j.dv)
+	bp := sdpaSplitPool.Get().(*[]float32)
+	defer sdpaSplitPool.Put(bp)
+	*bp = sdpaGrow(*bp, items*nch*sl)
+	buf := *bp
+	states := make([]sdpaState, items*nch)
+	nbuf := make([]int, items*nch*j.rpad)
+	for x := range states {
+		states[x] = newSDPAState(buf[x*sl:(x+1)*sl], nbuf[x*j.rpad:], j.rpad, j.dv)
+	}
+	parallelFor(items*nch, 1, func(lo, hi int) {
+		w := j.work()
+		defer sdpaPool.Put(w)
+		last := -1
+		for x := lo; x < hi; x++ {
+			it, c := x/nch, x%nch
+			bi, kh, qb := j.item(it)
+			i0, np := j.positions(qb)
+			if it != last {
+				j.loadQ(w.qs, bi, kh, i0, np)
+				last = it
+			}
+			st := &states[x]
+			st.reset(np*j.rep, j.dv)
+			c0, kEnd := c*sdpaChunk, j.lim(i0+np-1)+1
+			if c0 < kEnd {
+				j.chunk(w, st, bi, kh, i0, np, c0, min(kEnd, c0+sdpaChunk))
+			}
+		}
+	})
+	parallelFor(items, 1, func(lo, hi int) {
+		x := make([]float32, 2*j.rpad+16)
+		for it := lo; it < hi; it++ {
+			bi, kh, qb := j.item(it)
+			i0, np := j.positions(qb)
+			st := &states[it*nch]
+			for c := 1; c < nch; c++ {
+				sdpaMerge(st, &states[it*nch+c], np*j.rep, j.dv, j.asm, x)
+			}
+			j.output(st, bi, kh, i0, np)
+		}
+	})
+}
+
+// loadQ writes scale·q of the item's rows to qs (zero rows up to rpad).
+func (j *sdpaJob) loadQ(qs []float32, bi, kh, i0, np int) {
+	d := j.d
+	for pi := range np {
+		for g := range j.rep {
+			hq := kh*j.rep + g
+			src := j.q[((bi*j.h+hq)*j.l+i0+pi)*d:][:d]
+			dst := qs[(pi*j.rep+g)*d:][:d]
+			if j.asm {
+				sdpaScale(&dst[0], &src[0], j.scale, d)
+				continue
+			}
+			for t, x := range src {
+				dst[t] = j.scale * x
+			}
+		}
+	}
+	clear(qs[np*j.rep*d : j.rpad*d])
+}
+
+// sdpaMerge merges chunk state c into st for rows [0, rows): with M =
+// max(m, c.m), f1 = exp(m − M) and f2 = exp(c.m − M) (1 when M is −Inf),
+// l·f1 + c.l·f2 and acc·f1 + c.acc·f2 (fused on the vector path). x is
+// scratch of 2·rows+16 values.
+func sdpaMerge(st, c *sdpaState, rows, dv int, asm bool, x []float32) {
+	n := (2*rows + 15) &^ 15
+	x = x[:n]
+	clear(x)
+	for r := range rows {
+		if c.n[r] == 0 || st.n[r] == 0 {
+			continue
+		}
+		m := max(st.m[r], c.m[r])
+		if !math.IsInf(float64(m), -1) {
+			x[2*r], x[2*r+1] = st.m[r]-m, c.m[r]-m
+		}
+	}
+	if asm {
+		sdpaExp(&x[0], &x[0], n)
+	} else {
+		for i, v := range x {
+			x[i] = mlxmath.Exp(v)
+		}
+	}
+	for r := range rows {
+		if c.n[r] == 0 {
+			continue
+		}
+		a, ca := st.acc[r*dv:(r+1)*dv], c.acc[r*dv:(r+1)*dv]
+		if st.n[r] == 0 {
+			st.m[r], st.l[r], st.n[r] = c.m[r], c.l[r], c.n[r]
+			copy(a, ca)
+			continue
+		}
+		f1, f2 := x[2*r], x[2*r+1]
+		st.m[r], st.n[r] = max(st.m[r], c.m[r]), st.n[r]+c.n[r]
+		st.l[r] = st.l[r]*f1 + c.l[r]*f2
+		if asm {
+			sdpaMergeAcc(&a[0], &ca[0], f1, f2, dv)
+			continue
+		}
+		for t := range a {
+			a[t] = a[t]*f1 + ca[t]*f2
+		}
+	}
+}
+
+// output writes round(acc/l) of the item's rows to dst; a row that saw no
+// key gets the mean of all of v (MLX's uniform softmax over masked scores).
+func (j *sdpaJob) output(st *sdpaState, bi, kh, i0, np int) {
+	dv := j.dv
+	for pi := range np {
+		for g := range j.rep {
+			r := pi*j.rep + g
+			hq := kh*j.rep + g
+			o := j.dst[((bi*j.h+hq)*j.l+i0+pi)*dv:][:dv]
+			a := st.acc[r*dv : (r+1)*dv]
+			if st.n[r] == 0 {
+				j.meanV(o, a, bi, kh)
+				continue
+			}
+			l := st.l[r]
+			if j.asm {
+				bf16 := 0
+				if j.rkind == 'b' {
+					bf16 = 1
+				}
+				sdpaOut(&o[0], &a[0], l, dv, bf16)
+				if j.rkind == 0 {
+					for t, x := range o {
+						o[t] = j.round(x)
+					}
+				}
+				continue
+			}
+			for t, x := range a {
+				o[t] = j.round(x / l)
+			}
+		}
+	}
+}
+
+// meanV writes round(Σ_j v_j / s) to o, summing in order of j like the
+// reference (tmp is scratch of dv values).
+func (j *sdpaJob) meanV(o, tmp []float32, bi, kh int) {
+	clear(tmp)
+	buf := make([]float32, j.dv)
+	for key := range j.s {
+		for t, x := range kvRow(j.v, bi, kh, key, j.dv, buf) {
+			tmp[t] += x
+		}
+	}
+	n := float32(j.s)
+	for t, x := range tmp {
+		o[t] = j.round(x / n)
+	}
+}
+
+// sdpaVecPtr returns a pointer to element off of v's storage.
+func sdpaVecPtr(v Vec, off int) unsafe.Pointer {
+	if v.F32 != nil {
+		return unsafe.Pointer(&v.F32[off])
+	}
+	return unsafe.Pointer(&v.U16[off])
+}
+
+// sdpaElemSize is the size in bytes of one of v's values.
+func sdpaElemSize(v Vec) uintptr {
+	if v.F32 != nil {
+		return 4
+	}
+	return 2
+}
+
+// chunk accumulates keys [c0, c1) into st (emptied by the caller) for the
+// rows of positions i0..i0+np-1.
+func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) {
+	rep := j.rep
+	rows := np * rep
+	ninf := float32(math.Inf(-1))
+	for j0 := c0; j0 < c1; j0 += sdpaBK {
+		n := min(sdpaBK, c1-j0)
+		// Rows whose positions see no key of this block come first (lim
+		// grows with the position): skip them.
+		p0 := 0
+		for p0 < np && j.lim(i0+p0) < j0 {
+			p0++
+		}
+		if p0 == np {
+			break
+		}
+		r0 := p0 * rep
+		j.scores(w, bi, kh, j0, n, r0, rows)
+		for pi := p0; pi < np; pi++ {
+			nv := min(n, j.lim(i0+pi)-j0+1)
+			for g := range rep {
+				r := pi*rep + g
+				sc := w.sc[r*sdpaBK : (r+1)*sdpaBK]
+				for x := nv; x < sdpaBK; x++ {
+					sc[x] = ninf
+				}
+				cnt := nv
+				w.hole[r] = false
+				switch j.m.Kind {
+				case MaskBool:
+					hq := kh*rep + g
+					for x := range nv {
+						if !j.m.Bool[j.m.index(bi, hq, i0+pi, j0+x)] {
+							sc[x] = ninf
+							w.hole[r] = true
+							cnt--
+						}
+					}
+				case MaskAdd:
+					hq := kh*rep + g
+					for x := range nv {
+						sc[x] += j.m.Add[j.m.index(bi, hq, i0+pi, j0+x)]
+					}
+				}
+				st.n[r] += cnt
+			}
+		}
+		if j.asm {
+			sdpaSoftmax(&w.sc[r0*sdpaBK], &st.m[r0], &st.l[r0], &st.f[r0], rows-r0)
+		} else {
+			sdpaSoftmaxGo(w.sc[r0*sdpaBK:rows*sdpaBK], st.m[r0:rows], st.l[r0:rows], st.f[r0:rows])
+		}
+		j.pv(w, st, bi, kh, i0, j0, n, p0, np)
+	}
+}
+
+// scores writes the scores of rows [r0, rows) against keys j0..j0+n-1 to
+// w.sc (row r at r·sdpaBK; lanes n..31 are left to the caller's mask).
+func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
+	d, k := j.d, j.k
+	if j.asm {
+		if n == sdpaBK {
+			es := sdpaElemSize(k.Vec)
+			src := sdpaVecPtr(k.Vec, k.row(bi, kh, j0))
+			stride := uintptr(k.RowStride) * es
+			sdpaKT(&w.kt[0], src, stride, d, j.kkind)
+			sdpaKT(&w.kt[16], unsafe.Add(src, 16*stride), stride, d, j.kkind)
+		} else {
+			// A partial block: convert its rows to float32 with zero rows
+			// after them, then transpose.
+			sdpaCvt(&w.kc[0], d, sdpaVecPtr(k.Vec, k.row(bi, kh, j0)), uintptr(k.RowStride)*sdpaElemSize(k.Vec), n, d, j.kkind)
+			clear(w.kc[n*d : sdpaBK*d])
+			sdpaKT(&w.kt[0], unsafe.Pointer(&w.kc[0]), uintptr(4*d), d, sdpaF32)
+			sdpaKT(&w.kt[16], unsafe.Pointer(&w.kc[16*d]), uintptr(4*d), d, sdpaF32)
+		}
+		ra := r0 &^ 3
+		sdpaScores(&w.sc[ra*sdpaBK], &w.qs[ra*d], &w.kt[0], j.rpadRows(rows)-ra, d)
+		return
+	}
+	for x := range n {
+		kr := kvRow(k, bi, kh, j0+x, d, w.kc[x*d:(x+1)*d])
+		for r := r0; r < rows; r++ {
+			w.sc[r*sdpaBK+x] = dot32(w.qs[r*d:(r+1)*d], kr)
+		}
+	}
+}
+
+// rpadRows rounds rows up to a multiple of 4.
+func (j *sdpaJob) rpadRows(rows int) int { return (rows + 3) &^ 3 }
+
+// pv accumulates the weights in w.sc against the block's V rows for the
+// positions p0..np-1.
+func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) {
+	rep, dv, v := j.rep, j.dv, j.v
+	var vp unsafe.Pointer
+	var vstride uintptr
+	var vrows []float32 // portable path: the block's V rows, or nil when read in place
+	if j.asm {
+		if v.Vec.F32 != nil {
+			vp, vstride = sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*4
+		} else {
+			sdpaCvt(&w.vb[0], dv, sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*2, n, dv, j.vkind)
+			vp, vstride = unsafe.Pointer(&w.vb[0]), uintptr(dv)*4
+		}
+	} else if v.Vec.F32 == nil {
+		for x := range n {
+			v.Vec.load(w.vb[x*dv:(x+1)*dv], v.row(bi, kh, j0+x))
+		}
+		vrows = w.vb
+	}
+	vrow := func(x int) []float32 {
+		if vrows != nil {
+			return vrows[x*dv : (x+1)*dv]
+		}
+		return v.Vec.F32[v.row(bi, kh, j0+x):][:dv]
+	}
+	one := float32(1)
+	nvis := func(r int) int { return min(n, j.lim(i0+r/rep)-j0+1) }
+	rows := np * rep
+	for r := p0 * rep; r < rows; {
+		nv := nvis(r)
+		if w.hole[r] { // Bool mask: accumulate the runs of visible keys
+			pi, hq, f := r/rep, kh*rep+r%rep, &st.f[r]
+			for x := 0; x < nv; {
+				if !j.visible(bi, hq, i0+pi, j0+x) {
+					x++
+					continue
+				}
+				e := x + 1
+				for e < nv && j.visible(bi, hq, i0+pi, j0+e) {
+					e++
+				}
+				if j.asm {
+					sdpaPV1(&st.acc[r*dv], &w.sc[r*sdpaBK+x], unsafe.Add(vp, uintptr(x)*vstride), vstride, f, e-x, dv)
+				} else {
+					sdpaPVGo(st.acc[r*dv:(r+1)*dv], w.sc[r*sdpaBK+x:r*sdpaBK+e], *f, func(y int) []float32 { return vrow(x + y) })
+				}
+				f = &one // the rescale applies once
+				x = e
+			}
+			r++
+			continue
+		}
+		// Four rows (heads of one position, or positions that see the
+		// whole block) with the same keys and no holes go together.
+		if j.asm && r+4 <= rows && nvis(r+3) == nv && !w.hole[r+1] && !w.hole[r+2] && !w.hole[r+3] {
+			sdpaPV4(&st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+			r += 4
+			continue
+		}
+		if j.asm {
+			sdpaPV1(&st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+		} else {
+			sdpaPVGo(st.acc[r*dv:(r+1)*dv], w.sc[r*sdpaBK:r*sdpaBK+nv], st.f[r], vrow)
+		}
+		r++
+	}
+}
+
+// visible reports whether the Bool mask lets query (bi, hq, i) see key j.
+func (j *sdpaJob) visible(bi, hq, i, key int) bool {
+	return j.m.Kind != MaskBool || j.m.Bool[j.m.index(bi, hq, i, key)]
+}
+
+// sdpaSoftmaxGo is the portable sdpaSoftmax: per row r of sdpaBK scores in
+// s, M = max(m_r, max_j s_j); f_r = exp(m_r − M) and s_j = exp(s_j − M)
+// (f_r = 1 and s_j = exp(s_j) when M is −Inf); l_r = l_r·f_r + Σ_j s_j;
+// m_r = M.
+func sdpaSoftmaxGo(s, m, l, f []float32) {
+	for r := range m {
+		row := s[r*sdpaBK : (r+1)*sdpaBK]
+		bm := float32(math.Inf(-1))
+		for _, x := range row {
+			if x > bm || x != x {
+				bm = x
+			}
+		}
+		mn := m[r]
+		if bm > mn || bm != bm {
+			mn = bm
+		}
+		shift, fr := float32(0), float32(1)
+		if !math.IsInf(float64(mn), -1) {
+			shift, fr = mn, mlxmath.Exp(m[r]-mn)
+		}
+		var sum float32
+		for x, v := range row {
+			e := mlxmath.Exp(v - shift)
+			row[x] = e
+			sum += e
+		}
+		m[r], f[r] = mn, fr
+		l[r] = l[r]*fr + sum
+	}
+}
+
+// sdpaPVGo is the portable sdpaPV1: acc = acc·f, then acc += p_x·v_x for
+// each weight p_x in order (vrow returns V row x).
+func sdpaPVGo(acc []float32, p []float32, f float32, vrow func(x int) []float32) {
+	if f != 1 {
+		for t := range acc {
+			acc[t] *= f
+		}
+	}
+	for x, e := range p {
+		axpy32(acc, e, vrow(x))
+	}
+}

@@ -1,0 +1,38 @@
+//go:build !amd64
+
+package kernel
+
+import "unsafe"
+
+// No SDPA assembly on this platform: asmF32 is false, so these are never
+// called.
+
+func sdpaKT(dst *float32, src unsafe.Pointer, stride uintptr, d, kind int) { panic(sdpaNoAsm) }
+
+func sdpaCvt(dst *float32, dstride int, src unsafe.Pointer, sstride uintptr, rows, n, kind int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpaScores(s, q, kt *float32, rows, d int) { panic(sdpaNoAsm) }
+
+func sdpaSoftmax(s, m, l, f *float32, rows int) { panic(sdpaNoAsm) }
+
+func sdpaPV4(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpaExp(dst, src *float32, n int) { panic(sdpaNoAsm) }
+
+func sdpaPV1(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
+const sdpaHaveAsm = false
+
+const sdpaNoAsm = "kernel: no SDPA assembly on this platform"
+
+func sdpaOut(dst, acc *float32, l float32, n, bf16 int) { panic(sdpaNoAsm) }
+
+func sdpaScale(dst, src *float32, scale float32, n int) { panic(sdpaNoAsm) }
+
+func sdpaMergeAcc(acc, c *float32, f1, f2 float32, n int) { panic(sdpaNoAsm) }
