@@ -3,27 +3,48 @@ package cpu
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 	"weak"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// Array is the CPU backend's array: a host tensor in the array's own dtype.
-// Every op writes a fresh tensor (no views share storage), except
-// SliceUpdate, which may take over its dst's storage (see there).
+// Array is the CPU backend's array: a view of a buffer, given by its shape,
+// the storage index of its first element and its element strides. Several
+// arrays may view one buffer (Reshape, Transpose, Slice and AsType to the
+// same values return views); no op writes a buffer that another live array
+// views (see SliceUpdate).
 type Array struct {
 	dtype    tensor.DType
-	shape    tensor.Shape
-	data     *tensor.Dense // nil once released
+	shape    tensor.Shape // backed by dims when it fits
+	dims     [4]int
+	buf      *buffer // nil once released
+	off      int     // storage index of element 0
+	strides  []int   // element strides; nil when row-major contiguous
+	sdims    [4]int
 	owner    *Backend
-	borrowed bool // data aliases caller memory; never written, not counted
 	released bool
 	scope    *scope // the scope that frees it; nil at the outermost level
-	id       uint64
+	root     uint64 // its key in ledger.roots while at the outermost level
 	cleanup  runtime.Cleanup
+}
+
+// buffer is the storage of one or more arrays. Values storage holds
+// float32 values that are exact in the dtype of every array viewing it
+// (F32, BF16 or F16); raw storage holds the elements in the dtype's own
+// little-endian bytes (the dtype of the arrays viewing it).
+type buffer struct {
+	values   bool
+	f32      []float32 // values storage
+	raw      []byte    // raw storage
+	refs     int       // live arrays viewing it
+	borrowed bool      // caller memory: never written, pooled or counted
+	nbytes   int64     // what it adds to Stats.LiveBytes
 }
 
 // DType returns the element type. It stays valid after Release.
@@ -45,77 +66,30 @@ func (a *Array) Shape() tensor.Shape {
 // String describes the array for messages.
 func (a *Array) String() string { return fmt.Sprintf("cpu.Array(%v %v)", a.dtype, a.shape) }
 
-// nbytes is what the array adds to Stats.LiveBytes.
-func (a *Array) nbytes() int64 {
-	if a.borrowed || a.data == nil {
-		return 0
-	}
-	return int64(len(a.data.Data))
-}
+// size is the number of elements.
+func (a *Array) size() int { return a.shape.Size() }
 
-// ledger counts live arrays and bytes. The garbage-collector safety net runs
-// on its own goroutine, hence the mutex.
+// ledger counts live arrays and bytes, and keeps weak references to the
+// arrays at the outermost level (the only ones the garbage collector can
+// find unreleased). The safety net's cleanups run on a goroutine of their
+// own: they only queue a note, which the backend's goroutine applies at its
+// next op or Stats.
 type ledger struct {
-	mu     sync.Mutex
-	next   uint64
-	live   map[uint64]weak.Pointer[Array]
-	bytes  map[uint64]int64
-	stats  backend.Stats
-	leaked int
+	stats backend.Stats
+	next  uint64
+	roots map[uint64]rootEntry
+
+	mu      sync.Mutex
+	leaks   []uint64 // roots found unreachable, not yet applied
+	pending atomic.Bool
 }
 
-func newLedger() *ledger {
-	return &ledger{live: map[uint64]weak.Pointer[Array]{}, bytes: map[uint64]int64{}}
+type rootEntry struct {
+	w   weak.Pointer[Array]
+	buf *buffer
 }
 
-func (l *ledger) add(a *Array) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.next++
-	a.id = l.next
-	n := a.nbytes()
-	l.live[a.id] = weak.Make(a)
-	l.bytes[a.id] = n
-	l.stats.LiveArrays++
-	l.stats.LiveBytes += n
-	l.stats.PeakBytes = max(l.stats.PeakBytes, l.stats.LiveBytes)
-}
-
-// drop removes an array from the accounting; gc says the safety net found it.
-func (l *ledger) drop(id uint64, gc bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n, ok := l.bytes[id]
-	if !ok {
-		return
-	}
-	delete(l.live, id)
-	delete(l.bytes, id)
-	l.stats.LiveArrays--
-	l.stats.LiveBytes -= n
-	if gc {
-		l.stats.LeakedByGC++
-	}
-}
-
-// alive returns the arrays not yet released or collected.
-func (l *ledger) alive() []*Array {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []*Array
-	for _, w := range l.live {
-		if a := w.Value(); a != nil {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-func (l *ledger) snapshot() backend.Stats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.stats
-}
+func newLedger() *ledger { return &ledger{roots: map[uint64]rootEntry{}} }
 
 // gcNote is what the safety net needs; it must not point at the Array.
 type gcNote struct {
@@ -123,29 +97,158 @@ type gcNote struct {
 	id uint64
 }
 
-// newArray wraps d, adds it to the innermost open scope and to the ledger,
-// and arms the safety net: if the array becomes unreachable without being
-// released, the cleanup removes it from the accounting and counts it in
-// Stats.LeakedByGC. The memory itself is the garbage collector's; the cleanup
-// only keeps the counts honest and reports the leak. Only arrays outside
-// every scope can be collected this way (a scope holds its arrays).
-func (b *Backend) newArray(d *tensor.Dense, borrowed bool) *Array {
+func noteLeak(n gcNote) {
+	n.l.mu.Lock()
+	n.l.leaks = append(n.l.leaks, n.id)
+	n.l.mu.Unlock()
+	n.l.pending.Store(true)
+}
+
+// drain applies the leak notes queued by the safety net: each such array
+// leaves the counts, adds one to Stats.LeakedByGC and drops its reference
+// to its buffer (whose memory is then the garbage collector's).
+func (b *Backend) drain() {
+	l := b.ledger
+	if !l.pending.Load() {
+		return
+	}
+	l.mu.Lock()
+	ids := l.leaks
+	l.leaks = nil
+	l.pending.Store(false)
+	l.mu.Unlock()
+	for _, id := range ids {
+		if e, ok := l.roots[id]; ok {
+			delete(l.roots, id)
+			l.stats.LiveArrays--
+			l.stats.LeakedByGC++
+			b.unref(e.buf, false)
+		}
+	}
+}
+
+// addRoot registers a, now at the outermost level, with the safety net: if
+// it becomes unreachable without being released, its cleanup queues a
+// leak note.
+func (b *Backend) addRoot(a *Array) {
+	l := b.ledger
+	l.next++
+	a.root = l.next
+	l.roots[a.root] = rootEntry{w: weak.Make(a), buf: a.buf}
+	a.cleanup = runtime.AddCleanup(a, noteLeak, gcNote{l, a.root})
+}
+
+// valuesBuf makes a buffer of float32 values that takes over v (from the
+// pool or freshly allocated).
+func (b *Backend) valuesBuf(v []float32) *buffer {
+	buf := b.newBuf()
+	buf.values, buf.f32, buf.nbytes = true, v, int64(4*len(v))
+	return buf
+}
+
+// rawBuf makes a buffer of raw bytes that takes over v (8-byte aligned
+// unless borrowed).
+func (b *Backend) rawBuf(v []byte, borrowed bool) *buffer {
+	buf := b.newBuf()
+	buf.raw, buf.borrowed = v, borrowed
+	if !borrowed {
+		buf.nbytes = int64(len(v))
+	}
+	return buf
+}
+
+func (b *Backend) newBuf() *buffer {
+	if n := len(b.pool.bufs); n > 0 {
+		buf := b.pool.bufs[n-1]
+		b.pool.bufs = b.pool.bufs[:n-1]
+		return buf
+	}
+	return &buffer{}
+}
+
+// newArray makes a view of buf (its first element at storage index off,
+// strides nil for row-major contiguous), adds it to the innermost open
+// scope, or at the outermost level to the safety net, and counts it.
+func (b *Backend) newArray(dt tensor.DType, shape tensor.Shape, buf *buffer, off int, strides []int) *Array {
 	if b.closed {
 		panic(&backend.OpError{Op: "cpu", Err: fmt.Errorf("backend is closed")})
 	}
-	a := &Array{dtype: d.DType, shape: d.Shape.Clone(), data: d, owner: b, borrowed: borrowed}
-	b.ledger.add(a)
-	a.cleanup = runtime.AddCleanup(a, func(n gcNote) { n.l.drop(n.id, true) }, gcNote{b.ledger, a.id})
+	b.drain()
+	a := &Array{dtype: dt, buf: buf, off: off, owner: b}
+	a.shape = append(a.dims[:0:len(a.dims)], shape...)
+	if strides != nil {
+		a.strides = append(a.sdims[:0:len(a.sdims)], strides...)
+	}
+	l := b.ledger
+	buf.refs++
+	if buf.refs == 1 {
+		l.stats.LiveBytes += buf.nbytes
+		l.stats.PeakBytes = max(l.stats.PeakBytes, l.stats.LiveBytes)
+	}
+	l.stats.LiveArrays++
 	if n := len(b.scopes); n > 0 {
 		s := b.scopes[n-1]
 		a.scope = s
 		s.arrays = append(s.arrays, a)
+	} else {
+		b.addRoot(a)
 	}
 	return a
 }
 
-// dense wraps a freshly computed tensor as a new array.
-func (b *Backend) dense(d *tensor.Dense) *Array { return b.newArray(d, false) }
+// valuesMax is the largest BF16 or F16 op result held as float32 values;
+// a larger one is stored in its dtype's bytes (see the package doc). A
+// variable so that tests can move it.
+var valuesMax = 1 << 18
+
+// valuesOut wraps v (from the pool, every value exact in dt) as a new
+// row-major array of dtype dt (F32, BF16 or F16). A BF16 or F16 result of
+// more than valuesMax elements is encoded into its dtype's bytes (exactly)
+// and v goes back to the pool.
+func (b *Backend) valuesOut(dt tensor.DType, shape tensor.Shape, v []float32) *Array {
+	if dt == tensor.F32 || len(v) <= valuesMax {
+		return b.newArray(dt, shape, b.valuesBuf(v), 0, nil)
+	}
+	raw := b.pool.getRaw(2*len(v), false)
+	if dt == tensor.BF16 {
+		kernel.Float32sToBF16(u16View(raw), v)
+	} else {
+		kernel.Float32sToF16(u16View(raw), v)
+	}
+	b.pool.putF32(v)
+	return b.newArray(dt, shape, b.rawBuf(raw, false), 0, nil)
+}
+
+// denseOut wraps the 8-byte-aligned storage of a freshly made host tensor
+// as a new array (an F32 tensor becomes values storage).
+func (b *Backend) denseOut(d *tensor.Dense) *Array {
+	if d.DType == tensor.F32 {
+		return b.valuesOut(d.DType, d.Shape, f32View(d.Data))
+	}
+	return b.newArray(d.DType, d.Shape, b.rawBuf(d.Data, false), 0, nil)
+}
+
+// unref drops one reference to buf; the last one takes its bytes out of
+// the counts and, when pool is set, gives its storage to the pool.
+func (b *Backend) unref(buf *buffer, pool bool) {
+	buf.refs--
+	if buf.refs > 0 {
+		return
+	}
+	b.ledger.stats.LiveBytes -= buf.nbytes
+	if !pool {
+		return
+	}
+	if !buf.borrowed {
+		if buf.values {
+			b.pool.putF32(buf.f32)
+		} else {
+			b.pool.putRaw(buf.raw)
+		}
+	}
+	*buf = buffer{}
+	b.pool.bufs = append(b.pool.bufs, buf)
+}
 
 // release frees a (idempotent).
 func (b *Backend) release(a *Array) {
@@ -153,38 +256,69 @@ func (b *Backend) release(a *Array) {
 		return
 	}
 	a.released = true
-	a.cleanup.Stop()
-	b.ledger.drop(a.id, false)
-	a.data = nil
+	if a.root != 0 {
+		a.cleanup.Stop()
+		delete(b.ledger.roots, a.root)
+		a.root = 0
+	}
+	b.ledger.stats.LiveArrays--
+	b.unref(a.buf, true)
+	a.buf = nil
 	a.scope = nil
 }
 
-// use checks that every x is a live array of b and returns them. A nil,
-// released or foreign array is a programmer error: it panics with an
-// *OpError naming op.
+// arg checks that x, argument i of op, is a live array of b and returns
+// it. A nil, released or foreign array is a programmer error: it panics
+// with an *OpError naming op and every argument (all, built only then).
+func (b *Backend) arg(op string, x backend.Array, i int, all func() []backend.Array) *Array {
+	a, ok := x.(*Array)
+	if ok && a != nil && a.owner == b && !a.released && !b.closed {
+		return a
+	}
+	panic(badArg(op, x, i, all()))
+}
+
+//go:noinline
+func badArg(op string, x backend.Array, i int, xs []backend.Array) *backend.OpError {
+	a, ok := x.(*Array)
+	switch {
+	case x == nil || (ok && a == nil):
+		return backend.Errorf(op, xs, "argument %d is nil", i)
+	case !ok:
+		return backend.Errorf(op, xs, "argument %d is a %T, not an array of this cpu backend", i, x)
+	case a.released:
+		return backend.Errorf(op, xs, "argument %d was released", i)
+	case a.owner.closed:
+		return backend.Errorf(op, xs, "backend is closed")
+	}
+	return backend.Errorf(op, xs, "argument %d belongs to another backend", i)
+}
+
+// use1 checks a single argument.
+func (b *Backend) use1(op string, x backend.Array) *Array {
+	return b.arg(op, x, 0, func() []backend.Array { return []backend.Array{x} })
+}
+
+// use2 checks two arguments.
+func (b *Backend) use2(op string, x, y backend.Array) (*Array, *Array) {
+	all := func() []backend.Array { return []backend.Array{x, y} }
+	return b.arg(op, x, 0, all), b.arg(op, y, 1, all)
+}
+
+// use3 checks three arguments.
+func (b *Backend) use3(op string, x, y, z backend.Array) (*Array, *Array, *Array) {
+	all := func() []backend.Array { return []backend.Array{x, y, z} }
+	return b.arg(op, x, 0, all), b.arg(op, y, 1, all), b.arg(op, z, 2, all)
+}
+
+// use checks every argument of xs.
 func (b *Backend) use(op string, xs ...backend.Array) []*Array {
 	out := make([]*Array, len(xs))
 	for i, x := range xs {
-		a, ok := x.(*Array)
-		switch {
-		case x == nil || (ok && a == nil):
-			panic(backend.Errorf(op, xs, "argument %d is nil", i))
-		case !ok:
-			panic(backend.Errorf(op, xs, "argument %d is a %T, not an array of this cpu backend", i, x))
-		case a.owner != b:
-			panic(backend.Errorf(op, xs, "argument %d belongs to another backend", i))
-		case a.released:
-			panic(backend.Errorf(op, xs, "argument %d was released", i))
-		case b.closed:
-			panic(backend.Errorf(op, xs, "backend is closed"))
-		}
-		out[i] = a
+		out[i] = b.arg(op, x, i, func() []backend.Array { return append([]backend.Array(nil), xs...) })
 	}
 	return out
 }
-
-// use1 is use for a single argument.
-func (b *Backend) use1(op string, x backend.Array) *Array { return b.use(op, x)[0] }
 
 // checkDense panics unless t is a well-formed host tensor.
 func checkDense(op string, t *tensor.Dense) {
@@ -207,7 +341,14 @@ func checkDense(op string, t *tensor.Dense) {
 // FromHost copies t into a new array.
 func (b *Backend) FromHost(t *tensor.Dense) backend.Array {
 	checkDense("FromHost", t)
-	return b.dense(t.Clone())
+	if t.DType == tensor.F32 {
+		v := b.pool.getF32(t.Shape.Size())
+		copy(f32Bytes(v), t.Data)
+		return b.valuesOut(t.DType, t.Shape, v)
+	}
+	raw := b.pool.getRaw(len(t.Data), false)
+	copy(raw, t.Data)
+	return b.newArray(t.DType, t.Shape, b.rawBuf(raw, false), 0, nil)
 }
 
 // Borrow wraps t without copying when t.Data is aligned for its dtype (as
@@ -217,14 +358,19 @@ func (b *Backend) FromHost(t *tensor.Dense) backend.Array {
 func (b *Backend) Borrow(t *tensor.Dense) backend.Array {
 	checkDense("Borrow", t)
 	if len(t.Data) > 0 && uintptr(unsafe.Pointer(&t.Data[0]))%uintptr(t.DType.Size()) != 0 {
-		return b.dense(t.Clone())
+		return b.FromHost(t)
 	}
-	return b.newArray(&tensor.Dense{DType: t.DType, Shape: t.Shape.Clone(), Data: t.Data}, true)
+	if t.DType == tensor.F32 {
+		buf := b.newBuf()
+		buf.values, buf.f32, buf.borrowed = true, f32View(t.Data), true
+		return b.newArray(t.DType, t.Shape, buf, 0, nil)
+	}
+	return b.newArray(t.DType, t.Shape, b.rawBuf(t.Data, true), 0, nil)
 }
 
 // ToHost returns a copy of a's contents.
 func (b *Backend) ToHost(x backend.Array) (*tensor.Dense, error) {
-	return b.use1("ToHost", x).data.Clone(), nil
+	return b.hostCopy(b.use1("ToHost", x)), nil
 }
 
 // Eval checks its arguments and returns nil: every op has already computed.
@@ -256,10 +402,25 @@ func (b *Backend) Release(arrays ...backend.Array) {
 	}
 }
 
-// Stats reports live arrays (borrowed ones included), the bytes they own
-// (borrowed memory not counted), the peak of those bytes, and the arrays the
-// garbage-collector safety net had to account for.
-func (b *Backend) Stats() backend.Stats { return b.ledger.snapshot() }
+// Stats reports live arrays (borrowed ones and views included), the bytes
+// of the buffers they view (each buffer once; borrowed memory not
+// counted), the peak of those bytes, and the arrays the garbage-collector
+// safety net had to account for.
+func (b *Backend) Stats() backend.Stats {
+	b.drain()
+	return b.ledger.stats
+}
+
+// ClearCache empties the buffer pool and returns the freed memory to the
+// operating system (backend.CacheClearer; generation calls it where mlx_lm
+// calls mx.clear_cache: after the prompt and every 256 tokens). Without
+// it, the storage a long prompt used stays in the pool, or as garbage
+// until the garbage collector's next cycle, which the heap size the prompt
+// reached puts off for hundreds of tokens.
+func (b *Backend) ClearCache() {
+	b.pool.clear()
+	debug.FreeOSMemory()
+}
 
 // checkShape panics unless every dimension is non-negative and dt is valid.
 func checkShape(op string, shape tensor.Shape, dt tensor.DType) {
@@ -276,7 +437,12 @@ func checkShape(op string, shape tensor.Shape, dt tensor.DType) {
 // Zeros returns an array of zeros.
 func (b *Backend) Zeros(shape tensor.Shape, dt tensor.DType) backend.Array {
 	checkShape("Zeros", shape, dt)
-	return b.dense(tensor.New(dt, shape))
+	if dt == tensor.F32 {
+		v := b.pool.getF32(shape.Size())
+		clear(v)
+		return b.valuesOut(dt, shape, v)
+	}
+	return b.newArray(dt, shape, b.rawBuf(b.pool.getRaw(shape.Size()*dt.Size(), true), false), 0, nil)
 }
 
 // Full returns an array filled with v converted to dt as MLX's full does
@@ -284,11 +450,20 @@ func (b *Backend) Zeros(shape tensor.Shape, dt tensor.DType) backend.Array {
 func (b *Backend) Full(shape tensor.Shape, v float64, dt tensor.DType) backend.Array {
 	checkShape("Full", shape, dt)
 	one := tensor.FromFloat64(tensor.Shape{}, []float64{v}).Convert(dt)
-	out := tensor.New(dt, shape)
-	for off := 0; off < len(out.Data); off += len(one.Data) {
-		copy(out.Data[off:], one.Data)
+	n := shape.Size()
+	if dt == tensor.F32 {
+		out := b.pool.getF32(n)
+		x := one.Float32s()[0]
+		for i := range out {
+			out[i] = x
+		}
+		return b.valuesOut(dt, shape, out)
 	}
-	return b.dense(out)
+	raw := b.pool.getRaw(n*dt.Size(), false)
+	for off := 0; off < len(raw); off += len(one.Data) {
+		copy(raw[off:], one.Data)
+	}
+	return b.newArray(dt, shape, b.rawBuf(raw, false), 0, nil)
 }
 
 // scope is a backend.Scope: it frees its arrays at Close.
@@ -306,6 +481,10 @@ func (b *Backend) Scope() backend.Scope {
 		panic(&backend.OpError{Op: "Scope", Err: fmt.Errorf("backend is closed")})
 	}
 	s := &scope{b: b}
+	if n := len(b.lists); n > 0 {
+		s.arrays = b.lists[n-1]
+		b.lists = b.lists[:n-1]
+	}
 	if n := len(b.scopes); n > 0 {
 		s.parent = b.scopes[n-1]
 		s.depth = s.parent.depth + 1
@@ -320,19 +499,25 @@ func (b *Backend) Scope() backend.Scope {
 // array, an array of a still-open inner scope, or keeping on a closed scope
 // panics with an *OpError.
 func (s *scope) Keep(arrays ...backend.Array) backend.Array {
-	as := s.b.use("Keep", arrays...)
-	if s.closed {
-		panic(backend.Errorf("Keep", arrays, "scope is closed"))
+	b := s.b
+	for i, x := range arrays {
+		b.arg("Keep", x, i, func() []backend.Array { return append([]backend.Array(nil), arrays...) })
 	}
-	for _, a := range as {
+	if s.closed {
+		panic(backend.Errorf("Keep", append([]backend.Array(nil), arrays...), "scope is closed"))
+	}
+	for _, x := range arrays {
+		a := x.(*Array)
 		switch {
 		case a.scope == s:
 			a.scope = s.parent
 			if s.parent != nil {
 				s.parent.arrays = append(s.parent.arrays, a)
+			} else {
+				b.addRoot(a)
 			}
 		case a.scope != nil && a.scope.depth > s.depth:
-			panic(backend.Errorf("Keep", arrays, "array belongs to an inner scope that is still open"))
+			panic(backend.Errorf("Keep", append([]backend.Array(nil), arrays...), "array belongs to an inner scope that is still open"))
 		}
 	}
 	if len(arrays) == 0 {
@@ -365,6 +550,10 @@ func (s *scope) Close() {
 		if a.scope == s {
 			b.release(a)
 		}
+	}
+	clear(s.arrays)
+	if cap(s.arrays) > 0 && len(b.lists) < 64 {
+		b.lists = append(b.lists, s.arrays[:0])
 	}
 	s.arrays = nil
 	s.closed = true

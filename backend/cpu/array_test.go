@@ -93,7 +93,7 @@ func TestBorrow(t *testing.T) {
 	if s := b.Stats(); s.LiveArrays != 1 || s.LiveBytes != 0 {
 		t.Errorf("aligned borrow: got %+v, want 1 array and 0 bytes", s)
 	}
-	if &a.(*Array).data.Data[0] != &src.Data[0] {
+	if &f32Bytes(a.(*Array).buf.f32)[0] != &src.Data[0] {
 		t.Errorf("aligned borrow copied the data, want an alias")
 	}
 	// Element 0 of a BF16 tensor starting at an odd address cannot be viewed: copy.

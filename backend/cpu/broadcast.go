@@ -5,13 +5,18 @@ import "github.com/mlxgo/mlxgo/tensor"
 // broadcastShapes returns the numpy broadcast of shapes: aligned at the
 // right, each axis equal or 1. ok is false when they do not broadcast.
 func broadcastShapes(shapes ...tensor.Shape) (out tensor.Shape, ok bool) {
+	return broadcastInto(nil, shapes...)
+}
+
+// broadcastInto is broadcastShapes appending the result to dst[:0].
+func broadcastInto(dst tensor.Shape, shapes ...tensor.Shape) (out tensor.Shape, ok bool) {
 	n := 0
 	for _, s := range shapes {
 		n = max(n, len(s))
 	}
-	out = make(tensor.Shape, n)
-	for i := range out {
-		out[i] = 1
+	out = dst[:0]
+	for range n {
+		out = append(out, 1)
 	}
 	for _, s := range shapes {
 		for i, d := range s {

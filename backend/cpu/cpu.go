@@ -23,7 +23,10 @@ type Backend struct {
 	closed  bool
 
 	ledger *ledger
-	scopes []*scope // open scopes, innermost last
+	scopes []*scope    // open scopes, innermost last
+	lists  [][]*Array  // array lists of closed scopes, for reuse
+	pool   *pool       // storage of released arrays, for reuse
+	tmps   [][]float32 // scratch of the op in progress (see scratchF32)
 }
 
 // Precisions lists the accepted values of backend.Options.Precision.
@@ -37,7 +40,7 @@ var Precisions = []string{"", "reference", "high", "fast"}
 // goroutines (0 means GOMAXPROCS). Threads > 0 also sets the worker count of
 // the shared kernel package, which is process-wide.
 func New(opts backend.Options) (*Backend, error) {
-	b := &Backend{ledger: newLedger()}
+	b := &Backend{ledger: newLedger(), pool: newPool()}
 	switch opts.Precision {
 	case "", "reference":
 	case "high":
@@ -80,10 +83,21 @@ func (b *Backend) Close() error {
 	for len(b.scopes) > 0 {
 		b.scopes[0].Close()
 	}
-	for _, a := range b.ledger.alive() {
-		b.release(a)
+	l := b.ledger
+	for id, e := range l.roots {
+		if a := e.w.Value(); a != nil {
+			b.release(a)
+			continue
+		}
+		// Collected, its cleanup not yet applied: a leak.
+		delete(l.roots, id)
+		l.stats.LiveArrays--
+		l.stats.LeakedByGC++
+		b.unref(e.buf, false)
 	}
 	b.closed = true
+	b.pool.clear()
+	b.tmps = nil
 	return nil
 }
 

@@ -33,21 +33,59 @@
 //
 // # Arrays and memory
 //
-// An [Array] holds a tensor.Dense in its own dtype. Ops compute during the
-// call and always write fresh storage (no views); [Backend.Eval] has nothing
-// left to do. [Backend.Borrow] aliases the caller's memory (memory-mapped
-// weights stay mapped) when it is aligned for its dtype, and copies it
-// otherwise. [Backend.SliceUpdate] takes over the storage of a dst it owns,
-// which releases dst.
+// An [Array] is a view of a buffer: a shape, the storage index of its
+// first element and element strides (row-major unless it says otherwise).
+// A buffer holds either
+//
+//   - float32 values ("values storage"): every F32 array, and the result of
+//     an op in BF16 or F16 of at most 2^18 elements. The values are exactly
+//     those of the dtype (the kernels' Rounder already rounded them), so the
+//     next op reads them in place, with no conversion, and writes its own
+//     result straight into a new float32 buffer; or
+//   - the dtype's own little-endian bytes ("raw storage"): arrays made by
+//     FromHost, Borrow, Zeros and Full (other than F32), integer and Bool
+//     arrays, F64 arrays, larger BF16/F16 op results (a long prompt's
+//     activations stay half-size; they are encoded once, exactly, and read
+//     back with vectorized conversions), and whatever Concatenate, Where,
+//     SliceUpdate and Take build from raw inputs: a bf16 KV cache stays
+//     bf16. Weights stay memory-mapped and quantized.
+//
+// Both kinds hold the same values, and nothing observable but Stats depends
+// on which one an array uses: ToHost encodes values storage to the dtype's
+// bytes exactly as a raw array holds them. Ops read
+// their inputs through f32In (a view of values storage, or a conversion
+// into pooled scratch) or, where a kernel accepts it, as a kernel.Vec in
+// place (the scales and biases of the quantized matmul, the keys and values
+// of ScaledDotProductAttention).
+//
+// Reshape of a contiguous array, Transpose, Slice and AsType to the same
+// values return views that share the buffer; ops that need contiguous data
+// gather a view into scratch, except ScaledDotProductAttention, which reads
+// keys and values through their strides (kernel.SDPAKV), so a slice of a KV
+// cache costs nothing per token. [Backend.SliceUpdate] writes in place into
+// its dst's buffer when no other live array views it (the buffer's count of
+// live views is 1, it is not borrowed and src is not dst): the result takes
+// the buffer over and dst is released. Otherwise dst is copied first, so a
+// live view never changes.
+//
+// Released buffers go to a pool of size classes and serve later ops, so a
+// decode step that repeats the shapes of the last allocates no storage
+// (the pool keeps at most 256 MiB; [Backend.ClearCache] empties it and
+// returns the memory to the operating system, as mx.clear_cache does).
+// [Backend.Borrow] aliases the caller's memory (memory-mapped weights stay
+// mapped) when it is aligned for its dtype, and copies it otherwise.
 //
 // Scopes are a stack on the Backend: arrays made while a scope is open
 // belong to the innermost one; Keep moves arrays to the enclosing scope;
-// Close releases the rest. [Backend.Stats] counts live arrays and the bytes
-// they own (borrowed memory is not counted) as they are made and released.
-// As a safety net, an array that becomes unreachable without being released
-// (only possible outside every scope) is noticed by a runtime.AddCleanup
-// cleanup, which removes it from the counts and adds one to
-// Stats.LeakedByGC; the memory itself is the garbage collector's. A nonzero
+// Close releases the rest. [Backend.Stats] counts live arrays (views
+// included) and the bytes of the buffers they view, each buffer once (4
+// bytes per element for values storage; borrowed memory is not counted),
+// as they are made and released. As a safety net, an array at the
+// outermost level (the only ones that can become unreachable without being
+// released: a scope holds its arrays) has a runtime.AddCleanup cleanup: if
+// the garbage collector finds it unreleased, the backend removes it from
+// the counts at its next op and adds one to Stats.LeakedByGC; its buffer
+// is the garbage collector's once no other array views it. A nonzero
 // LeakedByGC is a bug in the caller.
 //
 // Using a released array, an array of another backend, or the backend after
@@ -61,5 +99,8 @@
 // (backend.Options.Threads, default GOMAXPROCS); the kernels use a
 // persistent worker pool. Build with GOEXPERIMENT=simd on amd64 for the
 // AVX-512 kernels (see internal/kernel); results then differ from the
-// portable build by float32 summation order only.
+// portable build by float32 summation order only. The bulk bf16 ↔ float32
+// conversions (kernel.BF16ToFloat32s, Float32sToBF16, RoundBF16s) run in
+// AVX2 assembly on amd64 in every build, bit-identical to the scalar
+// tensor functions.
 package cpu

@@ -18,24 +18,43 @@ import (
 // propagate NaN. Comparisons return Bool and are exact.
 func (b *Backend) Binary(op backend.BinaryOp, x, y backend.Array) backend.Array {
 	name := op.String()
-	as := b.use(name, x, y)
-	shape, ok := broadcastShapes(as[0].shape, as[1].shape)
+	xa, ya := b.use2(name, x, y)
+	var shapeBuf [4]int
+	shape, ok := broadcastInto(shapeBuf[:0], xa.shape, ya.shape)
 	if !ok {
 		panic(backend.Errorf(name, []backend.Array{x, y}, "shapes do not broadcast"))
 	}
 	if op < backend.Add || op > backend.Greater {
 		panic(backend.Errorf(name, []backend.Array{x, y}, "unknown binary op %d", int(op)))
 	}
-	ct := backend.PromoteTypes(as[0].dtype, as[1].dtype)
+	ct := backend.PromoteTypes(xa.dtype, ya.dtype)
 	if op == backend.Divide {
 		ct = atLeastFloat(ct)
 	}
 	cmp := op == backend.Equal || op == backend.Less || op == backend.Greater
-	st := [][]int{bstrides(as[0].shape, shape), bstrides(as[1].shape, shape)}
+	defer b.freeTmps()
 	n := shape.Size()
 
+	if isF32Family(ct) && !b.wide(ct) {
+		av, bv := b.f32In(xa, ct), b.f32In(ya, ct)
+		if cmp {
+			res := make([]uint64, n)
+			broadcast2(shape, xa.shape, ya.shape, func(k, i, j int) {
+				if compareF(op, float64(av[i]), float64(bv[j])) {
+					res[k] = 1
+				}
+			})
+			return b.intsOut(tensor.Bool, shape, res)
+		}
+		res := b.pool.getF32(n)
+		binaryF32(op, res, av, bv, shape, xa.shape, ya.shape)
+		roundTo(ct, res)
+		return b.valuesOut(ct, shape, res)
+	}
+
+	st := [][]int{bstrides(xa.shape, shape), bstrides(ya.shape, shape)}
 	if ct.IsFloat() {
-		av, bv := f64As(as[0], ct), f64As(as[1], ct)
+		av, bv := b.f64In(xa, ct), b.f64In(ya, ct)
 		if cmp {
 			res := make([]uint64, n)
 			walk(shape, st, func(k int, o []int) {
@@ -43,21 +62,97 @@ func (b *Backend) Binary(op backend.BinaryOp, x, y backend.Array) backend.Array 
 					res[k] = 1
 				}
 			})
-			return b.dense(packInts(tensor.Bool, shape, res))
+			return b.intsOut(tensor.Bool, shape, res)
 		}
 		f := binaryF(op, b.wide(ct))
 		res := make([]float64, n)
 		walk(shape, st, func(k int, o []int) { res[k] = f(av[o[0]], bv[o[1]]) })
-		return b.dense(packF64(ct, shape, res))
+		return b.valuesF64(ct, shape, res)
 	}
 
-	av, bv := intsAs(as[0], ct), intsAs(as[1], ct)
+	av, bv := b.intsIn(xa, ct), b.intsIn(ya, ct)
 	res := make([]uint64, n)
 	walk(shape, st, func(k int, o []int) { res[k] = binaryInt(op, ct, av[o[0]], bv[o[1]]) })
 	if cmp {
-		return b.dense(packInts(tensor.Bool, shape, res))
+		return b.intsOut(tensor.Bool, shape, res)
 	}
-	return b.dense(packInts(ct, shape, res))
+	return b.intsOut(ct, shape, res)
+}
+
+// binaryF32 computes dst[k] = op(a[i], b[j]) in float32 (one operation, not
+// yet rounded to the dtype) for every element k of shape, a and b read as
+// shapes as and bs broadcast to it. Same shapes and a broadcast scalar take
+// plain loops.
+func binaryF32(op backend.BinaryOp, dst, a, b []float32, shape, as, bs tensor.Shape) {
+	n := len(dst)
+	switch {
+	case len(a) == n && len(b) == n:
+		binaryLoop(op, dst, a, b, 1, 1)
+		return
+	case len(a) == n && len(b) == 1:
+		binaryLoop(op, dst, a, b, 1, 0)
+		return
+	case len(a) == 1 && len(b) == n:
+		binaryLoop(op, dst, a, b, 0, 1)
+		return
+	}
+	f := binaryF(op, false)
+	broadcast2(shape, as, bs, func(k, i, j int) { dst[k] = float32(f(float64(a[i]), float64(b[j]))) })
+}
+
+// binaryLoop is binaryF32 over len(dst) elements, a and b read with strides
+// sa and sb (0 or 1).
+func binaryLoop(op backend.BinaryOp, dst, a, b []float32, sa, sb int) {
+	i, j := 0, 0
+	switch op {
+	case backend.Add:
+		for k := range dst {
+			dst[k] = a[i] + b[j]
+			i, j = i+sa, j+sb
+		}
+	case backend.Subtract:
+		for k := range dst {
+			dst[k] = a[i] - b[j]
+			i, j = i+sa, j+sb
+		}
+	case backend.Multiply:
+		for k := range dst {
+			dst[k] = a[i] * b[j]
+			i, j = i+sa, j+sb
+		}
+	case backend.Divide:
+		for k := range dst {
+			dst[k] = a[i] / b[j]
+			i, j = i+sa, j+sb
+		}
+	case backend.Maximum:
+		for k := range dst {
+			x, y := a[i], b[j]
+			if x != x || x > y {
+				dst[k] = x
+			} else {
+				dst[k] = y
+			}
+			i, j = i+sa, j+sb
+		}
+	default: // Minimum
+		for k := range dst {
+			x, y := a[i], b[j]
+			if x != x || x < y {
+				dst[k] = x
+			} else {
+				dst[k] = y
+			}
+			i, j = i+sa, j+sb
+		}
+	}
+}
+
+// broadcast2 calls fn(k, i, j) for every element k of shape out (row-major)
+// with i and j the flat indices of the elements of arrays of shapes as and
+// bs that broadcast to it.
+func broadcast2(out, as, bs tensor.Shape, fn func(k, i, j int)) {
+	walk(out, [][]int{bstrides(as, out), bstrides(bs, out)}, func(k int, o []int) { fn(k, o[0], o[1]) })
 }
 
 func compareF(op backend.BinaryOp, x, y float64) bool {
@@ -175,11 +270,12 @@ func (b *Backend) Unary(op backend.UnaryOp, x backend.Array) backend.Array {
 		panic(backend.Errorf(name, []backend.Array{x}, "unknown unary op %d", int(op)))
 	}
 	dt := unaryDType(op, a.dtype)
+	defer b.freeTmps()
 	if !dt.IsFloat() {
 		if op == backend.Negative && dt == tensor.Bool {
 			panic(backend.Errorf(name, []backend.Array{x}, "not defined for Bool (use Equal with false)"))
 		}
-		v := intsAs(a, dt)
+		v := b.intsIn(a, dt)
 		for i, u := range v {
 			switch op {
 			case backend.Negative:
@@ -192,15 +288,29 @@ func (b *Backend) Unary(op backend.UnaryOp, x backend.Array) backend.Array {
 				v[i] = wrap(dt, u*u)
 			}
 		}
-		return b.dense(packInts(dt, a.shape, v))
+		return b.intsOut(dt, a.shape, v)
 	}
-	v := f64As(a, dt)
+	if isF32Family(dt) && !b.wide(dt) {
+		v := b.f32In(a, dt)
+		res := b.pool.getF32(len(v))
+		if op == backend.Exp {
+			kernel.ExpSlice(res, v)
+		} else {
+			f := unaryF(op, dt, false)
+			for i, u := range v {
+				res[i] = float32(f(float64(u)))
+			}
+		}
+		roundTo(dt, res)
+		return b.valuesOut(dt, a.shape, res)
+	}
+	v := b.f64In(a, dt)
 	res := make([]float64, len(v))
 	f := unaryF(op, dt, b.wide(dt))
 	for i, u := range v {
 		res[i] = f(u)
 	}
-	return b.dense(packF64(dt, a.shape, res))
+	return b.valuesF64(dt, a.shape, res)
 }
 
 // unaryF returns op on a value of float dtype dt. Unless wide, the result
@@ -271,34 +381,61 @@ func (b *Backend) AsType(x backend.Array, dt tensor.DType) backend.Array {
 	if dt.Size() == 0 {
 		panic(backend.Errorf("AsType", []backend.Array{x}, "invalid target dtype %v", dt))
 	}
-	if a.dtype == dt {
-		return b.dense(a.data.Clone())
+	switch {
+	case a.dtype == dt || (a.buf.values && exactIn(a.dtype, dt)):
+		return b.newArray(dt, a.shape, a.buf, a.off, a.strides)
+	case isF32Family(dt) && (a.buf.values || isF32Family(a.dtype)):
+		defer b.freeTmps()
+		out := b.pool.getF32(a.size())
+		b.fillF32(out, a, dt)
+		return b.valuesOut(dt, a.shape, out)
 	}
-	return b.dense(a.data.Convert(dt))
+	return b.denseOut(b.hostDense(a).Convert(dt))
 }
 
 // Where picks a where cond is true and b elsewhere, with cond, a and b
 // broadcast together. cond of another dtype is converted to Bool (nonzero
 // is true); a and b are converted to their promoted dtype.
 func (b *Backend) Where(cond, x, y backend.Array) backend.Array {
-	args := []backend.Array{cond, x, y}
-	as := b.use("Where", args...)
-	shape, ok := broadcastShapes(as[0].shape, as[1].shape, as[2].shape)
+	ca, xa, ya := b.use3("Where", cond, x, y)
+	shape, ok := broadcastShapes(ca.shape, xa.shape, ya.shape)
 	if !ok {
-		panic(backend.Errorf("Where", args, "shapes do not broadcast"))
+		panic(backend.Errorf("Where", []backend.Array{cond, x, y}, "shapes do not broadcast"))
 	}
-	dt := backend.PromoteTypes(as[1].dtype, as[2].dtype)
-	c := converted(as[0], tensor.Bool).Data
-	xd, yd := converted(as[1], dt).Data, converted(as[2], dt).Data
+	dt := backend.PromoteTypes(xa.dtype, ya.dtype)
+	c := b.hostDense(ca)
+	if c.DType != tensor.Bool {
+		c = c.Convert(tensor.Bool)
+	}
+	st := [][]int{bstrides(ca.shape, shape), bstrides(xa.shape, shape), bstrides(ya.shape, shape)}
+	defer b.freeTmps()
+	if dt == tensor.F32 || (isF32Family(dt) && xa.buf.values && ya.buf.values) {
+		xv, yv := b.f32In(xa, dt), b.f32In(ya, dt)
+		out := b.pool.getF32(shape.Size())
+		walk(shape, st, func(k int, o []int) {
+			if c.Data[o[0]] != 0 {
+				out[k] = xv[o[1]]
+			} else {
+				out[k] = yv[o[2]]
+			}
+		})
+		return b.valuesOut(dt, shape, out)
+	}
+	xd, yd := b.hostDense(xa), b.hostDense(ya)
+	if xd.DType != dt {
+		xd = xd.Convert(dt)
+	}
+	if yd.DType != dt {
+		yd = yd.Convert(dt)
+	}
 	es := dt.Size()
-	out := tensor.New(dt, shape)
-	st := [][]int{bstrides(as[0].shape, shape), bstrides(as[1].shape, shape), bstrides(as[2].shape, shape)}
+	out := b.pool.getRaw(shape.Size()*es, false)
 	walk(shape, st, func(k int, o []int) {
-		src, at := yd, o[2]
-		if c[o[0]] != 0 {
-			src, at = xd, o[1]
+		src, at := yd.Data, o[2]
+		if c.Data[o[0]] != 0 {
+			src, at = xd.Data, o[1]
 		}
-		copy(out.Data[k*es:(k+1)*es], src[at*es:(at+1)*es])
+		copy(out[k*es:(k+1)*es], src[at*es:(at+1)*es])
 	})
-	return b.dense(out)
+	return b.newArray(dt, shape, b.rawBuf(out, false), 0, nil)
 }

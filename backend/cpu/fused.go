@@ -6,43 +6,47 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// The fused ops validate their arguments, convert them to float32 in the
-// op's dtype, and call the kernels of internal/kernel, which document the
-// arithmetic and the MLX source each follows. Their outputs are float32
-// values already rounded to the dtype.
+// The fused ops validate their arguments, read them as float32 values in
+// the op's dtype (f32In: a view of values storage, or converted scratch),
+// and call the kernels of internal/kernel, which document the arithmetic
+// and the MLX source each follows. The kernels write float32 values already
+// rounded to the dtype into pooled storage, which becomes the output.
 
 // RMSNorm is mx.fast.rms_norm over the last axis: the output dtype is the
 // promotion of x and weight (both converted to it), weight is 1-D with x's
 // last dimension, or nil for none (mx.fast.rms_norm(x, None, eps)).
 func (b *Backend) RMSNorm(x, weight backend.Array, eps float32) backend.Array {
-	args := []backend.Array{x, weight}
 	a := b.use1("RMSNorm", x)
 	if len(a.shape) == 0 || a.shape[len(a.shape)-1] == 0 {
-		panic(backend.Errorf("RMSNorm", args, "x needs a non-empty last axis"))
+		panic(backend.Errorf("RMSNorm", []backend.Array{x, weight}, "x needs a non-empty last axis"))
 	}
+	defer b.freeTmps()
 	n := a.shape[len(a.shape)-1]
 	dt := a.dtype
 	var w []float32
 	if weight != nil {
 		wa := b.use1("RMSNorm", weight)
 		if len(wa.shape) != 1 || wa.shape[0] != n {
-			panic(backend.Errorf("RMSNorm", args, "weight must be 1-D of size %d", n))
+			panic(backend.Errorf("RMSNorm", []backend.Array{x, weight}, "weight must be 1-D of size %d", n))
 		}
 		dt = backend.PromoteTypes(dt, wa.dtype)
-		w = f32As(wa, dt)
+		if !dt.IsFloat() {
+			panic(backend.Errorf("RMSNorm", []backend.Array{x, weight}, "needs a float dtype"))
+		}
+		w = b.f32Of(wa, dt)
 	} else {
-		w = make([]float32, n)
+		w = b.scratchF32(n)
 		for i := range w {
 			w[i] = 1
 		}
 	}
 	if !dt.IsFloat() {
-		panic(backend.Errorf("RMSNorm", args, "needs a float dtype"))
+		panic(backend.Errorf("RMSNorm", []backend.Array{x, weight}, "needs a float dtype"))
 	}
-	xs := f32As(a, dt)
-	dst := make([]float32, len(xs))
+	xs := b.f32Of(a, dt)
+	dst := b.pool.getF32(len(xs))
 	kernel.RMSNorm(dst, xs, w, len(xs)/n, n, eps, rounder(dt), b.acc())
-	return b.dense(packF32(dt, a.shape, dst))
+	return b.floatOut(dt, a.shape, dst)
 }
 
 // RoPE is mx.fast.rope on x [B, ..., L, D] (at least 3 dimensions, float):
@@ -50,19 +54,19 @@ func (b *Backend) RMSNorm(x, weight backend.Array, eps float32) backend.Array {
 // integer array of 1 or B entries (one position per batch row). Freqs, when
 // set, is a 1-D float array of Dims/2 entries. The output has x's dtype.
 func (b *Backend) RoPE(x backend.Array, p backend.RoPE, offset backend.Offset) backend.Array {
-	args := []backend.Array{x}
 	a := b.use1("RoPE", x)
 	nd := len(a.shape)
 	if nd < 3 {
-		panic(backend.Errorf("RoPE", args, "x needs at least 3 dimensions"))
+		panic(backend.Errorf("RoPE", []backend.Array{x}, "x needs at least 3 dimensions"))
 	}
 	if !a.dtype.IsFloat() {
-		panic(backend.Errorf("RoPE", args, "x needs a float dtype"))
+		panic(backend.Errorf("RoPE", []backend.Array{x}, "x needs a float dtype"))
 	}
+	defer b.freeTmps()
 	B, L, D := a.shape[0], a.shape[nd-2], a.shape[nd-1]
 	H := tensor.Shape(a.shape[1 : nd-2]).Size()
 	if p.Dims <= 0 || p.Dims%2 != 0 || p.Dims > D {
-		panic(backend.Errorf("RoPE", args, "dims %d must be even, positive and at most %d", p.Dims, D))
+		panic(backend.Errorf("RoPE", []backend.Array{x}, "dims %d must be even, positive and at most %d", p.Dims, D))
 	}
 	kp := kernel.RoPEParams{Dims: p.Dims, Traditional: p.Traditional, Base: p.Base, Scale: p.Scale}
 	if p.Freqs != nil {
@@ -70,23 +74,24 @@ func (b *Backend) RoPE(x backend.Array, p backend.RoPE, offset backend.Offset) b
 		if len(fa.shape) != 1 || fa.shape[0] != p.Dims/2 || !fa.dtype.IsFloat() {
 			panic(backend.Errorf("RoPE", []backend.Array{x, p.Freqs}, "freqs must be a 1-D float array of %d entries", p.Dims/2))
 		}
-		kp.Freqs = f32As(fa, tensor.F32)
+		kp.Freqs = b.f32Of(fa, tensor.F32)
 	}
-	offsets := []int{offset.Scalar}
+	var offBuf [1]int
+	offsets := append(offBuf[:0], offset.Scalar)
 	if offset.Rows != nil {
 		oa := b.use1("RoPE", offset.Rows)
 		if len(oa.shape) > 1 || (oa.shape.Size() != 1 && oa.shape.Size() != B) || oa.dtype.IsFloat() || oa.dtype == tensor.Bool {
 			panic(backend.Errorf("RoPE", []backend.Array{x, offset.Rows}, "offset rows must be an integer array of 1 or %d entries", B))
 		}
 		offsets = offsets[:0]
-		for _, u := range intsAs(oa, tensor.I32) {
+		for _, u := range b.intsIn(oa, tensor.I32) {
 			offsets = append(offsets, int(int64(u)))
 		}
 	}
-	xs := f32As(a, a.dtype)
-	dst := make([]float32, len(xs))
+	xs := b.f32Of(a, a.dtype)
+	dst := b.pool.getF32(len(xs))
 	kernel.RoPE(dst, xs, B, H, L, D, kp, offsets, rounder(a.dtype))
-	return b.dense(packF32(a.dtype, a.shape, dst))
+	return b.floatOut(a.dtype, a.shape, dst)
 }
 
 // ScaledDotProductAttention is mx.fast.scaled_dot_product_attention on
@@ -96,29 +101,28 @@ func (b *Backend) RoPE(x backend.Array, p backend.RoPE, offset backend.Offset) b
 // attend) or a float dtype that promotes to the output dtype (added to the
 // scores), broadcastable to [B, H, L, S].
 func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32, mask backend.Mask) backend.Array {
-	args := []backend.Array{q, k, v}
-	as := b.use("ScaledDotProductAttention", args...)
-	qa, ka, va := as[0], as[1], as[2]
+	qa, ka, va := b.use3("ScaledDotProductAttention", q, k, v)
+	args := func() []backend.Array { return []backend.Array{q, k, v} }
 	if len(qa.shape) != 4 || len(ka.shape) != 4 || len(va.shape) != 4 {
-		panic(backend.Errorf("ScaledDotProductAttention", args, "q, k and v must be 4-D"))
+		panic(backend.Errorf("ScaledDotProductAttention", args(), "q, k and v must be 4-D"))
 	}
 	B, H, L, D := qa.shape[0], qa.shape[1], qa.shape[2], qa.shape[3]
 	Hk, S, Dv := ka.shape[1], ka.shape[2], va.shape[3]
 	switch {
 	case ka.shape[0] != B || va.shape[0] != B:
-		panic(backend.Errorf("ScaledDotProductAttention", args, "batch sizes differ"))
+		panic(backend.Errorf("ScaledDotProductAttention", args(), "batch sizes differ"))
 	case ka.shape[3] != D:
-		panic(backend.Errorf("ScaledDotProductAttention", args, "q and k head dims differ"))
+		panic(backend.Errorf("ScaledDotProductAttention", args(), "q and k head dims differ"))
 	case va.shape[1] != Hk || va.shape[2] != S:
-		panic(backend.Errorf("ScaledDotProductAttention", args, "k and v heads or lengths differ"))
+		panic(backend.Errorf("ScaledDotProductAttention", args(), "k and v heads or lengths differ"))
 	case Hk == 0 || H%Hk != 0:
-		panic(backend.Errorf("ScaledDotProductAttention", args, "%d query heads is not a multiple of %d KV heads", H, Hk))
+		panic(backend.Errorf("ScaledDotProductAttention", args(), "%d query heads is not a multiple of %d KV heads", H, Hk))
 	case S == 0 || D == 0 || Dv == 0:
-		panic(backend.Errorf("ScaledDotProductAttention", args, "empty keys or head dims"))
+		panic(backend.Errorf("ScaledDotProductAttention", args(), "empty keys or head dims"))
 	}
 	dt := backend.PromoteTypes(backend.PromoteTypes(qa.dtype, ka.dtype), va.dtype)
 	if !dt.IsFloat() {
-		panic(backend.Errorf("ScaledDotProductAttention", args, "needs float dtypes"))
+		panic(backend.Errorf("ScaledDotProductAttention", args(), "needs float dtypes"))
 	}
 	var km kernel.Mask
 	switch m := mask.(type) {
@@ -127,53 +131,116 @@ func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32
 	case backend.CausalMask:
 		km.Kind = kernel.MaskCausal
 	case backend.ArrayMask:
-		margs := append(args, m.A)
+		margs := func() []backend.Array { return []backend.Array{q, k, v, m.A} }
 		ma := b.use1("ScaledDotProductAttention", m.A)
 		target := tensor.Shape{B, H, L, S}
 		if len(ma.shape) > 4 {
-			panic(backend.Errorf("ScaledDotProductAttention", margs, "mask has more than 4 dimensions"))
+			panic(backend.Errorf("ScaledDotProductAttention", margs(), "mask has more than 4 dimensions"))
 		}
 		if got, ok := broadcastShapes(ma.shape, target); !ok || !got.Equal(target) {
-			panic(backend.Errorf("ScaledDotProductAttention", margs, "mask does not broadcast to %v", target))
+			panic(backend.Errorf("ScaledDotProductAttention", margs(), "mask does not broadcast to %v", target))
 		}
 		st := bstrides(ma.shape, target)
 		copy(km.Strides[:], st)
 		switch {
 		case ma.dtype == tensor.Bool:
 			km.Kind = kernel.MaskBool
-			km.Bool = make([]bool, len(ma.data.Data))
-			for i, c := range ma.data.Data {
+			md := b.hostDense(ma).Data
+			km.Bool = make([]bool, len(md))
+			for i, c := range md {
 				km.Bool[i] = c != 0
 			}
 		case backend.PromoteTypes(ma.dtype, dt) == dt:
 			km.Kind = kernel.MaskAdd
-			km.Add = f32As(ma, dt)
+			km.Add = b.f32Of(ma, dt)
 		default:
-			panic(backend.Errorf("ScaledDotProductAttention", margs, "mask dtype %v does not promote to %v", ma.dtype, dt))
+			panic(backend.Errorf("ScaledDotProductAttention", margs(), "mask dtype %v does not promote to %v", ma.dtype, dt))
 		}
 	default:
-		panic(backend.Errorf("ScaledDotProductAttention", args, "unknown mask %T", mask))
+		panic(backend.Errorf("ScaledDotProductAttention", args(), "unknown mask %T", mask))
 	}
-	dst := make([]float32, B*H*L*Dv)
-	kernel.SDPA(dst, f32As(qa, dt), f32As(ka, dt), f32As(va, dt), B, H, Hk, L, S, D, Dv, scale, km, rounder(dt), b.acc())
-	return b.dense(packF32(dt, tensor.Shape{B, H, L, Dv}, dst))
+	defer b.freeTmps()
+	dst := b.pool.getF32(B * H * L * Dv)
+	kernel.SDPAKV(dst, b.f32Of(qa, dt), b.kvOf(ka, dt), b.kvOf(va, dt), B, H, Hk, L, S, D, Dv, scale, km, rounder(dt), b.acc())
+	return b.floatOut(dt, tensor.Shape{B, H, L, Dv}, dst)
+}
+
+// kvOf returns a, a [B, Hk, S, D] array of keys or values, for
+// kernel.SDPAKV: read in place (float32 values, or bf16/f16 bits) through
+// its strides when its rows are contiguous, which a slice of a KV cache
+// buffer is; converted into contiguous float32 scratch otherwise (and for
+// F64).
+func (b *Backend) kvOf(a *Array, dt tensor.DType) kernel.KV {
+	B, Hk, S, D := a.shape[0], a.shape[1], a.shape[2], a.shape[3]
+	st := stridesOf(a)
+	if !isF32Family(dt) || !exactIn(a.dtype, dt) || (st[3] != 1 && D > 1) {
+		return kernel.DenseKV(b.f32Of(a, dt), Hk, S, D)
+	}
+	kv := kernel.KV{BStride: st[0], HStride: st[1], RowStride: st[2]}
+	if B == 1 {
+		kv.BStride = 0
+	}
+	if Hk == 1 {
+		kv.HStride = 0
+	}
+	if S == 1 {
+		kv.RowStride = D
+	}
+	switch {
+	case a.buf.values:
+		kv.Vec = kernel.F32Vec(a.buf.f32[a.off:])
+	case a.dtype == tensor.BF16:
+		kv.Vec = kernel.BF16Vec(u16View(a.buf.raw)[a.off:])
+	default: // F16 (F32 arrays are always values)
+		kv.Vec = kernel.F16Vec(u16View(a.buf.raw)[a.off:])
+	}
+	return kv
 }
 
 // SwiGLU is mlx_lm's swiglu, silu(gate)·up with every step rounded to the
 // dtype (kernel.SwiGLU). gate and up have the same shape; their dtypes are
 // promoted together (float only).
 func (b *Backend) SwiGLU(gate, up backend.Array) backend.Array {
-	args := []backend.Array{gate, up}
-	as := b.use("SwiGLU", args...)
-	if !as[0].shape.Equal(as[1].shape) {
-		panic(backend.Errorf("SwiGLU", args, "gate and up shapes differ"))
+	ga, ua := b.use2("SwiGLU", gate, up)
+	if !ga.shape.Equal(ua.shape) {
+		panic(backend.Errorf("SwiGLU", []backend.Array{gate, up}, "gate and up shapes differ"))
 	}
-	dt := backend.PromoteTypes(as[0].dtype, as[1].dtype)
+	dt := backend.PromoteTypes(ga.dtype, ua.dtype)
 	if !dt.IsFloat() {
-		panic(backend.Errorf("SwiGLU", args, "needs a float dtype"))
+		panic(backend.Errorf("SwiGLU", []backend.Array{gate, up}, "needs a float dtype"))
 	}
-	g := f32As(as[0], dt)
-	dst := make([]float32, len(g))
-	kernel.SwiGLU(dst, g, f32As(as[1], dt), rounder(dt))
-	return b.dense(packF32(dt, as[0].shape, dst))
+	defer b.freeTmps()
+	g := b.f32Of(ga, dt)
+	dst := b.pool.getF32(len(g))
+	kernel.SwiGLU(dst, g, b.f32Of(ua, dt), rounder(dt))
+	return b.floatOut(dt, ga.shape, dst)
+}
+
+// f32Of is f32In for any float dt: an F64 op reads its values rounded to
+// float32 (the fused kernels compute in float32) into scratch.
+func (b *Backend) f32Of(a *Array, dt tensor.DType) []float32 {
+	if isF32Family(dt) {
+		return b.f32In(a, dt)
+	}
+	v := b.f64In(a, dt)
+	out := b.scratchF32(len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}
+
+// floatOut wraps dst (from the pool, float32 values a kernel computed in
+// dtype dt) as a new array: dst itself for F32, BF16 and F16, widened for
+// F64.
+func (b *Backend) floatOut(dt tensor.DType, shape tensor.Shape, dst []float32) *Array {
+	if isF32Family(dt) {
+		return b.valuesOut(dt, shape, dst)
+	}
+	v := make([]float64, len(dst))
+	for i, x := range dst {
+		v[i] = float64(x)
+	}
+	b.pool.putF32(dst)
+	return b.valuesF64(dt, shape, v)
 }

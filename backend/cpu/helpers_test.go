@@ -4,11 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/tensor"
 )
+
+// TestMain poisons pooled buffers (see poison) so that an op leaving part
+// of its output unwritten fails the tests.
+func TestMain(m *testing.M) {
+	poison = true
+	os.Exit(m.Run())
+}
 
 // open returns a reference-precision backend closed at the end of the test.
 func open(t *testing.T) *Backend {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -15,22 +16,94 @@ import (
 // output is Σ_k a[m,k]·b[k,n] accumulated in order over k in float32
 // (float64 for F64 and in high precision) and rounded once to the dtype.
 // Output rows are split across the backend's worker goroutines; the result
-// is identical to the single-goroutine matmulRef.
+// is identical to the single-goroutine matmulRef. A b that is the
+// transposed view of a row-major matrix W (Matmul(x, Transpose(W)), as
+// nn.Dense computes) is read row by row in place (matmulNT), in the same
+// order, without materialising Wᵀ.
 func (b *Backend) Matmul(x, y backend.Array) backend.Array {
-	args := []backend.Array{x, y}
-	as := b.use("Matmul", args...)
-	p, err := planMatmul(as[0], as[1])
+	xa, ya := b.use2("Matmul", x, y)
+	p, err := planMatmul(xa, ya)
 	if err != "" {
-		panic(backend.Errorf("Matmul", args, "%s", err))
+		panic(backend.Errorf("Matmul", []backend.Array{x, y}, "%s", err))
 	}
+	defer b.freeTmps()
 	if b.wide(p.dt) {
 		dst := make([]float64, p.outShape.Size())
-		matmulPar(dst, f64As(as[0], p.dt), f64As(as[1], p.dt), p, b.threads)
-		return b.dense(packF64(p.dt, p.outShape, dst))
+		matmulPar(dst, b.f64In(xa, p.dt), b.f64In(ya, p.dt), p, b.threads)
+		return b.valuesF64(p.dt, p.outShape, dst)
 	}
-	dst := make([]float32, p.outShape.Size())
-	matmulPar(dst, f32As(as[0], p.dt), f32As(as[1], p.dt), p, b.threads)
-	return b.dense(packF32(p.dt, p.outShape, dst))
+	dst := b.pool.getF32(p.outShape.Size())
+	if w, ok := b.transposedRows(ya, p); ok {
+		matmulNT(dst, b.f32In(xa, p.dt), w, p, b.threads)
+	} else {
+		matmulPar(dst, b.f32In(xa, p.dt), b.f32In(ya, p.dt), p, b.threads)
+	}
+	roundTo(p.dt, dst)
+	return b.valuesOut(p.dt, p.outShape, dst)
+}
+
+// transposedRows reports whether y is a 2-D [K, N] transposed view of a
+// row-major [N, K] matrix W (nn.Dense's Matmul(x, Transpose(W))) whose
+// values are exact in the compute dtype, and returns W's storage as a
+// kernel.Vec (float32 values, or bf16/f16 bits read in place).
+func (b *Backend) transposedRows(y *Array, p mmPlan) (kernel.Vec, bool) {
+	if len(y.shape) != 2 || y.strides == nil || y.strides[0] != 1 || y.strides[1] != p.k || !exactIn(y.dtype, p.dt) {
+		return kernel.Vec{}, false
+	}
+	n := p.k * p.n
+	switch {
+	case y.buf.values:
+		return kernel.F32Vec(y.buf.f32[y.off : y.off+n]), true
+	case y.dtype == tensor.BF16:
+		return kernel.BF16Vec(u16View(y.buf.raw)[y.off : y.off+n]), true
+	case y.dtype == tensor.F16:
+		return kernel.F16Vec(u16View(y.buf.raw)[y.off : y.off+n]), true
+	}
+	return kernel.Vec{}, false
+}
+
+// matmulNT computes what matmulPar computes for b = Wᵀ, W [n, k] row-major
+// in w: dst[i, j] = Σ_l a[i, l]·W[j, l], accumulated in order over l (the
+// same float32 operations in the same order as matmulRef, so the same
+// bits), without materialising Wᵀ. Each worker takes a range of output
+// columns and converts one row of W at a time; the rows of a are the
+// batches' rows (b is not batched).
+func matmulNT(dst, a []float32, w kernel.Vec, p mmPlan, threads int) {
+	rows := p.batch.Size() * p.m
+	if rows == 0 || p.n == 0 {
+		return
+	}
+	work := func(lo, hi int) {
+		row := make([]float32, p.k)
+		for j := lo; j < hi; j++ {
+			wr := kernel.VecRow(w, j*p.k, row)
+			for r := range rows {
+				bi, i := r/p.m, r%p.m
+				ar := a[p.aBatch[bi]*p.aMatrix+i*p.k:][:p.k]
+				var s float32
+				for l, av := range ar {
+					s += float32(av * wr[l]) // explicit conversion: no FMA
+				}
+				dst[r*p.n+j] = s
+			}
+		}
+	}
+	minCols := max(1, 65536/max(1, p.k*rows))
+	workers := min(threads, (p.n+minCols-1)/minCols)
+	if workers <= 1 {
+		work(0, p.n)
+		return
+	}
+	var wg sync.WaitGroup
+	for t := range workers {
+		lo, hi := t*p.n/workers, (t+1)*p.n/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(lo, hi)
+		}()
+	}
+	wg.Wait()
 }
 
 // mmPlan is the shape bookkeeping of one Matmul.

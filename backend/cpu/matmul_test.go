@@ -1,9 +1,11 @@
 package cpu
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -80,8 +82,8 @@ func TestMatmulParMatchesRef(t *testing.T) {
 			}
 			ref := make([]float32, s.batch*s.m*s.n)
 			par := make([]float32, len(ref))
-			matmulRef(ref, x.data.Float32s(), y.data.Float32s(), p)
-			matmulPar(par, x.data.Float32s(), y.data.Float32s(), p, s.threads)
+			matmulRef(ref, x.buf.f32, y.buf.f32, p)
+			matmulPar(par, x.buf.f32, y.buf.f32, p, s.threads)
 			for i := range ref {
 				if ref[i] != par[i] {
 					t.Fatalf("got %v, want %v (index %d)", par[i], ref[i], i)
@@ -95,6 +97,46 @@ func TestMatmulParMatchesRef(t *testing.T) {
 				if ref64[i] != par64[i] {
 					t.Fatalf("float64: got %v, want %v (index %d)", par64[i], ref64[i], i)
 				}
+			}
+		})
+	}
+}
+
+// TestMatmulTransposedWeight: Matmul(x, Transpose(W)) reads W's rows in
+// place (matmulNT) and gives the bits of the product with the transposed
+// weight materialised, for F32, raw BF16 and BF16 values weights.
+func TestMatmulTransposedWeight(t *testing.T) {
+	for _, c := range []struct {
+		dt     tensor.DType
+		values bool // W is an op result (float32 values), not FromHost bytes
+	}{{tensor.F32, true}, {tensor.BF16, false}, {tensor.BF16, true}, {tensor.F16, false}} {
+		t.Run(name(c.dt, c.values), func(t *testing.T) {
+			b := open(t)
+			rng := rand.New(rand.NewPCG(3, 5))
+			randn := func(shape ...int) backend.Array {
+				v := make([]float64, tensor.Shape(shape).Size())
+				for i := range v {
+					v[i] = rng.NormFloat64()
+				}
+				return arr(b, c.dt, shape, v...)
+			}
+			const K, N = 37, 21
+			w := randn(N, K)
+			if c.values {
+				w = b.Binary(backend.Multiply, w, randn(K))
+			}
+			if got := w.(*Array).buf.values; got != c.values {
+				t.Fatalf("W holds values: %v, want %v", got, c.values)
+			}
+			x := randn(2, 3, K)
+			wt := b.Transpose(w)
+			if _, ok := b.transposedRows(wt.(*Array), mmPlan{dt: c.dt, k: K, n: N}); !ok {
+				t.Fatalf("Transpose(W) not recognised as W's rows")
+			}
+			got, _ := b.ToHost(b.Matmul(x, wt))
+			want, _ := b.ToHost(b.Matmul(x, b.Reshape(wt, K, N))) // a contiguous copy
+			if !got.Shape.Equal(tensor.Shape{2, 3, N}) || !bytes.Equal(got.Data, want.Data) {
+				t.Errorf("Matmul(x, Wᵀ) differs from the product with a materialised Wᵀ")
 			}
 		})
 	}

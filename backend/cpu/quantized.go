@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
@@ -29,8 +30,8 @@ func validQuant(groupSize, bits int) error {
 // W is uint32 [..., n·bits/32]; Scales and Biases are [..., n/groupSize] in
 // w's dtype.
 func (b *Backend) Quantize(w backend.Array, groupSize, bits int) backend.QuantizedArray {
-	args := []backend.Array{w}
 	a := b.use1("Quantize", w)
+	args := []backend.Array{w}
 	if err := validQuant(groupSize, bits); err != nil {
 		panic(backend.Errorf("Quantize", args, "%v", err))
 	}
@@ -43,15 +44,16 @@ func (b *Backend) Quantize(w backend.Array, groupSize, bits int) backend.Quantiz
 	}
 	rows := a.shape.Size() / max(cols, 1)
 	lead := a.shape[:len(a.shape)-1]
+	defer b.freeTmps()
 	wq := tensor.New(tensor.U32, slices.Concat(lead, tensor.Shape{cols * bits / 32}))
 	sb := slices.Concat(lead, tensor.Shape{cols / groupSize})
-	scales := make([]float32, sb.Size())
-	biases := make([]float32, sb.Size())
-	kernel.Quantize(wq.Uint32s(), scales, biases, f32As(a, a.dtype), rows, cols, groupSize, bits, rounder(a.dtype))
+	scales := b.pool.getF32(sb.Size())
+	biases := b.pool.getF32(sb.Size())
+	kernel.Quantize(wq.Uint32s(), scales, biases, b.f32Of(a, a.dtype), rows, cols, groupSize, bits, rounder(a.dtype))
 	return backend.QuantizedArray{
-		W:         b.dense(wq),
-		Scales:    b.dense(packF32(a.dtype, sb, scales)),
-		Biases:    b.dense(packF32(a.dtype, sb, biases)),
+		W:         b.denseOut(wq),
+		Scales:    b.floatOut(a.dtype, sb, scales),
+		Biases:    b.floatOut(a.dtype, sb, biases),
 		GroupSize: groupSize,
 		Bits:      bits,
 	}
@@ -60,27 +62,26 @@ func (b *Backend) Quantize(w backend.Array, groupSize, bits int) backend.Quantiz
 // quantParts checks q as MLX's validate_quantized_input does and returns
 // its arrays with the dtype of its scales and biases promoted together.
 func (b *Backend) quantParts(op string, extra []backend.Array, q backend.QuantizedArray) (w, s, bi *Array, dt tensor.DType) {
-	args := append(slices.Clone(extra), q.W, q.Scales, q.Biases)
-	as := b.use(op, q.W, q.Scales, q.Biases)
-	w, s, bi = as[0], as[1], as[2]
+	w, s, bi = b.use3(op, q.W, q.Scales, q.Biases)
+	args := func() []backend.Array { return append(slices.Clone(extra), q.W, q.Scales, q.Biases) }
 	if err := validQuant(q.GroupSize, q.Bits); err != nil {
-		panic(backend.Errorf(op, args, "%v", err))
+		panic(backend.Errorf(op, args(), "%v", err))
 	}
 	switch {
 	case w.dtype != tensor.U32:
-		panic(backend.Errorf(op, args, "W must be uint32"))
+		panic(backend.Errorf(op, args(), "W must be uint32"))
 	case len(w.shape) < 2:
-		panic(backend.Errorf(op, args, "W needs at least 2 dimensions"))
+		panic(backend.Errorf(op, args(), "W needs at least 2 dimensions"))
 	case !s.shape.Equal(bi.shape):
-		panic(backend.Errorf(op, args, "scales and biases shapes differ"))
+		panic(backend.Errorf(op, args(), "scales and biases shapes differ"))
 	case len(s.shape) != len(w.shape) || !tensor.Shape(w.shape[:len(w.shape)-1]).Equal(s.shape[:len(s.shape)-1]):
-		panic(backend.Errorf(op, args, "W and scales leading dimensions differ"))
+		panic(backend.Errorf(op, args(), "W and scales leading dimensions differ"))
 	case w.shape[len(w.shape)-1]*32/q.Bits != s.shape[len(s.shape)-1]*q.GroupSize || (w.shape[len(w.shape)-1]*32)%q.Bits != 0:
-		panic(backend.Errorf(op, args, "W and scales do not agree for group size %d and %d bits", q.GroupSize, q.Bits))
+		panic(backend.Errorf(op, args(), "W and scales do not agree for group size %d and %d bits", q.GroupSize, q.Bits))
 	}
 	dt = backend.PromoteTypes(s.dtype, bi.dtype)
 	if !dt.IsFloat() {
-		panic(backend.Errorf(op, args, "scales and biases need a float dtype"))
+		panic(backend.Errorf(op, args(), "scales and biases need a float dtype"))
 	}
 	return w, s, bi, dt
 }
@@ -91,10 +92,12 @@ func (b *Backend) Dequantize(q backend.QuantizedArray) backend.Array {
 	w, s, bi, dt := b.quantParts("Dequantize", nil, q)
 	cols := w.shape[len(w.shape)-1] * 32 / q.Bits
 	rows := w.shape.Size() / w.shape[len(w.shape)-1]
-	shape := slices.Concat(w.shape[:len(w.shape)-1], tensor.Shape{cols})
-	dst := make([]float32, shape.Size())
-	kernel.Dequantize(dst, w.data.Uint32s(), f32As(s, dt), f32As(bi, dt), rows, cols, q.GroupSize, q.Bits, rounder(dt))
-	return b.dense(packF32(dt, shape, dst))
+	var shapeBuf [4]int
+	shape := append(append(tensor.Shape(shapeBuf[:0]), w.shape[:len(w.shape)-1]...), cols)
+	defer b.freeTmps()
+	dst := b.pool.getF32(shape.Size())
+	kernel.Dequantize(dst, b.codes(w), b.f32Of(s, dt), b.f32Of(bi, dt), rows, cols, q.GroupSize, q.Bits, rounder(dt))
+	return b.floatOut(dt, shape, dst)
 }
 
 // QuantizedMatmul is mx.quantized_matmul (affine). With transpose, W stores
@@ -108,57 +111,83 @@ func (b *Backend) QuantizedMatmul(x backend.Array, q backend.QuantizedArray, tra
 	op := "QuantizedMatmul"
 	xa := b.use1(op, x)
 	w, s, bi, sdt := b.quantParts(op, []backend.Array{x}, q)
-	args := []backend.Array{x, q.W, q.Scales, q.Biases}
+	args := func() []backend.Array { return []backend.Array{x, q.W, q.Scales, q.Biases} }
 	dt := backend.PromoteTypes(xa.dtype, sdt)
 	if !dt.IsFloat() || len(xa.shape) == 0 {
-		panic(backend.Errorf(op, args, "x must be a float array of at least 1 dimension"))
+		panic(backend.Errorf(op, args(), "x must be a float array of at least 1 dimension"))
 	}
+	defer b.freeTmps()
 	wr, wc := w.shape[len(w.shape)-2], w.shape[len(w.shape)-1]*32/q.Bits
 	K, N := wc, wr
 	if !transpose {
 		K, N = wr, wc
 	}
 	if xa.shape[len(xa.shape)-1] != K {
-		panic(backend.Errorf(op, args, "x's last dimension is not %d (W is %d×%d, transpose %v)", K, wr, wc, transpose))
+		panic(backend.Errorf(op, args(), "x's last dimension is not %d (W is %d×%d, transpose %v)", K, wr, wc, transpose))
 	}
 	run := kernel.QuantizedMatmulT
 	if !transpose {
 		run = kernel.QuantizedMatmulN
 	}
-	wq := w.data.Uint32s()
+	wq := b.codes(w)
 	round := rounder(dt)
 
 	if len(w.shape) == 2 {
 		M := xa.shape.Size() / max(K, 1)
-		shape := slices.Concat(xa.shape[:len(xa.shape)-1], tensor.Shape{N})
+		var shapeBuf [4]int
+		shape := append(append(tensor.Shape(shapeBuf[:0]), xa.shape[:len(xa.shape)-1]...), N)
 		if transpose {
 			// The linear layers: scales and biases are read in their
 			// storage dtype (no float32 copy of them per call).
-			dst := scratchF32(dt, shape.Size())
-			kernel.QuantizedMatmulTVec(dst, f32As(xa, dt), wq, vecAs(s, dt), vecAs(bi, dt), M, N, K, q.GroupSize, q.Bits, round, b.acc())
-			return b.dense(packScratch(dt, shape, dst))
+			dst := b.pool.getF32(shape.Size())
+			kernel.QuantizedMatmulTVec(dst, b.f32Of(xa, dt), wq, b.vecOf(s, dt), b.vecOf(bi, dt), M, N, K, q.GroupSize, q.Bits, round, b.acc())
+			return b.floatOut(dt, shape, dst)
 		}
-		dst := make([]float32, shape.Size())
-		run(dst, f32As(xa, dt), wq, f32As(s, dt), f32As(bi, dt), M, N, K, q.GroupSize, q.Bits, round, b.acc())
-		return b.dense(packF32(dt, shape, dst))
+		dst := b.pool.getF32(shape.Size())
+		run(dst, b.f32Of(xa, dt), wq, b.f32Of(s, dt), b.f32Of(bi, dt), M, N, K, q.GroupSize, q.Bits, round, b.acc())
+		return b.floatOut(dt, shape, dst)
 	}
-	xs, ss, bs := f32As(xa, dt), f32As(s, dt), f32As(bi, dt)
+	xs, ss, bs := b.f32Of(xa, dt), b.f32Of(s, dt), b.f32Of(bi, dt)
 	if len(xa.shape) < 3 {
-		panic(backend.Errorf(op, args, "a batched W needs x with batch dimensions too"))
+		panic(backend.Errorf(op, args(), "a batched W needs x with batch dimensions too"))
 	}
 	xb, wb := xa.shape[:len(xa.shape)-2], w.shape[:len(w.shape)-2]
 	batch, ok := broadcastShapes(xb, wb)
 	if !ok {
-		panic(backend.Errorf(op, args, "batch dimensions do not broadcast"))
+		panic(backend.Errorf(op, args(), "batch dimensions do not broadcast"))
 	}
 	M := xa.shape[len(xa.shape)-2]
 	shape := slices.Concat(batch, tensor.Shape{M, N})
-	dst := make([]float32, shape.Size())
+	dst := b.pool.getF32(shape.Size())
 	xm, dm := M*K, M*N
 	wm, sm := len(wq)/max(wb.Size(), 1), len(ss)/max(wb.Size(), 1)
 	walk(batch, [][]int{bstrides(xb, batch), bstrides(wb, batch)}, func(i int, o []int) {
 		run(dst[i*dm:(i+1)*dm], xs[o[0]*xm:(o[0]+1)*xm], wq[o[1]*wm:(o[1]+1)*wm],
 			ss[o[1]*sm:(o[1]+1)*sm], bs[o[1]*sm:(o[1]+1)*sm], M, N, K, q.GroupSize, q.Bits, round, b.acc())
 	})
-	return b.dense(packF32(dt, shape, dst))
+	return b.floatOut(dt, shape, dst)
+}
+
+// codes returns the packed uint32 codes of W, row-major: a view of its
+// storage, or a copy when W is not contiguous.
+func (b *Backend) codes(w *Array) []uint32 {
+	n := w.size()
+	if n == 0 {
+		return []uint32{}
+	}
+	var raw []byte
+	if w.strides != nil {
+		raw = b.hostCopy(w).Data
+	} else {
+		raw = w.buf.raw[4*w.off : 4*(w.off+n)]
+	}
+	return unsafe.Slice((*uint32)(unsafe.Pointer(&raw[0])), n)
+}
+
+// vecOf is vecIn for any float dt (F64 through float32 scratch).
+func (b *Backend) vecOf(a *Array, dt tensor.DType) kernel.Vec {
+	if isF32Family(dt) {
+		return b.vecIn(a, dt)
+	}
+	return kernel.F32Vec(b.f32Of(a, dt))
 }

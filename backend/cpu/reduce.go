@@ -26,13 +26,11 @@ func (b *Backend) reduction(op string, x backend.Array, axis int, keepDims bool)
 		n:     a.shape[ax],
 		inner: tensor.Shape(a.shape[ax+1:]).Size(),
 	}
-	out := a.shape.Clone()
+	out := append(tensor.Shape(nil), a.shape[:ax]...)
 	if keepDims {
-		out[ax] = 1
-	} else {
-		out = append(out[:ax], out[ax+1:]...)
+		out = append(out, 1)
 	}
-	return a, l, out
+	return a, l, append(out, a.shape[ax+1:]...)
 }
 
 // sumDType is the output dtype of Sum, as MLX: integers of up to 4 bytes
@@ -60,8 +58,9 @@ func (b *Backend) Sum(x backend.Array, axis int, keepDims bool) backend.Array {
 	a, l, shape := b.reduction("Sum", x, axis, keepDims)
 	dt := sumDType(a.dtype)
 	m := l.outer * l.inner
+	defer b.freeTmps()
 	if !dt.IsFloat() {
-		v := intsAs(a, dt)
+		v := b.intsIn(a, dt)
 		res := make([]uint64, m)
 		for o := range l.outer {
 			for i := range l.inner {
@@ -72,29 +71,35 @@ func (b *Backend) Sum(x backend.Array, axis int, keepDims bool) backend.Array {
 				res[o*l.inner+i] = wrap(dt, s)
 			}
 		}
-		return b.dense(packInts(dt, shape, res))
+		return b.intsOut(dt, shape, res)
 	}
-	v := f64As(a, dt)
+	if !b.wide(dt) {
+		v := b.f32In(a, dt)
+		res := b.pool.getF32(m)
+		for o := range l.outer {
+			for i := range l.inner {
+				var s float32
+				for j := range l.n {
+					s += v[l.at(o, j, i)]
+				}
+				res[o*l.inner+i] = s
+			}
+		}
+		roundTo(dt, res)
+		return b.valuesOut(dt, shape, res)
+	}
+	v := b.f64In(a, dt)
 	res := make([]float64, m)
-	wide := b.wide(dt)
 	for o := range l.outer {
 		for i := range l.inner {
-			var s64 float64
-			var s32 float32
+			var s float64
 			for j := range l.n {
-				if wide {
-					s64 += v[l.at(o, j, i)]
-				} else {
-					s32 += float32(v[l.at(o, j, i)])
-				}
+				s += v[l.at(o, j, i)]
 			}
-			if !wide {
-				s64 = float64(s32)
-			}
-			res[o*l.inner+i] = s64
+			res[o*l.inner+i] = s
 		}
 	}
-	return b.dense(packF64(dt, shape, res))
+	return b.valuesF64(dt, shape, res)
 }
 
 // Max takes the largest element along axis, in x's dtype. A NaN anywhere
@@ -105,8 +110,10 @@ func (b *Backend) Max(x backend.Array, axis int, keepDims bool) backend.Array {
 		panic(backend.Errorf("Max", []backend.Array{x}, "cannot reduce an empty axis"))
 	}
 	m := l.outer * l.inner
-	if !a.dtype.IsFloat() {
-		v := intsAs(a, a.dtype)
+	defer b.freeTmps()
+	switch {
+	case !a.dtype.IsFloat():
+		v := b.intsIn(a, a.dtype)
 		res := make([]uint64, m)
 		for o := range l.outer {
 			for i := range l.inner {
@@ -119,21 +126,41 @@ func (b *Backend) Max(x backend.Array, axis int, keepDims bool) backend.Array {
 				res[o*l.inner+i] = best
 			}
 		}
-		return b.dense(packInts(a.dtype, shape, res))
+		return b.intsOut(a.dtype, shape, res)
+	case isF32Family(a.dtype):
+		v := b.f32In(a, a.dtype)
+		res := b.pool.getF32(m)
+		for o := range l.outer {
+			for i := range l.inner {
+				res[o*l.inner+i] = maxLane(v, l, o, i)
+			}
+		}
+		return b.valuesOut(a.dtype, shape, res)
 	}
-	v := f64As(a, a.dtype)
+	v := b.f64In(a, a.dtype)
 	res := make([]float64, m)
 	for o := range l.outer {
 		for i := range l.inner {
 			res[o*l.inner+i] = maxLane(v, l, o, i)
 		}
 	}
-	return b.dense(packF64(a.dtype, shape, res))
+	return b.valuesF64(a.dtype, shape, res)
 }
 
 // maxLane is the NaN-propagating maximum of one lane.
-func maxLane(v []float64, l lanes, o, i int) float64 {
-	best := math.Inf(-1)
+func maxLane[T float32 | float64](v []T, l lanes, o, i int) T {
+	best := T(math.Inf(-1))
+	if l.inner == 1 {
+		for _, e := range v[o*l.n : (o+1)*l.n] {
+			if e != e {
+				return e
+			}
+			if e > best {
+				best = e
+			}
+		}
+		return best
+	}
 	for j := range l.n {
 		e := v[l.at(o, j, i)]
 		if e != e {
@@ -156,21 +183,14 @@ func (b *Backend) Argmax(x backend.Array, axis int, keepDims bool) backend.Array
 	}
 	m := l.outer * l.inner
 	res := make([]uint64, m)
-	if a.dtype.IsFloat() {
-		v := f64As(a, a.dtype)
-		for o := range l.outer {
-			for i := range l.inner {
-				best, at := v[l.at(o, 0, i)], 0
-				for j := 1; j < l.n && best == best; j++ {
-					if e := v[l.at(o, j, i)]; e != e || e > best {
-						best, at = e, j
-					}
-				}
-				res[o*l.inner+i] = uint64(at)
-			}
-		}
-	} else {
-		v := intsAs(a, a.dtype)
+	defer b.freeTmps()
+	switch {
+	case isF32Family(a.dtype):
+		argmaxF(b.f32In(a, a.dtype), l, res)
+	case a.dtype.IsFloat():
+		argmaxF(b.f64In(a, a.dtype), l, res)
+	default:
+		v := b.intsIn(a, a.dtype)
 		for o := range l.outer {
 			for i := range l.inner {
 				best, at := v[l.at(o, 0, i)], 0
@@ -183,7 +203,22 @@ func (b *Backend) Argmax(x backend.Array, axis int, keepDims bool) backend.Array
 			}
 		}
 	}
-	return b.dense(packInts(tensor.U32, shape, res))
+	return b.intsOut(tensor.U32, shape, res)
+}
+
+// argmaxF writes the argmax of every lane of v to res.
+func argmaxF[T float32 | float64](v []T, l lanes, res []uint64) {
+	for o := range l.outer {
+		for i := range l.inner {
+			best, at := v[l.at(o, 0, i)], 0
+			for j := 1; j < l.n && best == best; j++ {
+				if e := v[l.at(o, j, i)]; e != e || e > best {
+					best, at = e, j
+				}
+			}
+			res[o*l.inner+i] = uint64(at)
+		}
+	}
 }
 
 // LogSumExp is log(Σ exp(x - m)) + m along axis with m the lane maximum
@@ -197,41 +232,52 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) backend.Ar
 		panic(backend.Errorf("LogSumExp", []backend.Array{x}, "cannot reduce an empty axis"))
 	}
 	dt := atLeastFloat(a.dtype)
-	v := f64As(a, dt)
-	wide := b.wide(dt)
-	res := make([]float64, l.outer*l.inner)
-	for o := range l.outer {
-		for i := range l.inner {
-			m := maxLane(v, l, o, i)
-			r := m
-			if !math.IsInf(m, 0) {
-				if wide {
+	defer b.freeTmps()
+	if b.wide(dt) {
+		v := b.f64In(a, dt)
+		res := make([]float64, l.outer*l.inner)
+		for o := range l.outer {
+			for i := range l.inner {
+				m := maxLane(v, l, o, i)
+				r := m
+				if !math.IsInf(m, 0) {
 					var s float64
 					for j := range l.n {
 						s += math.Exp(v[l.at(o, j, i)] - m)
 					}
 					r = math.Log(s) + m
-				} else {
-					m32 := float32(m)
-					var s float32
-					var buf [512]float32 // exps in batches (vector exp), summed in order
-					for j0 := 0; j0 < l.n; j0 += len(buf) {
-						c := buf[:min(len(buf), l.n-j0)]
-						for j := range c {
-							c[j] = float32(v[l.at(o, j0+j, i)]) - m32
-						}
-						kernel.ExpSlice(c, c)
-						for _, e := range c {
-							s += e
-						}
-					}
-					r = float64(float32(math.Log(float64(s))) + m32)
 				}
+				res[o*l.inner+i] = r
+			}
+		}
+		return b.valuesF64(dt, shape, res)
+	}
+	v := b.f32In(a, dt)
+	res := b.pool.getF32(l.outer * l.inner)
+	buf := b.scratchF32(512) // exps in batches (vector exp), summed in order
+	for o := range l.outer {
+		for i := range l.inner {
+			m := maxLane(v, l, o, i)
+			r := m
+			if !math.IsInf(float64(m), 0) {
+				var s float32
+				for j0 := 0; j0 < l.n; j0 += len(buf) {
+					c := buf[:min(len(buf), l.n-j0)]
+					for j := range c {
+						c[j] = v[l.at(o, j0+j, i)] - m
+					}
+					kernel.ExpSlice(c, c)
+					for _, e := range c {
+						s += e
+					}
+				}
+				r = float32(math.Log(float64(s))) + m
 			}
 			res[o*l.inner+i] = r
 		}
 	}
-	return b.dense(packF64(dt, shape, res))
+	roundTo(dt, res)
+	return b.valuesOut(dt, shape, res)
 }
 
 // Softmax along axis, output in x's dtype (F32 for integer x, as MLX). It
@@ -245,18 +291,13 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) backend.Ar
 func (b *Backend) Softmax(x backend.Array, axis int, precise bool) backend.Array {
 	a, l, _ := b.reduction("Softmax", x, axis, true)
 	dt := atLeastFloat(a.dtype)
-	v := f64As(a, dt)
-	res := make([]float64, len(v))
-	wide := b.wide(dt)
-	r := rounder(dt)
-	if precise {
-		r = func(f float32) float32 { return f }
-	}
-	for o := range l.outer {
-		for i := range l.inner {
-			m := maxLane(v, l, o, i)
-			switch {
-			case wide:
+	defer b.freeTmps()
+	if b.wide(dt) {
+		v := b.f64In(a, dt)
+		res := make([]float64, len(v))
+		for o := range l.outer {
+			for i := range l.inner {
+				m := maxLane(v, l, o, i)
 				var s float64
 				for j := range l.n {
 					e := math.Exp(v[l.at(o, j, i)] - m)
@@ -267,29 +308,40 @@ func (b *Backend) Softmax(x backend.Array, axis int, precise bool) backend.Array
 				for j := range l.n {
 					res[l.at(o, j, i)] *= inv
 				}
-			default:
-				// r rounds to the accumulation dtype: identity in float32.
-				m32 := float32(m)
-				var s float32
-				var buf [512]float32 // exps in batches (vector exp), summed in order
-				for j0 := 0; j0 < l.n; j0 += len(buf) {
-					c := buf[:min(len(buf), l.n-j0)]
-					for j := range c {
-						c[j] = r(float32(v[l.at(o, j0+j, i)]) - m32)
-					}
-					kernel.ExpSlice(c, c)
-					for j, e := range c {
-						e = r(e)
-						res[l.at(o, j0+j, i)] = float64(e)
-						s = r(s + e)
-					}
+			}
+		}
+		return b.valuesF64(dt, a.shape, res)
+	}
+	v := b.f32In(a, dt)
+	res := b.pool.getF32(len(v))
+	// r rounds to the accumulation dtype: identity in float32.
+	r := rounder(dt)
+	if precise {
+		r = kernel.Identity
+	}
+	buf := b.scratchF32(512) // exps in batches (vector exp), summed in order
+	for o := range l.outer {
+		for i := range l.inner {
+			m := maxLane(v, l, o, i)
+			var s float32
+			for j0 := 0; j0 < l.n; j0 += len(buf) {
+				c := buf[:min(len(buf), l.n-j0)]
+				for j := range c {
+					c[j] = r(v[l.at(o, j0+j, i)] - m)
 				}
-				inv := r(1 / s)
-				for j := range l.n {
-					res[l.at(o, j, i)] = float64(float32(res[l.at(o, j, i)]) * inv)
+				kernel.ExpSlice(c, c)
+				for j, e := range c {
+					e = r(e)
+					res[l.at(o, j0+j, i)] = e
+					s = r(s + e)
 				}
+			}
+			inv := r(1 / s)
+			for j := range l.n {
+				res[l.at(o, j, i)] *= inv
 			}
 		}
 	}
-	return b.dense(packF64(dt, a.shape, res))
+	roundTo(dt, res)
+	return b.valuesOut(dt, a.shape, res)
 }

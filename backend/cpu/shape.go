@@ -5,11 +5,13 @@ import (
 	"slices"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// Every shaping op copies into fresh storage (no op returns a view), so
-// that SliceUpdate can reuse the storage of its dst.
+// Reshape, Transpose and Slice return views of their input's storage;
+// Concatenate and Take write new storage. SliceUpdate writes in place only
+// into storage that no other live array views.
 
 // normAxis resolves a possibly negative axis of an n-dimensional array.
 func normAxis(axis, n int) (int, bool) {
@@ -19,60 +21,26 @@ func normAxis(axis, n int) (int, bool) {
 	return axis, axis >= 0 && axis < n
 }
 
-// copyRegion copies one element of es bytes for every index i of shape:
-// dst[i·dSt] ← src[i·sSt] (strides in elements; dst and src start at the
-// region's first element). Trailing axes contiguous in both are copied as
-// one block.
-func copyRegion(dst []byte, dSt []int, src []byte, sSt []int, shape tensor.Shape, es int) {
-	if shape.Size() == 0 {
-		return
-	}
-	t, block := len(shape), 1
-	for t > 0 && dSt[t-1] == block && sSt[t-1] == block {
-		t--
-		block *= shape[t]
-	}
-	nb := block * es
-	if t == 0 {
-		copy(dst[:nb], src[:nb])
-		return
-	}
-	outer := shape[:t]
-	idx := make([]int, t)
-	do, so := 0, 0
-	for range outer.Size() {
-		copy(dst[do*es:do*es+nb], src[so*es:so*es+nb])
-		for ax := t - 1; ax >= 0; ax-- {
-			idx[ax]++
-			do += dSt[ax]
-			so += sSt[ax]
-			if idx[ax] < outer[ax] {
-				break
-			}
-			do -= dSt[ax] * outer[ax]
-			so -= sSt[ax] * outer[ax]
-			idx[ax] = 0
-		}
-	}
-}
-
 // Reshape gives x a new shape of the same size; one dimension may be -1.
+// The result views x's storage; a non-contiguous x is copied first.
 func (b *Backend) Reshape(x backend.Array, shape ...int) backend.Array {
 	a := b.use1("Reshape", x)
-	out := make(tensor.Shape, len(shape))
+	var outBuf [4]int
+	out := tensor.Shape(outBuf[:0])
 	infer, known := -1, 1
 	for i, d := range shape {
 		switch {
 		case d == -1 && infer < 0:
 			infer = i
+			out = append(out, 0)
 		case d < 0:
 			panic(backend.Errorf("Reshape", []backend.Array{x}, "bad target shape %v (one -1 allowed, no other negative)", shape))
 		default:
-			out[i] = d
+			out = append(out, d)
 			known *= d
 		}
 	}
-	n := a.shape.Size()
+	n := a.size()
 	if infer >= 0 {
 		if known == 0 || n%known != 0 {
 			panic(backend.Errorf("Reshape", []backend.Array{x}, "cannot infer -1 in %v for %d elements", shape, n))
@@ -83,13 +51,14 @@ func (b *Backend) Reshape(x backend.Array, shape ...int) backend.Array {
 	if known != n {
 		panic(backend.Errorf("Reshape", []backend.Array{x}, "target shape %v has %d elements, want %d", shape, known, n))
 	}
-	d := a.data.Clone()
-	d.Shape = out
-	return b.dense(d)
+	if a.strides == nil {
+		return b.newArray(a.dtype, out, a.buf, a.off, nil)
+	}
+	return b.newArray(a.dtype, out, b.contiguousBuf(a), 0, nil)
 }
 
 // Transpose permutes the axes of x (output axis i is input axis axes[i]);
-// no axes reverses them, as MLX does.
+// no axes reverses them, as MLX does. The result views x's storage.
 func (b *Backend) Transpose(x backend.Array, axes ...int) backend.Array {
 	a := b.use1("Transpose", x)
 	n := len(a.shape)
@@ -101,31 +70,39 @@ func (b *Backend) Transpose(x backend.Array, axes ...int) backend.Array {
 	if len(axes) != n {
 		panic(backend.Errorf("Transpose", []backend.Array{x}, "axes %v for %d dimensions", axes, n))
 	}
-	seen := make([]bool, n)
-	inSt := strides(a.shape)
-	shape := make(tensor.Shape, n)
-	srcSt := make([]int, n)
-	for i, ax := range axes {
+	var seenBuf [8]bool
+	var shapeBuf, stBuf [4]int
+	seen := seenBuf[:0]
+	if n > len(seenBuf) {
+		seen = make([]bool, n)
+	} else {
+		seen = seenBuf[:n]
+	}
+	inSt := stridesOf(a)
+	shape := tensor.Shape(shapeBuf[:0])
+	st := stBuf[:0]
+	for _, ax := range axes {
 		ax, ok := normAxis(ax, n)
 		if !ok || seen[ax] {
 			panic(backend.Errorf("Transpose", []backend.Array{x}, "axes %v are not a permutation of %d axes", axes, n))
 		}
 		seen[ax] = true
-		shape[i] = a.shape[ax]
-		srcSt[i] = inSt[ax]
+		shape = append(shape, a.shape[ax])
+		st = append(st, inSt[ax])
 	}
-	out := tensor.New(a.dtype, shape)
-	copyRegion(out.Data, strides(shape), a.data.Data, srcSt, shape, a.dtype.Size())
-	return b.dense(out)
+	return b.newArray(a.dtype, shape, a.buf, a.off, normStrides(shape, st))
 }
 
 // sliceBounds resolves start and stop (negative values count from the end)
 // and checks 0 <= start <= stop <= dim on every axis.
-func sliceBounds(shape tensor.Shape, start, stop []int) (lo, hi []int, err error) {
+// lo and hi are appended to the given slices (pass empty ones with room).
+func sliceBounds(shape tensor.Shape, start, stop, lo, hi []int) ([]int, []int, error) {
 	if len(start) != len(shape) || len(stop) != len(shape) {
-		return nil, nil, fmt.Errorf("start %v and stop %v need one entry per axis (%d)", start, stop, len(shape))
+		return nil, nil, fmt.Errorf("start %v and stop %v need one entry per axis (%d)", slices.Clone(start), slices.Clone(stop), len(shape))
 	}
-	lo, hi = make([]int, len(shape)), make([]int, len(shape))
+	for range shape {
+		lo, hi = append(lo, 0), append(hi, 0)
+	}
 	for i, d := range shape {
 		lo[i], hi[i] = start[i], stop[i]
 		if lo[i] < 0 {
@@ -151,74 +128,101 @@ func offset(idx, st []int) int {
 }
 
 // Slice takes x[start[i]:stop[i]] on every axis (step 1). Negative bounds
-// count from the end; out-of-range bounds panic (no clamping).
+// count from the end; out-of-range bounds panic (no clamping). The result
+// views x's storage.
 func (b *Backend) Slice(x backend.Array, start, stop []int) backend.Array {
 	a := b.use1("Slice", x)
-	lo, hi, err := sliceBounds(a.shape, start, stop)
+	var loBuf, hiBuf [4]int
+	lo, hi, err := sliceBounds(a.shape, start, stop, loBuf[:0], hiBuf[:0])
 	if err != nil {
 		panic(backend.Errorf("Slice", []backend.Array{x}, "%v", err))
 	}
-	shape := make(tensor.Shape, len(lo))
+	var shapeBuf [4]int
+	shape := tensor.Shape(shapeBuf[:0])
 	for i := range lo {
-		shape[i] = hi[i] - lo[i]
+		shape = append(shape, hi[i]-lo[i])
 	}
-	out := tensor.New(a.dtype, shape)
-	es := a.dtype.Size()
-	inSt := strides(a.shape)
-	if shape.Size() > 0 {
-		copyRegion(out.Data, strides(shape), a.data.Data[offset(lo, inSt)*es:], inSt, shape, es)
+	if shape.Size() == 0 {
+		return b.newArray(a.dtype, shape, a.buf, 0, nil)
 	}
-	return b.dense(out)
+	st := stridesOf(a)
+	return b.newArray(a.dtype, shape, a.buf, a.off+offset(lo, st), normStrides(shape, st))
 }
 
 // SliceUpdate returns dst with src (converted to dst's dtype, shape padded
-// with leading 1s) written at start. When dst owns its storage (it was not
-// made by Borrow) and src is not dst, the result takes over that storage
-// and dst is released: using dst afterwards panics, as the contract
-// forbids it. Otherwise dst is copied and stays valid.
+// with leading 1s) written at start. When no other live array views dst's
+// storage (dst is the only view, was not made by Borrow, and is not src),
+// the result takes over that storage and dst is released: using dst
+// afterwards panics, as the contract forbids it. Otherwise dst's elements
+// are copied first and dst stays valid, so a live view never changes.
 func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) backend.Array {
-	args := []backend.Array{dst, src}
-	as := b.use("SliceUpdate", args...)
-	d, s := as[0], as[1]
+	d, s := b.use2("SliceUpdate", dst, src)
 	if len(s.shape) > len(d.shape) {
-		panic(backend.Errorf("SliceUpdate", args, "src has more dimensions than dst"))
+		panic(backend.Errorf("SliceUpdate", []backend.Array{dst, src}, "src has more dimensions than dst"))
 	}
-	region := make(tensor.Shape, len(d.shape))
+	var regionBuf, stopBuf [4]int
+	region := tensor.Shape(regionBuf[:0])
+	for range len(d.shape) - len(s.shape) {
+		region = append(region, 1)
+	}
+	region = append(region, s.shape...)
+	stop := stopBuf[:0]
 	for i := range region {
-		region[i] = 1
-	}
-	copy(region[len(d.shape)-len(s.shape):], s.shape)
-	stop := make([]int, len(region))
-	for i := range stop {
+		v := 0
 		if i < len(start) {
-			stop[i] = start[i] + region[i]
+			v = start[i] + region[i]
 			if start[i] < 0 {
-				stop[i] += d.shape[i]
+				v += d.shape[i]
 			}
 		}
+		stop = append(stop, v)
 	}
-	lo, _, err := sliceBounds(d.shape, start, stop)
+	var loBuf, hiBuf [4]int
+	lo, _, err := sliceBounds(d.shape, start, stop, loBuf[:0], hiBuf[:0])
 	if err != nil {
-		panic(backend.Errorf("SliceUpdate", args, "%v", err))
+		panic(backend.Errorf("SliceUpdate", []backend.Array{dst, src}, "%v", err))
 	}
-	sd := converted(s, d.dtype)
-	var out *tensor.Dense
-	if !d.borrowed && d != s {
-		out = d.data
+	defer b.freeTmps()
+	var out *Array
+	if !d.buf.borrowed && d.buf.refs == 1 && d != s {
+		out = b.newArray(d.dtype, d.shape, d.buf, d.off, d.strides)
 		b.release(d)
 	} else {
-		out = d.data.Clone()
+		out = b.newArray(d.dtype, d.shape, b.contiguousBuf(d), 0, nil)
 	}
-	es := d.dtype.Size()
-	outSt := strides(d.shape)
-	if region.Size() > 0 {
-		copyRegion(out.Data[offset(lo, outSt)*es:], outSt, sd.Data, strides(region), region, es)
+	if region.Size() == 0 {
+		return out
 	}
-	return b.dense(out)
+	st := stridesOf(out)
+	at := out.off + offset(lo, st)
+	if out.buf.values {
+		v, o := b.f32In(s, out.dtype), out.buf.f32
+		runs(region, st, at, func(d, s, n int) { copy(o[s:s+n], v[d:d+n]) })
+		return out
+	}
+	es := out.dtype.Size()
+	o := out.buf.raw
+	switch {
+	case s.buf.values && out.dtype == tensor.BF16:
+		v, o16 := b.f32In(s, tensor.BF16), u16View(o)
+		runs(region, st, at, func(d, s, n int) { kernel.Float32sToBF16(o16[s:s+n], v[d:d+n]) })
+	case s.buf.values && out.dtype == tensor.F16:
+		v, o16 := b.f32In(s, tensor.F16), u16View(o)
+		runs(region, st, at, func(d, s, n int) { kernel.Float32sToF16(o16[s:s+n], v[d:d+n]) })
+	default:
+		sd := b.hostDense(s)
+		if sd.DType != out.dtype {
+			sd = sd.Convert(out.dtype)
+		}
+		runs(region, st, at, func(d, s, n int) { copy(o[s*es:(s+n)*es], sd.Data[d*es:(d+n)*es]) })
+	}
+	return out
 }
 
 // Concatenate joins xs along axis. Their dtypes are promoted together;
-// every other dimension must agree.
+// every other dimension must agree. The result holds float32 values when
+// every input does (F32 always), raw bytes otherwise (a bf16 KV cache grown
+// by concatenation stays bf16).
 func (b *Backend) Concatenate(axis int, xs ...backend.Array) backend.Array {
 	as := b.use("Concatenate", xs...)
 	if len(as) == 0 {
@@ -232,6 +236,7 @@ func (b *Backend) Concatenate(axis int, xs ...backend.Array) backend.Array {
 	shape := as[0].shape.Clone()
 	shape[ax] = 0
 	dt := as[0].dtype
+	values := true
 	for _, a := range as {
 		if len(a.shape) != n {
 			panic(backend.Errorf("Concatenate", xs, "dimension counts differ"))
@@ -243,18 +248,31 @@ func (b *Backend) Concatenate(axis int, xs ...backend.Array) backend.Array {
 		}
 		shape[ax] += a.shape[ax]
 		dt = backend.PromoteTypes(dt, a.dtype)
+		values = values && a.buf.values
 	}
-	out := tensor.New(dt, shape)
-	es := dt.Size()
+	defer b.freeTmps()
 	outSt := strides(shape)
 	at := 0
-	for _, a := range as {
-		if a.shape.Size() > 0 {
-			copyRegion(out.Data[at*outSt[ax]*es:], outSt, converted(a, dt).Data, strides(a.shape), a.shape, es)
+	if dt == tensor.F32 || (values && isF32Family(dt)) {
+		out := b.pool.getF32(shape.Size())
+		for _, a := range as {
+			v := b.f32In(a, dt)
+			runs(a.shape, outSt, at*outSt[ax], func(d, s, n int) { copy(out[s:s+n], v[d:d+n]) })
+			at += a.shape[ax]
 		}
+		return b.valuesOut(dt, shape, out)
+	}
+	es := dt.Size()
+	out := b.pool.getRaw(shape.Size()*es, false)
+	for _, a := range as {
+		src := b.hostDense(a)
+		if src.DType != dt {
+			src = src.Convert(dt)
+		}
+		runs(a.shape, outSt, at*outSt[ax], func(d, s, n int) { copy(out[s*es:(s+n)*es], src.Data[d*es:(d+n)*es]) })
 		at += a.shape[ax]
 	}
-	return b.dense(out)
+	return b.newArray(dt, shape, b.rawBuf(out, false), 0, nil)
 }
 
 // Take gathers whole slices of x along axis at integer indices of any shape
@@ -264,18 +282,16 @@ func (b *Backend) Concatenate(axis int, xs ...backend.Array) backend.Array {
 // quantized weights included (a quantized embedding takes rows of W,
 // Scales and Biases).
 func (b *Backend) Take(x, indices backend.Array, axis int) backend.Array {
-	args := []backend.Array{x, indices}
-	as := b.use("Take", args...)
-	a, ia := as[0], as[1]
+	a, ia := b.use2("Take", x, indices)
 	ax, ok := normAxis(axis, len(a.shape))
 	if !ok {
-		panic(backend.Errorf("Take", args, "axis %d out of range for %d dimensions", axis, len(a.shape)))
+		panic(backend.Errorf("Take", []backend.Array{x, indices}, "axis %d out of range for %d dimensions", axis, len(a.shape)))
 	}
 	if ia.dtype.IsFloat() || ia.dtype == tensor.Bool {
-		panic(backend.Errorf("Take", args, "indices must have an integer dtype"))
+		panic(backend.Errorf("Take", []backend.Array{x, indices}, "indices must have an integer dtype"))
 	}
 	dim := a.shape[ax]
-	idx := intsAs(ia, ia.dtype)
+	idx := b.intsIn(ia, ia.dtype)
 	pos := make([]int, len(idx))
 	for i, u := range idx {
 		v := int64(u)
@@ -286,23 +302,37 @@ func (b *Backend) Take(x, indices backend.Array, axis int) backend.Array {
 			v += int64(dim)
 		}
 		if v < 0 || v >= int64(dim) {
-			panic(backend.Errorf("Take", args, "index %d (at %d) out of range for axis %d of size %d", int64(u), i, ax, dim))
+			panic(backend.Errorf("Take", []backend.Array{x, indices}, "index %d (at %d) out of range for axis %d of size %d", int64(u), i, ax, dim))
 		}
 		pos[i] = int(v)
 	}
-	shape := slices.Concat(a.shape[:ax], ia.shape, a.shape[ax+1:])
-	out := tensor.New(a.dtype, shape)
-	es := a.dtype.Size()
-	inner := tensor.Shape(a.shape[ax+1:]).Size() * es
+	var shapeBuf [4]int
+	shape := append(append(append(tensor.Shape(shapeBuf[:0]), a.shape[:ax]...), ia.shape...), a.shape[ax+1:]...)
+	inner := tensor.Shape(a.shape[ax+1:]).Size()
 	outer := tensor.Shape(a.shape[:ax]).Size()
-	src := a.data.Data
+	if a.buf.values {
+		defer b.freeTmps()
+		src := b.f32In(a, a.dtype)
+		out := b.pool.getF32(shape.Size())
+		gather(out, src, pos, outer, dim, inner)
+		return b.valuesOut(a.dtype, shape, out)
+	}
+	es := a.dtype.Size()
+	src := b.hostDense(a).Data
+	out := b.pool.getRaw(shape.Size()*es, false)
+	gather(out, src, pos, outer, dim, inner*es)
+	return b.newArray(a.dtype, shape, b.rawBuf(out, false), 0, nil)
+}
+
+// gather copies, for every outer index o and position p of pos, the inner
+// elements of src at (o, p) to dst in order.
+func gather[T any](dst, src []T, pos []int, outer, dim, inner int) {
 	k := 0
 	for o := range outer {
 		base := o * dim * inner
 		for _, p := range pos {
-			copy(out.Data[k:k+inner], src[base+p*inner:base+(p+1)*inner])
+			copy(dst[k:k+inner], src[base+p*inner:base+(p+1)*inner])
 			k += inner
 		}
 	}
-	return b.dense(out)
 }

@@ -1,0 +1,97 @@
+package kernel
+
+import (
+	"math"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Bulk conversions between float32 and bfloat16, bit-identical to the scalar
+// tensor.BF16ToFloat32, tensor.Float32ToBF16 and tensor.RoundBF16 (round to
+// nearest even on the raw bits, every NaN to the canonical 0x7FC0). On
+// amd64 CPUs with AVX2 they run in assembly (conv_amd64.s), in every build;
+// elsewhere they are the scalar loops.
+
+// convAVX2 is set at start-up when the CPU (and OS) support AVX2.
+var convAVX2 bool
+
+// BF16ToFloat32s widens bfloat16 bits to float32 (exact): dst[i] = src[i]
+// as float32, for i < len(dst). src needs at least len(dst) elements.
+func BF16ToFloat32s(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	i := 0
+	if convAVX2 && len(dst) >= 16 {
+		i = len(dst) &^ 15
+		convBF16ToF32(&dst[0], &src[0], i)
+	}
+	for ; i < len(dst); i++ {
+		dst[i] = math.Float32frombits(uint32(src[i]) << 16)
+	}
+}
+
+// Float32sToBF16 rounds float32 values to bfloat16 bits as
+// tensor.Float32ToBF16 does, for i < len(dst). src needs at least len(dst)
+// elements.
+func Float32sToBF16(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	i := 0
+	if convAVX2 && len(dst) >= 16 {
+		i = len(dst) &^ 15
+		convF32ToBF16(&dst[0], &src[0], i)
+	}
+	for ; i < len(dst); i++ {
+		dst[i] = tensor.Float32ToBF16(src[i])
+	}
+}
+
+// RoundBF16s rounds every value of v to the nearest bfloat16 in place, as
+// tensor.RoundBF16 does (a NaN becomes the canonical bf16 NaN).
+func RoundBF16s(v []float32) {
+	i := 0
+	if convAVX2 && len(v) >= 16 {
+		i = len(v) &^ 15
+		convRoundBF16(&v[0], i)
+	}
+	for ; i < len(v); i++ {
+		v[i] = tensor.RoundBF16(v[i])
+	}
+}
+
+// F16ToFloat32s widens float16 bits to float32 (exact), for i < len(dst).
+func F16ToFloat32s(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	for i, h := range src {
+		dst[i] = tensor.F16ToFloat32(h)
+	}
+}
+
+// Float32sToF16 rounds float32 values to float16 bits as
+// tensor.Float32ToF16 does, for i < len(dst).
+func Float32sToF16(dst []uint16, src []float32) {
+	src = src[:len(dst)]
+	for i, f := range src {
+		dst[i] = tensor.Float32ToF16(f)
+	}
+}
+
+// RoundF16s rounds every value of v to the nearest float16 in place
+// (tensor.RoundF16).
+func RoundF16s(v []float32) {
+	for i, f := range v {
+		v[i] = tensor.RoundF16(f)
+	}
+}
+
+// VecRow returns len(buf) values of v from index off as float32: a view of
+// float32 storage, or bf16/f16 bits converted into buf.
+func VecRow(v Vec, off int, buf []float32) []float32 {
+	switch {
+	case v.F32 != nil:
+		return v.F32[off : off+len(buf)]
+	case v.F16:
+		F16ToFloat32s(buf, v.U16[off:])
+	default:
+		BF16ToFloat32s(buf, v.U16[off:])
+	}
+	return buf
+}

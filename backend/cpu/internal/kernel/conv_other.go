@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package kernel
+
+func convBF16ToF32(dst *float32, src *uint16, n int) { panic("kernel: no AVX2 on this platform") }
+func convF32ToBF16(dst *uint16, src *float32, n int) { panic("kernel: no AVX2 on this platform") }
+func convRoundBF16(v *float32, n int)                { panic("kernel: no AVX2 on this platform") }
