@@ -305,6 +305,9 @@ func qmmTQ8Ref(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k,
 // output dst[r, j] = round(dot + bias term) is computed from row j of W and
 // row r of x alone, by the same kernel whatever m is.
 func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8 bool) {
+	if m == 1 && qmvRows(dst, x, wq, sc, bi, n, k, gs, bits, round, q8) {
+		return // one row of x (decode): qmv_amd64.go
+	}
 	wpr, gpr := WordsPerRow(k, bits), k/gs
 	kind := vecKernel(k, gs, bits, q8)
 	vec := kind != 0

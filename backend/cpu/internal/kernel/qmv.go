@@ -1,0 +1,10 @@
+//go:build !amd64
+
+package kernel
+
+// qmvRows is the one-row-of-x quantized matmul of qmv_amd64.go; there are
+// no such kernels on this platform, so it reports false and the general
+// path runs.
+func qmvRows(dst, x []float32, wq []uint32, sc, bi Vec, n, k, gs, bits int, round Rounder, q8 bool) bool {
+	return false
+}

@@ -1,0 +1,305 @@
+//go:build amd64
+
+package kernel
+
+import (
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// The quantized matmul for one row of x (decode, m = 1) with the kernels of
+// qmv_amd64.s: each assembly call loops over tiles of four weight rows,
+// reads the scales and biases in their storage dtype (float32 or bfloat16;
+// float16 goes the general way) and writes the results to dst. Workers take
+// chunks of tiles from a shared counter, so a worker that starts late takes
+// fewer. Every output gets the same float32 bits as the one-row-of-x path
+// of the other vector kernels (qmm_amd64.s, simd_amd64.go), which keeps a
+// prompt prefilled one token at a time equal to one-shot prefill.
+
+// qmvArgs are the arguments of the kernels (field offsets fixed in
+// qmv_amd64.s). w, s, b: the weights, scales and biases of the first tile's
+// row 0; x (in the layout of permF32, or quantized in that of permQ8), d
+// (int8: the block scale of x of each lane, as permQ8's dxl) and xs (the
+// group sums of x, zero past the groups to a multiple of 16); out the
+// results of the first tile. Per row: nstep scale steps of
+// bps blocks (a step reads the scales at s and s + hoff, then moves sstep
+// bytes), rowb weight bytes, gstr scale (and bias) bytes; nbch chunks of 16
+// groups in the bias sum, the last one masked by bmask; pf the prefetch
+// distance in bytes. The kernel updates b, out and ntile in place.
+type qmvArgs struct {
+	w, s, b, x, d, xs, out  unsafe.Pointer // 0, 8, 16, 24, 32, 40, 48
+	ntile, nstep, bps       int            // 56, 64, 72
+	rowb, gstr, hoff, sstep uintptr        // 80, 88, 96, 104
+	nbch                    int            // 112
+	bmask                   uint64         // 120
+	pf                      uintptr        // 128
+}
+
+// The kernels, by precision (Q8, F32), bits (B4, B8) and scale storage:
+// F32 float32, BF16 bfloat16, BF16H bfloat16 with two groups per block
+// (the two scales of a block read with one load).
+
+//go:noescape
+func qmvQ8B4F32(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B4BF16(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B4BF16H(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B8F32(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B8BF16(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B8BF16H(a *qmvArgs)
+
+//go:noescape
+func qmvF32B4F32(a *qmvArgs)
+
+//go:noescape
+func qmvF32B4BF16(a *qmvArgs)
+
+//go:noescape
+func qmvF32B4BF16H(a *qmvArgs)
+
+//go:noescape
+func qmvF32B8F32(a *qmvArgs)
+
+//go:noescape
+func qmvF32B8BF16(a *qmvArgs)
+
+//go:noescape
+func qmvF32B8BF16H(a *qmvArgs)
+
+// qmvKind numbers the kernels: 6·(int8) + 3·(8-bit) + scale storage (0
+// float32, 1 bfloat16, 2 bfloat16 with two groups per block).
+func qmvKind(bits int, q8, bf16, half bool) int {
+	v := 0
+	if q8 {
+		v += 6
+	}
+	if bits == 8 {
+		v += 3
+	}
+	switch {
+	case bf16 && half:
+		v += 2
+	case bf16:
+		v++
+	}
+	return v
+}
+
+// qmvCall runs kernel v (qmvKind) on a.
+func qmvCall(a *qmvArgs, v int) {
+	switch v {
+	case 0:
+		qmvF32B4F32(a)
+	case 1:
+		qmvF32B4BF16(a)
+	case 2:
+		qmvF32B4BF16H(a)
+	case 3:
+		qmvF32B8F32(a)
+	case 4:
+		qmvF32B8BF16(a)
+	case 5:
+		qmvF32B8BF16H(a)
+	case 6:
+		qmvQ8B4F32(a)
+	case 7:
+		qmvQ8B4BF16(a)
+	case 8:
+		qmvQ8B4BF16H(a)
+	case 9:
+		qmvQ8B8F32(a)
+	case 10:
+		qmvQ8B8BF16(a)
+	default:
+		qmvQ8B8BF16H(a)
+	}
+}
+
+// qmvPrefetch is how far the kernels prefetch the weights, in bytes past
+// the next tile (measured on the 2-core EPYC: one tile plus 2 KiB keeps
+// four rows' streams fed; the prefetches, in memory order, also keep the
+// hardware prefetcher on one stream). qmvChunk is the weight bytes of one
+// chunk of tiles taken by a worker.
+const qmvPrefetch = 2048
+
+var qmvChunk = 64 << 10
+
+// qmvOn switches the one-row kernels on (tests compare with them off).
+var qmvOn = true
+
+// qmvState is the pooled per-call state: x rearranged, the argument
+// template, the chunk counter and the copy of a partial last tile.
+type qmvState struct {
+	xs, xp, dxl []float32
+	xq          []int8
+	tw          []uint32  // the partial tile's weights, 4 rows
+	tf          []float32 // its float32 scales and biases
+	tu          []uint16  // its bfloat16 scales and biases
+
+	args               qmvArgs
+	dst                []float32
+	wq                 []uint32
+	sc, bi             Vec
+	n, wpr, gpr        int
+	kern               int // qmvKind
+	bf16               bool
+	round              Rounder
+	kind               byte // roundKind
+	ntile, full, chunk int
+	next               atomic.Int64
+	fn                 func(lo, hi int)
+}
+
+var qmvPool = sync.Pool{New: func() any {
+	s := new(qmvState)
+	s.fn = s.run
+	return s
+}}
+
+// qmvRows computes dst[j] = round(x·W[j]) for the n weight rows with the
+// kernels of qmv_amd64.s and reports true, or reports false (and does
+// nothing) when they do not apply: no assembly kernel for these sizes and
+// precision (vecKernel), or scales and biases not both float32 or both
+// bfloat16.
+func qmvRows(dst, x []float32, wq []uint32, sc, bi Vec, n, k, gs, bits int, round Rounder, q8 bool) bool {
+	if !qmvOn || vecKernel(k, gs, bits, q8) != 'a' || n <= 0 || q8 && q8Max(bits) != 127 {
+		return false // (the int8 rearrangement in assembly quantizes to ±127)
+	}
+	var esize uintptr
+	switch {
+	case sc.F32 != nil && bi.F32 != nil:
+		esize = 4
+	case sc.F32 == nil && bi.F32 == nil && !sc.F16 && !bi.F16:
+		esize = 2
+	default:
+		return false
+	}
+	l := newQLayout(k, gs, bits)
+	wpr, gpr := WordsPerRow(k, bits), k/gs
+	check(wpr == 16*l.nblk && len(wq) >= n*wpr && len(dst) >= n && len(x) >= k &&
+		sc.Len() >= n*gpr && bi.Len() >= n*gpr, "QuantizedMatmulT", "one-row kernel: slices too short")
+	s := qmvPool.Get().(*qmvState)
+	defer qmvPool.Put(s)
+
+	// x: group sums (zero past the groups to gpad), then the layout of the
+	// kernel, by the assembly forms of groupSums, permF32, quantizeQ8 and
+	// permQ8.
+	s.xs = grow(s.xs, l.gpad)
+	qmvSums(&s.xs[0], &x[0], gpr, gs)
+	a := qmvArgs{w: ptr(wq), xs: ptr(s.xs), out: ptr(dst), rowb: uintptr(4 * wpr), pf: uintptr(16*wpr + qmvPrefetch)}
+	if q8 {
+		s.xq, s.dxl = grow(s.xq, k), grow(s.dxl, k/(32/bits))
+		if bits == 4 {
+			qmvQuantQ8B4(&s.xq[0], &s.dxl[0], &x[0], k/32)
+		} else {
+			qmvQuantQ8B8(&s.xq[0], &s.dxl[0], &x[0], k/32)
+		}
+		a.x, a.d = ptr(s.xq), ptr(s.dxl)
+	} else {
+		s.xp = grow(s.xp, k)
+		qmvPermF32(&s.xp[0], &x[0], l.nblk, 32/bits)
+		a.x = ptr(s.xp)
+	}
+	// Scales: two groups per block (half), or one group per 2^sh blocks.
+	if l.half {
+		a.nstep, a.bps, a.hoff, a.sstep = l.nblk, 1, esize, 2*esize
+	} else {
+		a.nstep, a.bps, a.hoff, a.sstep = l.nblk>>l.sh, 1<<l.sh, 0, esize
+	}
+	a.gstr = uintptr(gpr) * esize
+	a.nbch = (gpr + 15) / 16
+	a.bmask = 0xffff
+	if r := gpr % 16; r != 0 {
+		a.bmask = 1<<r - 1
+	}
+	if esize == 4 {
+		a.s, a.b = ptr(sc.F32), ptr(bi.F32)
+	} else {
+		a.s, a.b = ptr(sc.U16), ptr(bi.U16)
+	}
+	s.args, s.dst, s.wq, s.sc, s.bi = a, dst, wq, sc, bi
+	s.n, s.wpr, s.gpr, s.bf16 = n, wpr, gpr, esize == 2
+	s.kern = qmvKind(bits, q8, esize == 2, l.half)
+	s.round, s.kind = round, roundKind(round)
+	s.full, s.ntile = n/4, (n+3)/4
+	s.chunk = max(1, qmvChunk/(16*wpr))
+	s.next.Store(0)
+	workers := min(Threads(), (s.ntile+s.chunk-1)/s.chunk)
+	parallelFor(workers, 1, s.fn)
+	s.args, s.dst, s.wq, s.sc, s.bi, s.round = qmvArgs{}, nil, nil, Vec{}, Vec{}, nil
+	return true
+}
+
+// run is a worker: it takes chunks of tiles until none are left.
+func (s *qmvState) run(_, _ int) {
+	for {
+		t0 := int(s.next.Add(1)-1) * s.chunk
+		if t0 >= s.ntile {
+			return
+		}
+		t1 := min(t0+s.chunk, s.ntile)
+		if full := min(t1, s.full); full > t0 {
+			a := s.args
+			j := uintptr(4 * t0)
+			a.w = unsafe.Add(a.w, j*a.rowb)
+			a.s = unsafe.Add(a.s, j*a.gstr)
+			a.b = unsafe.Add(a.b, j*a.gstr)
+			a.out = unsafe.Add(a.out, 4*j)
+			a.ntile = full - t0
+			qmvCall(&a, s.kern)
+		}
+		if t1 > s.full {
+			s.tail()
+		}
+		roundSlice(s.dst[4*t0:min(4*t1, s.n)], s.round, s.kind)
+	}
+}
+
+// tail runs the partial last tile (n mod 4 rows) from a copy padded with
+// zero rows.
+func (s *qmvState) tail() {
+	j0, r, wpr, gpr := 4*s.full, s.n-4*s.full, s.wpr, s.gpr
+	s.tw = grow(s.tw, 4*wpr)
+	clear(s.tw[copy(s.tw, s.wq[j0*wpr:s.n*wpr]):])
+	a := s.args
+	a.w, a.ntile = ptr(s.tw), 1
+	if s.bf16 {
+		s.tu = grow(s.tu, 8*gpr)
+		clear(s.tu)
+		copy(s.tu, s.sc.U16[j0*gpr:s.n*gpr])
+		copy(s.tu[4*gpr:], s.bi.U16[j0*gpr:s.n*gpr])
+		a.s, a.b = ptr(s.tu), ptr(s.tu[4*gpr:])
+	} else {
+		s.tf = grow(s.tf, 8*gpr)
+		clear(s.tf)
+		copy(s.tf, s.sc.F32[j0*gpr:s.n*gpr])
+		copy(s.tf[4*gpr:], s.bi.F32[j0*gpr:s.n*gpr])
+		a.s, a.b = ptr(s.tf), ptr(s.tf[4*gpr:])
+	}
+	var out [4]float32
+	a.out = unsafe.Pointer(&out)
+	qmvCall(&a, s.kern)
+	copy(s.dst[j0:s.n], out[:r])
+}
+
+//go:noescape
+func qmvSums(xs, x *float32, ng, gs int)
+
+//go:noescape
+func qmvPermF32(xp, x *float32, nblk, cpl int)
+
+//go:noescape
+func qmvQuantQ8B8(xq *int8, dxl, x *float32, nq int)
+
+//go:noescape
+func qmvQuantQ8B4(xq *int8, dxl, x *float32, nq int)

@@ -1,0 +1,623 @@
+//go:build amd64
+
+#include "textflag.h"
+
+// AVX-512 quantized matrix-vector products for one row of x (decode): each
+// call runs a.ntile tiles of four consecutive weight rows, reading the
+// scales and biases in their storage dtype (float32 or bfloat16), and
+// writes the four float32 results of a tile to a.out (qmv_amd64.go
+// describes the arguments, qmvArgs). Per output the lane operations and
+// their order are those of qmm_amd64.s for one row of x (per block the
+// products, the sum of the two partial vectors and the scale FMA into the
+// total; the bias terms in a separate accumulator over the groups in steps
+// of 16; total + bias; the horizontal sum in hsum's order), so the results
+// are the same bits. The four rows of a tile share each load of x, and
+// their dependency chains interleave.
+//
+// Registers: DI args; SI weights of the tile's row 0 (row r at
+// SI + r·R10, R12 = 3·R10); R8/R9 the scales of lanes 0-7/8-15 of row 0
+// (row r at + r·R11, R13 = 3·R11); BX x; DX lane scales of x (int8); AX
+// scale steps left; CX blocks left in a step; R14 the prefetch pointer:
+// four lines per block, in memory order, a.pf bytes (a tile and more)
+// ahead of the tile's progress, so the next tile is on its way before it
+// starts and the hardware prefetcher follows one stream rather than four.
+// Z0-Z3 totals of rows 0-3, Z4-Z7 their scale vectors (then their bias
+// sums), Z8-Z13 scratch, Z15 a constant of the kernel, Z16-Z23 the block of
+// x, Y24 scratch of SCALE, Z25 = 0xffff0000, K1 the bias chunk mask,
+// K2 = 0x1111 (HSUM4), K3 = 0x00ff (SCALEBF16H).
+
+// nibble floats 0..15 (VPERMPS table of the 4-bit float32 kernel)
+DATA qmvnib<>+0(SB)/4, $0x0
+DATA qmvnib<>+4(SB)/4, $0x3f800000
+DATA qmvnib<>+8(SB)/4, $0x40000000
+DATA qmvnib<>+12(SB)/4, $0x40400000
+DATA qmvnib<>+16(SB)/4, $0x40800000
+DATA qmvnib<>+20(SB)/4, $0x40a00000
+DATA qmvnib<>+24(SB)/4, $0x40c00000
+DATA qmvnib<>+28(SB)/4, $0x40e00000
+DATA qmvnib<>+32(SB)/4, $0x41000000
+DATA qmvnib<>+36(SB)/4, $0x41100000
+DATA qmvnib<>+40(SB)/4, $0x41200000
+DATA qmvnib<>+44(SB)/4, $0x41300000
+DATA qmvnib<>+48(SB)/4, $0x41400000
+DATA qmvnib<>+52(SB)/4, $0x41500000
+DATA qmvnib<>+56(SB)/4, $0x41600000
+DATA qmvnib<>+60(SB)/4, $0x41700000
+GLOBL qmvnib<>(SB), RODATA|NOPTR, $64
+
+// Scale vector z of one row: lanes 0-7 the scale at lo, lanes 8-15 the one
+// at hi (the same address when a group spans the whole block).
+#define SCALEF32(lo, hi, z) \
+	VBROADCASTSS lo, z \
+	VBROADCASTSS hi, Y24 \
+	VINSERTF64X4 $1, Y24, z, z
+
+// bfloat16 bits shifted into the top half of each lane: the exact float32.
+#define SCALEBF16(lo, hi, z) \
+	VPBROADCASTW lo, z \
+	VPBROADCASTW hi, Y24 \
+	VINSERTI64X4 $1, Y24, z, z \
+	VPSLLD $16, z, z
+
+// Both scales of a block that spans two groups, adjacent in memory: one
+// 32-bit broadcast (lo | hi<<16), lanes 0-7 shifted left by 16 (K3), then
+// the low halves cleared (Z25 = 0xffff0000).
+#define SCALEBF16H(lo, hi, z) \
+	VPBROADCASTD lo, z \
+	VPSLLD $16, z, K3, z \
+	VPANDD Z25, z, z
+
+// Bias loads of 16 groups (K1 masks the last chunk of a row; lanes past
+// the groups are zero).
+#define BIASF32(addr, z) \
+	VMOVUPS.Z addr, K1, z
+
+#define BIASBF16(addr, z) \
+	VPMOVZXWD.Z addr, K1, z \
+	VPSLLD $16, z, z
+
+// Per-kernel constants, loads of one block of x and the step past it.
+#define SETUPQ8B4 \
+	MOVL $0x0f0f0f0f, AX \
+	VPBROADCASTD AX, Z15
+
+#define XLOADQ8B4 \
+	VMOVDQU8 (BX), Z16 \
+	VMOVDQU8 64(BX), Z17 \
+	VMOVUPS (DX), Z18
+
+#define XSTEPQ8B4 \
+	ADDQ $128, BX \
+	ADDQ $64, DX
+
+#define SETUPQ8B8
+
+#define XLOADQ8B8 \
+	VMOVDQU8 (BX), Z16 \
+	VMOVUPS (DX), Z18
+
+#define XSTEPQ8B8 \
+	ADDQ $64, BX \
+	ADDQ $64, DX
+
+#define SETUPF32B4 \
+	VMOVUPS qmvnib<>(SB), Z15 \
+	MOVL $15, AX \
+	VPBROADCASTD AX, Z14
+
+#define XLOADF32B4 \
+	VMOVUPS (BX), Z16 \
+	VMOVUPS 64(BX), Z17 \
+	VMOVUPS 128(BX), Z18 \
+	VMOVUPS 192(BX), Z19 \
+	VMOVUPS 256(BX), Z20 \
+	VMOVUPS 320(BX), Z21 \
+	VMOVUPS 384(BX), Z22 \
+	VMOVUPS 448(BX), Z23
+
+#define XSTEPF32B4 \
+	ADDQ $512, BX
+
+#define SETUPF32B8 \
+	MOVL $0xff, AX \
+	VPBROADCASTD AX, Z15
+
+#define XLOADF32B8 \
+	VMOVUPS (BX), Z16 \
+	VMOVUPS 64(BX), Z17 \
+	VMOVUPS 128(BX), Z18 \
+	VMOVUPS 192(BX), Z19
+
+#define XSTEPF32B8 \
+	ADDQ $256, BX
+
+// One block of one weight row at w, scale vector s, into total acc.
+// int8, 4-bit: low nibbles against the even codes of x, high nibbles
+// against the odd ones (permQ8), integer sums, times the lane scales of x.
+#define ROWQ8B4(w, s, acc) \
+	VMOVDQU32 w, Z8 \
+	VPANDD Z15, Z8, Z10 \
+	VPSRLW $4, Z8, Z11 \
+	VPANDD Z15, Z11, Z11 \
+	VPXORD Z9, Z9, Z9 \
+	VPDPBUSD Z16, Z10, Z9 \
+	VPDPBUSD Z17, Z11, Z9 \
+	VCVTDQ2PS Z9, Z9 \
+	VMULPS Z18, Z9, Z9 \
+	VFMADD231PS s, Z9, acc
+
+#define ROWQ8B8(w, s, acc) \
+	VMOVDQU32 w, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPDPBUSD Z16, Z8, Z9 \
+	VCVTDQ2PS Z9, Z9 \
+	VMULPS Z18, Z9, Z9 \
+	VFMADD231PS s, Z9, acc
+
+// float32, 4-bit: code p of each lane (bits 4p..4p+3, VPERMPS reads the low
+// four bits of the index) times x vector p, even p into Z12, odd into Z13.
+#define ROWF32B4(w, s, acc) \
+	VMOVDQU32 w, Z8 \
+	VPERMPS Z15, Z8, Z9 \
+	VMULPS Z16, Z9, Z12 \
+	VPSRLD $4, Z8, Z10 \
+	VPANDD Z14, Z10, Z9 \
+	VCVTDQ2PS Z9, Z9 \
+	VMULPS Z17, Z9, Z13 \
+	VPSRLD $8, Z8, Z10 \
+	VPERMPS Z15, Z10, Z9 \
+	VFMADD231PS Z18, Z9, Z12 \
+	VPSRLD $12, Z8, Z10 \
+	VPANDD Z14, Z10, Z9 \
+	VCVTDQ2PS Z9, Z9 \
+	VFMADD231PS Z19, Z9, Z13 \
+	VPSRLD $16, Z8, Z10 \
+	VPERMPS Z15, Z10, Z9 \
+	VFMADD231PS Z20, Z9, Z12 \
+	VPSRLD $20, Z8, Z10 \
+	VPANDD Z14, Z10, Z9 \
+	VCVTDQ2PS Z9, Z9 \
+	VFMADD231PS Z21, Z9, Z13 \
+	VPSRLD $24, Z8, Z10 \
+	VPERMPS Z15, Z10, Z9 \
+	VFMADD231PS Z22, Z9, Z12 \
+	VPSRLD $28, Z8, Z10 \
+	VCVTDQ2PS Z10, Z9 \
+	VFMADD231PS Z23, Z9, Z13 \
+	VADDPS Z13, Z12, Z12 \
+	VFMADD231PS s, Z12, acc
+
+#define ROWF32B8(w, s, acc) \
+	VMOVDQU32 w, Z8 \
+	VPANDD Z15, Z8, Z9 \
+	VCVTUDQ2PS Z9, Z9 \
+	VMULPS Z16, Z9, Z12 \
+	VPSRLD $8, Z8, Z9 \
+	VPANDD Z15, Z9, Z9 \
+	VCVTUDQ2PS Z9, Z9 \
+	VMULPS Z17, Z9, Z13 \
+	VPSRLD $16, Z8, Z9 \
+	VPANDD Z15, Z9, Z9 \
+	VCVTUDQ2PS Z9, Z9 \
+	VFMADD231PS Z18, Z9, Z12 \
+	VPSRLD $24, Z8, Z9 \
+	VCVTUDQ2PS Z9, Z9 \
+	VFMADD231PS Z19, Z9, Z13 \
+	VADDPS Z13, Z12, Z12 \
+	VFMADD231PS s, Z12, acc
+
+// HSUM4 leaves in X12 the horizontal sums of Z0-Z3, each in hsum's order
+// (simd_amd64.go): 256-bit halves, 128-bit halves, then (l0+l1)+(l2+l3),
+// four rows at a time in the lanes of one register.
+#define HSUM4 \
+	VSHUFF64X2 $0x44, Z1, Z0, Z8 \
+	VSHUFF64X2 $0xEE, Z1, Z0, Z9 \
+	VADDPS Z9, Z8, Z8 \
+	VSHUFF64X2 $0x44, Z3, Z2, Z10 \
+	VSHUFF64X2 $0xEE, Z3, Z2, Z9 \
+	VADDPS Z9, Z10, Z10 \
+	VSHUFF32X4 $0x88, Z10, Z8, Z11 \
+	VSHUFF32X4 $0xDD, Z10, Z8, Z12 \
+	VADDPS Z12, Z11, Z11 \
+	VMOVSHDUP Z11, Z12 \
+	VADDPS Z12, Z11, Z11 \
+	VPERMILPS $0x0E, Z11, Z12 \
+	VADDPS Z12, Z11, Z11 \
+	VCOMPRESSPS Z11, K2, Z12
+
+// QMV is the body of a kernel: SETUP, XLOAD, ROW and XSTEP of its bits
+// and precision, SCALE, BIAS and BSTEP (bytes per 16 values) of the scale
+// dtype.
+#define QMV(SETUP, XLOAD, ROW, XSTEP, SCALE, BIAS, BSTEP) \
+	MOVQ a+0(FP), DI \
+	MOVQ 0(DI), SI \
+	MOVQ 8(DI), R8 \
+	MOVQ 80(DI), R10 \
+	LEAQ (R10)(R10*2), R12 \
+	MOVQ 88(DI), R11 \
+	LEAQ (R11)(R11*2), R13 \
+	MOVQ 128(DI), R14 \
+	ADDQ SI, R14 \
+	MOVL $0x1111, AX \
+	KMOVW AX, K2 \
+	MOVL $0x00ff, AX \
+	KMOVW AX, K3 \
+	MOVL $0xffff0000, AX \
+	VPBROADCASTD AX, Z25 \
+	SETUP \
+	CMPQ 56(DI), $0 \
+	JEQ done \
+tile: \
+	MOVQ 96(DI), R9 \
+	ADDQ R8, R9 \
+	MOVQ 24(DI), BX \
+	MOVQ 32(DI), DX \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	MOVQ 64(DI), AX \
+step: \
+	SCALE((R8), (R9), Z4) \
+	SCALE((R8)(R11*1), (R9)(R11*1), Z5) \
+	SCALE((R8)(R11*2), (R9)(R11*2), Z6) \
+	SCALE((R8)(R13*1), (R9)(R13*1), Z7) \
+	MOVQ 72(DI), CX \
+blk: \
+	PREFETCHT0 (R14) \
+	PREFETCHT0 64(R14) \
+	PREFETCHT0 128(R14) \
+	PREFETCHT0 192(R14) \
+	ADDQ $256, R14 \
+	XLOAD \
+	ROW((SI), Z4, Z0) \
+	ROW((SI)(R10*1), Z5, Z1) \
+	ROW((SI)(R10*2), Z6, Z2) \
+	ROW((SI)(R12*1), Z7, Z3) \
+	ADDQ $64, SI \
+	XSTEP \
+	DECQ CX \
+	JNZ blk \
+	ADDQ 104(DI), R8 \
+	ADDQ 104(DI), R9 \
+	DECQ AX \
+	JNZ step \
+	ADDQ R12, SI \
+	ADDQ R13, R8 \
+	MOVQ 16(DI), AX \
+	MOVQ 40(DI), BX \
+	MOVQ 112(DI), CX \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7 \
+	MOVL $0xffff, DX \
+	KMOVW DX, K1 \
+bloop: \
+	CMPQ CX, $1 \
+	JNE bbody \
+	KMOVW 120(DI), K1 \
+bbody: \
+	VMOVUPS (BX), Z8 \
+	BIAS((AX), Z9) \
+	VFMADD231PS Z8, Z9, Z4 \
+	BIAS((AX)(R11*1), Z10) \
+	VFMADD231PS Z8, Z10, Z5 \
+	BIAS((AX)(R11*2), Z11) \
+	VFMADD231PS Z8, Z11, Z6 \
+	BIAS((AX)(R13*1), Z12) \
+	VFMADD231PS Z8, Z12, Z7 \
+	ADDQ $64, BX \
+	ADDQ BSTEP, AX \
+	DECQ CX \
+	JNZ bloop \
+	MOVQ 16(DI), AX \
+	LEAQ (AX)(R11*4), AX \
+	MOVQ AX, 16(DI) \
+	VADDPS Z4, Z0, Z0 \
+	VADDPS Z5, Z1, Z1 \
+	VADDPS Z6, Z2, Z2 \
+	VADDPS Z7, Z3, Z3 \
+	HSUM4 \
+	MOVQ 48(DI), AX \
+	VMOVUPS X12, (AX) \
+	ADDQ $16, 48(DI) \
+	DECQ 56(DI) \
+	JNZ tile \
+done: \
+	VZEROUPPER \
+	RET
+
+// func qmvQ8B4F32(a *qmvArgs)
+TEXT ·qmvQ8B4F32(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF32, BIASF32, $64)
+
+// func qmvQ8B4BF16(a *qmvArgs)
+TEXT ·qmvQ8B4BF16(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEBF16, BIASBF16, $32)
+
+// func qmvQ8B4BF16H(a *qmvArgs)
+TEXT ·qmvQ8B4BF16H(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEBF16H, BIASBF16, $32)
+
+// func qmvQ8B8F32(a *qmvArgs)
+TEXT ·qmvQ8B8F32(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF32, BIASF32, $64)
+
+// func qmvQ8B8BF16(a *qmvArgs)
+TEXT ·qmvQ8B8BF16(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16, BIASBF16, $32)
+
+// func qmvQ8B8BF16H(a *qmvArgs)
+TEXT ·qmvQ8B8BF16H(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16H, BIASBF16, $32)
+
+// func qmvF32B4F32(a *qmvArgs)
+TEXT ·qmvF32B4F32(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEF32, BIASF32, $64)
+
+// func qmvF32B4BF16(a *qmvArgs)
+TEXT ·qmvF32B4BF16(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEBF16, BIASBF16, $32)
+
+// func qmvF32B4BF16H(a *qmvArgs)
+TEXT ·qmvF32B4BF16H(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEBF16H, BIASBF16, $32)
+
+// func qmvF32B8F32(a *qmvArgs)
+TEXT ·qmvF32B8F32(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEF32, BIASF32, $64)
+
+// func qmvF32B8BF16(a *qmvArgs)
+TEXT ·qmvF32B8BF16(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEBF16, BIASBF16, $32)
+
+// func qmvF32B8BF16H(a *qmvArgs)
+TEXT ·qmvF32B8BF16H(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEBF16H, BIASBF16, $32)
+
+// The rearrangements of x for the kernels above, bit for bit those of
+// groupSums, permF32, quantizeQ8 and permQ8 (qmm_t.go) for one row.
+
+// gather indices 0, 1, ..., 15
+DATA qmviota<>+0(SB)/4, $0
+DATA qmviota<>+4(SB)/4, $1
+DATA qmviota<>+8(SB)/4, $2
+DATA qmviota<>+12(SB)/4, $3
+DATA qmviota<>+16(SB)/4, $4
+DATA qmviota<>+20(SB)/4, $5
+DATA qmviota<>+24(SB)/4, $6
+DATA qmviota<>+28(SB)/4, $7
+DATA qmviota<>+32(SB)/4, $8
+DATA qmviota<>+36(SB)/4, $9
+DATA qmviota<>+40(SB)/4, $10
+DATA qmviota<>+44(SB)/4, $11
+DATA qmviota<>+48(SB)/4, $12
+DATA qmviota<>+52(SB)/4, $13
+DATA qmviota<>+56(SB)/4, $14
+DATA qmviota<>+60(SB)/4, $15
+GLOBL qmviota<>(SB), RODATA|NOPTR, $64
+
+// func qmvSums(xs, x *float32, ng, gs int)
+// xs[g] = Σ x[g·gs+i] for i = 0..gs-1 in order, in float32, sixteen groups
+// at a time (lane g gathers its group's elements one by one); xs gets
+// ng rounded up to 16 values, zero past ng.
+TEXT ·qmvSums(SB), NOSPLIT, $0-32
+	MOVQ xs+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ ng+16(FP), CX
+	MOVQ gs+24(FP), DX
+	VPBROADCASTD DX, Z1
+	VPMULLD qmviota<>(SB), Z1, Z1 // lane g reads element g·gs
+	MOVQ DX, R9
+	SHLQ $6, R9 // bytes of 16 groups
+	TESTQ CX, CX
+	JLE sdone
+sgroups:
+	MOVL $0xffff, AX
+	CMPQ CX, $16
+	JGE sfull
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+sfull:
+	KMOVW AX, K2
+	VPXORD Z0, Z0, Z0
+	MOVQ SI, R8
+	MOVQ DX, BX
+selem:
+	KMOVW K2, K1
+	VPXORD Z2, Z2, Z2
+	VGATHERDPS (R8)(Z1*4), K1, Z2
+	VADDPS Z2, Z0, Z0
+	ADDQ $4, R8
+	DECQ BX
+	JNZ selem
+	VMOVUPS Z0, (DI)
+	ADDQ $64, DI
+	ADDQ R9, SI
+	SUBQ $16, CX
+	JGT sgroups
+sdone:
+	VZEROUPPER
+	RET
+
+// func qmvPermF32(xp, x *float32, nblk, cpl int)
+// permF32 for one row of nblk blocks of 16·cpl values: vector p of a block
+// gathers elements cpl·l + p (l = 0..15).
+TEXT ·qmvPermF32(SB), NOSPLIT, $0-32
+	MOVQ xp+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ nblk+16(FP), CX
+	MOVQ cpl+24(FP), DX
+	VPBROADCASTD DX, Z1
+	VPMULLD qmviota<>(SB), Z1, Z1
+	TESTQ CX, CX
+	JLE pdone
+pblk:
+	MOVQ DX, BX
+	MOVQ SI, R8
+pvec:
+	KXNORW K1, K1, K1
+	VGATHERDPS (R8)(Z1*4), K1, Z2
+	VMOVUPS Z2, (DI)
+	ADDQ $64, DI
+	ADDQ $4, R8
+	DECQ BX
+	JNZ pvec
+	MOVQ DX, AX
+	SHLQ $6, AX
+	ADDQ AX, SI // 16·cpl floats
+	DECQ CX
+	JNZ pblk
+pdone:
+	VZEROUPPER
+	RET
+
+// QUANT32 quantizes the 32 floats at SI as quantizeQ8 does (qmax 127):
+// amax = max|x| (NaN ignored), d = amax/127 to X6, codes rint(x·(127/amax))
+// clamped to ±127, NaN to 0, as int32 in Z0 (codes 0-15) and Z1 (16-31).
+// Z28 = 127, Z29 = -127, Z30 = abs mask, Z31 = 0.
+#define QUANT32 \
+	VMOVUPS (SI), Z0 \
+	VMOVUPS 64(SI), Z1 \
+	VANDPS Z30, Z0, Z2 \
+	VANDPS Z30, Z1, Z3 \
+	VMAXPS Z31, Z2, Z4 \
+	VMAXPS Z4, Z3, Z4 \
+	VEXTRACTF64X4 $1, Z4, Y5 \
+	VMAXPS Y5, Y4, Y4 \
+	VEXTRACTF128 $1, Y4, X5 \
+	VMAXPS X5, X4, X4 \
+	VPERMILPS $0x4E, X4, X5 \
+	VMAXPS X5, X4, X4 \
+	VPERMILPS $0xB1, X4, X5 \
+	VMAXPS X5, X4, X4 \
+	VDIVSS X28, X4, X6 \
+	VDIVSS X4, X28, X7 \
+	VBROADCASTSS X7, Z7 \
+	VMULPS Z7, Z0, Z0 \
+	VMULPS Z7, Z1, Z1 \
+	VRNDSCALEPS $0, Z0, Z0 \
+	VRNDSCALEPS $0, Z1, Z1 \
+	VCMPPS $3, Z0, Z0, K1 \
+	VCMPPS $3, Z1, Z1, K2 \
+	VMOVAPS Z31, K1, Z0 \
+	VMOVAPS Z31, K2, Z1 \
+	VMINPS Z28, Z0, Z0 \
+	VMINPS Z28, Z1, Z1 \
+	VMAXPS Z29, Z0, Z0 \
+	VMAXPS Z29, Z1, Z1 \
+	VCVTPS2DQ Z0, Z0 \
+	VCVTPS2DQ Z1, Z1 \
+	ADDQ $128, SI
+
+#define QCONST \
+	MOVL $0x42fe0000, AX \
+	VPBROADCASTD AX, Z28 \
+	MOVL $0xc2fe0000, AX \
+	VPBROADCASTD AX, Z29 \
+	MOVL $0x7fffffff, AX \
+	VPBROADCASTD AX, Z30 \
+	VPXORD Z31, Z31, Z31
+
+// func qmvQuantQ8B8(xq *int8, dxl, x *float32, nq int)
+// quantizeQ8 and permQ8 for one row of nq blocks of 32 with 8-bit weights:
+// codes in natural order, each block's d repeated for its 8 lanes.
+TEXT ·qmvQuantQ8B8(SB), NOSPLIT, $0-32
+	MOVQ xq+0(FP), DI
+	MOVQ dxl+8(FP), DX
+	MOVQ x+16(FP), SI
+	MOVQ nq+24(FP), CX
+	QCONST
+	TESTQ CX, CX
+	JLE q8done
+q8blk:
+	QUANT32
+	VPMOVDB Z0, X0
+	VPMOVDB Z1, X1
+	VMOVDQU X0, (DI)
+	VMOVDQU X1, 16(DI)
+	VBROADCASTSS X6, Y6
+	VMOVUPS Y6, (DX)
+	ADDQ $32, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ q8blk
+q8done:
+	VZEROUPPER
+	RET
+
+// even and odd dword indices of two registers (VPERMI2D)
+DATA qmvevod<>+0(SB)/4, $0
+DATA qmvevod<>+4(SB)/4, $2
+DATA qmvevod<>+8(SB)/4, $4
+DATA qmvevod<>+12(SB)/4, $6
+DATA qmvevod<>+16(SB)/4, $8
+DATA qmvevod<>+20(SB)/4, $10
+DATA qmvevod<>+24(SB)/4, $12
+DATA qmvevod<>+28(SB)/4, $14
+DATA qmvevod<>+32(SB)/4, $16
+DATA qmvevod<>+36(SB)/4, $18
+DATA qmvevod<>+40(SB)/4, $20
+DATA qmvevod<>+44(SB)/4, $22
+DATA qmvevod<>+48(SB)/4, $24
+DATA qmvevod<>+52(SB)/4, $26
+DATA qmvevod<>+56(SB)/4, $28
+DATA qmvevod<>+60(SB)/4, $30
+DATA qmvevod<>+64(SB)/4, $1
+DATA qmvevod<>+68(SB)/4, $3
+DATA qmvevod<>+72(SB)/4, $5
+DATA qmvevod<>+76(SB)/4, $7
+DATA qmvevod<>+80(SB)/4, $9
+DATA qmvevod<>+84(SB)/4, $11
+DATA qmvevod<>+88(SB)/4, $13
+DATA qmvevod<>+92(SB)/4, $15
+DATA qmvevod<>+96(SB)/4, $17
+DATA qmvevod<>+100(SB)/4, $19
+DATA qmvevod<>+104(SB)/4, $21
+DATA qmvevod<>+108(SB)/4, $23
+DATA qmvevod<>+112(SB)/4, $25
+DATA qmvevod<>+116(SB)/4, $27
+DATA qmvevod<>+120(SB)/4, $29
+DATA qmvevod<>+124(SB)/4, $31
+GLOBL qmvevod<>(SB), RODATA|NOPTR, $128
+
+// func qmvQuantQ8B4(xq *int8, dxl, x *float32, nq int)
+// quantizeQ8 and permQ8 for one row of nq blocks of 32 (nq a multiple of
+// 4) with 4-bit weights: per 128 codes the 64 even codes, then the 64 odd
+// ones; each block's d repeated for its 4 lanes.
+TEXT ·qmvQuantQ8B4(SB), NOSPLIT, $0-32
+	MOVQ xq+0(FP), DI
+	MOVQ dxl+8(FP), DX
+	MOVQ x+16(FP), SI
+	MOVQ nq+24(FP), CX
+	QCONST
+	VMOVDQU32 qmvevod<>+0(SB), Z26
+	VMOVDQU32 qmvevod<>+64(SB), Z27
+	SHRQ $2, CX
+	JZ q4done
+q4blk:
+	MOVQ $4, BX
+q4sub:
+	QUANT32
+	VMOVDQA32 Z26, Z2
+	VPERMI2D Z1, Z0, Z2
+	VMOVDQA32 Z27, Z3
+	VPERMI2D Z1, Z0, Z3
+	VPMOVDB Z2, X2
+	VPMOVDB Z3, X3
+	VMOVDQU X2, (DI)
+	VMOVDQU X3, 64(DI)
+	VBROADCASTSS X6, X6
+	VMOVUPS X6, (DX)
+	ADDQ $16, DI
+	ADDQ $16, DX
+	DECQ BX
+	JNZ q4sub
+	ADDQ $64, DI
+	DECQ CX
+	JNZ q4blk
+q4done:
+	VZEROUPPER
+	RET
