@@ -22,7 +22,7 @@ func TestQMMAsmEqualsArchsimd(t *testing.T) {
 			if bits == 4 && gs == 32 {
 				continue // no vector kernel: a group spans 4 lanes
 			}
-			for _, m := range []int{1, 3, 4, 6} {
+			for _, m := range []int{1, 3, 4, 6, 8, 9, 17} {
 				for _, acc := range []Acc{AccF32, AccQ8} {
 					const n, k = 37, 1536
 					name := fmt.Sprintf("b%dg%d/%s/acc%d", bits, gs, dims(m, n, k), acc)

@@ -7,24 +7,34 @@ import (
 )
 
 // The fast quantized matmul with transposed weights (x @ Wᵀ, the linear
-// layers of a model). Three forms share one driver:
+// layers of a model). The forms:
 //
 //   - float32 (AccF32): per output s·Σ(q·x) + b·Σx summed over the groups,
 //     with Σx per group computed once per row of x. The portable loop keeps
 //     four partial sums per group; the vector paths keep sixteen lanes and
 //     fuse the scale per block of lanes. The summation order differs from
 //     QuantizedMatmulTRef; the tests bound the difference.
-//   - int8 (AccQ8): x quantized per block of 32 (quantizeQ8), integer dot
-//     products of the codes with the int8 values, see qmmTQ8Ref.
+//   - int8 (AccQ8), one row of x: x quantized per block of 32
+//     (quantizeQ8), integer dot products of the codes with the int8 values
+//     in the lane order of the vector path, see qmmTQ8Ref.
+//   - int8 (AccQ8), two or more rows of x: the int8 GEMM of qmm_gemm.go
+//     (the same integer block sums, combined per output in one sequential
+//     float32 chain, see qmmTQ8BlockRef; it differs from the one-row form
+//     only by float32 rounding, within the bound written there).
 //
 // Output rows of W are split across the worker pool. With the assembly
 // kernels (qTiles) a worker converts the scales and biases of a tile of
-// weight rows once, then runs each weight row against the rows of x four
-// at a time (the weight block is unpacked once for the four); other paths
-// take one weight row and one row of x at a time. Every output is computed
-// from its own row of x by the same instructions in the same order whatever
-// m is, so a prompt prefilled in chunks gives the same bits as one pass
-// (the model tests rely on it).
+// weight rows once, then runs them against the rows of x: eight at a time
+// with the float32 GEMM kernel (qmm_gemmf32.go: the weight block unpacked
+// once for the eight, x walked in chunks that stay in L1), the rest four at
+// a time with the one-row kernels (qmm_amd64.s); other paths take one
+// weight row and one row of x at a time. Every float32 output is computed
+// from its own row of x by the same lane operations in the same order
+// whatever m is, so a prompt prefilled in chunks gives the same bits as one
+// pass (the model tests rely on it); an int8 output is the same for every
+// m >= 2. The preparations of x (group sums, lane layouts, int8
+// quantization) run in assembly with AVX-512 (bit-identical to their
+// scalar loops) and are split across the workers by rows.
 
 // Vector hooks, set by simd_amd64.go when the CPU has AVX-512; nil otherwise.
 var (
@@ -136,6 +146,8 @@ func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 	switch {
 	case acc == AccF64:
 		qmmT64(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
+	case acc == AccQ8 && m >= 2 && gemmQ8(k, gs, bits):
+		qmmTQ8Gemm(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
 	default:
 		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, acc == AccQ8)
 	}
@@ -152,6 +164,15 @@ type qmmScratch struct {
 	wt   []float32 // (per worker) float32 scratch of other kernels
 	row  []float32 // (per worker) scales and biases of one weight row
 	args qArgs     // (per worker) arguments of the assembly kernels
+
+	gx    []int8    // int8 GEMM: x codes in tiles of 8 rows (qmm_gemm.go)
+	gd    []float32 // int8 GEMM: block scales of x per tile
+	gxs   []float32 // int8 GEMM: group sums of x per tile
+	xsf   []float32 // group sums of x, m·k/gs, before they are spread out
+	xt    []float32 // float32 GEMM: x in tiles of 8 rows (qmm_gemmf32.go)
+	acc   []float32 // (per worker) float32 GEMM: accumulators between chunks
+	panel []byte    // (per worker) int8 GEMM: the panel of 16 weight rows
+	gw    []uint32  // (per worker) int8 GEMM: a partial panel's weight rows
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(qmmScratch) }}
@@ -164,13 +185,24 @@ func grow[T any](s []T, n int) []T {
 }
 
 // groupSums writes Σx per group of gs, sequentially in float32, for m rows.
-func groupSums(xs, x []float32, m, k, gs int) {
-	for i := range m * k / gs {
+func groupSums(xs, x []float32, m, k, gs int) { groupSumsFlat(xs, x, m*k/gs, gs) }
+
+// groupSumsFlat writes the sequential float32 sum of each of ng
+// consecutive groups of gs values of x to dst[g]; with AVX-512, sixteen
+// groups at a time in assembly (gsum16, the same bits).
+func groupSumsFlat(dst, x []float32, ng, gs int) {
+	g := 0
+	if asmF32 && gs%16 == 0 && ng >= 16 {
+		check(len(dst) >= ng && len(x) >= ng*gs, "QuantizedMatmulT", "group sums: slices too short")
+		g = ng &^ 15
+		gsum16(&dst[0], &x[0], gs, g/16)
+	}
+	for ; g < ng; g++ {
 		var s float32
-		for _, v := range x[i*gs : (i+1)*gs] {
+		for _, v := range x[g*gs : (g+1)*gs] {
 			s += v
 		}
-		xs[i] = s
+		dst[g] = s
 	}
 }
 
@@ -186,10 +218,17 @@ func dotBias(b, xs []float32) float32 {
 
 // permF32 writes x (m rows of k) in the lane layout of the vector path: in
 // each block of 16 words (16·cpl codes, cpl = 32/bits), position p of lane l
-// is code cpl·l + p, stored at p·16 + l.
+// is code cpl·l + p, stored at p·16 + l. With AVX-512 it runs in assembly
+// (permF32Asm, the same bits).
 func permF32(dst, x []float32, m, k, bits int) {
 	cpl := 32 / bits
 	B := 16 * cpl
+	if asmF32 && (bits == 4 || bits == 8) && m*k >= B {
+		nb := m * k / B
+		check(len(dst) >= nb*B && len(x) >= nb*B, "QuantizedMatmulT", "permF32: slices too short")
+		permF32Asm(&dst[0], &x[0], nb, uintptr(4*B), bits)
+		return
+	}
 	for b := range m * k / B {
 		src, out := x[b*B:(b+1)*B], dst[b*B:(b+1)*B]
 		for l := range 16 {
@@ -203,10 +242,16 @@ func permF32(dst, x []float32, m, k, bits int) {
 // permQ8 rearranges quantized x for the vector int8 path: 4-bit blocks of
 // 128 codes put the even codes (low nibbles) first and the odd codes (high
 // nibbles) after; 8-bit keeps the natural order. dxl gets, per block of 16
-// lanes, the scale of the x block each lane reads.
+// lanes, the scale of the x block each lane reads. With AVX-512 it runs in
+// assembly (permQ8Asm, the same bytes).
 func permQ8(dst, src []int8, dxl, dx []float32, m, k, bits int) {
 	cpl := 32 / bits
 	B := 16 * cpl
+	if nb := m * k / B; asmF32 && (bits == 4 || bits == 8) && nb > 0 {
+		check(len(dst) >= nb*B && len(src) >= nb*B && len(dxl) >= 16*nb && len(dx) >= nb*B/32, "QuantizedMatmulT", "permQ8: slices too short")
+		permQ8Asm(&dst[0], &src[0], &dxl[0], &dx[0], nb, bits)
+		return
+	}
 	if bits == 4 {
 		for b := range m * k / B {
 			s, o := src[b*B:(b+1)*B], dst[b*B:(b+1)*B]
@@ -232,8 +277,23 @@ func q8Max(bits int) float32 { return 127 }
 // quantizeQ8 quantizes n values of x (n a multiple of 32) per block of 32:
 // amax = max|x|, d = amax/qmax, xq = clamp(rint(x·(qmax/amax)), ±qmax), with
 // d = 0 and xq = 0 for an all-zero block. NaN elements get code 0 (the group
-// sums of x carry the NaN into the result).
+// sums of x carry the NaN into the result). With AVX-512 (and qmax = 127)
+// the blocks run in assembly (q8Quant, the same bits), split across the
+// workers when there are many.
 func quantizeQ8(xq []int8, dx, x []float32, n int, qmax float32) {
+	nb := n / 32
+	if !asmF32 || qmax != 127 || nb == 0 {
+		quantizeQ8Scalar(xq, dx, x, n, qmax)
+		return
+	}
+	check(len(xq) >= nb*32 && len(dx) >= nb && len(x) >= nb*32, "QuantizedMatmulT", "quantizeQ8: slices too short")
+	parallelFor(nb, 512, func(lo, hi int) {
+		q8Quant(&x[lo*32], &xq[lo*32], &dx[lo], hi-lo, 32, 4, false)
+	})
+}
+
+// quantizeQ8Scalar is the portable loop of quantizeQ8.
+func quantizeQ8Scalar(xq []int8, dx, x []float32, n int, qmax float32) {
 	for blk := range n / 32 {
 		xb := x[blk*32 : (blk+1)*32]
 		var amax float32
@@ -319,19 +379,35 @@ func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 		lay = newQLayout(k, gs, bits)
 		gw = lay.gpad
 	}
-	s.xs = grow(s.xs, m*gw)
-	clear(s.xs)
-	for r := range m {
-		groupSums(s.xs[r*gw:], x[r*k:], 1, k, gs)
-	}
 	lanes := 0
 	if vec {
 		lanes = k / (32 / bits)
 	}
-	if vec && !q8 {
-		s.xp = grow(s.xp, m*k)
-		permF32(s.xp, x, m, k, bits)
+	// The float32 assembly GEMM takes the rows of x in whole tiles of 8
+	// (m8 rows, rearranged into s.xt), the one-row kernels the rest (s.xp).
+	m8 := 0
+	if kind == 'a' && !q8 {
+		m8 = m &^ 7
+		s.xt = grow(s.xt, m8*k)
 	}
+	if vec && !q8 {
+		s.xp = grow(s.xp, (m-m8)*k)
+	}
+	s.xs, s.xsf = grow(s.xs, m*gw), grow(s.xsf, m*gpr)
+	parallelFor(m, max(1, 4096/k), func(lo, hi int) {
+		groupSumsFlat(s.xsf[lo*gpr:hi*gpr], x[lo*k:hi*k], (hi-lo)*gpr, gs)
+		for r := lo; r < hi; r++ {
+			xr, xs := x[r*k:(r+1)*k], s.xs[r*gw:(r+1)*gw]
+			copy(xs, s.xsf[r*gpr:(r+1)*gpr])
+			clear(xs[gpr:])
+			switch {
+			case r < m8:
+				permF32Tile(s.xt[r&^7*k:], xr, r&7, k, bits)
+			case vec && !q8:
+				permF32(s.xp[(r-m8)*k:], xr, 1, k, bits)
+			}
+		}
+	})
 	if q8 {
 		s.xqn, s.dx = grow(s.xqn, m*k), grow(s.dx, m*k/32)
 		quantizeQ8(s.xqn, s.dx, x, m*k, q8Max(bits))
@@ -341,7 +417,7 @@ func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 		}
 	}
 	if kind == 'a' {
-		t := qTiles{dst: dst, wq: wq, sc: sc, bi: bi, s: s, lay: &lay, m: m, n: n, k: k, gpr: gpr, wpr: wpr, lanes: lanes, round: round, q8: q8}
+		t := qTiles{dst: dst, wq: wq, sc: sc, bi: bi, s: s, lay: &lay, m: m, m8: m8, n: n, k: k, gpr: gpr, wpr: wpr, lanes: lanes, round: round, q8: q8}
 		parallelFor(n, max(1, 16384/k), t.run)
 		return
 	}
@@ -378,14 +454,14 @@ func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 // up to tileRows weight rows (their scales converted once, the rows kept in
 // cache) against the rows of x four at a time.
 type qTiles struct {
-	dst                      []float32
-	wq                       []uint32
-	sc, bi                   Vec
-	s                        *qmmScratch
-	lay                      *qLayout
-	m, n, k, gpr, wpr, lanes int
-	round                    Rounder
-	q8                       bool
+	dst                          []float32
+	wq                           []uint32
+	sc, bi                       Vec
+	s                            *qmmScratch
+	lay                          *qLayout
+	m, m8, n, k, gpr, wpr, lanes int
+	round                        Rounder
+	q8                           bool
 }
 
 const tileRows = 64
@@ -399,7 +475,8 @@ func (t *qTiles) run(lo, hi int) {
 	// Everything the kernels read, checked once: the weight rows, x and its
 	// lane scales and group sums for m rows, the padded scale rows.
 	check(len(t.wq) >= hi*t.wpr && t.wpr == 16*l.nblk, "QuantizedMatmulT", "weights too short for the tiles")
-	check(len(t.s.xs) >= m*gw, "QuantizedMatmulT", "group sums too short")
+	check(len(t.s.xs) >= m*gw && len(t.dst) >= m*t.n, "QuantizedMatmulT", "group sums or output too short")
+	check(len(t.s.xt) >= t.m8*k && t.m8%8 == 0, "QuantizedMatmulT", "x tiles too short")
 	var xb, db unsafe.Pointer
 	var xstr, dstr uintptr
 	if t.q8 {
@@ -407,7 +484,7 @@ func (t *qTiles) run(lo, hi int) {
 		xb, xstr = ptr(t.s.xq), uintptr(k)
 		db, dstr = ptr(t.s.dxl), uintptr(4*t.lanes)
 	} else {
-		check(len(t.s.xp) >= m*k, "QuantizedMatmulT", "permuted x too short")
+		check(len(t.s.xp) >= (m-t.m8)*k, "QuantizedMatmulT", "permuted x too short")
 		xb, xstr = ptr(t.s.xp), uintptr(4*k)
 	}
 	// The kernel reads block b's scales at b·sstep and b·sstep + hoff bytes:
@@ -436,8 +513,8 @@ func (t *qTiles) run(lo, hi int) {
 		j1 := min(j0+tile, hi)
 		for j := j0; j < j1; j++ {
 			sr := ws.row[(j-j0)*per : (j-j0+1)*per]
-			t.sc.load(sr[:gpr], j*gpr)
-			t.bi.load(sr[gw:gw+gpr], j*gpr)
+			loadVec(sr[:gpr], t.sc, j*gpr)
+			loadVec(sr[gw:gw+gpr], t.bi, j*gpr)
 			if expand {
 				s2 := sr[2*gw:]
 				for b := range l.nblk {
@@ -445,14 +522,17 @@ func (t *qTiles) run(lo, hi int) {
 				}
 			}
 		}
-		for r := 0; r < m; r += 4 {
+		if t.m8 > 0 {
+			t.gemm(ws, j0, j1, per, hoff, sstep, expand)
+		}
+		for r := t.m8; r < m; r += 4 {
 			// a lives across the calls of a tile: its fields are written
 			// once (the kernel reads them back with narrow loads, which
 			// wide zeroing stores would stall) and only w, b, s2 change.
 			a := &ws.args
 			if m > 4 || j0 == lo { // with one block of x rows, set once
 				*a = qArgs{
-					x: unsafe.Add(xb, uintptr(r)*xstr), xstr: xstr,
+					x: unsafe.Add(xb, uintptr(r-t.m8)*xstr), xstr: xstr,
 					xs: unsafe.Add(ptr(t.s.xs), 4*r*gw), xsstr: uintptr(4 * gw),
 					nblk: l.nblk, gpad: gw, mr: min(4, m-r), hoff: hoff, sstep: sstep,
 				}
@@ -475,7 +555,53 @@ func (t *qTiles) run(lo, hi int) {
 	}
 	kind := roundKind(t.round)
 	for r := range m {
+		if r < t.m8 && kind == 'b' {
+			continue // rounded by the GEMM kernel
+		}
 		roundSlice(t.dst[r*t.n+lo:r*t.n+hi], t.round, kind)
+	}
+}
+
+// gemm runs the float32 GEMM kernel over the tile's weight rows j0..j1-1
+// (their scales and biases converted in ws.row, per floats a row) and the
+// first m8 rows of x, in chunks of blocks (qmm_gemmf32.go).
+func (t *qTiles) gemm(ws *qmmScratch, j0, j1, per int, hoff, sstep uintptr, expand bool) {
+	l, n := t.lay, t.n
+	gw := l.gpad
+	nbc := max(1, f32ChunkBytes/(8*l.B*4))
+	ws.acc = grow(ws.acc, 128*(j1-j0))
+	sr := ws.row[:per]
+	sp := ptr(sr)
+	if expand {
+		sp = ptr(sr[2*gw:])
+	}
+	a := f32gArgs{
+		wstr: uintptr(4 * t.wpr), sstr: uintptr(4 * per), acc: ptr(ws.acc), nrow: j1 - j0,
+		hoff: hoff, sstep: sstep, b: ptr(sr[gw:]), xsstr: uintptr(4 * gw), gpad: gw, ostr: uintptr(4 * n),
+	}
+	if roundKind(t.round) == 'b' {
+		a.bf16 = 1
+	}
+	for rt := range t.m8 / 8 {
+		a.xs, a.out = ptr(t.s.xs[rt*8*gw:]), ptr(t.dst[rt*8*n+j0:])
+		for c0 := 0; c0 < l.nblk; c0 += nbc {
+			a.w = ptr(t.wq[j0*t.wpr+16*c0:])
+			a.s = unsafe.Add(sp, uintptr(c0)*sstep)
+			a.x = ptr(t.s.xt[(rt*l.nblk+c0)*8*l.B:])
+			a.nblk = min(nbc, l.nblk-c0)
+			a.first, a.last = 0, 0
+			if c0 == 0 {
+				a.first = 1
+			}
+			if c0+nbc >= l.nblk {
+				a.last = 1
+			}
+			if l.bits == 4 {
+				f32gemmB4(&a)
+			} else {
+				f32gemmB8(&a)
+			}
+		}
 	}
 }
 

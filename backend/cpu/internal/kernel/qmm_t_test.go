@@ -24,29 +24,53 @@ func qmmTInputs(seed uint64, m, n, k, gs, bits int) (x []float32, wq []uint32, s
 }
 
 // TestQuantizedMatmulTRowsIndependent checks that each output row depends
-// on its own row of x only, bit for bit: m rows in one call (the vector
-// kernels take x rows four at a time, with a tail of 1 to 3) give the same
-// bits as one call per row, for every precision.
+// on its own row of x only, bit for bit, with float32 outputs (no rounding
+// to hide a difference), bf16 ones (rounded in the kernels) and f16 ones: m rows in one call (the float32
+// GEMM takes x rows eight at a time, the one-row kernels four at a time
+// with a tail of 1 to 3; the int8 GEMM eight at a time with zero padding)
+// give the same bits as each row alone, in a one-row call (AccF32, whose
+// one-row path must match: chunked prefill one token at a time) or in a
+// two-row call beside another row (AccQ8, whose one-row path differs by
+// design, see qmm_gemm.go).
 func TestQuantizedMatmulTRowsIndependent(t *testing.T) {
 	for _, bits := range []int{4, 8} {
 		for _, gs := range []int{32, 64, 128} {
-			for _, k := range []int{256, 768} {
-				for _, m := range []int{1, 2, 3, 4, 5, 7, 9} {
+			for _, k := range []int{256, 768, 1536} {
+				for _, m := range []int{1, 2, 3, 4, 5, 7, 8, 9, 17} {
+					if k == 1536 && m < 8 {
+						continue
+					}
 					for _, acc := range []Acc{AccF32, AccQ8} {
-						const n = 70 // more than one tile of weight rows on one worker
-						name := fmt.Sprintf("b%dg%d/%s/acc%d", bits, gs, dims(m, n, k), acc)
-						t.Run(name, func(t *testing.T) {
-							x, wq, sc, bi := qmmTInputs(uint64(m*131+k+bits+gs), m, n, k, gs, bits)
-							got := make([]float32, m*n)
-							withThreads(2, func() {
-								QuantizedMatmulT(got, x, wq, sc, bi, m, n, k, gs, bits, tensor.RoundBF16, acc)
+						if acc == AccQ8 && m == 1 {
+							continue // the one-row int8 path: TestQ8GemmVsRows
+						}
+						for _, dt := range testDTypes {
+							const n = 70 // more than one tile of weight rows on one worker
+							name := fmt.Sprintf("b%dg%d/%s/acc%d/%s", bits, gs, dims(m, n, k), acc, dt.name)
+							t.Run(name, func(t *testing.T) {
+								x, wq, sc, bi := qmmTInputs(uint64(m*131+k+bits+gs), m, n, k, gs, bits)
+								got := make([]float32, m*n)
+								withThreads(2, func() {
+									QuantizedMatmulT(got, x, wq, sc, bi, m, n, k, gs, bits, dt.round, acc)
+								})
+								want := make([]float32, m*n)
+								other := make([]float32, k)
+								for i := range other {
+									other[i] = float32(i%7) - 3
+								}
+								for r := range m {
+									xr := x[r*k : (r+1)*k]
+									if acc == AccF32 {
+										QuantizedMatmulT(want[r*n:(r+1)*n], xr, wq, sc, bi, 1, n, k, gs, bits, dt.round, acc)
+										continue
+									}
+									pair, y := append(append([]float32(nil), other...), xr...), make([]float32, 2*n)
+									QuantizedMatmulT(y, pair, wq, sc, bi, 2, n, k, gs, bits, dt.round, acc)
+									copy(want[r*n:(r+1)*n], y[n:])
+								}
+								expectSame(t, got, want, name)
 							})
-							want := make([]float32, m*n)
-							for r := range m {
-								QuantizedMatmulT(want[r*n:(r+1)*n], x[r*k:(r+1)*k], wq, sc, bi, 1, n, k, gs, bits, tensor.RoundBF16, acc)
-							}
-							expectSame(t, got, want, name)
-						})
+						}
 					}
 				}
 			}

@@ -1,0 +1,298 @@
+package kernel
+
+import (
+	"math"
+	"unsafe"
+
+	"github.com/mlxgo/mlxgo/internal/mlxmath"
+)
+
+// The int8 quantized matmul with transposed weights for two or more rows of
+// x (prefill in the "fast" precision, AccQ8). Its arithmetic, per output
+// y[r, j] (qmmTQ8BlockRef is the plain loop):
+//
+//	x[r] is quantized per block t of 32 (quantizeQ8): codes xq, scale d_t
+//	xs_g = Σ_{i in g} x[r, i], sequentially in float32 (groupSums)
+//	acc = 0
+//	for each group g of W[j] (scale s_g, bias b_g):
+//	    for each block t of 32 in g:
+//	        I_t = Σ_{i in t} q_i·xq_i                  (exact int32)
+//	        acc = fma(float32(I_t)·d_t, s_g, acc)      (product rounded, then one fused step)
+//	    acc = fma(b_g, xs_g, acc)
+//	y[r, j] = round(acc)
+//
+// Each output is one sequential float32 chain over its own row of x and W,
+// so the result does not depend on m, on the tiling or on the machine: the
+// assembly GEMM (AVX-512 VNNI) and the portable loop give the same bits.
+// The one-row path (m = 1, the decode kernels) sums the same terms, exactly
+// the same integer block sums I_t, block scales d_t and group sums xs_g, in
+// the lane order of qmmTQ8Ref instead; the two differ only by float32
+// rounding: |y_gemm - y_row| <= 2·γ_{k/32 + 2k/gs + 4}·Σ|terms| (γ_j =
+// j·u/(1 - j·u), u = 2^-24), before the final rounding to the dtype
+// (TestQ8GemmVsRows holds them to it).
+//
+// The assembly form (qmm_gemm_amd64.s). x is quantized once per call into
+// tiles of 8 rows: tile T holds, per block t, the 8 rows' 32 codes (256
+// bytes, [t][row][32]), their block scales ([t][row] float32) and group
+// sums ([g][row] float32); the rows past m are zero. For 4-bit weights the
+// codes of each 8 are stored in the order 0, 2, 4, 6, 1, 3, 5, 7, matching
+// the low and high nibbles of a weight word (the integer sum of a block
+// does not depend on the order). The weights are taken 16 rows (output
+// columns) at a time: their words are transposed into a panel of one dword
+// per column and quad of codes (4-bit words split into low and high
+// nibbles, one code per byte), 512 bytes per block of 32 codes, with the
+// scales and biases as [group][16 columns] float32. The kernel then runs
+// every tile of x against the panel: per block, 8 panel registers times
+// 8 rows of x (VPDPBUSD with a broadcast dword of x codes; weight codes
+// are the unsigned operand, x codes the signed one) give the 16·8 integer
+// sums, which are folded into 8 accumulators of 16 columns as above.
+
+const (
+	q8R = 8  // rows of x per tile
+	q8C = 16 // weight rows (output columns) per panel
+)
+
+// q8gArgs are the arguments of q8gemm (field offsets fixed in
+// qmm_gemm_amd64.s): the panel of one tile of weight rows with its scales
+// and biases ([group][16]); the first tile of x (codes, block scales, group
+// sums, consecutive tiles following each other); out, the output of row 0
+// and column 0 of the panel, with the byte stride of an output row; ng
+// groups of bpg blocks; mt tiles of x, the last one with mlast rows; cmask
+// the columns stored; bf16 rounds the outputs to bfloat16 when 1. While
+// it runs, the kernel prefetches pfn bytes from pf (the next panel's weight
+// rows) into L2, 512 bytes per group, advancing both.
+type q8gArgs struct {
+	panel, s, b unsafe.Pointer // 0, 8, 16
+	x, d, xs    unsafe.Pointer // 24, 32, 40
+	out         unsafe.Pointer // 48
+	ostr        uintptr        // 56
+	ng, bpg     int            // 64, 72
+	mt, mlast   int            // 80, 88
+	cmask       uint64         // 96
+	bf16        int            // 104
+	pf          unsafe.Pointer // 112
+	pfn         int            // 120
+}
+
+// gemmQ8 reports whether the int8 GEMM takes a matmul of this shape: 4- or
+// 8-bit codes, groups of whole blocks of 32, and rows of whole chunks of 16
+// words (the unit of the panel transpose).
+func gemmQ8(k, gs, bits int) bool {
+	return (bits == 4 || bits == 8) && gs > 0 && gs%32 == 0 && k%gs == 0 && k%(16*32/bits) == 0
+}
+
+// qmmTQ8Gemm is the AccQ8 matmul for m >= 2 (see the top of this file).
+func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) {
+	if !asmQ8 {
+		q8GemmGo(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
+		return
+	}
+	s := scratchPool.Get().(*qmmScratch)
+	defer scratchPool.Put(s)
+	nb, ng := k/32, k/gs
+	mt := (m + q8R - 1) / q8R
+	s.gx, s.gd, s.gxs = grow(s.gx, mt*nb*32*q8R), grow(s.gd, mt*nb*q8R), grow(s.gxs, mt*ng*q8R)
+	if m%q8R != 0 { // the padding rows of the last tile stay zero
+		t := mt - 1
+		clear(s.gx[t*nb*32*q8R:])
+		clear(s.gd[t*nb*q8R:])
+		clear(s.gxs[t*ng*q8R:])
+	}
+	perm := bits == 4
+	s.xsf = grow(s.xsf, m*ng)
+	parallelFor(m, max(1, 8192/k), func(lo, hi int) {
+		groupSumsFlat(s.xsf[lo*ng:hi*ng], x[lo*k:hi*k], (hi-lo)*ng, gs)
+		for r := lo; r < hi; r++ {
+			t, i := r/q8R, r%q8R
+			q8Quant(&x[r*k], &s.gx[t*nb*32*q8R+32*i], &s.gd[t*nb*q8R+i], nb, 32*q8R, 4*q8R, perm)
+			for g, v := range s.xsf[r*ng : (r+1)*ng] {
+				s.gxs[(t*ng+g)*q8R+i] = v
+			}
+		}
+	})
+	j := q8Job{dst: dst, wq: wq, sc: sc, bi: bi, s: s, m: m, n: n, k: k, gs: gs, bits: bits, mt: mt, round: round}
+	parallelFor((n+q8C-1)/q8C, 1, j.run)
+}
+
+// q8Job runs the GEMM over a range of panels (16 weight rows each).
+type q8Job struct {
+	dst                   []float32
+	wq                    []uint32
+	sc, bi                Vec
+	s                     *qmmScratch
+	m, n, k, gs, bits, mt int
+	round                 Rounder
+}
+
+func (j *q8Job) run(lo, hi int) {
+	k, n, m := j.k, j.n, j.m
+	ng, wpr := k/j.gs, WordsPerRow(k, j.bits)
+	gp := (ng + 15) &^ 15
+	check(len(j.wq) >= n*wpr && len(j.dst) >= m*n && wpr%16 == 0, "QuantizedMatmulT", "int8 GEMM: slices too short")
+	check(len(j.s.gx) >= j.mt*k*q8R && len(j.s.gd) >= j.mt*k/32*q8R && len(j.s.gxs) >= j.mt*ng*q8R, "QuantizedMatmulT", "int8 GEMM: x tiles too short")
+	ws := scratchPool.Get().(*qmmScratch)
+	defer scratchPool.Put(ws)
+	ws.panel = grow(ws.panel, q8C*k+64)
+	panel := align64(ws.panel)
+	// Scales and biases of 16 rows as loaded ([16][ng], plus the 16 floats
+	// the transpose reads past the last row) and transposed ([gp][16]).
+	ws.row = grow(ws.row, 2*(q8C*ng+16)+2*gp*q8C)
+	st, bt := ws.row[:q8C*ng+16], ws.row[q8C*ng+16:2*(q8C*ng+16)]
+	sT, bT := ws.row[2*(q8C*ng+16):2*(q8C*ng+16)+gp*q8C], ws.row[2*(q8C*ng+16)+gp*q8C:]
+	kind := roundKind(j.round)
+	a := q8gArgs{
+		panel: panel, s: ptr(sT), b: ptr(bT),
+		x: ptr(j.s.gx), d: ptr(j.s.gd), xs: ptr(j.s.gxs),
+		ostr: uintptr(4 * n), ng: ng, bpg: j.gs / 32, mt: j.mt, mlast: m - (j.mt-1)*q8R,
+	}
+	if kind == 'b' {
+		a.bf16 = 1
+	}
+	for ct := lo; ct < hi; ct++ {
+		j0 := ct * q8C
+		nc := min(q8C, n-j0)
+		loadVec(st[:nc*ng], j.sc, j0*ng)
+		loadVec(bt[:nc*ng], j.bi, j0*ng)
+		clear(st[nc*ng:])
+		clear(bt[nc*ng:])
+		q8Transpose(ptr(sT), ptr(st), uintptr(4*ng), gp/16, false)
+		q8Transpose(ptr(bT), ptr(bt), uintptr(4*ng), gp/16, false)
+		w := ptr(j.wq[j0*wpr:])
+		if nc < q8C { // a partial panel: its rows copied into zeros
+			ws.gw = grow(ws.gw, q8C*wpr)
+			clear(ws.gw)
+			copy(ws.gw, j.wq[j0*wpr:(j0+nc)*wpr])
+			w = ptr(ws.gw)
+		}
+		q8Transpose(panel, w, uintptr(4*wpr), wpr/16, j.bits == 4)
+		a.out, a.cmask = ptr(j.dst[j0:]), 1<<nc-1
+		a.pf, a.pfn = nil, 0
+		if j1 := min(j0+2*q8C, n); j1 > j0+q8C {
+			a.pf, a.pfn = ptr(j.wq[(j0+q8C)*wpr:]), 4*(j1-j0-q8C)*wpr
+		}
+		q8gemm(&a)
+		if kind == 0 {
+			for r := range m {
+				for i, v := range j.dst[r*n+j0 : r*n+j0+nc] {
+					j.dst[r*n+j0+i] = j.round(v)
+				}
+			}
+		}
+	}
+}
+
+// align64 returns the first 64-byte aligned address in b (which has 64
+// bytes to spare).
+func align64(b []byte) unsafe.Pointer {
+	p := ptr(b)
+	return unsafe.Add(p, (64-uintptr(p)%64)%64)
+}
+
+// loadVec writes values off..off+len(dst)-1 of v to dst as float32, the
+// bfloat16 ones 16 at a time in assembly when the CPU has AVX-512.
+func loadVec(dst []float32, v Vec, off int) {
+	if v.F32 == nil && !v.F16 && asmF32 {
+		src := v.U16[off : off+len(dst)]
+		n := len(dst) &^ 15
+		if n > 0 {
+			bf16ToF32(&dst[0], &src[0], n)
+		}
+		for i := n; i < len(dst); i++ {
+			dst[i] = math.Float32frombits(uint32(src[i]) << 16)
+		}
+		return
+	}
+	v.load(dst, off)
+}
+
+// q8GemmGo is the portable form of the int8 GEMM: the same arithmetic, one
+// output at a time, weight rows split across the workers.
+func q8GemmGo(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) {
+	s := scratchPool.Get().(*qmmScratch)
+	defer scratchPool.Put(s)
+	ng, wpr := k/gs, WordsPerRow(k, bits)
+	s.xqn, s.dx, s.xs = grow(s.xqn, m*k), grow(s.dx, m*k/32), grow(s.xs, m*ng)
+	quantizeQ8(s.xqn, s.dx, x, m*k, q8Max(bits))
+	groupSums(s.xs, x, m, k, gs)
+	parallelFor(n, max(1, 16384/(k*m)), func(lo, hi int) {
+		ws := scratchPool.Get().(*qmmScratch)
+		defer scratchPool.Put(ws)
+		ws.row = grow(ws.row, 2*ng)
+		srow, brow := ws.row[:ng], ws.row[ng:]
+		for j := lo; j < hi; j++ {
+			sc.load(srow, j*ng)
+			bi.load(brow, j*ng)
+			row := wq[j*wpr : (j+1)*wpr]
+			for r := range m {
+				dst[r*n+j] = round(q8BlockDot(row, s.xqn[r*k:(r+1)*k], s.dx[r*k/32:(r+1)*k/32], s.xs[r*ng:(r+1)*ng], srow, brow, gs, bits))
+			}
+		}
+	})
+}
+
+// q8BlockDot is one output of the int8 GEMM (unrounded): row is a weight
+// row of len(xq) codes, xq and dx its row of x quantized in natural order,
+// xs the group sums of x, s and b the row's scales and biases.
+func q8BlockDot(row []uint32, xq []int8, dx, xs, s, b []float32, gs, bits int) float32 {
+	bpg := gs / 32
+	var acc float32
+	for g := range len(xq) / gs {
+		for t := g * bpg; t < (g+1)*bpg; t++ {
+			isum := blockISum(row[t*bits:(t+1)*bits], xq[t*32:(t+1)*32], bits)
+			acc = mlxmath.FMA32(float32(isum)*dx[t], s[g], acc)
+		}
+		acc = mlxmath.FMA32(b[g], xs[g], acc)
+	}
+	return acc
+}
+
+// blockISum is Σ q_i·xq_i over one block of 32 codes (ws: its bits words).
+func blockISum(ws []uint32, xb []int8, bits int) int32 {
+	var isum int32
+	switch bits {
+	case 4:
+		for i, w := range ws[:4] {
+			xx := xb[8*i : 8*i+8]
+			isum += int32(w&15)*int32(xx[0]) + int32(w>>4&15)*int32(xx[1]) +
+				int32(w>>8&15)*int32(xx[2]) + int32(w>>12&15)*int32(xx[3]) +
+				int32(w>>16&15)*int32(xx[4]) + int32(w>>20&15)*int32(xx[5]) +
+				int32(w>>24&15)*int32(xx[6]) + int32(w>>28)*int32(xx[7])
+		}
+	default:
+		for i, w := range ws[:8] {
+			xx := xb[4*i : 4*i+4]
+			isum += int32(w&255)*int32(xx[0]) + int32(w>>8&255)*int32(xx[1]) +
+				int32(w>>16&255)*int32(xx[2]) + int32(w>>24)*int32(xx[3])
+		}
+	}
+	return isum
+}
+
+// qmmTQ8BlockRef is the reference of the int8 GEMM (the arithmetic at the
+// top of this file), written as the loop it computes.
+func qmmTQ8BlockRef(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k, gs, bits int, round Rounder) {
+	xq, dx := make([]int8, m*k), make([]float32, m*k/32)
+	quantizeQ8(xq, dx, x, m*k, q8Max(bits))
+	wpr, gpr := WordsPerRow(k, bits), k/gs
+	for r := range m {
+		for j := range n {
+			row := wq[j*wpr : (j+1)*wpr]
+			var acc float32
+			for g := range gpr {
+				for t := g * gs / 32; t < (g+1)*gs/32; t++ {
+					var isum int32
+					for i := t * 32; i < (t+1)*32; i++ {
+						isum += int32(codeAt(row, i, bits)) * int32(xq[r*k+i])
+					}
+					acc = mlxmath.FMA32(float32(isum)*dx[r*k/32+t], scales[j*gpr+g], acc)
+				}
+				var xs float32
+				for _, v := range x[r*k+g*gs : r*k+(g+1)*gs] {
+					xs += v
+				}
+				acc = mlxmath.FMA32(biases[j*gpr+g], xs, acc)
+			}
+			dst[r*n+j] = round(acc)
+		}
+	}
+}

@@ -1,0 +1,988 @@
+//go:build amd64
+
+#include "textflag.h"
+
+// The int8 GEMM of qmm_gemm.go (AVX-512 with VNNI): a tile of 16 weight
+// rows (output columns, one per dword lane) against the rows of x eight at
+// a time, plus its two data preparations (quantizing x and transposing
+// weight rows into the panel of the tile).
+
+// QUAD multiplies one dword of panel codes (W: 4 codes of each of the 16
+// columns) with the 4 matching x codes of each of the 8 rows of x
+// (broadcast from the tile of x at OFF + 32·r), into the integer sums Z8-Z15.
+#define QUAD(W, OFF) \
+	VPDPBUSD.BCST OFF(BX), W, Z8; \
+	VPDPBUSD.BCST OFF+32(BX), W, Z9; \
+	VPDPBUSD.BCST OFF+64(BX), W, Z10; \
+	VPDPBUSD.BCST OFF+96(BX), W, Z11; \
+	VPDPBUSD.BCST OFF+128(BX), W, Z12; \
+	VPDPBUSD.BCST OFF+160(BX), W, Z13; \
+	VPDPBUSD.BCST OFF+192(BX), W, Z14; \
+	VPDPBUSD.BCST OFF+224(BX), W, Z15
+
+// SCALE folds the integer sum I of a block into the accumulator A:
+// A = fma(float(I)·d, s, A), with d the block scale of x at OFF(DX) and s the
+// group scales of the 16 columns (Z24).
+#define SCALE(I, A, OFF) \
+	VCVTDQ2PS I, I; \
+	VMULPS.BCST OFF(DX), I, I; \
+	VFMADD231PS Z24, I, A
+
+// RNDBF16 rounds the floats of Z to bfloat16 as tensor.RoundBF16 does:
+// round to nearest even on the bits, every NaN to 0x7FC00000 (constants
+// Z27 = 1, Z28 = 0x7FFF, Z29 = 0xFFFF0000, Z30 = 0x7FC00000).
+#define RNDBF16(Z) \
+	VPSRLD $16, Z, Z26; \
+	VPANDD Z27, Z26, Z26; \
+	VPADDD Z28, Z26, Z26; \
+	VPADDD Z26, Z, Z26; \
+	VPANDD Z29, Z26, Z26; \
+	VCMPPS $3, Z, Z, K2; \
+	VMOVDQA32 Z30, K2, Z26; \
+	VMOVDQA32 Z26, Z
+
+// NIB stores the low nibbles of the bytes of Z at OFF(DI) and the high
+// nibbles 64 bytes further, one code per byte (mask 0x0F in Z16).
+#define NIB(Z, OFF) \
+	VPANDD Z16, Z, Z17; \
+	VMOVDQU32 Z17, OFF(DI); \
+	VPSRLD $4, Z, Z; \
+	VPANDD Z16, Z, Z; \
+	VMOVDQU32 Z, OFF+64(DI)
+
+// TRANSPOSE16 transposes the 16×16 dwords of Z0-Z15 (row r in Zr) in
+// place, through Z16-Z31: 32-bit and 64-bit interleaves within 128-bit
+// lanes, then two rounds of 128-bit lane shuffles.
+#define TRANSPOSE16 \
+VPUNPCKLDQ Z1, Z0, Z16; \
+	VPUNPCKHDQ Z1, Z0, Z17; \
+	VPUNPCKLDQ Z3, Z2, Z18; \
+	VPUNPCKHDQ Z3, Z2, Z19; \
+	VPUNPCKLDQ Z5, Z4, Z20; \
+	VPUNPCKHDQ Z5, Z4, Z21; \
+	VPUNPCKLDQ Z7, Z6, Z22; \
+	VPUNPCKHDQ Z7, Z6, Z23; \
+	VPUNPCKLDQ Z9, Z8, Z24; \
+	VPUNPCKHDQ Z9, Z8, Z25; \
+	VPUNPCKLDQ Z11, Z10, Z26; \
+	VPUNPCKHDQ Z11, Z10, Z27; \
+	VPUNPCKLDQ Z13, Z12, Z28; \
+	VPUNPCKHDQ Z13, Z12, Z29; \
+	VPUNPCKLDQ Z15, Z14, Z30; \
+	VPUNPCKHDQ Z15, Z14, Z31; \
+	VPUNPCKLQDQ Z18, Z16, Z0; \
+	VPUNPCKHQDQ Z18, Z16, Z1; \
+	VPUNPCKLQDQ Z19, Z17, Z2; \
+	VPUNPCKHQDQ Z19, Z17, Z3; \
+	VPUNPCKLQDQ Z22, Z20, Z4; \
+	VPUNPCKHQDQ Z22, Z20, Z5; \
+	VPUNPCKLQDQ Z23, Z21, Z6; \
+	VPUNPCKHQDQ Z23, Z21, Z7; \
+	VPUNPCKLQDQ Z26, Z24, Z8; \
+	VPUNPCKHQDQ Z26, Z24, Z9; \
+	VPUNPCKLQDQ Z27, Z25, Z10; \
+	VPUNPCKHQDQ Z27, Z25, Z11; \
+	VPUNPCKLQDQ Z30, Z28, Z12; \
+	VPUNPCKHQDQ Z30, Z28, Z13; \
+	VPUNPCKLQDQ Z31, Z29, Z14; \
+	VPUNPCKHQDQ Z31, Z29, Z15; \
+	VSHUFI32X4 $0x88, Z4, Z0, Z16; \
+	VSHUFI32X4 $0xdd, Z4, Z0, Z20; \
+	VSHUFI32X4 $0x88, Z12, Z8, Z24; \
+	VSHUFI32X4 $0xdd, Z12, Z8, Z28; \
+	VSHUFI32X4 $0x88, Z5, Z1, Z17; \
+	VSHUFI32X4 $0xdd, Z5, Z1, Z21; \
+	VSHUFI32X4 $0x88, Z13, Z9, Z25; \
+	VSHUFI32X4 $0xdd, Z13, Z9, Z29; \
+	VSHUFI32X4 $0x88, Z6, Z2, Z18; \
+	VSHUFI32X4 $0xdd, Z6, Z2, Z22; \
+	VSHUFI32X4 $0x88, Z14, Z10, Z26; \
+	VSHUFI32X4 $0xdd, Z14, Z10, Z30; \
+	VSHUFI32X4 $0x88, Z7, Z3, Z19; \
+	VSHUFI32X4 $0xdd, Z7, Z3, Z23; \
+	VSHUFI32X4 $0x88, Z15, Z11, Z27; \
+	VSHUFI32X4 $0xdd, Z15, Z11, Z31; \
+	VSHUFI32X4 $0x88, Z24, Z16, Z0; \
+	VSHUFI32X4 $0xdd, Z24, Z16, Z8; \
+	VSHUFI32X4 $0x88, Z28, Z20, Z4; \
+	VSHUFI32X4 $0xdd, Z28, Z20, Z12; \
+	VSHUFI32X4 $0x88, Z25, Z17, Z1; \
+	VSHUFI32X4 $0xdd, Z25, Z17, Z9; \
+	VSHUFI32X4 $0x88, Z29, Z21, Z5; \
+	VSHUFI32X4 $0xdd, Z29, Z21, Z13; \
+	VSHUFI32X4 $0x88, Z26, Z18, Z2; \
+	VSHUFI32X4 $0xdd, Z26, Z18, Z10; \
+	VSHUFI32X4 $0x88, Z30, Z22, Z6; \
+	VSHUFI32X4 $0xdd, Z30, Z22, Z14; \
+	VSHUFI32X4 $0x88, Z27, Z19, Z3; \
+	VSHUFI32X4 $0xdd, Z27, Z19, Z11; \
+	VSHUFI32X4 $0x88, Z31, Z23, Z7; \
+	VSHUFI32X4 $0xdd, Z31, Z23, Z15
+
+// func q8gemm(a *q8gArgs)
+//
+// For each tile of 8 rows of x: Z0-Z7 accumulate the 16 outputs of rows
+// 0-7 over the groups; per block of 32 codes the 8 panel registers Z16-Z23
+// (quads 0-7) are loaded once and multiplied with every row. Registers: DI
+// args, SI panel, R8 scales, R13 biases, BX x, DX block scales of x, R9
+// group sums of x, R10 output row 0, R11 output row stride, R12 tiles left,
+// CX groups left, AX blocks left in the group.
+TEXT ·q8gemm(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), DI
+	MOVQ 24(DI), BX
+	MOVQ 32(DI), DX
+	MOVQ 40(DI), R9
+	MOVQ 48(DI), R10
+	MOVQ 56(DI), R11
+	MOVQ 80(DI), R12
+	KMOVW 96(DI), K1
+	MOVL $1, AX
+	VPBROADCASTD AX, Z27
+	MOVL $0x7fff, AX
+	VPBROADCASTD AX, Z28
+	MOVL $0xffff0000, AX
+	VPBROADCASTD AX, Z29
+	MOVL $0x7fc00000, AX
+	VPBROADCASTD AX, Z30
+	TESTQ R12, R12
+	JZ done
+
+tile:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ 0(DI), SI
+	MOVQ 8(DI), R8
+	MOVQ 16(DI), R13
+	MOVQ 64(DI), CX
+
+group:
+	// prefetch 512 bytes of the next panel's weight rows into L2
+	CMPQ 120(DI), $0
+	JLE nopf
+	MOVQ 112(DI), AX
+	PREFETCHT1 (AX)
+	PREFETCHT1 64(AX)
+	PREFETCHT1 128(AX)
+	PREFETCHT1 192(AX)
+	PREFETCHT1 256(AX)
+	PREFETCHT1 320(AX)
+	PREFETCHT1 384(AX)
+	PREFETCHT1 448(AX)
+	ADDQ $512, 112(DI)
+	SUBQ $512, 120(DI)
+
+nopf:
+	VMOVUPS (R8), Z24
+	MOVQ 72(DI), AX
+	PCALIGN $32
+
+block:
+	VMOVDQU32 0(SI), Z16
+	VMOVDQU32 64(SI), Z17
+	VMOVDQU32 128(SI), Z18
+	VMOVDQU32 192(SI), Z19
+	VMOVDQU32 256(SI), Z20
+	VMOVDQU32 320(SI), Z21
+	VMOVDQU32 384(SI), Z22
+	VMOVDQU32 448(SI), Z23
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	QUAD(Z16, 0)
+	QUAD(Z17, 4)
+	QUAD(Z18, 8)
+	QUAD(Z19, 12)
+	QUAD(Z20, 16)
+	QUAD(Z21, 20)
+	QUAD(Z22, 24)
+	QUAD(Z23, 28)
+	SCALE(Z8, Z0, 0)
+	SCALE(Z9, Z1, 4)
+	SCALE(Z10, Z2, 8)
+	SCALE(Z11, Z3, 12)
+	SCALE(Z12, Z4, 16)
+	SCALE(Z13, Z5, 20)
+	SCALE(Z14, Z6, 24)
+	SCALE(Z15, Z7, 28)
+	ADDQ $512, SI
+	ADDQ $256, BX
+	ADDQ $32, DX
+	DECQ AX
+	JNZ block
+
+	// bias term of the group: A = fma(b, Σx, A)
+	VMOVUPS (R13), Z25
+	VFMADD231PS.BCST 0(R9), Z25, Z0
+	VFMADD231PS.BCST 4(R9), Z25, Z1
+	VFMADD231PS.BCST 8(R9), Z25, Z2
+	VFMADD231PS.BCST 12(R9), Z25, Z3
+	VFMADD231PS.BCST 16(R9), Z25, Z4
+	VFMADD231PS.BCST 20(R9), Z25, Z5
+	VFMADD231PS.BCST 24(R9), Z25, Z6
+	VFMADD231PS.BCST 28(R9), Z25, Z7
+	ADDQ $64, R8
+	ADDQ $64, R13
+	ADDQ $32, R9
+	DECQ CX
+	JNZ group
+
+	CMPQ 104(DI), $0
+	JEQ store
+	RNDBF16(Z0)
+	RNDBF16(Z1)
+	RNDBF16(Z2)
+	RNDBF16(Z3)
+	RNDBF16(Z4)
+	RNDBF16(Z5)
+	RNDBF16(Z6)
+	RNDBF16(Z7)
+
+store:
+	// 8 rows, or the rows of x left in the last tile
+	MOVQ $8, AX
+	CMPQ R12, $1
+	JNE rows
+	MOVQ 88(DI), AX
+
+rows:
+	MOVQ R10, CX
+	VMOVUPS Z0, K1, (CX)
+	DECQ AX
+	JZ stored
+	ADDQ R11, CX
+	VMOVUPS Z1, K1, (CX)
+	DECQ AX
+	JZ stored
+	ADDQ R11, CX
+	VMOVUPS Z2, K1, (CX)
+	DECQ AX
+	JZ stored
+	ADDQ R11, CX
+	VMOVUPS Z3, K1, (CX)
+	DECQ AX
+	JZ stored
+	ADDQ R11, CX
+	VMOVUPS Z4, K1, (CX)
+	DECQ AX
+	JZ stored
+	ADDQ R11, CX
+	VMOVUPS Z5, K1, (CX)
+	DECQ AX
+	JZ stored
+	ADDQ R11, CX
+	VMOVUPS Z6, K1, (CX)
+	DECQ AX
+	JZ stored
+	ADDQ R11, CX
+	VMOVUPS Z7, K1, (CX)
+
+stored:
+	LEAQ (R10)(R11*8), R10
+	DECQ R12
+	JNZ tile
+
+done:
+	VZEROUPPER
+	RET
+
+// q8perm puts the int32 codes of each 8 in the order 0, 2, 4, 6, 1, 3, 5, 7
+// (the low then the high nibbles of a 4-bit weight word).
+DATA q8perm<>+0(SB)/4, $0
+DATA q8perm<>+4(SB)/4, $2
+DATA q8perm<>+8(SB)/4, $4
+DATA q8perm<>+12(SB)/4, $6
+DATA q8perm<>+16(SB)/4, $1
+DATA q8perm<>+20(SB)/4, $3
+DATA q8perm<>+24(SB)/4, $5
+DATA q8perm<>+28(SB)/4, $7
+DATA q8perm<>+32(SB)/4, $8
+DATA q8perm<>+36(SB)/4, $10
+DATA q8perm<>+40(SB)/4, $12
+DATA q8perm<>+44(SB)/4, $14
+DATA q8perm<>+48(SB)/4, $9
+DATA q8perm<>+52(SB)/4, $11
+DATA q8perm<>+56(SB)/4, $13
+DATA q8perm<>+60(SB)/4, $15
+GLOBL q8perm<>(SB), RODATA|NOPTR, $64
+
+// func q8Quant(x *float32, xq *int8, d *float32, nb int, xqStep, dStep uintptr, perm bool)
+//
+// quantizeQ8 for nb blocks of 32 values at x (qmax 127): block i's codes go
+// to xq + i·xqStep (permuted by q8perm when perm), its scale to d + i·dStep.
+// amax skips NaN (VMAXPS returns its second operand, the running maximum,
+// when the first is NaN); codes are clamped in float32 (rint and a clamp to
+// integers commute), NaN products are zeroed by mask, and VCVTPS2DQ rounds
+// to nearest even (MXCSR default), as rint32 does.
+TEXT ·q8Quant(SB), NOSPLIT, $0-49
+	MOVQ x+0(FP), SI
+	MOVQ xq+8(FP), DI
+	MOVQ d+16(FP), DX
+	MOVQ nb+24(FP), CX
+	MOVQ xqStep+32(FP), R8
+	MOVQ dStep+40(FP), R9
+	MOVBLZX perm+48(FP), R10
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z31
+	MOVL $0x42fe0000, AX // 127
+	VPBROADCASTD AX, Z30
+	MOVL $0xc2fe0000, AX // -127
+	VPBROADCASTD AX, Z29
+	VMOVDQU32 q8perm<>(SB), Z28
+	VPXORD X9, X9, X9
+	MOVL $0x42fe0000, AX
+	VMOVD AX, X10
+	TESTQ CX, CX
+	JZ qdone
+
+qloop:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VPANDD Z31, Z0, Z2
+	VPANDD Z31, Z1, Z3
+	VPXORD Z4, Z4, Z4
+	VMAXPS Z4, Z2, Z4
+	VMAXPS Z4, Z3, Z4
+	VEXTRACTF64X4 $1, Z4, Y5
+	VMAXPS Y5, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS X5, X4, X4
+	VPERMILPS $0x4e, X4, X5
+	VMAXPS X5, X4, X4
+	VMOVSHDUP X4, X5
+	VMAXSS X5, X4, X4
+	VDIVSS X10, X4, X6
+	VMOVSS X6, (DX)
+	VDIVSS X4, X10, X7
+	VCMPSS $4, X9, X4, X8
+	VANDPS X8, X7, X7
+	VBROADCASTSS X7, Z7
+	VMULPS Z7, Z0, Z0
+	VMULPS Z7, Z1, Z1
+	VCMPPS $0, Z0, Z0, K1
+	VCMPPS $0, Z1, Z1, K2
+	VMINPS Z30, Z0, Z0
+	VMAXPS Z29, Z0, Z0
+	VMINPS Z30, Z1, Z1
+	VMAXPS Z29, Z1, Z1
+	VCVTPS2DQ.Z Z0, K1, Z0
+	VCVTPS2DQ.Z Z1, K2, Z1
+	TESTQ R10, R10
+	JZ qstore
+	VPERMD Z0, Z28, Z0
+	VPERMD Z1, Z28, Z1
+
+qstore:
+	VPMOVDB Z0, (DI)
+	VPMOVDB Z1, 16(DI)
+	ADDQ $128, SI
+	ADDQ R8, DI
+	ADDQ R9, DX
+	DECQ CX
+	JNZ qloop
+
+qdone:
+	VZEROUPPER
+	RET
+
+// func q8Transpose(dst, src unsafe.Pointer, stride uintptr, nchunk int, nib bool)
+//
+// Transposes 16 rows of dwords (row r at src + r·stride, each prefetched
+// 512 bytes ahead) in chunks of 16 columns: column c of chunk i (16 dwords, one per row) goes to dst +
+// (16i + c)·64. With nib the dwords are 4-bit weight words and each column
+// is split into its low nibbles (dst + (16i + c)·128) and high nibbles (64
+// bytes further), one byte per code.
+TEXT ·q8Transpose(SB), NOSPLIT, $0-33
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ stride+16(FP), R9
+	MOVQ nchunk+24(FP), CX
+	MOVBLZX nib+32(FP), R10
+	TESTQ CX, CX
+	JZ tdone
+
+tloop:
+	MOVQ SI, AX
+	VMOVDQU32 (AX), Z0
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z1
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z2
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z3
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z4
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z5
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z6
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z7
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z8
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z9
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z10
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z11
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z12
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z13
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z14
+	PREFETCHT0 512(AX)
+	ADDQ R9, AX
+	VMOVDQU32 (AX), Z15
+	PREFETCHT0 512(AX)
+	TRANSPOSE16
+	TESTQ R10, R10
+	JNZ tnib
+	VMOVDQU32 Z0, 0(DI)
+	VMOVDQU32 Z1, 64(DI)
+	VMOVDQU32 Z2, 128(DI)
+	VMOVDQU32 Z3, 192(DI)
+	VMOVDQU32 Z4, 256(DI)
+	VMOVDQU32 Z5, 320(DI)
+	VMOVDQU32 Z6, 384(DI)
+	VMOVDQU32 Z7, 448(DI)
+	VMOVDQU32 Z8, 512(DI)
+	VMOVDQU32 Z9, 576(DI)
+	VMOVDQU32 Z10, 640(DI)
+	VMOVDQU32 Z11, 704(DI)
+	VMOVDQU32 Z12, 768(DI)
+	VMOVDQU32 Z13, 832(DI)
+	VMOVDQU32 Z14, 896(DI)
+	VMOVDQU32 Z15, 960(DI)
+	ADDQ $1024, DI
+	JMP tnext
+
+tnib:
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z16
+	NIB(Z0, 0)
+	NIB(Z1, 128)
+	NIB(Z2, 256)
+	NIB(Z3, 384)
+	NIB(Z4, 512)
+	NIB(Z5, 640)
+	NIB(Z6, 768)
+	NIB(Z7, 896)
+	NIB(Z8, 1024)
+	NIB(Z9, 1152)
+	NIB(Z10, 1280)
+	NIB(Z11, 1408)
+	NIB(Z12, 1536)
+	NIB(Z13, 1664)
+	NIB(Z14, 1792)
+	NIB(Z15, 1920)
+	ADDQ $2048, DI
+
+tnext:
+	ADDQ $64, SI
+	DECQ CX
+	JNZ tloop
+
+tdone:
+	VZEROUPPER
+	RET
+
+// func bf16ToF32(dst *float32, src *uint16, n int): dst[i] = src[i] as
+// float32 (bits << 16), n a multiple of 16.
+TEXT ·bf16ToF32(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ bdone
+
+bloop:
+	VPMOVZXWD (SI), Z0
+	VPSLLD $16, Z0, Z0
+	VMOVDQU32 Z0, (DI)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ bloop
+
+bdone:
+	VZEROUPPER
+	RET
+
+// func gsum16(dst, x *float32, gs, nset int)
+//
+// groupSums for nset sets of 16 consecutive groups of gs floats (gs a
+// multiple of 16): lane i of a set sums group i sequentially, as the scalar
+// loop does; 16 values of each of the 16 groups are transposed so that
+// value e of every group lands in one register, then added in order. The
+// partial sums wait at dst between chunks of 16 values.
+TEXT ·gsum16(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ gs+16(FP), R9
+	MOVQ nset+24(FP), R10
+	SHLQ $2, R9
+	TESTQ R10, R10
+	JZ gdone
+
+gset:
+	MOVQ SI, R8
+	MOVQ R9, CX
+	SHRQ $6, CX
+	VPXORD Z16, Z16, Z16
+	VMOVUPS Z16, (DI)
+
+gchunk:
+	MOVQ R8, AX
+	VMOVUPS (AX), Z0
+	ADDQ R9, AX
+	VMOVUPS (AX), Z1
+	ADDQ R9, AX
+	VMOVUPS (AX), Z2
+	ADDQ R9, AX
+	VMOVUPS (AX), Z3
+	ADDQ R9, AX
+	VMOVUPS (AX), Z4
+	ADDQ R9, AX
+	VMOVUPS (AX), Z5
+	ADDQ R9, AX
+	VMOVUPS (AX), Z6
+	ADDQ R9, AX
+	VMOVUPS (AX), Z7
+	ADDQ R9, AX
+	VMOVUPS (AX), Z8
+	ADDQ R9, AX
+	VMOVUPS (AX), Z9
+	ADDQ R9, AX
+	VMOVUPS (AX), Z10
+	ADDQ R9, AX
+	VMOVUPS (AX), Z11
+	ADDQ R9, AX
+	VMOVUPS (AX), Z12
+	ADDQ R9, AX
+	VMOVUPS (AX), Z13
+	ADDQ R9, AX
+	VMOVUPS (AX), Z14
+	ADDQ R9, AX
+	VMOVUPS (AX), Z15
+	TRANSPOSE16
+	VMOVUPS (DI), Z16
+	VADDPS Z0, Z16, Z16
+	VADDPS Z1, Z16, Z16
+	VADDPS Z2, Z16, Z16
+	VADDPS Z3, Z16, Z16
+	VADDPS Z4, Z16, Z16
+	VADDPS Z5, Z16, Z16
+	VADDPS Z6, Z16, Z16
+	VADDPS Z7, Z16, Z16
+	VADDPS Z8, Z16, Z16
+	VADDPS Z9, Z16, Z16
+	VADDPS Z10, Z16, Z16
+	VADDPS Z11, Z16, Z16
+	VADDPS Z12, Z16, Z16
+	VADDPS Z13, Z16, Z16
+	VADDPS Z14, Z16, Z16
+	VADDPS Z15, Z16, Z16
+	VMOVUPS Z16, (DI)
+	ADDQ $64, R8
+	DECQ CX
+	JNZ gchunk
+	ADDQ $64, DI
+	MOVQ R9, AX
+	SHLQ $4, AX
+	ADDQ AX, SI
+	DECQ R10
+	JNZ gset
+
+gdone:
+	VZEROUPPER
+	RET
+
+DATA pf4a0<>+0(SB)/4, $0
+DATA pf4a0<>+4(SB)/4, $8
+DATA pf4a0<>+8(SB)/4, $16
+DATA pf4a0<>+12(SB)/4, $24
+DATA pf4a0<>+16(SB)/4, $1
+DATA pf4a0<>+20(SB)/4, $9
+DATA pf4a0<>+24(SB)/4, $17
+DATA pf4a0<>+28(SB)/4, $25
+DATA pf4a0<>+32(SB)/4, $2
+DATA pf4a0<>+36(SB)/4, $10
+DATA pf4a0<>+40(SB)/4, $18
+DATA pf4a0<>+44(SB)/4, $26
+DATA pf4a0<>+48(SB)/4, $3
+DATA pf4a0<>+52(SB)/4, $11
+DATA pf4a0<>+56(SB)/4, $19
+DATA pf4a0<>+60(SB)/4, $27
+GLOBL pf4a0<>(SB), RODATA|NOPTR, $64
+DATA pf4a1<>+0(SB)/4, $4
+DATA pf4a1<>+4(SB)/4, $12
+DATA pf4a1<>+8(SB)/4, $20
+DATA pf4a1<>+12(SB)/4, $28
+DATA pf4a1<>+16(SB)/4, $5
+DATA pf4a1<>+20(SB)/4, $13
+DATA pf4a1<>+24(SB)/4, $21
+DATA pf4a1<>+28(SB)/4, $29
+DATA pf4a1<>+32(SB)/4, $6
+DATA pf4a1<>+36(SB)/4, $14
+DATA pf4a1<>+40(SB)/4, $22
+DATA pf4a1<>+44(SB)/4, $30
+DATA pf4a1<>+48(SB)/4, $7
+DATA pf4a1<>+52(SB)/4, $15
+DATA pf4a1<>+56(SB)/4, $23
+DATA pf4a1<>+60(SB)/4, $31
+GLOBL pf4a1<>(SB), RODATA|NOPTR, $64
+DATA pf4b0<>+0(SB)/4, $0
+DATA pf4b0<>+4(SB)/4, $1
+DATA pf4b0<>+8(SB)/4, $2
+DATA pf4b0<>+12(SB)/4, $3
+DATA pf4b0<>+16(SB)/4, $16
+DATA pf4b0<>+20(SB)/4, $17
+DATA pf4b0<>+24(SB)/4, $18
+DATA pf4b0<>+28(SB)/4, $19
+DATA pf4b0<>+32(SB)/4, $4
+DATA pf4b0<>+36(SB)/4, $5
+DATA pf4b0<>+40(SB)/4, $6
+DATA pf4b0<>+44(SB)/4, $7
+DATA pf4b0<>+48(SB)/4, $20
+DATA pf4b0<>+52(SB)/4, $21
+DATA pf4b0<>+56(SB)/4, $22
+DATA pf4b0<>+60(SB)/4, $23
+GLOBL pf4b0<>(SB), RODATA|NOPTR, $64
+DATA pf4b1<>+0(SB)/4, $8
+DATA pf4b1<>+4(SB)/4, $9
+DATA pf4b1<>+8(SB)/4, $10
+DATA pf4b1<>+12(SB)/4, $11
+DATA pf4b1<>+16(SB)/4, $24
+DATA pf4b1<>+20(SB)/4, $25
+DATA pf4b1<>+24(SB)/4, $26
+DATA pf4b1<>+28(SB)/4, $27
+DATA pf4b1<>+32(SB)/4, $12
+DATA pf4b1<>+36(SB)/4, $13
+DATA pf4b1<>+40(SB)/4, $14
+DATA pf4b1<>+44(SB)/4, $15
+DATA pf4b1<>+48(SB)/4, $28
+DATA pf4b1<>+52(SB)/4, $29
+DATA pf4b1<>+56(SB)/4, $30
+DATA pf4b1<>+60(SB)/4, $31
+GLOBL pf4b1<>(SB), RODATA|NOPTR, $64
+DATA pf4c0<>+0(SB)/4, $0
+DATA pf4c0<>+4(SB)/4, $1
+DATA pf4c0<>+8(SB)/4, $2
+DATA pf4c0<>+12(SB)/4, $3
+DATA pf4c0<>+16(SB)/4, $4
+DATA pf4c0<>+20(SB)/4, $5
+DATA pf4c0<>+24(SB)/4, $6
+DATA pf4c0<>+28(SB)/4, $7
+DATA pf4c0<>+32(SB)/4, $16
+DATA pf4c0<>+36(SB)/4, $17
+DATA pf4c0<>+40(SB)/4, $18
+DATA pf4c0<>+44(SB)/4, $19
+DATA pf4c0<>+48(SB)/4, $20
+DATA pf4c0<>+52(SB)/4, $21
+DATA pf4c0<>+56(SB)/4, $22
+DATA pf4c0<>+60(SB)/4, $23
+GLOBL pf4c0<>(SB), RODATA|NOPTR, $64
+DATA pf4c1<>+0(SB)/4, $8
+DATA pf4c1<>+4(SB)/4, $9
+DATA pf4c1<>+8(SB)/4, $10
+DATA pf4c1<>+12(SB)/4, $11
+DATA pf4c1<>+16(SB)/4, $12
+DATA pf4c1<>+20(SB)/4, $13
+DATA pf4c1<>+24(SB)/4, $14
+DATA pf4c1<>+28(SB)/4, $15
+DATA pf4c1<>+32(SB)/4, $24
+DATA pf4c1<>+36(SB)/4, $25
+DATA pf4c1<>+40(SB)/4, $26
+DATA pf4c1<>+44(SB)/4, $27
+DATA pf4c1<>+48(SB)/4, $28
+DATA pf4c1<>+52(SB)/4, $29
+DATA pf4c1<>+56(SB)/4, $30
+DATA pf4c1<>+60(SB)/4, $31
+GLOBL pf4c1<>(SB), RODATA|NOPTR, $64
+DATA pf8a0<>+0(SB)/4, $0
+DATA pf8a0<>+4(SB)/4, $4
+DATA pf8a0<>+8(SB)/4, $8
+DATA pf8a0<>+12(SB)/4, $12
+DATA pf8a0<>+16(SB)/4, $16
+DATA pf8a0<>+20(SB)/4, $20
+DATA pf8a0<>+24(SB)/4, $24
+DATA pf8a0<>+28(SB)/4, $28
+DATA pf8a0<>+32(SB)/4, $1
+DATA pf8a0<>+36(SB)/4, $5
+DATA pf8a0<>+40(SB)/4, $9
+DATA pf8a0<>+44(SB)/4, $13
+DATA pf8a0<>+48(SB)/4, $17
+DATA pf8a0<>+52(SB)/4, $21
+DATA pf8a0<>+56(SB)/4, $25
+DATA pf8a0<>+60(SB)/4, $29
+GLOBL pf8a0<>(SB), RODATA|NOPTR, $64
+DATA pf8a1<>+0(SB)/4, $2
+DATA pf8a1<>+4(SB)/4, $6
+DATA pf8a1<>+8(SB)/4, $10
+DATA pf8a1<>+12(SB)/4, $14
+DATA pf8a1<>+16(SB)/4, $18
+DATA pf8a1<>+20(SB)/4, $22
+DATA pf8a1<>+24(SB)/4, $26
+DATA pf8a1<>+28(SB)/4, $30
+DATA pf8a1<>+32(SB)/4, $3
+DATA pf8a1<>+36(SB)/4, $7
+DATA pf8a1<>+40(SB)/4, $11
+DATA pf8a1<>+44(SB)/4, $15
+DATA pf8a1<>+48(SB)/4, $19
+DATA pf8a1<>+52(SB)/4, $23
+DATA pf8a1<>+56(SB)/4, $27
+DATA pf8a1<>+60(SB)/4, $31
+GLOBL pf8a1<>(SB), RODATA|NOPTR, $64
+
+
+// func permF32Asm(dst, src *float32, nblk int, dstStep uintptr, bits int)
+//
+// permF32 for nblk blocks of 16·32/bits floats: block i of src (read
+// consecutively) goes to dst + i·dstStep bytes in the lane layout (position p
+// of lane l at p·16 + l), by two (8-bit) or three (4-bit) rounds of
+// two-register permutes (VPERMI2PS) with the tables above.
+TEXT ·permF32Asm(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ nblk+16(FP), CX
+	MOVQ dstStep+24(FP), R8
+	MOVQ bits+32(FP), AX
+	VMOVDQU32 pf4a0<>(SB), Z24
+	VMOVDQU32 pf4a1<>(SB), Z25
+	VMOVDQU32 pf4b0<>(SB), Z26
+	VMOVDQU32 pf4b1<>(SB), Z27
+	VMOVDQU32 pf4c0<>(SB), Z28
+	VMOVDQU32 pf4c1<>(SB), Z29
+	VMOVDQU32 pf8a0<>(SB), Z30
+	VMOVDQU32 pf8a1<>(SB), Z31
+	TESTQ CX, CX
+	JZ pdone
+	CMPQ AX, $4
+	JNE p8
+
+p4:
+	VMOVUPS 0(SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVUPS 128(SI), Z2
+	VMOVUPS 192(SI), Z3
+	VMOVUPS 256(SI), Z4
+	VMOVUPS 320(SI), Z5
+	VMOVUPS 384(SI), Z6
+	VMOVUPS 448(SI), Z7
+	VMOVDQA32 Z24, Z8
+	VPERMI2PS Z1, Z0, Z8
+	VMOVDQA32 Z25, Z9
+	VPERMI2PS Z1, Z0, Z9
+	VMOVDQA32 Z24, Z10
+	VPERMI2PS Z3, Z2, Z10
+	VMOVDQA32 Z25, Z11
+	VPERMI2PS Z3, Z2, Z11
+	VMOVDQA32 Z24, Z12
+	VPERMI2PS Z5, Z4, Z12
+	VMOVDQA32 Z25, Z13
+	VPERMI2PS Z5, Z4, Z13
+	VMOVDQA32 Z24, Z14
+	VPERMI2PS Z7, Z6, Z14
+	VMOVDQA32 Z25, Z15
+	VPERMI2PS Z7, Z6, Z15
+	VMOVDQA32 Z26, Z16
+	VPERMI2PS Z10, Z8, Z16
+	VMOVDQA32 Z27, Z17
+	VPERMI2PS Z10, Z8, Z17
+	VMOVDQA32 Z26, Z18
+	VPERMI2PS Z11, Z9, Z18
+	VMOVDQA32 Z27, Z19
+	VPERMI2PS Z11, Z9, Z19
+	VMOVDQA32 Z26, Z20
+	VPERMI2PS Z14, Z12, Z20
+	VMOVDQA32 Z27, Z21
+	VPERMI2PS Z14, Z12, Z21
+	VMOVDQA32 Z26, Z22
+	VPERMI2PS Z15, Z13, Z22
+	VMOVDQA32 Z27, Z23
+	VPERMI2PS Z15, Z13, Z23
+	VMOVDQA32 Z28, Z0
+	VPERMI2PS Z20, Z16, Z0
+	VMOVDQA32 Z29, Z1
+	VPERMI2PS Z20, Z16, Z1
+	VMOVDQA32 Z28, Z2
+	VPERMI2PS Z21, Z17, Z2
+	VMOVDQA32 Z29, Z3
+	VPERMI2PS Z21, Z17, Z3
+	VMOVDQA32 Z28, Z4
+	VPERMI2PS Z22, Z18, Z4
+	VMOVDQA32 Z29, Z5
+	VPERMI2PS Z22, Z18, Z5
+	VMOVDQA32 Z28, Z6
+	VPERMI2PS Z23, Z19, Z6
+	VMOVDQA32 Z29, Z7
+	VPERMI2PS Z23, Z19, Z7
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	VMOVUPS Z4, 256(DI)
+	VMOVUPS Z5, 320(DI)
+	VMOVUPS Z6, 384(DI)
+	VMOVUPS Z7, 448(DI)
+	ADDQ $512, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ p4
+	JMP pdone
+
+p8:
+	VMOVUPS 0(SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVUPS 128(SI), Z2
+	VMOVUPS 192(SI), Z3
+	VMOVDQA32 Z30, Z8
+	VPERMI2PS Z1, Z0, Z8
+	VMOVDQA32 Z31, Z9
+	VPERMI2PS Z1, Z0, Z9
+	VMOVDQA32 Z30, Z10
+	VPERMI2PS Z3, Z2, Z10
+	VMOVDQA32 Z31, Z11
+	VPERMI2PS Z3, Z2, Z11
+	VMOVDQA32 Z28, Z0
+	VPERMI2PS Z10, Z8, Z0
+	VMOVDQA32 Z29, Z1
+	VPERMI2PS Z10, Z8, Z1
+	VMOVDQA32 Z28, Z2
+	VPERMI2PS Z11, Z9, Z2
+	VMOVDQA32 Z29, Z3
+	VPERMI2PS Z11, Z9, Z3
+	VMOVUPS Z0, 0(DI)
+	VMOVUPS Z1, 64(DI)
+	VMOVUPS Z2, 128(DI)
+	VMOVUPS Z3, 192(DI)
+	ADDQ $256, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ p8
+
+pdone:
+	VZEROUPPER
+	RET
+
+// dxl4 and dxl8: the x block each lane of a 4-bit (8 codes a lane) or 8-bit
+// (4 codes a lane) vector block reads, as dword indices into its block scales.
+DATA dxl4<>+0(SB)/4, $0
+DATA dxl4<>+4(SB)/4, $0
+DATA dxl4<>+8(SB)/4, $0
+DATA dxl4<>+12(SB)/4, $0
+DATA dxl4<>+16(SB)/4, $1
+DATA dxl4<>+20(SB)/4, $1
+DATA dxl4<>+24(SB)/4, $1
+DATA dxl4<>+28(SB)/4, $1
+DATA dxl4<>+32(SB)/4, $2
+DATA dxl4<>+36(SB)/4, $2
+DATA dxl4<>+40(SB)/4, $2
+DATA dxl4<>+44(SB)/4, $2
+DATA dxl4<>+48(SB)/4, $3
+DATA dxl4<>+52(SB)/4, $3
+DATA dxl4<>+56(SB)/4, $3
+DATA dxl4<>+60(SB)/4, $3
+GLOBL dxl4<>(SB), RODATA|NOPTR, $64
+DATA dxl8<>+0(SB)/4, $0
+DATA dxl8<>+4(SB)/4, $0
+DATA dxl8<>+8(SB)/4, $0
+DATA dxl8<>+12(SB)/4, $0
+DATA dxl8<>+16(SB)/4, $0
+DATA dxl8<>+20(SB)/4, $0
+DATA dxl8<>+24(SB)/4, $0
+DATA dxl8<>+28(SB)/4, $0
+DATA dxl8<>+32(SB)/4, $1
+DATA dxl8<>+36(SB)/4, $1
+DATA dxl8<>+40(SB)/4, $1
+DATA dxl8<>+44(SB)/4, $1
+DATA dxl8<>+48(SB)/4, $1
+DATA dxl8<>+52(SB)/4, $1
+DATA dxl8<>+56(SB)/4, $1
+DATA dxl8<>+60(SB)/4, $1
+GLOBL dxl8<>(SB), RODATA|NOPTR, $64
+
+// func permQ8Asm(dst, src *int8, dxl, dx *float32, nblk, bits int)
+//
+// permQ8 for nblk vector blocks: 4-bit blocks of 128 codes get their even
+// codes (VPMOVWB of the words) then their odd codes (of the words shifted
+// right by 8); 8-bit blocks of 64 are copied. dxl gets the 16 lane scales
+// of each block (VPERMD of its 4 or 2 block scales).
+TEXT ·permQ8Asm(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ dxl+16(FP), R8
+	MOVQ dx+24(FP), R9
+	MOVQ nblk+32(FP), CX
+	MOVQ bits+40(FP), AX
+	TESTQ CX, CX
+	JZ qpdone
+	CMPQ AX, $4
+	JNE qp8
+	VMOVDQU32 dxl4<>(SB), Z8
+
+qp4:
+	VMOVDQU8 (SI), Z0
+	VMOVDQU8 64(SI), Z1
+	VPSRLW $8, Z0, Z2
+	VPSRLW $8, Z1, Z3
+	VPMOVWB Z0, (DI)
+	VPMOVWB Z1, 32(DI)
+	VPMOVWB Z2, 64(DI)
+	VPMOVWB Z3, 96(DI)
+	VMOVDQU (R9), X4
+	VPERMD Z4, Z8, Z4
+	VMOVDQU32 Z4, (R8)
+	ADDQ $128, SI
+	ADDQ $128, DI
+	ADDQ $16, R9
+	ADDQ $64, R8
+	DECQ CX
+	JNZ qp4
+	JMP qpdone
+
+qp8:
+	VMOVDQU32 dxl8<>(SB), Z8
+
+qp8loop:
+	VMOVDQU8 (SI), Z0
+	VMOVDQU8 Z0, (DI)
+	VMOVQ (R9), X4
+	VPERMD Z4, Z8, Z4
+	VMOVDQU32 Z4, (R8)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	ADDQ $8, R9
+	ADDQ $64, R8
+	DECQ CX
+	JNZ qp8loop
+
+qpdone:
+	VZEROUPPER
+	RET
