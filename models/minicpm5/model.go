@@ -122,9 +122,15 @@ func (m *Model) Forward(ids backend.Array, cache []nn.KVCache, opts ForwardOptio
 		if tap != nil {
 			lt = nn.Prefixed(tap, "layers."+strconv.Itoa(i)+".")
 		}
+		prev := h
 		h = layer.ForwardTap(h, mask, layerCache(cache, i), lt)
-		if opts.CaptureHidden {
+		switch {
+		case opts.CaptureHidden:
 			out.Hidden = append(out.Hidden, h)
+		case tap == nil:
+			// Nothing else holds the previous hidden state: free it now
+			// rather than at the end of the forward (24 of them at once).
+			m.b.Release(prev)
 		}
 	}
 	h = m.Norm.Forward(h)
