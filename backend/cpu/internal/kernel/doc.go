@@ -62,8 +62,10 @@
 //
 // # Threads
 //
-// parallelFor cuts an op's rows into chunks that the calling goroutine and
-// a persistent worker pool claim (pool.go). An output never depends on how
+// parallelFor splits an op's rows into one range per thread, run by the
+// calling goroutine and a persistent worker pool (pool.go); the one-row
+// matmul claims smaller chunks from an atomic counter inside those, so a
+// worker that starts late takes less. An output never depends on how
 // the rows were split.
 
 // # Memory
