@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -55,7 +57,7 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 	if o.Options.Device != "" {
 		rep.Device += " " + o.Options.Device
 	}
-	fmt.Fprintf(stderr, "bench child %s: loaded in %.2fs\n", rep.Device, rep.LoadS)
+	fmt.Fprintf(stderr, "bench child %s: loaded in %.2fs (%s)\n", rep.Device, rep.LoadS, memoryNote(b))
 	for _, p := range o.PromptLens {
 		for r := range o.Warmup + o.Reps {
 			sec, err := prefill(b, m, o.IDs[:p])
@@ -66,6 +68,7 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 			rep.Runs = append(rep.Runs, rec)
 			fmt.Fprintf(stderr, "bench child %s: prefill %d %s: %.3fs (%.1f tok/s)\n", rep.Device, p, repName(r, o.Warmup, o.Reps), sec, float64(p)/sec)
 		}
+		fmt.Fprintf(stderr, "bench child %s: after prefill %d: %s\n", rep.Device, p, memoryNote(b))
 	}
 	p := o.PromptLens[0]
 	for r := range o.Warmup + o.Reps {
@@ -79,16 +82,18 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 			return fmt.Errorf("bench child %s: generate after %d: %w", rep.Device, p, err)
 		}
 		rep.Runs = append(rep.Runs, RunRecord{Kind: "generate", Prompt: p, Warmup: r < o.Warmup, TTFT: times[0], Tokens: times})
-		fmt.Fprintf(stderr, "bench child %s: generate after %d %s: first token %.3fs, %d tokens in %.2fs\n",
-			rep.Device, p, repName(r, o.Warmup, o.Reps), times[0], len(times), times[len(times)-1])
+		fmt.Fprintf(stderr, "bench child %s: generate after %d %s: first token %.3fs, %d tokens in %.2fs (%s)\n",
+			rep.Device, p, repName(r, o.Warmup, o.Reps), times[0], len(times), times[len(times)-1], memoryNote(b))
 	}
 	return json.NewEncoder(stdout).Encode(rep)
 }
 
 // prefill times the prompt through a fresh cache, as generation prefills
-// it, until the last position's logits are on the host. It runs on the
-// backend's thread (Do), as generation does: outside it, every op of a
-// backend with its own thread (mlx) would cross threads.
+// it, until the last position's logits are computed (PrefillLast evaluates
+// them; they are not copied to the host, as mlx_lm_driver.py does not copy
+// them either). It runs on the backend's thread (Do), as generation does:
+// outside it, every op of a backend with its own thread (mlx) would cross
+// threads.
 func prefill(b backend.Backend, m *minicpm5.Model, ids []int32) (sec float64, err error) {
 	cache := m.NewCache()
 	defer func() {
@@ -103,11 +108,7 @@ func prefill(b backend.Backend, m *minicpm5.Model, ids []int32) (sec float64, er
 	err = b.Do(func() (err error) {
 		defer backend.Recover(&err)
 		logits, err := m.PrefillLast(ids, cache, 2048)
-		if err != nil {
-			return err
-		}
-		defer b.Release(logits)
-		_, err = b.ToHost(logits)
+		b.Release(logits)
 		return err
 	})
 	return time.Since(t0).Seconds(), err
@@ -131,4 +132,30 @@ func ReadIDs(path string) ([]int32, error) {
 		return nil, fmt.Errorf("bench: %s: want a JSON list of int32 token ids: %w", path, err)
 	}
 	return ids, nil
+}
+
+// memoryNote describes the process's memory for the progress log: its
+// resident set now and at its peak (Linux /proc/self/status), and the
+// backend's own allocator counters when it has them (the MLX backend's
+// Memory method: active, peak and cached bytes), found by reflection so
+// that this file builds without the mlx tag.
+func memoryNote(b backend.Backend) string {
+	var parts []string
+	if data, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && (k == "VmRSS" || k == "VmHWM") {
+				parts = append(parts, k+" "+strings.Join(strings.Fields(v), " "))
+			}
+		}
+	}
+	if m := reflect.ValueOf(b).MethodByName("Memory"); m.IsValid() && m.Type().NumIn() == 0 && m.Type().NumOut() == 1 {
+		var stats string
+		if err := b.Do(func() error { stats = fmt.Sprintf("%+v", m.Call(nil)[0].Interface()); return nil }); err == nil {
+			parts = append(parts, "backend memory "+stats)
+		}
+	}
+	if len(parts) == 0 {
+		return "memory unknown"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -12,10 +12,20 @@ A prefill run times each prompt length through a fresh cache as generate_step pr
 last position's logits are computed. A generate run (after the first prompt length) times
 generate_step: ttft_s from the call to the first token, token_s the times (from the same start) at
 which each generated token was known. Greedy decoding, no stop tokens. Progress goes to stderr.
+
+With --graph-steps N it instead measures the host's part of one decode step, the twin of
+backend/metal's BenchmarkModelDecodeBuild: a 15-token prompt goes into the cache, then N times the
+graph of one greedy generate_step token is built (model, logsumexp, argmax; timed, no evaluation),
+evaluated with the cache and trimmed back. It prints {"engine": "mlx_lm", "device": ...,
+"graph_primitives": {name: count}, "build_us_median": float, "build_us_min": float}, the
+primitives counted from mx.export_to_dot as mlxgo's GraphOps counts them.
 """
 
 import argparse
+import collections
+import io
 import json
+import re
 import sys
 import time
 
@@ -28,6 +38,23 @@ from mlx_lm.models.cache import make_prompt_cache
 
 def log(msg):
     print(f"mlx_lm_driver: {msg}", file=sys.stderr, flush=True)
+
+
+def memory_note():
+    """The process's resident set now and at its peak (Linux /proc/self/status) and MLX's allocator
+    counters, for the progress log (the Go child logs the same)."""
+    parts = []
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    parts.append(f"{key} {' '.join(val.split())}")
+    except OSError:
+        pass
+    parts.append(f"mlx memory active {mx.get_active_memory()} peak {mx.get_peak_memory()} "
+                 f"cache {mx.get_cache_memory()}")
+    return ", ".join(parts)
 
 
 def rep_name(r, args):
@@ -48,19 +75,61 @@ def prefill(model, prompt):
     return time.perf_counter() - start
 
 
+def graph_build(model, steps):
+    """Primitives of one decode step's graph and the time to build it (see --graph-steps)."""
+    cache = make_prompt_cache(model)
+    model(mx.array([list(range(1, 16))], dtype=mx.int32), cache=cache)
+    mx.eval([c.state for c in cache])
+    y = mx.array([16], dtype=mx.int32)
+
+    def step():  # generate_step's _step with the driver's greedy sampler
+        logits = model(y[None], cache=cache)[:, -1, :]
+        logprobs = logits - mx.logsumexp(logits, keepdims=True)
+        return mx.argmax(logprobs, axis=-1), logprobs.squeeze(0)
+
+    prims, times = collections.Counter(), []
+    for i in range(steps):
+        start = time.perf_counter()
+        out = step()
+        times.append(time.perf_counter() - start)
+        state = [a for c in cache for a in (c.keys, c.values)]
+        if i == 0:
+            dot = io.StringIO()
+            mx.export_to_dot(dot, *out, *state)
+            for line in dot.getvalue().splitlines():
+                m = re.search(r'label\s*=\s*"([^"]*)"[^;]*shape\s*=\s*rectangle', line)
+                if m:
+                    prims[m.group(1)] += 1
+        mx.eval(*out, *state)
+        for c in cache:
+            c.offset -= 1
+    times.sort()
+    return {"engine": "mlx_lm", "device": str(mx.default_device()), "graph_primitives": dict(prims),
+            "build_us_median": times[len(times) // 2] * 1e6, "build_us_min": times[0] * 1e6}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="model directory (as mlx_lm.load takes it)")
-    ap.add_argument("--ids-file", required=True, help="JSON list of prompt token ids")
-    ap.add_argument("--prompt-lens", required=True, help="comma-separated prompt lengths (prefixes of the ids)")
-    ap.add_argument("--decode-tokens", type=int, required=True, help="tokens generated after the first prompt length (>= 3)")
-    ap.add_argument("--reps", type=int, required=True, help="timed repetitions per prompt length")
+    ap.add_argument("--ids-file", help="JSON list of prompt token ids (required without --graph-steps)")
+    ap.add_argument("--prompt-lens", help="comma-separated prompt lengths (prefixes of the ids)")
+    ap.add_argument("--decode-tokens", type=int, help="tokens generated after the first prompt length (>= 3)")
+    ap.add_argument("--reps", type=int, help="timed repetitions per prompt length")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs before the timed ones")
     ap.add_argument("--device", choices=["default", "cpu", "gpu"], default="default")
+    ap.add_argument("--graph-steps", type=int, default=0,
+                    help="instead: count one decode step's graph primitives and time building it N times")
     args = ap.parse_args()
 
     if args.device != "default":
         mx.set_default_device(mx.cpu if args.device == "cpu" else mx.gpu)
+    if args.graph_steps > 0:
+        model, _ = mlx_lm.load(args.model)
+        json.dump(graph_build(model, args.graph_steps), sys.stdout)
+        print()
+        return
+    if None in (args.ids_file, args.prompt_lens, args.decode_tokens, args.reps):
+        sys.exit("mlx_lm_driver: want --ids-file, --prompt-lens, --decode-tokens and --reps (or --graph-steps)")
     with open(args.ids_file) as f:
         ids = json.load(f)
     lens = [int(x) for x in args.prompt_lens.split(",") if x]
@@ -73,7 +142,7 @@ def main():
     model, _ = mlx_lm.load(args.model)  # evaluates every parameter (not lazy)
     load_s = time.perf_counter() - t0
     device = str(mx.default_device())
-    log(f"loaded in {load_s:.2f}s on {device}")
+    log(f"loaded in {load_s:.2f}s on {device} ({memory_note()})")
 
     runs = []
     for n in lens:
@@ -82,6 +151,7 @@ def main():
             sec = prefill(model, prompt)
             runs.append({"kind": "prefill", "prompt": n, "warmup": r < args.warmup, "seconds": sec})
             log(f"prefill {n} {rep_name(r, args)}: {sec:.3f}s ({n / sec:.1f} tok/s)")
+        log(f"after prefill {n}: {memory_note()}")
     n = lens[0]
     prompt = mx.array(ids[:n], dtype=mx.int32)
     for r in range(args.warmup + args.reps):
@@ -94,7 +164,7 @@ def main():
         runs.append({"kind": "generate", "prompt": n, "warmup": r < args.warmup,
                      "ttft_s": token_s[0], "token_s": token_s})
         log(f"generate after {n} {rep_name(r, args)}: first token {token_s[0]:.3f}s, "
-            f"{len(token_s)} tokens in {token_s[-1]:.2f}s")
+            f"{len(token_s)} tokens in {token_s[-1]:.2f}s ({memory_note()})")
         del cache
     json.dump({"engine": "mlx_lm", "device": device, "load_s": load_s, "runs": runs}, sys.stdout)
     print()

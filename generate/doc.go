@@ -29,6 +29,12 @@
 // before the callback sees token n. Unlike generate_step, Generate never
 // computes the step after the last token it returns, which changes no token.
 //
+// The loop runs on the backend's thread, in one Backend.Do (the callback
+// with it), so a backend with a thread of its own is not handed work from
+// another thread at every step. mx.clear_cache's counterpart
+// ([backend.CacheClearer]) is called where generate_step calls it: after
+// each prefill chunk and after the generated tokens 0, 256, 512, ...
+//
 // # Processors' context
 //
 // The processors see a token history: the prompt, then every generated

@@ -119,13 +119,27 @@ type Result struct {
 // generate_step and stream_generate do, calling onToken (when not nil) with
 // each token as soon as it is known; onToken returning false stops
 // generation. See the package doc for the loop, its numerics and its memory.
+//
+// The whole loop runs on the backend's thread, in one Backend.Do, as
+// generate_step runs on Python's one thread: a backend that does its work on
+// a thread of its own (mlx) then pays no hand-over between threads per
+// token. onToken runs there too: it may use the backend, but it must not
+// wait for another goroutine that does (that goroutine's Do would wait for
+// Generate), nor call runtime.Goexit (t.Fatal), which would end the
+// backend's thread. A panic in onToken stops generation, releases the
+// caches and reaches the caller as Backend.Do reports it.
 func Generate[C Cache](m Model[C], prompt []int32, opts Options, onToken func(Token) bool) (Result, error) {
 	g, err := newGenerator(m, prompt, opts)
 	if err != nil {
 		return Result{}, err
 	}
-	defer g.close()
-	return g.run(onToken)
+	var res Result
+	err = g.b.Do(func() (err error) {
+		defer g.close()
+		res, err = g.run(onToken)
+		return err
+	})
+	return res, err
 }
 
 type generator[C Cache] struct {
@@ -236,13 +250,14 @@ func (g *generator[C]) prefill() error {
 			return fmt.Errorf("generate: prefill at prompt token %d: %w", len(g.prompt)-len(p), err)
 		}
 		p = p[n:]
+		g.clearCache()
 	}
-	g.clearCache()
 	return nil
 }
 
 // clearCache returns a caching backend's freed buffers to the system, as
-// generate_step calls mx.clear_cache after the prompt and every 256 tokens.
+// generate_step calls mx.clear_cache: after each prefill chunk, and after
+// the generated tokens 0, 256, 512, ... are handed out.
 func (g *generator[C]) clearCache() {
 	if c, ok := g.b.(backend.CacheClearer); ok {
 		_ = g.b.Do(func() (err error) {
@@ -410,12 +425,12 @@ func (g *generator[C]) run(onToken func(Token) bool) (res Result, err error) {
 			res.FinishReason = FinishCallback
 			return res, nil
 		}
+		if n%256 == 0 {
+			g.clearCache()
+		}
 		if !more {
 			res.FinishReason = FinishLength
 			return res, nil
-		}
-		if (n+1)%256 == 0 {
-			g.clearCache()
 		}
 		cur = next
 	}

@@ -453,24 +453,34 @@ func (b *Backend) AsyncEval(arrays ...backend.Array) error {
 }
 
 func (b *Backend) eval(op string, async bool, arrays []backend.Array) (err error) {
-	b.do(op, func() {
-		b.ledger.freeOrphans()
-		var hs []C.mlx_array
+	if !b.here() {
+		arrays := slices.Clone(arrays) // the caller's slice stays on its stack
+		b.do(op, func() { err = b.eval(op, async, arrays) })
+		return err
+	}
+	b.ledger.freeOrphans()
+	b.evals.reserve(len(arrays))
+	hs := b.evals.s
+	n := 0
+	for i, x := range arrays {
+		if x != nil {
+			hs[n] = b.arg(op, arrays, i).h
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if C.mlxgo_eval(b.evals.p, C.size_t(n), C.bool(async)) != 0 {
 		var args []backend.Array
 		for _, x := range arrays {
 			if x != nil {
-				hs = append(hs, b.use(op, x)[0].h)
 				args = append(args, x)
 			}
 		}
-		if len(hs) == 0 {
-			return
-		}
-		if C.mlxgo_eval(&hs[0], C.size_t(len(hs)), C.bool(async)) != 0 {
-			err = b.opError(op, args)
-		}
-	})
-	return err
+		return b.opError(op, args)
+	}
+	return nil
 }
 
 // Release frees arrays now. Nil and already-released arrays are skipped;

@@ -30,8 +30,11 @@ var (
 // go, which can be after the array is released while a pending graph still
 // reads it; MLX never writes such a buffer (it does not own it, so never
 // donates it). Go-heap memory is pinned until MLX lets it go; memory-mapped
-// files need no pinning. Empty tensors and data not aligned to its element
-// size are copied as by FromHost.
+// files need no pinning. When MLX copied and t lies in a read-only file
+// mapping (a checkpoint), Borrow drops those pages from the process's
+// resident set (they stay in the page cache; see dropCopiedPages), so the
+// weights are not resident twice. Empty tensors and data not aligned to its
+// element size are copied as by FromHost.
 func (b *Backend) Borrow(t *tensor.Dense) backend.Array {
 	checkDense("Borrow", t)
 	if len(t.Data) == 0 || uintptr(unsafe.Pointer(&t.Data[0]))%uintptr(t.DType.Size()) != 0 {
@@ -53,6 +56,11 @@ func (b *Backend) Borrow(t *tensor.Dense) backend.Array {
 		}
 		aliased := arr.ctx != nil && unsafe.Pointer(C.mlx_array_data_uint8(arr)) == unsafe.Pointer(&t.Data[0])
 		out = b.wrapAs("Borrow", 0, arr, aliased, nil)
+		if !aliased {
+			// MLX made its own copy and let t go: a memory-mapped t
+			// need not stay resident beside it.
+			dropCopiedPages(t.Data)
+		}
 	})
 	return out
 }

@@ -51,4 +51,10 @@
 // one cgo call (mlxgo_op) that records it and returns the result's shape and
 // dtype. The only Go allocation is the Array (with its shape inline up to
 // four dimensions); a scope frees its arrays in one cgo call at Close.
+// ToHost evaluates and copies in place when the result is row-contiguous
+// (no extra copy op on the device). OpsRecorded counts the ops recorded and
+// GraphOps lists the primitives of a lazy graph by name (as
+// mx.export_to_dot draws them), to compare the graphs mlxgo and mlx_lm
+// build; BenchmarkModelDecodeBuild times recording a real model's decode
+// step (MLXGO_BENCH_MODEL, MLXGO_BENCH_DEVICE).
 package metal

@@ -39,10 +39,12 @@ type Backend struct {
 
 	// call describes the op being recorded to mlxgo_op (C memory, so the
 	// one cgo call per op passes no Go pointer); args holds its input
-	// handles and dead the handles a closing scope frees in one call.
-	call       *C.mlxgo_call
-	args, dead handles
+	// handles, dead the handles a closing scope frees in one call and
+	// evals the arrays of an Eval or AsyncEval.
+	call              *C.mlxgo_call
+	args, dead, evals handles
 
+	ops    uint64 // ops recorded through exec (OpsRecorded)
 	ledger *ledger
 	scopes []*scope   // open scopes, innermost last
 	spare  [][]*Array // array lists of closed scopes, for reuse
@@ -160,12 +162,19 @@ func (b *Backend) Close() error {
 		b.call = nil
 		b.args.free()
 		b.dead.free()
+		b.evals.free()
 		C.mlxgo_clear_error()
 	})
 	b.closed = true
 	b.w.stop()
 	return nil
 }
+
+// OpsRecorded returns how many ops the backend has recorded through its op
+// entry points since it opened (one per Backend op call that builds an MLX
+// op; the primitives MLX adds inside an op are in GraphOps). Read it on the
+// MLX thread or while no op runs.
+func (b *Backend) OpsRecorded() uint64 { return b.ops }
 
 // Version returns the version of the MLX library linked in.
 func (b *Backend) Version() string {

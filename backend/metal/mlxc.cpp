@@ -18,6 +18,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "mlx/array.h"
@@ -26,6 +27,7 @@
 #include "mlx/fast.h"
 #include "mlx/memory.h"
 #include "mlx/ops.h"
+#include "mlx/primitives.h"
 #include "mlx/stream.h"
 #include "mlx/transforms.h"
 #include "mlx/version.h"
@@ -451,6 +453,14 @@ const uint8_t* mlx_array_data_uint8(const mlx_array a) {
   return p;
 }
 
+int mlx_array_eval(mlx_array a) {
+  return guard([&] { arr(a).eval(); });
+}
+
+int _mlx_array_is_row_contiguous(bool* res, const mlx_array a) {
+  return guard([&] { *res = arr(a).flags().row_contiguous; });
+}
+
 // ---- vectors ----------------------------------------------------------------
 
 mlx_vector_array mlx_vector_array_new(void) {
@@ -761,6 +771,46 @@ int mlx_fast_scaled_dot_product_attention(mlx_array* res, const mlx_array q, con
     return mx::fast::scaled_dot_product_attention(arr(q), arr(k), arr(v), scale, mask_mode, opt(mask_arr),
                                                   opt(sinks), force_fused, str(s));
   });
+}
+
+// ---- mlxgo extensions (not mlx-c) ---------------------------------------------
+
+// mlxgo_graph_ops walks the graph that computes outs[0..n) and returns, in a
+// malloc'd string the caller frees, the name of the primitive of every node
+// still to run (an array not yet evaluated, its siblings, the other outputs
+// of the same call, counted with it), one per line. For diagnostics (op
+// counts, as mx.export_to_dot draws them), not for the hot path.
+char* mlxgo_graph_ops(const mlx_array* outs, size_t n) {
+  char* out = nullptr;
+  guard([&] {
+    std::vector<mx::array> stack;
+    for (size_t i = 0; i < n; i++) {
+      stack.push_back(arr(outs[i]));
+    }
+    std::unordered_set<std::uintptr_t> seen;
+    std::string names;
+    while (!stack.empty()) {
+      mx::array a = std::move(stack.back());
+      stack.pop_back();
+      if (!seen.insert(a.id()).second || !a.has_primitive()) {
+        continue;
+      }
+      for (auto& s : a.siblings()) {
+        seen.insert(s.id());
+      }
+      names += a.primitive().name();
+      names += '\n';
+      for (auto& in : a.inputs()) {
+        stack.push_back(in);
+      }
+    }
+    out = static_cast<char*>(std::malloc(names.size() + 1));
+    if (out == nullptr) {
+      throw std::bad_alloc();
+    }
+    std::memcpy(out, names.c_str(), names.size() + 1);
+  });
+  return out;
 }
 
 }  // extern "C"

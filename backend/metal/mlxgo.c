@@ -58,17 +58,32 @@ int mlxgo_eval(const mlx_array* arrs, size_t n, bool async) {
 }
 
 int mlxgo_to_host(mlx_array a, mlx_stream s, void* dst, size_t n) {
-  mlx_array c = mlx_array_new();
-  int rc = mlx_contiguous(&c, a, false, s);
+  // Evaluate first: only then does the layout flag describe the buffer. A
+  // row-contiguous result (the usual case) is read in place, with no copy
+  // op recorded and run on the device.
+  bool dense = false;
+  int rc = mlx_array_eval(a);
   if (rc == 0) {
-    rc = mlxgo_eval(&c, 1, false);
+    rc = _mlx_array_is_row_contiguous(&dense, a);
   }
-  if (rc == 0 && mlx_array_nbytes(c) != n) {
+  if (rc != 0) {
+    return rc;
+  }
+  mlx_array c = mlx_array_new();
+  mlx_array src = a;
+  if (!dense) {
+    rc = mlx_contiguous(&c, a, false, s);
+    if (rc == 0) {
+      rc = mlx_array_eval(c);
+    }
+    src = c;
+  }
+  if (rc == 0 && mlx_array_nbytes(src) != n) {
     mlx_array_free(c);
     return 2;
   }
   if (rc == 0 && n > 0) {
-    const uint8_t* p = mlx_array_data_uint8(c);
+    const uint8_t* p = mlx_array_data_uint8(src);
     if (p == NULL) {
       rc = 1;
     } else {

@@ -69,7 +69,8 @@ void mlxgo_clear_error(void);
 
 // mlxgo_meta writes a's rank, dimensions (at most MLXGO_MAX_DIMS) and dtype.
 int mlxgo_meta(mlx_array a, int* ndim, int* shape, int* dtype);
-// mlxgo_to_host evaluates a row-contiguous copy of a and copies its n bytes to dst.
+// mlxgo_to_host evaluates a and copies its n bytes to dst, in row-major order
+// (through a contiguous copy only when a is not laid out that way).
 int mlxgo_to_host(mlx_array a, mlx_stream s, void* dst, size_t n);
 // mlxgo_eval evaluates (or, with async, starts evaluating) n arrays.
 int mlxgo_eval(const mlx_array* arrs, size_t n, bool async);

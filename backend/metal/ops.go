@@ -50,6 +50,7 @@ func (b *Backend) exec(op string, args ...backend.Array) *Array {
 		hs[i] = b.arg(op, args, i).h
 	}
 	c.nargs = C.size_t(len(args))
+	b.ops++
 	if C.mlxgo_op(C.uintptr_t(uintptr(unsafe.Pointer(c)))) != 0 {
 		panic(b.opError(op, slices.Clone(args)))
 	}

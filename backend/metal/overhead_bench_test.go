@@ -100,3 +100,18 @@ func BenchmarkDecodeStep(b *testing.B) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkDoHandoff measures Backend.Do called from a goroutine other than
+// the MLX thread: the cost of handing work to the thread locked to MLX and
+// waiting for it, which generation pays for every call it makes from
+// outside.
+func BenchmarkDoHandoff(b *testing.B) {
+	be, err := New(backend.Options{Device: "cpu"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	for i := 0; i < b.N; i++ {
+		_ = be.Do(func() error { return nil })
+	}
+}

@@ -91,6 +91,10 @@ size_t mlx_array_ndim(const mlx_array arr);
 const int* mlx_array_shape(const mlx_array arr);
 mlx_dtype mlx_array_dtype(const mlx_array arr);
 const uint8_t* mlx_array_data_uint8(const mlx_array arr);
+int mlx_array_eval(mlx_array arr);
+/* Layout of an evaluated array (mlx-c's internal helper; meaningful only
+ * after evaluation). */
+int _mlx_array_is_row_contiguous(bool* res, const mlx_array arr);
 
 /* Vectors of arrays. */
 mlx_vector_array mlx_vector_array_new(void);
