@@ -1,32 +1,80 @@
 package kernel
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// The worker pool behind parallelFor. Starting a goroutine per op costs a
-// few microseconds and a decode step runs a few hundred ops, so the workers
-// are started once and parked on a channel between ops. The calling
-// goroutine always runs the first range itself. Only one parallelFor uses
-// the pool at a time: a concurrent or nested call finds it busy and runs
-// inline (single goroutine), which keeps nesting deadlock-free.
+// The worker pool behind parallelFor. A decode step runs a few hundred
+// parallel ops of tens of microseconds each, so how fast the workers join
+// matters as much as the split:
+//
+//   - Workers are started once. After a job they spin (yielding) for
+//     spinFor, watching for the next one, so back-to-back ops do not pay a
+//     futex wake-up; then they park on a channel until woken.
+//   - A job's range is cut into several chunks that the caller and the
+//     workers claim with an atomic counter, so a worker that joins late (or
+//     a core busy with something else) costs its share of one chunk, not
+//     half the op. Every item is computed by fn exactly once whichever
+//     goroutine claims it, so results do not depend on the split.
+//
+// The calling goroutine always works on the job itself. Only one
+// parallelFor uses the pool at a time: a concurrent or nested call finds it
+// busy and runs inline (single goroutine), which keeps nesting
+// deadlock-free.
 
-// task is one range of a parallelFor.
-type task struct {
-	fn     func(lo, hi int)
-	lo, hi int
-	wg     *sync.WaitGroup
-}
+// The job being run lives in the pool itself (parallelFor allocates
+// nothing): fn and n, written before the job is published, and word, which
+// packs the job's generation (bits 32-63), its chunk count (16-31) and the
+// next unclaimed chunk (0-15). A chunk is claimed by a compare-and-swap on
+// word, so a worker that wakes after its job ended (word has moved to
+// another generation) claims nothing and reads nothing else.
+
+// spinFor is how long an idle worker keeps looking for the next job before
+// it parks.
+const spinFor = 100 * time.Microsecond
 
 type workerPool struct {
 	busy    sync.Mutex // held by the parallelFor using the workers
 	mu      sync.Mutex // guards started
 	started int
-	tasks   chan task
+
+	fn          func(lo, hi int) // the current job (valid while a chunk of it is claimed)
+	n           int
+	gen         uint32        // the last published generation (written under busy)
+	word        atomic.Uint64 // generation<<32 | chunks<<16 | next chunk
+	done        atomic.Int64  // chunks of the current job finished
+	seats       atomic.Int32  // workers that may still join the current job
+	callerWaits atomic.Bool   // the caller sleeps on finished
+	finished    chan struct{} // the last chunk's signal to a sleeping caller
+	parked      atomic.Int32  // workers parked on wake
+	wake        chan struct{}
 }
 
-var pool = workerPool{tasks: make(chan task)}
+var pool = workerPool{wake: make(chan struct{}, 64), finished: make(chan struct{}, 1)}
+
+// work claims and runs chunks of generation gen until none are left.
+func (p *workerPool) work(gen uint32) {
+	for {
+		w := p.word.Load()
+		next, chunks := int(w&0xffff), int(w>>16&0xffff)
+		if uint32(w>>32) != gen || next >= chunks {
+			return
+		}
+		if !p.word.CompareAndSwap(w, w+1) {
+			continue
+		}
+		p.fn(next*p.n/chunks, (next+1)*p.n/chunks)
+		if int(p.done.Add(1)) == chunks && p.callerWaits.Load() {
+			select {
+			case p.finished <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
 
 // ensure starts workers until n are running.
 func (p *workerPool) ensure(n int) {
@@ -34,23 +82,49 @@ func (p *workerPool) ensure(n int) {
 	defer p.mu.Unlock()
 	for p.started < n {
 		p.started++
-		go func() {
-			for t := range p.tasks {
-				t.fn(t.lo, t.hi)
-				t.wg.Done()
-			}
-		}()
+		go p.worker()
 	}
 }
 
-var wgPool = sync.Pool{New: func() any { return new(sync.WaitGroup) }}
+// worker runs jobs as they are published: spinning briefly after each, then
+// parked until parallelFor wakes it.
+func (p *workerPool) worker() {
+	seen := uint32(p.word.Load() >> 32)
+	for {
+		deadline := time.Now().Add(spinFor)
+		for spins := 0; ; spins++ {
+			if g := uint32(p.word.Load() >> 32); g != seen {
+				seen = g
+				if p.seats.Add(-1) >= 0 {
+					p.work(g)
+				}
+				deadline = time.Now().Add(spinFor)
+				continue
+			}
+			if spins%64 == 63 {
+				if time.Now().After(deadline) {
+					break
+				}
+				runtime.Gosched()
+			}
+		}
+		p.parked.Add(1)
+		if uint32(p.word.Load()>>32) == seen { // re-check after announcing: a job published in between is seen here or woken below
+			<-p.wake
+		}
+		p.parked.Add(-1)
+	}
+}
 
 // inlineRuns counts parallelFor calls that found the pool busy (tests).
 var inlineRuns atomic.Int64
 
+// chunksPerWorker is how many chunks each participant gets on average.
+const chunksPerWorker = 4
+
 // parallelFor calls fn on disjoint ranges [lo, hi) covering [0, n), on up to
-// Threads() goroutines, each range holding at least minChunk items (except
-// when n itself is smaller). It runs fn inline when one worker suffices or
+// Threads() goroutines, in up to chunksPerWorker ranges per goroutine of at
+// least minChunk items each (one range [0, n) when n < 2·minChunk). It runs fn inline when one worker suffices or
 // when the pool is already in use (a nested or concurrent call).
 func parallelFor(n, minChunk int, fn func(lo, hi int)) {
 	if n <= 0 {
@@ -59,7 +133,8 @@ func parallelFor(n, minChunk int, fn func(lo, hi int)) {
 	if minChunk < 1 {
 		minChunk = 1
 	}
-	workers := min(Threads(), (n+minChunk-1)/minChunk)
+	chunks := min(n/minChunk, Threads()*chunksPerWorker, 0xffff)
+	workers := min(Threads(), chunks)
 	if workers <= 1 {
 		fn(0, n)
 		return
@@ -71,18 +146,34 @@ func parallelFor(n, minChunk int, fn func(lo, hi int)) {
 	}
 	defer pool.busy.Unlock()
 	pool.ensure(workers - 1)
-	wg := wgPool.Get().(*sync.WaitGroup)
-	for w := 1; w < workers; w++ {
-		lo, hi := w*n/workers, (w+1)*n/workers
-		if lo == hi {
+	p := &pool
+	p.fn, p.n = fn, n
+	p.done.Store(0)
+	p.seats.Store(int32(workers - 1))
+	p.callerWaits.Store(false)
+	select { // a signal left over from an earlier job
+	case <-p.finished:
+	default:
+	}
+	p.gen++
+	p.word.Store(uint64(p.gen)<<32 | uint64(chunks)<<16)
+	for range min(int(p.parked.Load()), workers-1) {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+	p.work(p.gen)
+	// Every chunk is claimed; wait for the ones the workers still run.
+	for spins := 0; int(p.done.Load()) < chunks; spins++ {
+		if spins < 1000 {
+			runtime.Gosched()
 			continue
 		}
-		wg.Add(1)
-		pool.tasks <- task{fn: fn, lo: lo, hi: hi, wg: wg}
+		p.callerWaits.Store(true)
+		if int(p.done.Load()) < chunks {
+			<-p.finished
+		}
 	}
-	if hi := n / workers; hi > 0 {
-		fn(0, hi)
-	}
-	wg.Wait()
-	wgPool.Put(wg)
+	p.fn = nil
 }

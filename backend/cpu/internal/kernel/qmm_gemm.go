@@ -70,7 +70,7 @@ type q8gArgs struct {
 	mt, mlast   int            // 80, 88
 	cmask       uint64         // 96
 	bf16        int            // 104
-	pf          unsafe.Pointer // 112
+	pf          uintptr        // 112: advanced in place by the kernel (ends one past the weights), so not a GC pointer; j.wq keeps them alive
 	pfn         int            // 120
 }
 
@@ -166,9 +166,9 @@ func (j *q8Job) run(lo, hi int) {
 		}
 		q8Transpose(panel, w, uintptr(4*wpr), wpr/16, j.bits == 4)
 		a.out, a.cmask = ptr(j.dst[j0:]), 1<<nc-1
-		a.pf, a.pfn = nil, 0
+		a.pf, a.pfn = 0, 0
 		if j1 := min(j0+2*q8C, n); j1 > j0+q8C {
-			a.pf, a.pfn = ptr(j.wq[(j0+q8C)*wpr:]), 4*(j1-j0-q8C)*wpr
+			a.pf, a.pfn = uintptr(ptr(j.wq[(j0+q8C)*wpr:])), 4*(j1-j0-q8C)*wpr
 		}
 		q8gemm(&a)
 		if kind == 0 {

@@ -26,9 +26,15 @@ import (
 // bps blocks (a step reads the scales at s and s + hoff, then moves sstep
 // bytes), rowb weight bytes, gstr scale (and bias) bytes; nbch chunks of 16
 // groups in the bias sum, the last one masked by bmask; pf the prefetch
-// distance in bytes. The kernel updates b, out and ntile in place.
+// distance in bytes. The kernel updates b, out and ntile in place: after the
+// last tile b and out point one past their arrays, which the garbage
+// collector must never see as pointers, so they are uintptrs (the arrays are
+// kept alive by qmvState while the kernel runs).
 type qmvArgs struct {
-	w, s, b, x, d, xs, out  unsafe.Pointer // 0, 8, 16, 24, 32, 40, 48
+	w, s                    unsafe.Pointer // 0, 8
+	b                       uintptr        // 16: advanced in place by the kernel, so not a GC pointer (see below)
+	x, d, xs                unsafe.Pointer // 24, 32, 40
+	out                     uintptr        // 48: advanced in place by the kernel, like b
 	ntile, nstep, bps       int            // 56, 64, 72
 	rowb, gstr, hoff, sstep uintptr        // 80, 88, 96, 104
 	nbch                    int            // 112
@@ -142,9 +148,10 @@ var qmvOn = true
 type qmvState struct {
 	xs, xp, dxl []float32
 	xq          []int8
-	tw          []uint32  // the partial tile's weights, 4 rows
-	tf          []float32 // its float32 scales and biases
-	tu          []uint16  // its bfloat16 scales and biases
+	tw          []uint32   // the partial tile's weights, 4 rows
+	tf          []float32  // its float32 scales and biases
+	tu          []uint16   // its bfloat16 scales and biases
+	tout        [4]float32 // its results
 
 	args               qmvArgs
 	dst                []float32
@@ -196,7 +203,7 @@ func qmvRows(dst, x []float32, wq []uint32, sc, bi Vec, n, k, gs, bits int, roun
 	// permQ8.
 	s.xs = grow(s.xs, l.gpad)
 	qmvSums(&s.xs[0], &x[0], gpr, gs)
-	a := qmvArgs{w: ptr(wq), xs: ptr(s.xs), out: ptr(dst), rowb: uintptr(4 * wpr), pf: uintptr(16*wpr + qmvPrefetch)}
+	a := qmvArgs{w: ptr(wq), xs: ptr(s.xs), out: uintptr(ptr(dst)), rowb: uintptr(4 * wpr), pf: uintptr(16*wpr + qmvPrefetch)}
 	if q8 {
 		s.xq, s.dxl = grow(s.xq, k), grow(s.dxl, k/(32/bits))
 		if bits == 4 {
@@ -223,9 +230,9 @@ func qmvRows(dst, x []float32, wq []uint32, sc, bi Vec, n, k, gs, bits int, roun
 		a.bmask = 1<<r - 1
 	}
 	if esize == 4 {
-		a.s, a.b = ptr(sc.F32), ptr(bi.F32)
+		a.s, a.b = ptr(sc.F32), uintptr(ptr(bi.F32))
 	} else {
-		a.s, a.b = ptr(sc.U16), ptr(bi.U16)
+		a.s, a.b = ptr(sc.U16), uintptr(ptr(bi.U16))
 	}
 	s.args, s.dst, s.wq, s.sc, s.bi = a, dst, wq, sc, bi
 	s.n, s.wpr, s.gpr, s.bf16 = n, wpr, gpr, esize == 2
@@ -253,8 +260,8 @@ func (s *qmvState) run(_, _ int) {
 			j := uintptr(4 * t0)
 			a.w = unsafe.Add(a.w, j*a.rowb)
 			a.s = unsafe.Add(a.s, j*a.gstr)
-			a.b = unsafe.Add(a.b, j*a.gstr)
-			a.out = unsafe.Add(a.out, 4*j)
+			a.b += j * a.gstr
+			a.out += 4 * j
 			a.ntile = full - t0
 			qmvCall(&a, s.kern)
 		}
@@ -278,18 +285,17 @@ func (s *qmvState) tail() {
 		clear(s.tu)
 		copy(s.tu, s.sc.U16[j0*gpr:s.n*gpr])
 		copy(s.tu[4*gpr:], s.bi.U16[j0*gpr:s.n*gpr])
-		a.s, a.b = ptr(s.tu), ptr(s.tu[4*gpr:])
+		a.s, a.b = ptr(s.tu), uintptr(ptr(s.tu[4*gpr:]))
 	} else {
 		s.tf = grow(s.tf, 8*gpr)
 		clear(s.tf)
 		copy(s.tf, s.sc.F32[j0*gpr:s.n*gpr])
 		copy(s.tf[4*gpr:], s.bi.F32[j0*gpr:s.n*gpr])
-		a.s, a.b = ptr(s.tf), ptr(s.tf[4*gpr:])
+		a.s, a.b = ptr(s.tf), uintptr(ptr(s.tf[4*gpr:]))
 	}
-	var out [4]float32
-	a.out = unsafe.Pointer(&out)
+	a.out = uintptr(unsafe.Pointer(&s.tout))
 	qmvCall(&a, s.kern)
-	copy(s.dst[j0:s.n], out[:r])
+	copy(s.dst[j0:s.n], s.tout[:r])
 }
 
 //go:noescape
