@@ -1,7 +1,6 @@
 package kernel
 
 import (
-	"math"
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/internal/mlxmath"
@@ -151,8 +150,8 @@ func (j *q8Job) run(lo, hi int) {
 	for ct := lo; ct < hi; ct++ {
 		j0 := ct * q8C
 		nc := min(q8C, n-j0)
-		loadVec(st[:nc*ng], j.sc, j0*ng)
-		loadVec(bt[:nc*ng], j.bi, j0*ng)
+		j.sc.load(st[:nc*ng], j0*ng)
+		j.bi.load(bt[:nc*ng], j0*ng)
 		clear(st[nc*ng:])
 		clear(bt[nc*ng:])
 		q8Transpose(ptr(sT), ptr(st), uintptr(4*ng), gp/16, false)
@@ -186,23 +185,6 @@ func (j *q8Job) run(lo, hi int) {
 func align64(b []byte) unsafe.Pointer {
 	p := ptr(b)
 	return unsafe.Add(p, (64-uintptr(p)%64)%64)
-}
-
-// loadVec writes values off..off+len(dst)-1 of v to dst as float32, the
-// bfloat16 ones 16 at a time in assembly when the CPU has AVX-512.
-func loadVec(dst []float32, v Vec, off int) {
-	if v.F32 == nil && !v.F16 && asmF32 {
-		src := v.U16[off : off+len(dst)]
-		n := len(dst) &^ 15
-		if n > 0 {
-			bf16ToF32(&dst[0], &src[0], n)
-		}
-		for i := n; i < len(dst); i++ {
-			dst[i] = math.Float32frombits(uint32(src[i]) << 16)
-		}
-		return
-	}
-	v.load(dst, off)
 }
 
 // q8GemmGo is the portable form of the int8 GEMM: the same arithmetic, one

@@ -17,9 +17,6 @@ func q8Quant(x *float32, xq *int8, d *float32, nb int, xqStep, dStep uintptr, pe
 func q8Transpose(dst, src unsafe.Pointer, stride uintptr, nchunk int, nib bool)
 
 //go:noescape
-func bf16ToF32(dst *float32, src *uint16, n int)
-
-//go:noescape
 func f32gemmB4(a *f32gArgs)
 
 //go:noescape

@@ -512,28 +512,6 @@ tdone:
 	VZEROUPPER
 	RET
 
-// func bf16ToF32(dst *float32, src *uint16, n int): dst[i] = src[i] as
-// float32 (bits << 16), n a multiple of 16.
-TEXT ·bf16ToF32(SB), NOSPLIT, $0-24
-	MOVQ dst+0(FP), DI
-	MOVQ src+8(FP), SI
-	MOVQ n+16(FP), CX
-	SHRQ $4, CX
-	JZ bdone
-
-bloop:
-	VPMOVZXWD (SI), Z0
-	VPSLLD $16, Z0, Z0
-	VMOVDQU32 Z0, (DI)
-	ADDQ $32, SI
-	ADDQ $64, DI
-	DECQ CX
-	JNZ bloop
-
-bdone:
-	VZEROUPPER
-	RET
-
 // func gsum16(dst, x *float32, gs, nset int)
 //
 // groupSums for nset sets of 16 consecutive groups of gs floats (gs a

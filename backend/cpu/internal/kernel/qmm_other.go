@@ -21,10 +21,6 @@ func q8Transpose(dst, src unsafe.Pointer, stride uintptr, nchunk int, nib bool) 
 	panic("kernel: no assembly kernels on this platform")
 }
 
-func bf16ToF32(dst *float32, src *uint16, n int) {
-	panic("kernel: no assembly kernels on this platform")
-}
-
 func f32gemmB4(a *f32gArgs) { panic("kernel: no assembly kernels on this platform") }
 
 func f32gemmB8(a *f32gArgs) { panic("kernel: no assembly kernels on this platform") }

@@ -45,8 +45,6 @@ var (
 	// simdDotQ8 is the int8 form against x in the layout of permQ8 with
 	// the lane-expanded block scales dxl.
 	simdDotQ8 func(row []uint32, xq []int8, dxl, xs, s, b []float32, l *qLayout) float32
-	// simdBF16 converts bfloat16 bits to float32.
-	simdBF16 func(dst []float32, src []uint16)
 )
 
 // qLayout describes a weight row to the vector kernels: nblk blocks of 16
@@ -513,8 +511,8 @@ func (t *qTiles) run(lo, hi int) {
 		j1 := min(j0+tile, hi)
 		for j := j0; j < j1; j++ {
 			sr := ws.row[(j-j0)*per : (j-j0+1)*per]
-			loadVec(sr[:gpr], t.sc, j*gpr)
-			loadVec(sr[gw:gw+gpr], t.bi, j*gpr)
+			t.sc.load(sr[:gpr], j*gpr)
+			t.bi.load(sr[gw:gw+gpr], j*gpr)
 			if expand {
 				s2 := sr[2*gw:]
 				for b := range l.nblk {

@@ -3,7 +3,6 @@
 package kernel
 
 import (
-	"math"
 	"simd/archsimd"
 	"unsafe"
 )
@@ -20,7 +19,6 @@ func init() {
 	}
 	simdDotF32 = dotF32AVX512
 	simdDotQ8 = dotQ8AVX512
-	simdBF16 = bf16AVX512
 	simdDot = dotAVX512
 	simdAxpy = axpyAVX512
 }
@@ -106,20 +104,6 @@ func dotF32AVX512(row []uint32, xp, xs, s, bi []float32, l *qLayout) float32 {
 		acc0 = a0.Add(a1).MulAdd(scaleAt(ps, b, half, sh), acc0)
 	}
 	return hsum(acc0.Add(acc1))
-}
-
-// bf16AVX512 converts bfloat16 bits to float32, 16 at a time.
-func bf16AVX512(dst []float32, src []uint16) {
-	n := len(dst)
-	src = src[:n]
-	i := 0
-	for ; i+16 <= n; i += 16 {
-		v := archsimd.LoadUint16x16((*[16]uint16)(src[i : i+16])).ExtendToUint32().ShiftAllLeft(16)
-		v.AsFloat32x16().Store((*[16]float32)(dst[i : i+16]))
-	}
-	for ; i < n; i++ {
-		dst[i] = math.Float32frombits(uint32(src[i]) << 16)
-	}
 }
 
 // dotQ8AVX512: see simdDotQ8. 4-bit: a 64-byte block holds 128 codes, the

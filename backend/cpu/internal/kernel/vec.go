@@ -53,12 +53,7 @@ func (v Vec) load(dst []float32, off int) {
 		for i, h := range v.U16[off : off+len(dst)] {
 			dst[i] = tensor.F16ToFloat32(h)
 		}
-	case simdBF16 != nil:
-		simdBF16(dst, v.U16[off:off+len(dst)])
 	default:
-		src := v.U16[off : off+len(dst)]
-		for i, b := range src {
-			dst[i] = math.Float32frombits(uint32(b) << 16)
-		}
+		BF16ToFloat32s(dst, v.U16[off:off+len(dst)])
 	}
 }
