@@ -228,7 +228,8 @@ func q8BlockDot(row []uint32, xq []int8, dx, xs, s, b []float32, gs, bits int) f
 	return acc
 }
 
-// blockISum is Σ q_i·xq_i over one block of 32 codes (ws: its bits words).
+// blockISum is Σ q_i·xq_i over one block of 32 codes (ws: its bits words),
+// exact in int32 for any bit width.
 func blockISum(ws []uint32, xb []int8, bits int) int32 {
 	var isum int32
 	switch bits {
@@ -240,11 +241,15 @@ func blockISum(ws []uint32, xb []int8, bits int) int32 {
 				int32(w>>16&15)*int32(xx[4]) + int32(w>>20&15)*int32(xx[5]) +
 				int32(w>>24&15)*int32(xx[6]) + int32(w>>28)*int32(xx[7])
 		}
-	default:
+	case 8:
 		for i, w := range ws[:8] {
 			xx := xb[4*i : 4*i+4]
 			isum += int32(w&255)*int32(xx[0]) + int32(w>>8&255)*int32(xx[1]) +
 				int32(w>>16&255)*int32(xx[2]) + int32(w>>24)*int32(xx[3])
+		}
+	default:
+		for i, xv := range xb[:32] {
+			isum += int32(codeAt(ws, i, bits)) * int32(xv)
 		}
 	}
 	return isum

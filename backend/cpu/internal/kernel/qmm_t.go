@@ -665,27 +665,7 @@ func dotQ8(row []uint32, xq []int8, dx, s []float32, k, gs, bits int) float32 {
 		for t := g * bpg; t < (g+1)*bpg; t++ {
 			ws := row[t*bits : (t+1)*bits] // 32 codes take `bits` words
 			xb := xq[t*32 : (t+1)*32]
-			var isum int32
-			switch bits {
-			case 4:
-				for i, w := range ws[:4] {
-					xx := xb[8*i : 8*i+8]
-					isum += int32(w&15)*int32(xx[0]) + int32(w>>4&15)*int32(xx[1]) +
-						int32(w>>8&15)*int32(xx[2]) + int32(w>>12&15)*int32(xx[3]) +
-						int32(w>>16&15)*int32(xx[4]) + int32(w>>20&15)*int32(xx[5]) +
-						int32(w>>24&15)*int32(xx[6]) + int32(w>>28)*int32(xx[7])
-				}
-			case 8:
-				for i, w := range ws[:8] {
-					xx := xb[4*i : 4*i+4]
-					isum += int32(w&255)*int32(xx[0]) + int32(w>>8&255)*int32(xx[1]) +
-						int32(w>>16&255)*int32(xx[2]) + int32(w>>24)*int32(xx[3])
-				}
-			default:
-				for i, xv := range xb {
-					isum += int32(codeAt(ws, i, bits)) * int32(xv)
-				}
-			}
+			isum := blockISum(ws, xb, bits)
 			a += dx[t] * float32(isum)
 		}
 		res += s[g] * a
