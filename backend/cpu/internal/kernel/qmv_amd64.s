@@ -225,15 +225,43 @@ GLOBL qmvnib<>(SB), RODATA|NOPTR, $64
 	VADDPS Z12, Z11, Z11 \
 	VCOMPRESSPS Z11, K2, Z12
 
+// ROWPASS runs the blocks of one row of the tile into total acc, in memory
+// order: SI the row's weights, R8 its scales (both left at the next row's),
+// x read again from its start; one prefetch per block, R14 a.pf bytes ahead.
+#define ROWPASS(XLOAD, ROW, XSTEP, SCALE, acc, lstep, lblk) \
+	MOVQ 96(DI), R9 \
+	ADDQ R8, R9 \
+	MOVQ 24(DI), BX \
+	MOVQ 32(DI), DX \
+	VPXORD acc, acc, acc \
+	MOVQ 64(DI), AX \
+lstep: \
+	SCALE((R8), (R9), Z4) \
+	MOVQ 72(DI), CX \
+lblk: \
+	PREFETCHT0 (R14) \
+	ADDQ $64, R14 \
+	XLOAD \
+	ROW((SI), Z4, acc) \
+	ADDQ $64, SI \
+	XSTEP \
+	DECQ CX \
+	JNZ lblk \
+	ADDQ 104(DI), R8 \
+	ADDQ 104(DI), R9 \
+	DECQ AX \
+	JNZ lstep
+
 // QMV is the body of a kernel: SETUP, XLOAD, ROW and XSTEP of its bits
 // and precision, SCALE, BIAS and BSTEP (bytes per 16 values) of the scale
-// dtype.
+// dtype. The four rows of a tile are read one after the other (one
+// sequential stream per worker, which the hardware prefetcher follows; four
+// interleaved row streams ran at half the bandwidth), x again for each row
+// from L1.
 #define QMV(SETUP, XLOAD, ROW, XSTEP, SCALE, BIAS, BSTEP) \
 	MOVQ a+0(FP), DI \
 	MOVQ 0(DI), SI \
 	MOVQ 8(DI), R8 \
-	MOVQ 80(DI), R10 \
-	LEAQ (R10)(R10*2), R12 \
 	MOVQ 88(DI), R11 \
 	LEAQ (R11)(R11*2), R13 \
 	MOVQ 128(DI), R14 \
@@ -248,42 +276,10 @@ GLOBL qmvnib<>(SB), RODATA|NOPTR, $64
 	CMPQ 56(DI), $0 \
 	JEQ done \
 tile: \
-	MOVQ 96(DI), R9 \
-	ADDQ R8, R9 \
-	MOVQ 24(DI), BX \
-	MOVQ 32(DI), DX \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-	VPXORD Z2, Z2, Z2 \
-	VPXORD Z3, Z3, Z3 \
-	MOVQ 64(DI), AX \
-step: \
-	SCALE((R8), (R9), Z4) \
-	SCALE((R8)(R11*1), (R9)(R11*1), Z5) \
-	SCALE((R8)(R11*2), (R9)(R11*2), Z6) \
-	SCALE((R8)(R13*1), (R9)(R13*1), Z7) \
-	MOVQ 72(DI), CX \
-blk: \
-	PREFETCHT0 (R14) \
-	PREFETCHT0 64(R14) \
-	PREFETCHT0 128(R14) \
-	PREFETCHT0 192(R14) \
-	ADDQ $256, R14 \
-	XLOAD \
-	ROW((SI), Z4, Z0) \
-	ROW((SI)(R10*1), Z5, Z1) \
-	ROW((SI)(R10*2), Z6, Z2) \
-	ROW((SI)(R12*1), Z7, Z3) \
-	ADDQ $64, SI \
-	XSTEP \
-	DECQ CX \
-	JNZ blk \
-	ADDQ 104(DI), R8 \
-	ADDQ 104(DI), R9 \
-	DECQ AX \
-	JNZ step \
-	ADDQ R12, SI \
-	ADDQ R13, R8 \
+	ROWPASS(XLOAD, ROW, XSTEP, SCALE, Z0, step0, blk0) \
+	ROWPASS(XLOAD, ROW, XSTEP, SCALE, Z1, step1, blk1) \
+	ROWPASS(XLOAD, ROW, XSTEP, SCALE, Z2, step2, blk2) \
+	ROWPASS(XLOAD, ROW, XSTEP, SCALE, Z3, step3, blk3) \
 	MOVQ 16(DI), AX \
 	MOVQ 40(DI), BX \
 	MOVQ 112(DI), CX \
