@@ -1,7 +1,8 @@
 //go:build ignore
 
 // sdpa_gen writes sdpa_amd64.s, the AVX-512 kernels of the float32 SDPA
-// (sdpa_amd64.go declares them): go run sdpa_gen.go > sdpa_amd64.s
+// (sdpa_amd64.go declares them) and of the elementwise ops built on MLX's
+// exp (vec_amd64.go): go run sdpa_gen.go > sdpa_amd64.s
 package main
 
 import (
@@ -53,7 +54,8 @@ func header() {
 	p("")
 	p("#include \"textflag.h\"")
 	p("")
-	p("// AVX-512 kernels of the float32 SDPA (sdpa_amd64.go documents each).")
+	p("// AVX-512 kernels of the float32 SDPA (sdpa_amd64.go documents each)")
+	p("// and of SwiGLU and bf16 rounding (vec_amd64.go).")
 	p("// Every score, weight and accumulator goes through the same instructions")
 	p("// in the same order whatever the number of rows in a call, so a query")
 	p("// row's result does not depend on the other rows.")
@@ -542,27 +544,13 @@ func genOut() {
 	p("\tMOVQ bf16+32(FP), AX")
 	p("\tSHRQ $4, CX")
 	p("\tJZ out_done")
-	p("\tMOVL $1, DX")
-	p("\tVPBROADCASTD DX, Z2")
-	p("\tMOVL $0x7fff, DX")
-	p("\tVPBROADCASTD DX, Z3")
-	p("\tMOVL $0xffff0000, DX")
-	p("\tVPBROADCASTD DX, Z4")
-	p("\tMOVL $0x7fc00000, DX")
-	p("\tVPBROADCASTD DX, Z5")
+	roundConsts()
 	p("out_loop:")
 	p("\tVMOVUPS (SI), Z0")
 	p("\tVDIVPS Z1, Z0, Z0")
 	p("\tTESTQ AX, AX")
 	p("\tJZ out_store")
-	p("\tVPSRLD $16, Z0, Z6")
-	p("\tVPANDD Z2, Z6, Z6")
-	p("\tVPADDD Z3, Z6, Z6")
-	p("\tVPADDD Z0, Z6, Z6")
-	p("\tVPANDD Z4, Z6, Z6")
-	p("\tVCMPPS $0x03, Z0, Z0, K1")
-	p("\tVMOVAPS Z5, K1, Z6")
-	p("\tVMOVAPS Z6, Z0")
+	roundBF16("Z0", "Z6", "K1")
 	p("out_store:")
 	p("\tVMOVUPS Z0, (DI)")
 	p("\tADDQ $64, SI")
@@ -625,6 +613,110 @@ func genMerge() {
 	p("")
 }
 
+// roundBF16 rounds the lanes of z to bfloat16 as tensor.RoundBF16 does
+// (nearest even on the upper 16 bits; NaN becomes 0x7FC0), with Z2 = 1,
+// Z3 = 0x7fff, Z4 = 0xffff0000, Z5 = 0x7fc00000 (roundConsts); t scratch,
+// k clobbered.
+func roundBF16(zr, t, k string) {
+	p("\tVPSRLD $16, %s, %s", zr, t)
+	p("\tVPANDD Z2, %s, %s", t, t)
+	p("\tVPADDD Z3, %s, %s", t, t)
+	p("\tVPADDD %s, %s, %s", zr, t, t)
+	p("\tVPANDD Z4, %s, %s", t, t)
+	p("\tVCMPPS $0x03, %s, %s, %s", zr, zr, k)
+	p("\tVMOVAPS Z5, %s, %s", k, t)
+	p("\tVMOVAPS %s, %s", t, zr)
+}
+
+// roundConsts loads the constants of roundBF16 (clobbers DX).
+func roundConsts() {
+	for i, c := range []uint32{1, 0x7fff, 0xffff0000, 0x7fc00000} {
+		p("\tMOVL $0x%x, DX", c)
+		p("\tVPBROADCASTD DX, Z%d", 2+i)
+	}
+}
+
+// vecSwiGLU(dst, gate, up *float32, n, bf16 int): SwiGLU of n values (a
+// multiple of 16), every stored value rounded to bfloat16 when bf16 is 1,
+// else kept in float32, as swiglu in swiglu.go:
+//
+//	e = rnd(exp(|g|)); y = 1/(1+e); sig = rnd(g < 0 ? y : 1−y)
+//	dst = rnd(rnd(g·sig)·u)
+func genSwiGLU() {
+	p("// func vecSwiGLU(dst, gate, up *float32, n, bf16 int)")
+	p("TEXT ·vecSwiGLU(SB), NOSPLIT, $0-40")
+	p("\tMOVQ dst+0(FP), DI")
+	p("\tMOVQ gate+8(FP), SI")
+	p("\tMOVQ up+16(FP), BX")
+	p("\tMOVQ n+24(FP), CX")
+	p("\tMOVQ bf16+32(FP), AX")
+	p("\tSHRQ $4, CX")
+	p("\tJZ swiglu_done")
+	loadConsts()
+	roundConsts()
+	p("\tMOVL $0x7fffffff, DX")
+	p("\tVPBROADCASTD DX, Z6")
+	p("\tTESTQ AX, AX")
+	p("\tJNZ swiglu_bf16")
+	for _, bf16 := range []bool{false, true} {
+		lb := "swiglu_f32"
+		rnd := func(string) {}
+		if bf16 {
+			lb = "swiglu_bf16"
+			rnd = func(zr string) { roundBF16(zr, "Z11", "K5") }
+		}
+		p("%s:", lb)
+		p("\tVMOVUPS (SI), Z0")          // g
+		p("\tVPANDD Z6, Z0, Z1")         // |g|
+		exp("Z1", "Z8", "Z9", "Z10")     // exp(|g|)
+		rnd("Z1")                        // e
+		p("\tVADDPS Z18, Z1, Z1")        // 1 + e
+		p("\tVDIVPS Z1, Z18, Z1")        // y = 1/(1+e)
+		p("\tVSUBPS Z1, Z18, Z7")        // 1 − y
+		p("\tVCMPPS $0x11, Z30, Z0, K5") // g < 0
+		p("\tVMOVAPS Z1, K5, Z7")        // sig
+		rnd("Z7")
+		p("\tVMULPS Z0, Z7, Z7") // sig·g (NaN in both: sig's, as the scalar code gives)
+		rnd("Z7")
+		p("\tVMULPS (BX), Z7, Z7") // silu·u
+		rnd("Z7")
+		p("\tVMOVUPS Z7, (DI)")
+		p("\tADDQ $64, SI")
+		p("\tADDQ $64, BX")
+		p("\tADDQ $64, DI")
+		p("\tDECQ CX")
+		p("\tJNZ %s", lb)
+		p("\tJMP swiglu_done")
+	}
+	p("swiglu_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// vecRoundBF16(v *float32, n int): v[i] = tensor.RoundBF16(v[i]) in place,
+// n a multiple of 16.
+func genRoundBF16() {
+	p("// func vecRoundBF16(v *float32, n int)")
+	p("TEXT ·vecRoundBF16(SB), NOSPLIT, $0-16")
+	p("\tMOVQ v+0(FP), DI")
+	p("\tMOVQ n+8(FP), CX")
+	p("\tSHRQ $4, CX")
+	p("\tJZ round_done")
+	roundConsts()
+	p("round_loop:")
+	p("\tVMOVUPS (DI), Z0")
+	roundBF16("Z0", "Z1", "K1")
+	p("\tVMOVUPS Z0, (DI)")
+	p("\tADDQ $64, DI")
+	p("\tDECQ CX")
+	p("\tJNZ round_loop")
+	p("round_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	header()
 	genKT()
@@ -637,5 +729,7 @@ func main() {
 	genOut()
 	genScale()
 	genMerge()
+	genSwiGLU()
+	genRoundBF16()
 	os.Stdout.WriteString(b.String())
 }

@@ -1,4 +1,4 @@
-//go:build goexperiment.simd && amd64
+//go:build amd64
 
 package kernel
 
@@ -10,34 +10,12 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// expInputs is every bfloat16 bit pattern as a float32 (NaNs, infinities,
-// subnormals, both zeros, the ±88 cut-offs), then random float32 bit
-// patterns and random values in the range where exp is finite.
-func expInputs() []float32 {
-	xs := make([]float32, 0, 1<<17+2<<18)
-	for b := range 1 << 16 {
-		xs = append(xs, math.Float32frombits(uint32(b)<<16))
-	}
-	r := newRand(5)
-	for range 1 << 18 {
-		xs = append(xs, math.Float32frombits(r.Uint32()))
-		xs = append(xs, float32(r.Float64()*180-90))
-	}
-	for _, v := range []float32{88, -88, math.Nextafter32(88, 100), math.Nextafter32(-88, -100), 0.5 / 1.442695, -0.5 / 1.442695} {
-		xs = append(xs, v)
-	}
-	for len(xs)%16 != 0 {
-		xs = append(xs, 1)
-	}
-	return xs
-}
-
-// TestExpAVX512BitExact holds the vector exp to ExpMLX bit for bit.
+// TestExpAVX512BitExact holds the vector exp of ExpSlice to ExpMLX bit for bit.
 func TestExpAVX512BitExact(t *testing.T) {
 	if simdExp == nil {
 		t.Skip("SKIPPED: this CPU lacks AVX-512; the vector exp is not installed")
 	}
-	xs := expInputs()
+	xs := sdpaExpInputs()
 	got := make([]float32, len(xs))
 	if n := simdExp(got, xs); n != len(xs) {
 		t.Fatalf("simdExp wrote %d values, want %d", n, len(xs))
@@ -56,7 +34,7 @@ func TestSwiGLUAVX512BitExact(t *testing.T) {
 	if simdSwiGLU == nil {
 		t.Skip("SKIPPED: this CPU lacks AVX-512; the vector SwiGLU is not installed")
 	}
-	xs := expInputs()[:1<<16]
+	xs := sdpaExpInputs()[:1<<16]
 	up := make([]float32, len(xs))
 	for i := range up {
 		up[i] = xs[(i*7919+13)%len(xs)]
@@ -87,7 +65,7 @@ func TestRoundBF16AVX512BitExact(t *testing.T) {
 	if simdRoundBF16 == nil {
 		t.Skip("SKIPPED: this CPU lacks AVX-512; the vector bf16 rounding is not installed")
 	}
-	xs := expInputs()
+	xs := sdpaExpInputs()
 	for _, u := range []uint32{0x3f808000, 0x3f818000, 0x7f7fffff, 0xff7f8000, 0x7f800001, 0xffc00001, 0x00008000, 0x80018000} {
 		xs = append(xs, math.Float32frombits(u))
 	}
