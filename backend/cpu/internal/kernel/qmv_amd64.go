@@ -163,8 +163,20 @@ type qmvState struct {
 	round              Rounder
 	kind               byte // roundKind
 	ntile, full, chunk int
-	next               atomic.Int64
+	nrange             int
+	next               [qmvMaxRanges]qmvCounter
 	fn                 func(lo, hi int)
+}
+
+// qmvMaxRanges bounds the ranges a call's tiles are cut into (one per
+// worker).
+const qmvMaxRanges = 64
+
+// qmvCounter counts the chunks claimed from one range, on its own cache
+// line.
+type qmvCounter struct {
+	n atomic.Int64
+	_ [56]byte
 }
 
 var qmvPool = sync.Pool{New: func() any {
@@ -240,36 +252,53 @@ func qmvRows(dst, x []float32, wq []uint32, sc, bi Vec, n, k, gs, bits int, roun
 	s.round, s.kind = round, roundKind(round)
 	s.full, s.ntile = n/4, (n+3)/4
 	s.chunk = max(1, qmvChunk/(16*wpr))
-	s.next.Store(0)
-	workers := min(Threads(), (s.ntile+s.chunk-1)/s.chunk)
+	workers := min(Threads(), (s.ntile+s.chunk-1)/s.chunk, qmvMaxRanges)
+	s.nrange = workers
+	for r := range workers {
+		s.next[r].n.Store(0)
+	}
 	parallelFor(workers, 1, s.fn)
 	s.args, s.dst, s.wq, s.sc, s.bi, s.round = qmvArgs{}, nil, nil, Vec{}, Vec{}, nil
 	return true
 }
 
-// run is a worker: it takes chunks of tiles until none are left.
-func (s *qmvState) run(_, _ int) {
-	for {
-		t0 := int(s.next.Add(1)-1) * s.chunk
-		if t0 >= s.ntile {
-			return
+// run is a worker. The tiles are cut into one contiguous range per worker;
+// worker w takes chunks from the front of range w, in memory order, then
+// helps with the other ranges. Each worker thus reads one long sequential
+// stream, which the hardware prefetcher follows across chunks (chunks
+// handed out round-robin from one counter ran at 16-28 GB/s on two cores
+// against 31-33 for contiguous streams), and a worker that starts late
+// still costs at most one chunk at the end.
+func (s *qmvState) run(w, _ int) {
+	for j := range s.nrange {
+		r := (w + j) % s.nrange
+		lo, hi := r*s.ntile/s.nrange, (r+1)*s.ntile/s.nrange
+		for {
+			t0 := lo + int(s.next[r].n.Add(1)-1)*s.chunk
+			if t0 >= hi {
+				break
+			}
+			s.tiles(t0, min(t0+s.chunk, hi))
 		}
-		t1 := min(t0+s.chunk, s.ntile)
-		if full := min(t1, s.full); full > t0 {
-			a := s.args
-			j := uintptr(4 * t0)
-			a.w = unsafe.Add(a.w, j*a.rowb)
-			a.s = unsafe.Add(a.s, j*a.gstr)
-			a.b += j * a.gstr
-			a.out += 4 * j
-			a.ntile = full - t0
-			qmvCall(&a, s.kern)
-		}
-		if t1 > s.full {
-			s.tail()
-		}
-		roundSlice(s.dst[4*t0:min(4*t1, s.n)], s.round, s.kind)
 	}
+}
+
+// tiles computes the rows of tiles t0 to t1 (exclusive).
+func (s *qmvState) tiles(t0, t1 int) {
+	if full := min(t1, s.full); full > t0 {
+		a := s.args
+		j := uintptr(4 * t0)
+		a.w = unsafe.Add(a.w, j*a.rowb)
+		a.s = unsafe.Add(a.s, j*a.gstr)
+		a.b += j * a.gstr
+		a.out += 4 * j
+		a.ntile = full - t0
+		qmvCall(&a, s.kern)
+	}
+	if t1 > s.full {
+		s.tail()
+	}
+	roundSlice(s.dst[4*t0:min(4*t1, s.n)], s.round, s.kind)
 }
 
 // tail runs the partial last tile (n mod 4 rows) from a copy padded with
