@@ -92,16 +92,20 @@ func TestQMVEqualsRowKernels(t *testing.T) {
 							old := qmvChunk
 							qmvChunk = chunk
 							defer func() { qmvChunk = old }()
-							got, whole := guarded(n)
-							withThreads(2, func() {
-								QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
-							})
-							checkGuards(t, whole, name)
 							want := make([]float32, n)
 							qmvOn = false
 							QuantizedMatmulTVec(want, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
 							qmvOn = true
-							expectSame(t, got, want, name)
+							// 2 and 5 workers: one range per worker, a worker
+							// done with its own range helps with the others.
+							for _, th := range []int{2, 5} {
+								got, whole := guarded(n)
+								withThreads(th, func() {
+									QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
+								})
+								checkGuards(t, whole, name)
+								expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
+							}
 							// Unrounded: the kernel's float32 results themselves.
 							got32, want32 := make([]float32, n), make([]float32, n)
 							QuantizedMatmulTVec(got32, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, Identity, acc)
