@@ -71,6 +71,7 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "bench child %s: after prefill %d: %s\n", rep.Device, p, memoryNote(b))
 	}
 	p := o.PromptLens[0]
+	decodePeak := resetPeakRSS()
 	for r := range o.Warmup + o.Reps {
 		var times []float64
 		t0 := time.Now()
@@ -84,6 +85,9 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 		rep.Runs = append(rep.Runs, RunRecord{Kind: "generate", Prompt: p, Warmup: r < o.Warmup, TTFT: times[0], Tokens: times})
 		fmt.Fprintf(stderr, "bench child %s: generate after %d %s: first token %.3fs, %d tokens in %.2fs (%s)\n",
 			rep.Device, p, repName(r, o.Warmup, o.Reps), times[0], len(times), times[len(times)-1], memoryNote(b))
+	}
+	if decodePeak {
+		rep.DecodePeakRSSBytes = peakRSS()
 	}
 	return json.NewEncoder(stdout).Encode(rep)
 }

@@ -44,19 +44,22 @@ type Options struct {
 
 // ConfigResult is one configuration's measurements.
 type ConfigResult struct {
-	Name         string         `json:"name"`
-	Engine       string         `json:"engine"`
-	Device       string         `json:"device"`
-	Note         string         `json:"note,omitempty"`
-	Reps         int            `json:"reps"`
-	Warmup       int            `json:"warmup"`
-	DecodeTokens int            `json:"decode_tokens"`
-	LoadS        float64        `json:"load_s"`
-	PeakRSSBytes int64          `json:"peak_rss_bytes"`
-	Prompts      []PromptResult `json:"prompts"`
-	TTFT         Stat           `json:"ttft_s"`      // generation's time to first token
-	TTFTPrompt   int            `json:"ttft_prompt"` // after a prompt of this length
-	Decode       Stat           `json:"decode_tps"`
+	Name         string  `json:"name"`
+	Engine       string  `json:"engine"`
+	Device       string  `json:"device"`
+	Note         string  `json:"note,omitempty"`
+	Reps         int     `json:"reps"`
+	Warmup       int     `json:"warmup"`
+	DecodeTokens int     `json:"decode_tokens"`
+	LoadS        float64 `json:"load_s"`
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	// DecodePeakRSSBytes is the child's peak resident set over its
+	// generation runs alone (0: not measured).
+	DecodePeakRSSBytes int64          `json:"decode_peak_rss_bytes,omitempty"`
+	Prompts            []PromptResult `json:"prompts"`
+	TTFT               Stat           `json:"ttft_s"`      // generation's time to first token
+	TTFTPrompt         int            `json:"ttft_prompt"` // after a prompt of this length
+	Decode             Stat           `json:"decode_tps"`
 	// WeightBytesPerToken is what one decode step reads of this engine's
 	// weights (every layer's, the head's, one embedding row).
 	WeightBytesPerToken int64 `json:"weight_bytes_per_token"`
@@ -307,7 +310,7 @@ func (o *Options) runChild(name, engine string, argv []string) ConfigResult {
 		cr.Err = fmt.Sprintf("%s: its output is not a report: %v", name, err)
 		return cr
 	}
-	cr.Device, cr.LoadS = rep.Device, rep.LoadS
+	cr.Device, cr.LoadS, cr.DecodePeakRSSBytes = rep.Device, rep.LoadS, rep.DecodePeakRSSBytes
 	cr.Prompts, cr.TTFT, cr.TTFTPrompt, cr.Decode = summarise(rep.Runs)
 	return cr
 }

@@ -57,6 +57,30 @@ def memory_note():
     return ", ".join(parts)
 
 
+def reset_peak_rss():
+    """Start a new peak of the resident set (Linux: 5 in /proc/self/clear_refs resets VmHWM), as
+    the Go child does before its generation runs; whether it could."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss():
+    """The peak resident set since the start or the last reset_peak_rss, in bytes (VmHWM), or 0."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key == "VmHWM":
+                    return int(val.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def rep_name(r, args):
     return "warm-up" if r < args.warmup else f"rep {r - args.warmup + 1}/{args.reps}"
 
@@ -154,6 +178,7 @@ def main():
         log(f"after prefill {n}: {memory_note()}")
     n = lens[0]
     prompt = mx.array(ids[:n], dtype=mx.int32)
+    decode_peak = reset_peak_rss()
     for r in range(args.warmup + args.reps):
         cache = make_prompt_cache(model)
         token_s = []
@@ -166,7 +191,10 @@ def main():
         log(f"generate after {n} {rep_name(r, args)}: first token {token_s[0]:.3f}s, "
             f"{len(token_s)} tokens in {token_s[-1]:.2f}s ({memory_note()})")
         del cache
-    json.dump({"engine": "mlx_lm", "device": device, "load_s": load_s, "runs": runs}, sys.stdout)
+    report = {"engine": "mlx_lm", "device": device, "load_s": load_s, "runs": runs}
+    if decode_peak:
+        report["decode_peak_rss_bytes"] = peak_rss()
+    json.dump(report, sys.stdout)
     print()
 
 

@@ -89,7 +89,7 @@ func (r *Result) Markdown() string {
 	for _, p := range lens {
 		head = append(head, fmt.Sprintf("prefill %d tok/s", p))
 	}
-	head = append(head, "TTFT s @prompt", "decode tok/s", "peak RSS MB",
+	head = append(head, "TTFT s @prompt", "decode tok/s", "peak RSS MB", "decode peak RSS MB",
 		"decode ×llama.cpp", "decode ×mlx_lm", "prefill ×llama.cpp", "prefill ×mlx_lm", "decode / BW limit")
 	b.WriteString("| " + strings.Join(head, " | ") + " |\n|")
 	for range head {
@@ -116,7 +116,11 @@ func (r *Result) Markdown() string {
 		if c.TTFT.N > 0 {
 			ttft += fmt.Sprintf(" @%d", c.TTFTPrompt)
 		}
-		row = append(row, ttft, c.Decode.Format(-1), fmt.Sprintf("%.0f", float64(c.PeakRSSBytes)/1e6))
+		decPeak := "—"
+		if c.DecodePeakRSSBytes > 0 {
+			decPeak = fmt.Sprintf("%.0f", float64(c.DecodePeakRSSBytes)/1e6)
+		}
+		row = append(row, ttft, c.Decode.Format(-1), fmt.Sprintf("%.0f", float64(c.PeakRSSBytes)/1e6), decPeak)
 		dec := func(ref *ConfigResult) string {
 			if ref == nil || ref == c {
 				return "—"
@@ -156,7 +160,8 @@ func (r *Result) Markdown() string {
 		"TTFT: generation's time to the first token after the first prompt length (on an eager backend this includes the second decode step, " +
 		"which pipelined generation computes before handing over the first token). " +
 		"Decode tok/s over N generated tokens = (N-2) / (t[N-1] - t[1]) (llama.cpp: tgN from an empty context). " +
-		"Each configuration ran in its own process; peak RSS is that process's (ru_maxrss).\n")
+		"Each configuration ran in its own process; peak RSS is that process's (ru_maxrss), over all its runs; " +
+		"decode peak RSS is its peak over the generation runs alone (reset after the prefill runs; Linux; — where not measured).\n")
 	for i := range r.Configs {
 		c := &r.Configs[i]
 		if c.Err == "" {

@@ -74,6 +74,10 @@ type ChildReport struct {
 	Device string      `json:"device"`
 	LoadS  float64     `json:"load_s"`
 	Runs   []RunRecord `json:"runs"`
+	// DecodePeakRSSBytes is the process's peak resident set over its
+	// generation runs alone (its peak reset after the prefill runs; Linux
+	// only, else 0).
+	DecodePeakRSSBytes int64 `json:"decode_peak_rss_bytes,omitempty"`
 }
 
 // PromptResult is the prefill measurement at one prompt length.
