@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -71,6 +73,18 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "bench child %s: after prefill %d: %s\n", rep.Device, p, memoryNote(b))
 	}
 	p := o.PromptLens[0]
+	// The decode peak starts from what the process needs after the prefill
+	// runs: their freed buffers go back to the system first (the backend's
+	// cache, as generation clears it after a prompt, and Go's heap).
+	if c, ok := b.(backend.CacheClearer); ok {
+		_ = b.Do(func() (err error) {
+			defer backend.Recover(&err)
+			c.ClearCache()
+			return nil
+		})
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
 	decodePeak := resetPeakRSS()
 	for r := range o.Warmup + o.Reps {
 		var times []float64
