@@ -85,6 +85,7 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 	}
 	runtime.GC()
 	debug.FreeOSMemory()
+	rep.PrefillPeakRSSBytes = peakRSS()
 	decodePeak := resetPeakRSS()
 	for r := range o.Warmup + o.Reps {
 		var times []float64

@@ -311,6 +311,7 @@ func (o *Options) runChild(name, engine string, argv []string) ConfigResult {
 		return cr
 	}
 	cr.Device, cr.LoadS, cr.DecodePeakRSSBytes = rep.Device, rep.LoadS, rep.DecodePeakRSSBytes
+	cr.PeakRSSBytes = max(cr.PeakRSSBytes, rep.PrefillPeakRSSBytes) // the child's reset lowered ru_maxrss
 	cr.Prompts, cr.TTFT, cr.TTFTPrompt, cr.Decode = summarise(rep.Runs)
 	return cr
 }

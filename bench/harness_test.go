@@ -116,8 +116,8 @@ func TestRunChild(t *testing.T) {
 	if !slices.Equal(kinds, []string{"prefill", "prefill", "generate"}) || len(rep.Runs[2].Tokens) != 4 || rep.Runs[2].Prompt != 8 {
 		t.Errorf("runs: got %+v, want prefill 8, prefill 4, generate 4 tokens after 8", rep.Runs)
 	}
-	if runtime.GOOS == "linux" && rep.DecodePeakRSSBytes <= 0 {
-		t.Errorf("decode peak RSS: got %d bytes, want it measured (> 0) on Linux", rep.DecodePeakRSSBytes)
+	if runtime.GOOS == "linux" && (rep.DecodePeakRSSBytes <= 0 || rep.PrefillPeakRSSBytes <= 0) {
+		t.Errorf("peak RSS: got %d bytes over generation, %d before it; want both measured (> 0) on Linux", rep.DecodePeakRSSBytes, rep.PrefillPeakRSSBytes)
 	}
 	if err := RunChild(ChildOptions{Model: fixture, Backend: "cpu", IDs: ids, PromptLens: []int{9}, DecodeTokens: 4, Reps: 1}, &out, &log); err == nil ||
 		!strings.Contains(err.Error(), "prompt length 9") {

@@ -182,6 +182,7 @@ def main():
     # The decode peak starts from what the process needs after the prefill runs (as the Go child).
     mx.clear_cache()
     gc.collect()
+    prefill_peak = peak_rss()  # the reset below also lowers the peak the kernel reports at exit
     decode_peak = reset_peak_rss()
     for r in range(args.warmup + args.reps):
         cache = make_prompt_cache(model)
@@ -198,6 +199,7 @@ def main():
     report = {"engine": "mlx_lm", "device": device, "load_s": load_s, "runs": runs}
     if decode_peak:
         report["decode_peak_rss_bytes"] = peak_rss()
+        report["prefill_peak_rss_bytes"] = prefill_peak
     json.dump(report, sys.stdout)
     print()
 

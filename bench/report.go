@@ -160,7 +160,7 @@ func (r *Result) Markdown() string {
 		"TTFT: generation's time to the first token after the first prompt length (on an eager backend this includes the second decode step, " +
 		"which pipelined generation computes before handing over the first token). " +
 		"Decode tok/s over N generated tokens = (N-2) / (t[N-1] - t[1]) (llama.cpp: tgN from an empty context). " +
-		"Each configuration ran in its own process; peak RSS is that process's (ru_maxrss), over all its runs; " +
+		"Each configuration ran in its own process; peak RSS is that process's over all its runs (ru_maxrss, or the peak it recorded before resetting it); " +
 		"decode peak RSS is its peak over the generation runs alone (reset after the prefill runs; Linux; — where not measured).\n")
 	for i := range r.Configs {
 		c := &r.Configs[i]

@@ -78,6 +78,10 @@ type ChildReport struct {
 	// generation runs alone (its peak reset after the prefill runs; Linux
 	// only, else 0).
 	DecodePeakRSSBytes int64 `json:"decode_peak_rss_bytes,omitempty"`
+	// PrefillPeakRSSBytes is the process's peak resident set before that
+	// reset (which also resets the peak the kernel reports at exit, so the
+	// harness takes the larger of the two as the process's peak).
+	PrefillPeakRSSBytes int64 `json:"prefill_peak_rss_bytes,omitempty"`
 }
 
 // PromptResult is the prefill measurement at one prompt length.
