@@ -131,11 +131,11 @@ func qmvCall(a *qmvArgs, v int) {
 	}
 }
 
-// qmvPrefetch is how far the kernels prefetch the weights, in bytes past
-// the next tile (measured on the 2-core EPYC: one tile plus 2 KiB keeps
-// four rows' streams fed; the prefetches, in memory order, also keep the
-// hardware prefetcher on one stream). qmvChunk is the weight bytes of one
-// chunk of tiles taken by a worker.
+// qmvPrefetch is how far the float32 kernels prefetch the weights, in bytes
+// past one tile ahead of the loads (the int8 kernels leave it to the
+// hardware prefetcher; see qmv_amd64.s). qmvChunk is the weight bytes of
+// one chunk of tiles taken by a worker (32-128 KiB within a few percent of
+// each other once each worker reads its own range; see run).
 const qmvPrefetch = 2048
 
 var qmvChunk = 64 << 10

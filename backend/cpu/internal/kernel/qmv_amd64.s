@@ -11,20 +11,26 @@
 // products, the sum of the two partial vectors and the scale FMA into the
 // total; the bias terms in a separate accumulator over the groups in steps
 // of 16; total + bias; the horizontal sum in hsum's order), so the results
-// are the same bits. The four rows of a tile share each load of x, and
-// their dependency chains interleave.
+// are the same bits. The four rows of a tile are read one after the other,
+// each from its first block to its last (ROWPASS), so a worker's loads run
+// through memory in order; x is read again for each row, from L1.
 //
-// Registers: DI args; SI weights of the tile's row 0 (row r at
-// SI + r·R10, R12 = 3·R10); R8/R9 the scales of lanes 0-7/8-15 of row 0
-// (row r at + r·R11, R13 = 3·R11); BX x; DX lane scales of x (int8); AX
-// scale steps left; CX blocks left in a step; R14 the prefetch pointer:
-// four lines per block, in memory order, a.pf bytes (a tile and more)
-// ahead of the tile's progress, so the next tile is on its way before it
-// starts and the hardware prefetcher follows one stream rather than four.
-// Z0-Z3 totals of rows 0-3, Z4-Z7 their scale vectors (then their bias
-// sums), Z8-Z13 scratch, Z15 a constant of the kernel, Z16-Z23 the block of
-// x, Y24 scratch of SCALE, Z25 = 0xffff0000, K1 the bias chunk mask,
-// K2 = 0x1111 (HSUM4), K3 = 0x00ff (SCALEBF16H).
+// Registers: DI args; SI the weights of the row in progress (the rows of a
+// tile are consecutive, so a row's pass leaves SI at the next row); R8/R9
+// the scales of lanes 0-7/8-15 of that row (likewise left at the next
+// row's); R11 the scale (and bias) bytes of a row, R13 = 3·R11; BX x; DX
+// lane scales of x (int8); AX scale steps left; CX blocks left in a step;
+// R14 the prefetch pointer of the float32 kernels, a.pf bytes (a tile and
+// more) ahead of the loads, one line per block (PFF32). The int8 kernels do
+// not prefetch: with each worker reading one sequential run the hardware
+// prefetcher keeps up, and a PREFETCHT0 per block made six decode layers of
+// int8 kernels 10-23% slower (fast decode 3% slower end to end), while the
+// float32 kernels, which spend longer on each block, decode 3% faster with it.
+// Z0-Z3 totals of rows 0-3, Z4 the scale vector of the row in
+// progress, Z4-Z7 the bias sums of the tile's rows, Z8-Z13 scratch, Z14-Z15
+// constants of the kernel, Z16-Z23 the block of x, Y24 scratch of SCALE,
+// Z25 = 0xffff0000, K1 the bias chunk mask, K2 = 0x1111 (HSUM4),
+// K3 = 0x00ff (SCALEBF16H).
 
 // nibble floats 0..15 (VPERMPS table of the 4-bit float32 kernel)
 DATA qmvnib<>+0(SB)/4, $0x0
@@ -225,10 +231,18 @@ GLOBL qmvnib<>(SB), RODATA|NOPTR, $64
 	VADDPS Z12, Z11, Z11 \
 	VCOMPRESSPS Z11, K2, Z12
 
+// The prefetch of a block: the float32 kernels' line a.pf bytes ahead; none
+// for the int8 kernels.
+#define PFF32 \
+	PREFETCHT0 (R14) \
+	ADDQ $64, R14
+
+#define PFQ8
+
 // ROWPASS runs the blocks of one row of the tile into total acc, in memory
 // order: SI the row's weights, R8 its scales (both left at the next row's),
-// x read again from its start; one prefetch per block, R14 a.pf bytes ahead.
-#define ROWPASS(XLOAD, ROW, XSTEP, SCALE, acc, lstep, lblk) \
+// x read again from its start; PF per block (PFF32 or nothing).
+#define ROWPASS(XLOAD, ROW, XSTEP, SCALE, PF, acc, lstep, lblk) \
 	MOVQ 96(DI), R9 \
 	ADDQ R8, R9 \
 	MOVQ 24(DI), BX \
@@ -239,8 +253,7 @@ lstep: \
 	SCALE((R8), (R9), Z4) \
 	MOVQ 72(DI), CX \
 lblk: \
-	PREFETCHT0 (R14) \
-	ADDQ $64, R14 \
+	PF \
 	XLOAD \
 	ROW((SI), Z4, acc) \
 	ADDQ $64, SI \
@@ -258,7 +271,7 @@ lblk: \
 // sequential stream per worker, which the hardware prefetcher follows; four
 // interleaved row streams ran at half the bandwidth), x again for each row
 // from L1.
-#define QMV(SETUP, XLOAD, ROW, XSTEP, SCALE, BIAS, BSTEP) \
+#define QMV(SETUP, XLOAD, ROW, XSTEP, SCALE, BIAS, BSTEP, PF) \
 	MOVQ a+0(FP), DI \
 	MOVQ 0(DI), SI \
 	MOVQ 8(DI), R8 \
@@ -276,10 +289,10 @@ lblk: \
 	CMPQ 56(DI), $0 \
 	JEQ done \
 tile: \
-	ROWPASS(XLOAD, ROW, XSTEP, SCALE, Z0, step0, blk0) \
-	ROWPASS(XLOAD, ROW, XSTEP, SCALE, Z1, step1, blk1) \
-	ROWPASS(XLOAD, ROW, XSTEP, SCALE, Z2, step2, blk2) \
-	ROWPASS(XLOAD, ROW, XSTEP, SCALE, Z3, step3, blk3) \
+	ROWPASS(XLOAD, ROW, XSTEP, SCALE, PF, Z0, step0, blk0) \
+	ROWPASS(XLOAD, ROW, XSTEP, SCALE, PF, Z1, step1, blk1) \
+	ROWPASS(XLOAD, ROW, XSTEP, SCALE, PF, Z2, step2, blk2) \
+	ROWPASS(XLOAD, ROW, XSTEP, SCALE, PF, Z3, step3, blk3) \
 	MOVQ 16(DI), AX \
 	MOVQ 40(DI), BX \
 	MOVQ 112(DI), CX \
@@ -326,51 +339,51 @@ done: \
 
 // func qmvQ8B4F32(a *qmvArgs)
 TEXT ·qmvQ8B4F32(SB), NOSPLIT, $0-8
-	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF32, BIASF32, $64)
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF32, BIASF32, $64, PFQ8)
 
 // func qmvQ8B4BF16(a *qmvArgs)
 TEXT ·qmvQ8B4BF16(SB), NOSPLIT, $0-8
-	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEBF16, BIASBF16, $32)
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEBF16, BIASBF16, $32, PFQ8)
 
 // func qmvQ8B4BF16H(a *qmvArgs)
 TEXT ·qmvQ8B4BF16H(SB), NOSPLIT, $0-8
-	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEBF16H, BIASBF16, $32)
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEBF16H, BIASBF16, $32, PFQ8)
 
 // func qmvQ8B8F32(a *qmvArgs)
 TEXT ·qmvQ8B8F32(SB), NOSPLIT, $0-8
-	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF32, BIASF32, $64)
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF32, BIASF32, $64, PFQ8)
 
 // func qmvQ8B8BF16(a *qmvArgs)
 TEXT ·qmvQ8B8BF16(SB), NOSPLIT, $0-8
-	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16, BIASBF16, $32)
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16, BIASBF16, $32, PFQ8)
 
 // func qmvQ8B8BF16H(a *qmvArgs)
 TEXT ·qmvQ8B8BF16H(SB), NOSPLIT, $0-8
-	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16H, BIASBF16, $32)
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16H, BIASBF16, $32, PFQ8)
 
 // func qmvF32B4F32(a *qmvArgs)
 TEXT ·qmvF32B4F32(SB), NOSPLIT, $0-8
-	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEF32, BIASF32, $64)
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEF32, BIASF32, $64, PFF32)
 
 // func qmvF32B4BF16(a *qmvArgs)
 TEXT ·qmvF32B4BF16(SB), NOSPLIT, $0-8
-	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEBF16, BIASBF16, $32)
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEBF16, BIASBF16, $32, PFF32)
 
 // func qmvF32B4BF16H(a *qmvArgs)
 TEXT ·qmvF32B4BF16H(SB), NOSPLIT, $0-8
-	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEBF16H, BIASBF16, $32)
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEBF16H, BIASBF16, $32, PFF32)
 
 // func qmvF32B8F32(a *qmvArgs)
 TEXT ·qmvF32B8F32(SB), NOSPLIT, $0-8
-	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEF32, BIASF32, $64)
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEF32, BIASF32, $64, PFF32)
 
 // func qmvF32B8BF16(a *qmvArgs)
 TEXT ·qmvF32B8BF16(SB), NOSPLIT, $0-8
-	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEBF16, BIASBF16, $32)
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEBF16, BIASBF16, $32, PFF32)
 
 // func qmvF32B8BF16H(a *qmvArgs)
 TEXT ·qmvF32B8BF16H(SB), NOSPLIT, $0-8
-	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEBF16H, BIASBF16, $32)
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEBF16H, BIASBF16, $32, PFF32)
 
 // The rearrangements of x for the kernels above, bit for bit those of
 // groupSums, permF32, quantizeQ8 and permQ8 (qmm_t.go) for one row.
