@@ -15,10 +15,23 @@ import (
 // convAVX2 is set at start-up when the CPU (and OS) support AVX2.
 var convAVX2 bool
 
+// convParallel is the length from which the bulk conversions below split
+// across the worker pool (a prefill's activations: 512 tokens x 4608 is
+// 2.4 million values); below it they run on the caller, allocating nothing.
+const convParallel = 1 << 17
+
 // BF16ToFloat32s widens bfloat16 bits to float32 (exact): dst[i] = src[i]
 // as float32, for i < len(dst). src needs at least len(dst) elements.
 func BF16ToFloat32s(dst []float32, src []uint16) {
 	src = src[:len(dst)]
+	if len(dst) < convParallel {
+		bf16ToFloat32s(dst, src)
+		return
+	}
+	parallelFor(len(dst), 1<<15, func(lo, hi int) { bf16ToFloat32s(dst[lo:hi], src[lo:hi]) })
+}
+
+func bf16ToFloat32s(dst []float32, src []uint16) {
 	i := 0
 	if convAVX2 && len(dst) >= 16 {
 		i = len(dst) &^ 15
@@ -34,6 +47,14 @@ func BF16ToFloat32s(dst []float32, src []uint16) {
 // elements.
 func Float32sToBF16(dst []uint16, src []float32) {
 	src = src[:len(dst)]
+	if len(dst) < convParallel {
+		float32sToBF16(dst, src)
+		return
+	}
+	parallelFor(len(dst), 1<<15, func(lo, hi int) { float32sToBF16(dst[lo:hi], src[lo:hi]) })
+}
+
+func float32sToBF16(dst []uint16, src []float32) {
 	i := 0
 	if convAVX2 && len(dst) >= 16 {
 		i = len(dst) &^ 15
@@ -47,6 +68,14 @@ func Float32sToBF16(dst []uint16, src []float32) {
 // RoundBF16s rounds every value of v to the nearest bfloat16 in place, as
 // tensor.RoundBF16 does (a NaN becomes the canonical bf16 NaN).
 func RoundBF16s(v []float32) {
+	if len(v) < convParallel {
+		roundBF16s(v)
+		return
+	}
+	parallelFor(len(v), 1<<15, func(lo, hi int) { roundBF16s(v[lo:hi]) })
+}
+
+func roundBF16s(v []float32) {
 	i := 0
 	if convAVX2 && len(v) >= 16 {
 		i = len(v) &^ 15

@@ -25,8 +25,8 @@ func convInputs() []float32 {
 
 // TestConvBF16 holds the bulk conversions to the scalar ones bit for bit,
 // for every length 0..40 at every start (vector blocks and tails) and for
-// the full input set, on both the assembly path (when the CPU has AVX2) and
-// the scalar one.
+// the full input set (458752 values, split across the workers), on both the
+// assembly path (when the CPU has AVX2) and the scalar one.
 func TestConvBF16(t *testing.T) {
 	in := convInputs()
 	paths := []bool{false}

@@ -5,7 +5,7 @@
 #include "textflag.h"
 
 // AVX-512 kernels of the float32 SDPA (sdpa_amd64.go documents each)
-// and of SwiGLU and bf16 rounding (vec_amd64.go).
+// and of SwiGLU (vec_amd64.go).
 // Every score, weight and accumulator goes through the same instructions
 // in the same order whatever the number of rows in a call, so a query
 // row's result does not depend on the other rows.
@@ -1351,38 +1351,6 @@ swiglu_bf16:
 	JNZ swiglu_bf16
 	JMP swiglu_done
 swiglu_done:
-	VZEROUPPER
-	RET
-
-// func vecRoundBF16(v *float32, n int)
-TEXT ·vecRoundBF16(SB), NOSPLIT, $0-16
-	MOVQ v+0(FP), DI
-	MOVQ n+8(FP), CX
-	SHRQ $4, CX
-	JZ round_done
-	MOVL $0x1, DX
-	VPBROADCASTD DX, Z2
-	MOVL $0x7fff, DX
-	VPBROADCASTD DX, Z3
-	MOVL $0xffff0000, DX
-	VPBROADCASTD DX, Z4
-	MOVL $0x7fc00000, DX
-	VPBROADCASTD DX, Z5
-round_loop:
-	VMOVUPS (DI), Z0
-	VPSRLD $16, Z0, Z1
-	VPANDD Z2, Z1, Z1
-	VPADDD Z3, Z1, Z1
-	VPADDD Z0, Z1, Z1
-	VPANDD Z4, Z1, Z1
-	VCMPPS $0x03, Z0, Z0, K1
-	VMOVAPS Z5, K1, Z1
-	VMOVAPS Z1, Z0
-	VMOVUPS Z0, (DI)
-	ADDQ $64, DI
-	DECQ CX
-	JNZ round_loop
-round_done:
 	VZEROUPPER
 	RET
 

@@ -55,7 +55,7 @@ func header() {
 	p("#include \"textflag.h\"")
 	p("")
 	p("// AVX-512 kernels of the float32 SDPA (sdpa_amd64.go documents each)")
-	p("// and of SwiGLU and bf16 rounding (vec_amd64.go).")
+	p("// and of SwiGLU (vec_amd64.go).")
 	p("// Every score, weight and accumulator goes through the same instructions")
 	p("// in the same order whatever the number of rows in a call, so a query")
 	p("// row's result does not depend on the other rows.")
@@ -694,29 +694,6 @@ func genSwiGLU() {
 	p("")
 }
 
-// vecRoundBF16(v *float32, n int): v[i] = tensor.RoundBF16(v[i]) in place,
-// n a multiple of 16.
-func genRoundBF16() {
-	p("// func vecRoundBF16(v *float32, n int)")
-	p("TEXT ·vecRoundBF16(SB), NOSPLIT, $0-16")
-	p("\tMOVQ v+0(FP), DI")
-	p("\tMOVQ n+8(FP), CX")
-	p("\tSHRQ $4, CX")
-	p("\tJZ round_done")
-	roundConsts()
-	p("round_loop:")
-	p("\tVMOVUPS (DI), Z0")
-	roundBF16("Z0", "Z1", "K1")
-	p("\tVMOVUPS Z0, (DI)")
-	p("\tADDQ $64, DI")
-	p("\tDECQ CX")
-	p("\tJNZ round_loop")
-	p("round_done:")
-	p("\tVZEROUPPER")
-	p("\tRET")
-	p("")
-}
-
 func main() {
 	header()
 	genKT()
@@ -730,6 +707,5 @@ func main() {
 	genScale()
 	genMerge()
 	genSwiGLU()
-	genRoundBF16()
 	os.Stdout.WriteString(b.String())
 }

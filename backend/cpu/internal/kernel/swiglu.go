@@ -49,22 +49,19 @@ var (
 	simdSwiGLU func(dst, gate, up []float32, bf16 bool) int
 	// simdExp writes ExpMLX of each value.
 	simdExp func(dst, src []float32) int
-	// simdRoundBF16 rounds values to bf16 in place (tensor.RoundBF16).
-	simdRoundBF16 func(v []float32) int
 )
 
-// roundSlice applies round to every value of v in place, 16 lanes at a time
-// for tensor.RoundBF16 with AVX-512.
+// roundSlice applies round to every value of v in place; tensor.RoundBF16
+// goes through RoundBF16s (vector code with AVX2).
 func roundSlice(v []float32, round Rounder, kind byte) {
-	i := 0
-	switch {
-	case kind == 'i':
-		return
-	case kind == 'b' && simdRoundBF16 != nil:
-		i = simdRoundBF16(v)
-	}
-	for ; i < len(v); i++ {
-		v[i] = round(v[i])
+	switch kind {
+	case 'i':
+	case 'b':
+		RoundBF16s(v)
+	default:
+		for i := range v {
+			v[i] = round(v[i])
+		}
 	}
 }
 

@@ -2,7 +2,7 @@
 
 package kernel
 
-// The AVX-512 forms of ExpSlice, SwiGLU and bf16 rounding (sdpa_amd64.s,
+// The AVX-512 forms of ExpSlice and SwiGLU (sdpa_amd64.s,
 // written by sdpa_gen.go), bit-identical to the scalar ones, installed
 // when the CPU has AVX-512.
 
@@ -13,15 +13,9 @@ package kernel
 //go:noescape
 func vecSwiGLU(dst, gate, up *float32, n, bf16 int)
 
-// vecRoundBF16 rounds n values (a multiple of 16) at v to bfloat16 in
-// place, as tensor.RoundBF16.
-//
-//go:noescape
-func vecRoundBF16(v *float32, n int)
-
 func init() {
 	if avx512, _ := x86Features(); avx512 {
-		simdSwiGLU, simdExp, simdRoundBF16 = swigluAsm, expSliceAsm, roundBF16Asm
+		simdSwiGLU, simdExp = swigluAsm, expSliceAsm
 	}
 }
 
@@ -46,13 +40,5 @@ func expSliceAsm(dst, src []float32) int {
 	}
 	_ = dst[n-1]
 	sdpaExp(&dst[0], &src[0], n)
-	return n
-}
-
-func roundBF16Asm(v []float32) int {
-	n := len(v) &^ 15
-	if n > 0 {
-		vecRoundBF16(&v[0], n)
-	}
 	return n
 }
