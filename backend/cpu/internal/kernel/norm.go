@@ -3,7 +3,9 @@ package kernel
 import "math"
 
 // rmsNormRow normalises one row of n elements (see RMSNorm for the formula).
-func rmsNormRow(dst, x, w []float32, n int, eps float32, round Rounder, acc Acc) {
+// kind is roundKind(round) for the vector form of the last step (0: none,
+// as the reference uses).
+func rmsNormRow(dst, x, w []float32, n int, eps float32, round Rounder, kind byte, acc Acc) {
 	x, dst, w = x[:n], dst[:n], w[:n]
 	if acc == AccF64 {
 		var ss float64
@@ -22,10 +24,19 @@ func rmsNormRow(dst, x, w []float32, n int, eps float32, round Rounder, acc Acc)
 	}
 	mean := float32(ss * float32(1/float64(n)))
 	inv := 1 / float32(math.Sqrt(float64(mean+eps)))
-	for i, v := range x {
-		dst[i] = round(float32(w[i] * round(float32(v*inv))))
+	i := 0
+	if simdNormScale != nil && kind != 0 {
+		i = simdNormScale(dst, x, w, inv, kind == 'b')
+	}
+	for ; i < n; i++ {
+		dst[i] = round(float32(w[i] * round(float32(x[i]*inv))))
 	}
 }
+
+// simdNormScale, when the CPU has AVX-512 (vec_amd64.go), writes
+// dst[i] = rnd(w[i]·rnd(x[i]·inv)) for a prefix of whole blocks of 16 and
+// returns its length; rnd is bf16 rounding when bf16 is set, else none.
+var simdNormScale func(dst, x, w []float32, inv float32, bf16 bool) int
 
 func checkRMSNorm(dst, x, w []float32, rows, n int) {
 	check(rows >= 0 && n > 0, "RMSNorm", "sizes rows=%d n=%d", rows, n)
@@ -39,7 +50,7 @@ func RMSNormRef(dst, x, w []float32, rows, n int, eps float32, round Rounder, ac
 	checkRMSNorm(dst, x, w, rows, n)
 	round = roundOr(round)
 	for r := range rows {
-		rmsNormRow(dst[r*n:], x[r*n:], w, n, eps, round, acc)
+		rmsNormRow(dst[r*n:], x[r*n:], w, n, eps, round, 0, acc)
 	}
 }
 
@@ -57,9 +68,10 @@ func RMSNormRef(dst, x, w []float32, rows, n int, eps float32, round Rounder, ac
 func RMSNorm(dst, x, w []float32, rows, n int, eps float32, round Rounder, acc Acc) {
 	checkRMSNorm(dst, x, w, rows, n)
 	round = roundOr(round)
+	kind := roundKind(round)
 	parallelFor(rows, max(1, 32768/n), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			rmsNormRow(dst[r*n:], x[r*n:], w, n, eps, round, acc)
+			rmsNormRow(dst[r*n:], x[r*n:], w, n, eps, round, kind, acc)
 		}
 	})
 }

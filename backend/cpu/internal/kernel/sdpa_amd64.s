@@ -5,7 +5,7 @@
 #include "textflag.h"
 
 // AVX-512 kernels of the float32 SDPA (sdpa_amd64.go documents each)
-// and of SwiGLU (vec_amd64.go).
+// and of SwiGLU and RMSNorm's scaling (vec_amd64.go).
 // Every score, weight and accumulator goes through the same instructions
 // in the same order whatever the number of rows in a call, so a query
 // row's result does not depend on the other rows.
@@ -1351,6 +1351,68 @@ swiglu_bf16:
 	JNZ swiglu_bf16
 	JMP swiglu_done
 swiglu_done:
+	VZEROUPPER
+	RET
+
+// func vecNormScale(dst, x, w *float32, inv float32, n, bf16 int)
+TEXT ·vecNormScale(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ w+16(FP), BX
+	VBROADCASTSS inv+24(FP), Z1
+	MOVQ n+32(FP), CX
+	MOVQ bf16+40(FP), AX
+	SHRQ $4, CX
+	JZ norm_done
+	MOVL $0x1, DX
+	VPBROADCASTD DX, Z2
+	MOVL $0x7fff, DX
+	VPBROADCASTD DX, Z3
+	MOVL $0xffff0000, DX
+	VPBROADCASTD DX, Z4
+	MOVL $0x7fc00000, DX
+	VPBROADCASTD DX, Z5
+	TESTQ AX, AX
+	JNZ norm_bf16
+norm_f32:
+	VMOVUPS (SI), Z0
+	VMULPS Z1, Z0, Z0
+	VMULPS (BX), Z0, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DI
+	DECQ CX
+	JNZ norm_f32
+	JMP norm_done
+norm_bf16:
+	VMOVUPS (SI), Z0
+	VMULPS Z1, Z0, Z0
+	VPSRLD $16, Z0, Z11
+	VPANDD Z2, Z11, Z11
+	VPADDD Z3, Z11, Z11
+	VPADDD Z0, Z11, Z11
+	VPANDD Z4, Z11, Z11
+	VCMPPS $0x03, Z0, Z0, K5
+	VMOVAPS Z5, K5, Z11
+	VMOVAPS Z11, Z0
+	VMULPS (BX), Z0, Z0
+	VPSRLD $16, Z0, Z11
+	VPANDD Z2, Z11, Z11
+	VPADDD Z3, Z11, Z11
+	VPADDD Z0, Z11, Z11
+	VPANDD Z4, Z11, Z11
+	VCMPPS $0x03, Z0, Z0, K5
+	VMOVAPS Z5, K5, Z11
+	VMOVAPS Z11, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DI
+	DECQ CX
+	JNZ norm_bf16
+	JMP norm_done
+norm_done:
 	VZEROUPPER
 	RET
 

@@ -55,7 +55,7 @@ func header() {
 	p("#include \"textflag.h\"")
 	p("")
 	p("// AVX-512 kernels of the float32 SDPA (sdpa_amd64.go documents each)")
-	p("// and of SwiGLU (vec_amd64.go).")
+	p("// and of SwiGLU and RMSNorm's scaling (vec_amd64.go).")
 	p("// Every score, weight and accumulator goes through the same instructions")
 	p("// in the same order whatever the number of rows in a call, so a query")
 	p("// row's result does not depend on the other rows.")
@@ -694,6 +694,50 @@ func genSwiGLU() {
 	p("")
 }
 
+// vecNormScale(dst, x, w *float32, inv float32, n, bf16 int): the last step
+// of RMSNorm for n values (a multiple of 16), dst = rnd(w·rnd(x·inv)), each
+// product rounded to bfloat16 when bf16 is 1, else kept in float32.
+func genNormScale() {
+	p("// func vecNormScale(dst, x, w *float32, inv float32, n, bf16 int)")
+	p("TEXT ·vecNormScale(SB), NOSPLIT, $0-48")
+	p("\tMOVQ dst+0(FP), DI")
+	p("\tMOVQ x+8(FP), SI")
+	p("\tMOVQ w+16(FP), BX")
+	p("\tVBROADCASTSS inv+24(FP), Z1")
+	p("\tMOVQ n+32(FP), CX")
+	p("\tMOVQ bf16+40(FP), AX")
+	p("\tSHRQ $4, CX")
+	p("\tJZ norm_done")
+	roundConsts()
+	p("\tTESTQ AX, AX")
+	p("\tJNZ norm_bf16")
+	for _, bf16 := range []bool{false, true} {
+		lb := "norm_f32"
+		rnd := func(string) {}
+		if bf16 {
+			lb = "norm_bf16"
+			rnd = func(zr string) { roundBF16(zr, "Z11", "K5") }
+		}
+		p("%s:", lb)
+		p("\tVMOVUPS (SI), Z0")
+		p("\tVMULPS Z1, Z0, Z0") // x·inv (NaN in both: x's, as the scalar code gives)
+		rnd("Z0")
+		p("\tVMULPS (BX), Z0, Z0") // ·w
+		rnd("Z0")
+		p("\tVMOVUPS Z0, (DI)")
+		p("\tADDQ $64, SI")
+		p("\tADDQ $64, BX")
+		p("\tADDQ $64, DI")
+		p("\tDECQ CX")
+		p("\tJNZ %s", lb)
+		p("\tJMP norm_done")
+	}
+	p("norm_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	header()
 	genKT()
@@ -707,5 +751,6 @@ func main() {
 	genScale()
 	genMerge()
 	genSwiGLU()
+	genNormScale()
 	os.Stdout.WriteString(b.String())
 }

@@ -58,3 +58,38 @@ func TestSwiGLUAVX512BitExact(t *testing.T) {
 		})
 	}
 }
+
+// TestNormScaleAVX512BitExact holds RMSNorm's vector last step to the scalar
+// one bit for bit: every bf16 pattern as x (NaNs of both signs, infinities,
+// subnormals, zeros) against weights that are also every pattern, shifted,
+// at several inv (including NaN, as a row holding a NaN gives).
+func TestNormScaleAVX512BitExact(t *testing.T) {
+	if simdNormScale == nil {
+		t.Skip("SKIPPED: this CPU lacks AVX-512; the vector RMSNorm step is not installed")
+	}
+	xs := sdpaExpInputs()[:1<<16]
+	w := make([]float32, len(xs))
+	for i := range w {
+		w[i] = xs[(i*7919+13)%len(xs)]
+	}
+	for _, dt := range []struct {
+		name  string
+		round Rounder
+		bf16  bool
+	}{{"bf16", tensor.RoundBF16, true}, {"f32", Identity, false}} {
+		for _, inv := range []float32{0.37, 3e-39, 7e30, 0, float32(math.Inf(1)), float32(math.NaN()), -float32(math.NaN())} {
+			t.Run(fmt.Sprintf("%s/inv%v", dt.name, inv), func(t *testing.T) {
+				got := make([]float32, len(xs))
+				if n := simdNormScale(got, xs, w, inv, dt.bf16); n != len(xs) {
+					t.Fatalf("simdNormScale wrote %d values, want %d", n, len(xs))
+				}
+				for i, x := range xs {
+					want := dt.round(float32(w[i] * dt.round(float32(x*inv))))
+					if math.Float32bits(got[i]) != math.Float32bits(want) {
+						t.Fatalf("w %#08x, x %#08x, inv %v: got %#08x, want %#08x (index %d)", math.Float32bits(w[i]), math.Float32bits(x), inv, math.Float32bits(got[i]), math.Float32bits(want), i)
+					}
+				}
+			})
+		}
+	}
+}

@@ -2,7 +2,7 @@
 
 package kernel
 
-// The AVX-512 forms of ExpSlice and SwiGLU (sdpa_amd64.s,
+// The AVX-512 forms of ExpSlice, SwiGLU and RMSNorm's scaling (sdpa_amd64.s,
 // written by sdpa_gen.go), bit-identical to the scalar ones, installed
 // when the CPU has AVX-512.
 
@@ -13,9 +13,15 @@ package kernel
 //go:noescape
 func vecSwiGLU(dst, gate, up *float32, n, bf16 int)
 
+// vecNormScale writes dst = rnd(w·rnd(x·inv)) for n values (a multiple of
+// 16), rnd rounding to bfloat16 when bf16 is 1, else none (rmsNormRow).
+//
+//go:noescape
+func vecNormScale(dst, x, w *float32, inv float32, n, bf16 int)
+
 func init() {
 	if avx512, _ := x86Features(); avx512 {
-		simdSwiGLU, simdExp = swigluAsm, expSliceAsm
+		simdSwiGLU, simdExp, simdNormScale = swigluAsm, expSliceAsm, normScaleAsm
 	}
 }
 
@@ -40,5 +46,19 @@ func expSliceAsm(dst, src []float32) int {
 	}
 	_ = dst[n-1]
 	sdpaExp(&dst[0], &src[0], n)
+	return n
+}
+
+func normScaleAsm(dst, x, w []float32, inv float32, bf16 bool) int {
+	n := len(x) &^ 15
+	if n == 0 {
+		return 0
+	}
+	_, _ = dst[n-1], w[n-1]
+	b := 0
+	if bf16 {
+		b = 1
+	}
+	vecNormScale(&dst[0], &x[0], &w[0], inv, n, b)
 	return n
 }
