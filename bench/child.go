@@ -13,6 +13,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/internal/procmem"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 )
 
@@ -85,8 +86,8 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 	}
 	runtime.GC()
 	debug.FreeOSMemory()
-	rep.PrefillPeakRSSBytes = peakRSS()
-	decodePeak := resetPeakRSS()
+	rep.PrefillPeakRSSBytes = procmem.PeakRSS()
+	decodePeak := procmem.ResetPeak()
 	for r := range o.Warmup + o.Reps {
 		var times []float64
 		t0 := time.Now()
@@ -102,7 +103,7 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 			rep.Device, p, repName(r, o.Warmup, o.Reps), times[0], len(times), times[len(times)-1], memoryNote(b))
 	}
 	if decodePeak {
-		rep.DecodePeakRSSBytes = peakRSS()
+		rep.DecodePeakRSSBytes = procmem.PeakRSS()
 	}
 	return json.NewEncoder(stdout).Encode(rep)
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -122,31 +121,6 @@ func TestRunChild(t *testing.T) {
 	if err := RunChild(ChildOptions{Model: fixture, Backend: "cpu", IDs: ids, PromptLens: []int{9}, DecodeTokens: 4, Reps: 1}, &out, &log); err == nil ||
 		!strings.Contains(err.Error(), "prompt length 9") {
 		t.Errorf("prompt longer than the ids: got %v, want an error naming prompt length 9", err)
-	}
-}
-
-// TestPeakRSSReset: on Linux the peak resident set falls back to about the
-// current one after resetPeakRSS, having been at least 64 MiB higher while a
-// 64 MiB buffer was resident.
-func TestPeakRSSReset(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("SKIPPED: resetting the peak RSS needs Linux's /proc/self/clear_refs")
-	}
-	buf := make([]byte, 64<<20)
-	for i := range buf {
-		buf[i] = byte(i)
-	}
-	high := peakRSS()
-	runtime.KeepAlive(buf)
-	buf = nil
-	runtime.GC()
-	debug.FreeOSMemory()
-	if !resetPeakRSS() {
-		t.Fatal("resetPeakRSS: /proc/self/clear_refs not writable")
-	}
-	low := peakRSS()
-	if high <= 0 || low <= 0 || high-low < 48<<20 {
-		t.Errorf("peak RSS: %d bytes with the buffer resident, %d after freeing it and the reset; want a drop of about 64 MiB", high, low)
 	}
 }
 

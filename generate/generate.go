@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/internal/procmem"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -352,7 +353,7 @@ func (g *generator[C]) run(onToken func(Token) bool) (res Result, err error) {
 	res.Stats.PromptTokens = len(g.prompt)
 	defer func() {
 		res.Stats.PeakBytes = g.b.Stats().PeakBytes
-		res.Stats.PeakRSSBytes = peakRSS()
+		res.Stats.PeakRSSBytes = procmem.PeakRSS()
 	}()
 
 	g.cache = g.m.NewCache()
