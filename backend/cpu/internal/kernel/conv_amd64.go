@@ -13,23 +13,20 @@ func convF32ToBF16(dst *uint16, src *float32, n int)
 //go:noescape
 func convRoundBF16(v *float32, n int)
 
-func convCPUID(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-
-func convXGETBV() (eax uint32)
-
 func init() { convAVX2 = hasAVX2() }
 
-// hasAVX2 reports AVX2 with the OS saving the YMM state.
+// hasAVX2 reports AVX2 with the OS saving the YMM state (cpuid and xgetbv0
+// of qmm_amd64.s).
 func hasAVX2() bool {
-	maxLeaf, _, _, _ := convCPUID(0, 0)
+	maxLeaf, _, _, _ := cpuid(0, 0)
 	if maxLeaf < 7 {
 		return false
 	}
-	_, _, c1, _ := convCPUID(1, 0)
+	_, _, c1, _ := cpuid(1, 0)
 	const osxsave, avx = 1 << 27, 1 << 28
-	if c1&(osxsave|avx) != osxsave|avx || convXGETBV()&6 != 6 {
+	if c1&(osxsave|avx) != osxsave|avx || xgetbv0()&6 != 6 {
 		return false
 	}
-	_, b7, _, _ := convCPUID(7, 0)
+	_, b7, _, _ := cpuid(7, 0)
 	return b7&(1<<5) != 0
 }

@@ -115,21 +115,3 @@ rbloop:
 rbdone:
 	VZEROUPPER
 	RET
-
-// func convCPUID(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-TEXT ·convCPUID(SB), NOSPLIT, $0-24
-	MOVL leaf+0(FP), AX
-	MOVL sub+4(FP), CX
-	CPUID
-	MOVL AX, eax+8(FP)
-	MOVL BX, ebx+12(FP)
-	MOVL CX, ecx+16(FP)
-	MOVL DX, edx+20(FP)
-	RET
-
-// func convXGETBV() (eax uint32)
-TEXT ·convXGETBV(SB), NOSPLIT, $0-4
-	MOVL $0, CX
-	XGETBV
-	MOVL AX, eax+0(FP)
-	RET
