@@ -1,6 +1,7 @@
 //go:build amd64
 
 #include "textflag.h"
+#include "rndbf16_amd64.h"
 
 // The int8 GEMM of qmm_gemm.go (AVX-512 with VNNI): a tile of 16 weight
 // rows (output columns, one per dword lane) against the rows of x eight at
@@ -27,19 +28,6 @@
 	VCVTDQ2PS I, I; \
 	VMULPS.BCST OFF(DX), I, I; \
 	VFMADD231PS Z24, I, A
-
-// RNDBF16 rounds the floats of Z to bfloat16 as tensor.RoundBF16 does:
-// round to nearest even on the bits, every NaN to 0x7FC00000 (constants
-// Z27 = 1, Z28 = 0x7FFF, Z29 = 0xFFFF0000, Z30 = 0x7FC00000).
-#define RNDBF16(Z) \
-	VPSRLD $16, Z, Z26; \
-	VPANDD Z27, Z26, Z26; \
-	VPADDD Z28, Z26, Z26; \
-	VPADDD Z26, Z, Z26; \
-	VPANDD Z29, Z26, Z26; \
-	VCMPPS $3, Z, Z, K2; \
-	VMOVDQA32 Z30, K2, Z26; \
-	VMOVDQA32 Z26, Z
 
 // NIB stores the low nibbles of the bytes of Z at OFF(DI) and the high
 // nibbles 64 bytes further, one code per byte (mask 0x0F in Z16).
@@ -136,14 +124,7 @@ TEXT ·q8gemm(SB), NOSPLIT, $0-8
 	MOVQ 56(DI), R11
 	MOVQ 80(DI), R12
 	KMOVW 96(DI), K1
-	MOVL $1, AX
-	VPBROADCASTD AX, Z27
-	MOVL $0x7fff, AX
-	VPBROADCASTD AX, Z28
-	MOVL $0xffff0000, AX
-	VPBROADCASTD AX, Z29
-	MOVL $0x7fc00000, AX
-	VPBROADCASTD AX, Z30
+	RNDBF16CONSTS
 	TESTQ R12, R12
 	JZ done
 

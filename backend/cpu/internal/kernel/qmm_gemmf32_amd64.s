@@ -1,6 +1,7 @@
 //go:build amd64
 
 #include "textflag.h"
+#include "rndbf16_amd64.h"
 
 // The float32 GEMM of qmm_gemmf32.go (AVX-512): a run of weight rows
 // against a tile of 8 rows of x over a chunk of blocks, the unpacked
@@ -40,19 +41,6 @@ DATA nibf32<>+56(SB)/4, $0x41600000
 DATA nibf32<>+60(SB)/4, $0x41700000
 GLOBL nibf32<>(SB), RODATA|NOPTR, $64
 
-// RND16 rounds the floats of Z to bfloat16 (tensor.RoundBF16): round to
-// nearest even on the bits, every NaN to 0x7FC00000, with Z26 as scratch
-// and the constants Z27 = 1, Z28 = 0x7FFF, Z29 = 0xFFFF0000, Z30 = 0x7FC00000.
-#define RND16(Z) \
-	VPSRLD $16, Z, Z26; \
-	VPANDD Z27, Z26, Z26; \
-	VPADDD Z28, Z26, Z26; \
-	VPADDD Z26, Z, Z26; \
-	VPANDD Z29, Z26, Z26; \
-	VCMPPS $3, Z, Z, K2; \
-	VMOVDQA32 Z30, K2, Z26; \
-	VMOVDQA32 Z26, Z
-
 // SCALES loads the scales of the block: lanes 0-7 from (R8), lanes 8-15
 // from (R8)(R11*1).
 #define SCALES \
@@ -70,14 +58,7 @@ TEXT ·f32gemmB4(SB), NOSPLIT, $0-8
 	MOVQ 48(DI), DX
 	MOVQ 80(DI), R11
 	VMOVUPS nibf32<>(SB), Z15
-	MOVL $1, AX
-	VPBROADCASTD AX, Z27
-	MOVL $0x7fff, AX
-	VPBROADCASTD AX, Z28
-	MOVL $0xffff0000, AX
-	VPBROADCASTD AX, Z29
-	MOVL $0x7fc00000, AX
-	VPBROADCASTD AX, Z30
+	RNDBF16CONSTS
 	TESTQ DX, DX
 	JZ done
 
@@ -300,7 +281,7 @@ bias:
 	VADDPS Z21, Z20, Z25
 	CMPQ 144(DI), $0
 	JEQ store
-	RND16(Z25)
+	RNDBF16(Z25)
 
 store:
 	MOVQ R13, AX
@@ -343,14 +324,7 @@ TEXT ·f32gemmB8(SB), NOSPLIT, $0-8
 	MOVQ 80(DI), R11
 	MOVL $0xff, AX
 	VPBROADCASTD AX, Z9
-	MOVL $1, AX
-	VPBROADCASTD AX, Z27
-	MOVL $0x7fff, AX
-	VPBROADCASTD AX, Z28
-	MOVL $0xffff0000, AX
-	VPBROADCASTD AX, Z29
-	MOVL $0x7fc00000, AX
-	VPBROADCASTD AX, Z30
+	RNDBF16CONSTS
 	TESTQ DX, DX
 	JZ done
 
@@ -536,7 +510,7 @@ bias:
 	VADDPS Z21, Z20, Z25
 	CMPQ 144(DI), $0
 	JEQ store
-	RND16(Z25)
+	RNDBF16(Z25)
 
 store:
 	MOVQ R13, AX
