@@ -34,6 +34,12 @@ type Backend interface {
 	Do(fn func() error) error
 	// Close releases everything the backend holds. Arrays become invalid.
 	Close() error
+	// OracleExact reports the fidelity tier the backend declares: true when
+	// it runs the oracle's own kernels, in the oracle's order and dtypes, on
+	// the device the oracle's fixtures were made on (MLX on its CPU device),
+	// so its results must equal the fixtures bit for bit; false when it is
+	// held to the tolerance table instead.
+	OracleExact() bool
 
 	Memory
 	Elementwise

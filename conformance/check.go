@@ -72,7 +72,7 @@ func Check(b backend.Backend, c *Case) []Result {
 		if class == InfoClass {
 			continue // a fact about the oracle's run, not an output to reproduce
 		}
-		budget, err := budgetFor(name, class, c.DType)
+		budget, err := budgetFor(b.OracleExact(), class, c.DType)
 		if err != nil {
 			results = append(results, failure(c.Name, name, out, err))
 			continue

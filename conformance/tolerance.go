@@ -25,15 +25,16 @@ type Budget struct {
 // top-2 margins) rather than values a backend must reproduce.
 const InfoClass = "oracle_info"
 
-// bitExact is the budget of the MLX backend on every case: tier 1 of the
-// design, the same libmlx on the same device running the same ops in the same
-// order must give the same bits.
-var bitExact = Budget{Exact: true, Reason: "tier 1: the MLX backend runs the oracle's ops, in its order and dtypes, on the same device"}
+// bitExact is the budget of a backend that declares itself oracle-exact
+// (backend.Backend.OracleExact) on every case: tier 1 of the design, the same
+// libmlx on the same device running the same ops in the same order must give
+// the same bits.
+var bitExact = Budget{Exact: true, Reason: "tier 1: the backend declares that it runs the oracle's ops, in its order and dtypes, on the device the fixtures were made on"}
 
-// budgetFor is BudgetFor with the backend's tier applied.
-func budgetFor(backendName, class, dtype string) (Budget, error) {
+// budgetFor is BudgetFor with the backend's declared tier applied.
+func budgetFor(oracleExact bool, class, dtype string) (Budget, error) {
 	b, err := BudgetFor(class, dtype)
-	if err != nil || backendName != "mlx" {
+	if err != nil || !oracleExact {
 		return b, err
 	}
 	return bitExact, nil

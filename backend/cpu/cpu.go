@@ -70,6 +70,10 @@ func New(opts backend.Options) (*Backend, error) {
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
+// OracleExact is false: the CPU backend implements every op itself and is
+// held to the tolerance table (conformance.BudgetFor).
+func (b *Backend) OracleExact() bool { return false }
+
 // Do runs fn inline: the CPU backend has no thread of its own.
 func (b *Backend) Do(fn func() error) error { return fn() }
 
