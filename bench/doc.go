@@ -1,5 +1,5 @@
-// Package bench is mlxgo's benchmark harness (DESIGN.md, "Performance
-// protocol"): on one checkpoint and the same prompt ids it runs, in one go,
+// Package bench is mlxgo's benchmark harness, which reports speed as ratios
+// measured side by side in one run: on one checkpoint and the same prompt ids it runs, in one go,
 // the Go CPU backend in each precision, the Go MLX backend when compiled in,
 // mlx_lm itself (bench/mlx_lm_driver.py with the project virtualenv), and
 // llama.cpp's llama-bench on the checkpoint's GGUF twin when given its path.

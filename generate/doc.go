@@ -40,7 +40,7 @@
 // The processors see a token history: the prompt, then every generated
 // token. mlx_lm 0.32.2 (the pinned oracle) adds every prefill chunk to that
 // history, as BatchGenerator does; this is [FullPrompt], the default. mlx_lm
-// 0.32.0 and earlier (spec §5.1) left the prefill chunks out, so the
+// 0.32.0 and earlier (mlx_lm/generate.py, generate_step) left the prefill chunks out, so the
 // history started with the last prompt token only and the repetition penalty
 // ignored the rest of the prompt: [LastPromptToken] reproduces that.
 //

@@ -48,7 +48,7 @@ const (
 	// each chunk to the context) and in BatchGenerator.
 	FullPrompt PromptContext = iota
 	// LastPromptToken: the context starts with the last prompt token only,
-	// the generate_step of mlx_lm 0.32.0 and earlier (spec §5.1), whose
+	// the generate_step of mlx_lm 0.32.0 and earlier (mlx_lm/generate.py), whose
 	// prefill chunks never reached the context, so the repetition penalty
 	// saw nothing of the prompt but its last token.
 	LastPromptToken

@@ -87,9 +87,9 @@ func TestMatchesMLXLMFiles(t *testing.T) {
 	}
 }
 
-// The full-size preset's packed shapes, from the table in
-// /work/shared/research/mlx_lm_spec.md §1 (group size 64): 4-bit rows hold
-// in/8 words and in/64 groups, 8-bit rows in/4 words.
+// The full-size preset's packed shapes, from MLX's affine format (group
+// size 64, 32-bit words): 4-bit rows hold in/8 words and in/64 groups,
+// 8-bit rows in/4 words.
 func TestMiniCPM5Shapes(t *testing.T) {
 	s := Presets["minicpm5-1b"]
 	if err := s.Validate(); err != nil {

@@ -97,10 +97,11 @@
 // A Backend is not safe for concurrent use; Do runs its function inline.
 // Matmul and the kernels split their work across worker goroutines
 // (backend.Options.Threads, default GOMAXPROCS); the kernels use a
-// persistent worker pool. Build with GOEXPERIMENT=simd on amd64 for the
-// AVX-512 kernels (see internal/kernel); results then differ from the
-// portable build by float32 summation order only. The bulk bf16 ↔ float32
-// conversions (kernel.BF16ToFloat32s, Float32sToBF16, RoundBF16s) run in
-// AVX2 assembly on amd64 in every build, bit-identical to the scalar
-// tensor functions.
+// persistent worker pool. On amd64 the hot loops (quantized matmuls, SDPA,
+// SwiGLU, RMSNorm's last step, bf16 conversions) run in assembly chosen at
+// start-up from CPUID in every build; GOEXPERIMENT=simd is not needed. It
+// adds archsimd kernels for AVX-512 CPUs without VNNI (see internal/kernel).
+// A vector path sums in its own order where its doc says so (the float32
+// quantized matmul, SDPA); elsewhere it is bit-identical to the portable
+// loops, which run on every other CPU and platform.
 package cpu
