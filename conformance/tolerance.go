@@ -60,6 +60,52 @@ var budgets = map[key]Budget{
 	{"repetition_penalty", "*"}: {Exact: true, Reason: "as apply_top_p"},
 	{"random_uniform", "*"}:     {Exact: true, Reason: "threefry words and their float32 conversion are exact"},
 
+	// backend/backendtest, the contract suite: a backend's op against the
+	// suite's float64 evaluation of the op's definition on the same (rounded)
+	// inputs, with no oracle in the loop. A value passes when
+	// |got-want| <= Abs + Rel·(|want| + m), m the case's magnitude scale
+	// named in the row (0 where none is named); NaN must meet NaN and an
+	// infinity an equal infinity. Rel is in units of the output dtype's
+	// unit roundoff u (2^-24 float32, 2^-11 float16, 2^-8 bfloat16);
+	// Abs is the dtype's smallest subnormal, for results that underflow.
+	{"contract/exact", "*"}:                   {Exact: true, Reason: "shaping ops, AsType, Where, Max, Argmax, comparisons, integer arithmetic, Zeros and Full move or select values, or are defined exactly"},
+	{"contract/unary", "float32"}:             {Rel: 16 * 0x1p-24, Abs: 0x1p-149, Reason: "one op computed in float32 and rounded once; placeholder"},
+	{"contract/unary", "float16"}:             {Rel: 8 * 0x1p-11, Abs: 0x1p-24, Reason: "one op computed in float32 and rounded once; placeholder"},
+	{"contract/unary", "bfloat16"}:            {Rel: 8 * 0x1p-8, Abs: 0x1p-133, Reason: "one op computed in float32 and rounded once; placeholder"},
+	{"contract/binary", "float32"}:            {Rel: 2 * 0x1p-24, Abs: 0x1p-149, Reason: "one float32 operation rounded to the output dtype: at most half an ulp, plus the float32 rounding before it"},
+	{"contract/binary", "float16"}:            {Rel: 2 * 0x1p-11, Abs: 0x1p-24, Reason: "one float32 operation rounded to the output dtype: at most half an ulp, plus the float32 rounding before it"},
+	{"contract/binary", "bfloat16"}:           {Rel: 2 * 0x1p-8, Abs: 0x1p-133, Reason: "one float32 operation rounded to the output dtype: at most half an ulp, plus the float32 rounding before it"},
+	{"contract/sum", "float32"}:               {Rel: 64 * 0x1p-24, Abs: 0x1p-149, Reason: "m = Σ|x| of the lane; placeholder"},
+	{"contract/sum", "float16"}:               {Rel: 4 * 0x1p-11, Abs: 0x1p-24, Reason: "m = Σ|x| of the lane; placeholder"},
+	{"contract/sum", "bfloat16"}:              {Rel: 4 * 0x1p-8, Abs: 0x1p-133, Reason: "m = Σ|x| of the lane; placeholder"},
+	{"contract/logsumexp", "float32"}:         {Rel: 16 * 0x1p-24, Abs: 0x1p-149, Reason: "m = 1; placeholder"},
+	{"contract/logsumexp", "float16"}:         {Rel: 4 * 0x1p-11, Abs: 0x1p-24, Reason: "m = 1; placeholder"},
+	{"contract/logsumexp", "bfloat16"}:        {Rel: 4 * 0x1p-8, Abs: 0x1p-133, Reason: "m = 1; placeholder"},
+	{"contract/softmax", "float32"}:           {Rel: 16 * 0x1p-24, Abs: 0x1p-149, Reason: "placeholder"},
+	{"contract/softmax", "float16"}:           {Rel: 8 * 0x1p-11, Abs: 0x1p-24, Reason: "placeholder"},
+	{"contract/softmax", "bfloat16"}:          {Rel: 8 * 0x1p-8, Abs: 0x1p-133, Reason: "placeholder"},
+	{"contract/matmul", "float32"}:            {Rel: 64 * 0x1p-24, Abs: 0x1p-149, Reason: "m = Σ|a·b|; placeholder"},
+	{"contract/matmul", "float16"}:            {Rel: 4 * 0x1p-11, Abs: 0x1p-24, Reason: "m = Σ|a·b|; placeholder"},
+	{"contract/matmul", "bfloat16"}:           {Rel: 4 * 0x1p-8, Abs: 0x1p-133, Reason: "m = Σ|a·b|; placeholder"},
+	{"contract/rmsnorm", "float32"}:           {Rel: 16 * 0x1p-24, Abs: 0x1p-149, Reason: "placeholder"},
+	{"contract/rmsnorm", "float16"}:           {Rel: 8 * 0x1p-11, Abs: 0x1p-24, Reason: "placeholder"},
+	{"contract/rmsnorm", "bfloat16"}:          {Rel: 8 * 0x1p-8, Abs: 0x1p-133, Reason: "placeholder"},
+	{"contract/rope", "float32"}:              {Rel: 64 * 0x1p-24, Abs: 0x1p-149, Reason: "m = |x1|+|x2|; placeholder"},
+	{"contract/rope", "float16"}:              {Rel: 8 * 0x1p-11, Abs: 0x1p-24, Reason: "m = |x1|+|x2|; placeholder"},
+	{"contract/rope", "bfloat16"}:             {Rel: 8 * 0x1p-8, Abs: 0x1p-133, Reason: "m = |x1|+|x2|; placeholder"},
+	{"contract/sdpa", "float32"}:              {Rel: 64 * 0x1p-24, Abs: 0x1p-149, Reason: "m = max|v|; placeholder"},
+	{"contract/sdpa", "float16"}:              {Rel: 8 * 0x1p-11, Abs: 0x1p-24, Reason: "m = max|v|; placeholder"},
+	{"contract/sdpa", "bfloat16"}:             {Rel: 8 * 0x1p-8, Abs: 0x1p-133, Reason: "m = max|v|; placeholder"},
+	{"contract/swiglu", "float32"}:            {Rel: 16 * 0x1p-24, Abs: 0x1p-149, Reason: "placeholder"},
+	{"contract/swiglu", "float16"}:            {Rel: 8 * 0x1p-11, Abs: 0x1p-24, Reason: "placeholder"},
+	{"contract/swiglu", "bfloat16"}:           {Rel: 8 * 0x1p-8, Abs: 0x1p-133, Reason: "placeholder"},
+	{"contract/dequantize", "float32"}:        {Rel: 4 * 0x1p-24, Abs: 0x1p-149, Reason: "m = |s·q|+|b|; placeholder"},
+	{"contract/dequantize", "float16"}:        {Rel: 4 * 0x1p-11, Abs: 0x1p-24, Reason: "m = |s·q|+|b|; placeholder"},
+	{"contract/dequantize", "bfloat16"}:       {Rel: 4 * 0x1p-8, Abs: 0x1p-133, Reason: "m = |s·q|+|b|; placeholder"},
+	{"contract/quantized_matmul", "float32"}:  {Rel: 64 * 0x1p-24, Abs: 0x1p-149, Reason: "m = Σ|x·ŵ|; placeholder"},
+	{"contract/quantized_matmul", "float16"}:  {Rel: 8 * 0x1p-11, Abs: 0x1p-24, Reason: "m = Σ|x·ŵ|; placeholder"},
+	{"contract/quantized_matmul", "bfloat16"}: {Rel: 8 * 0x1p-8, Abs: 0x1p-133, Reason: "m = Σ|x·ŵ|; placeholder"},
+
 	{"model_tokens", "float32"}:  {Exact: true, Reason: "greedy tokens must equal the oracle's; the oracle only records prompts whose top-2 margins exceed 1e-3, far above float32 noise"},
 	{"model_tokens", "bfloat16"}: {TokensUntilNoise: true, Reason: "MLX's CPU bf16 logprobs are off by up to ~4 from the float32 run of the same weights (oracle_logprob_error); tokens are checked until the oracle's margin falls within twice that"},
 	{"model_logits", "float32"}:  {Abs: 5e-4, Reason: "float32 end to end: summation order alone (~sqrt(K)·2^-24 relative per op over ~30 ops, 3 layers, 1000-way head); measured worst 1.1e-4 on logits of scale ~50"},
