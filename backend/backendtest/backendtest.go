@@ -19,7 +19,21 @@ import (
 // doc for what is checked.
 func Run(t *testing.T, open func() (backend.Backend, error)) {
 	t.Run("Lifetime", func(t *testing.T) { runLifetime(t, open) })
-	t.Run("Ops", func(t *testing.T) { runOps(t, open) })
+	t.Run("Ops", func(t *testing.T) { runOps(t, open, nil) })
+}
+
+// RunApproximate is Run for a mode of a backend that is approximate by
+// design in the named ops (their subtest names under Ops, such as
+// "QuantizedMatmul") and judged elsewhere: those ops are skipped, loudly,
+// with the reason; everything else is held to the full contract. A backend
+// offered to users as exact calls Run.
+func RunApproximate(t *testing.T, open func() (backend.Backend, error), reason string, ops ...string) {
+	skip := map[string]string{}
+	for _, op := range ops {
+		skip[op] = reason
+	}
+	t.Run("Lifetime", func(t *testing.T) { runLifetime(t, open) })
+	t.Run("Ops", func(t *testing.T) { runOps(t, open, skip) })
 }
 
 // seed fixes the random shapes and values of every case; a failure message
@@ -233,6 +247,7 @@ func budget(t *testing.T, class string, dt tensor.DType) conformance.Budget {
 	if !dt.IsFloat() {
 		class = "exact" // integer and Bool results are exact in every op
 	}
+	lastClass = class
 	bu, err := conformance.BudgetFor("contract/"+class, dt.MLXName())
 	if err != nil || (!bu.Exact && bu.Rel == 0 && bu.Abs == 0) {
 		t.Fatalf("no contract row in conformance's tolerance table for %q %v (got %+v, %v)", class, dt, bu, err)
@@ -293,13 +308,15 @@ func compare(t *testing.T, what string, got *tensor.Dense, dt tensor.DType, want
 		t.Errorf("%s: %d of %d values out of budget", what, bad, len(want.v))
 	}
 	if measure && worst > 0 {
-		t.Logf("%s: worst error %.3g of the budget", what, worst)
+		t.Logf("measure %s %v: worst error %.3g of the budget (%s)", lastClass, dt, worst, what)
 	}
 	return bad == 0
 }
 
 // measure logs the worst error of every float comparison as a fraction of
 // its budget (set it to measure the figures in the tolerance rows).
+var lastClass string
+
 var measure = os.Getenv("MLXGO_CONTRACT_MEASURE") != ""
 
 func caseName(parts ...any) string {

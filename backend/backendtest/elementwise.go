@@ -15,7 +15,7 @@ var floats = []tensor.DType{tensor.F32, tensor.F16, tensor.BF16}
 
 // runOps checks every op of Elementwise, Shaping, Reducing, Linalg, Fused
 // and Quantized against the suite's float64 reference.
-func runOps(t *testing.T, open func() (backend.Backend, error)) {
+func runOps(t *testing.T, open func() (backend.Backend, error), skip map[string]string) {
 	for _, c := range []struct {
 		name string
 		fn   func(*testing.T, backend.Backend)
@@ -46,6 +46,9 @@ func runOps(t *testing.T, open func() (backend.Backend, error)) {
 		{"Deterministic", testDeterministic},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			if why, ok := skip[c.name]; ok {
+				t.Skipf("approximate by design in this mode: %s", why)
+			}
 			b := openB(t, open)
 			c.fn(t, b)
 		})

@@ -316,10 +316,10 @@ func testSwiGLU(t *testing.T, b backend.Backend) {
 	inDo(t, b, func() {
 		for _, dt := range floats {
 			g := newGen(caseName("swiglu", dt))
-			// Few distinct shapes: MLX compiles the kernel for each one.
-			shapes := []tensor.Shape{{}, {3, 0}, {2, 5, 7}}
+			// One shape per dtype: MLX compiles the kernel for each shape,
+			// with the system's C++ compiler on its CPU device (~3 s).
 			for i := range cases / 2 {
-				shape := shapes[i%len(shapes)]
+				shape := tensor.Shape{2, 5, 7}
 				gv := g.normal(shape.Size(), 3)
 				for k := range gv {
 					// MLX's float16 sigmoid overflows exp(|gate|) beyond

@@ -435,6 +435,9 @@ func testTransfers(t *testing.T, open func() (backend.Backend, error)) {
 		if d := host(t, b, a); d == nil || d.Float32s()[1] != 2 {
 			t.Errorf("ToHost did not copy: got %v, want [1 2]", d)
 		}
+		wantOpError(t, "FromHost of a tensor whose data does not fit its shape", func() {
+			b.FromHost(&tensor.Dense{DType: tensor.F32, Shape: tensor.Shape{3}, Data: make([]byte, 8)})
+		})
 		g := newGen("transfers")
 		for _, dt := range []tensor.DType{tensor.Bool, tensor.U8, tensor.I8, tensor.U16, tensor.I16, tensor.U32, tensor.I32, tensor.I64, tensor.F16, tensor.BF16, tensor.F32} {
 			for _, shape := range []tensor.Shape{{}, {0}, {3, 0, 2}, {1}, {2, 3, 5}} {
