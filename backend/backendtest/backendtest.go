@@ -313,10 +313,12 @@ func compare(t *testing.T, what string, got *tensor.Dense, dt tensor.DType, want
 	return bad == 0
 }
 
-// measure logs the worst error of every float comparison as a fraction of
-// its budget (set it to measure the figures in the tolerance rows).
+// lastClass is the tolerance class of the comparison in progress, for the
+// measure log.
 var lastClass string
 
+// measure logs the worst error of every float comparison as a fraction of
+// its budget (MLXGO_CONTRACT_MEASURE=1: how the rows' figures were measured).
 var measure = os.Getenv("MLXGO_CONTRACT_MEASURE") != ""
 
 func caseName(parts ...any) string {
