@@ -69,28 +69,6 @@ func TestBadShapesAreOpErrors(t *testing.T) {
 	}
 }
 
-// A foreign, released or nil array is a programmer error with an *OpError.
-func TestMisuseIsOpError(t *testing.T) {
-	b, other := open(t), open(t)
-	x := b.Zeros(tensor.Shape{2}, tensor.F32)
-	y := other.Zeros(tensor.Shape{2}, tensor.F32)
-	dead := b.Zeros(tensor.Shape{2}, tensor.F32)
-	b.Release(dead)
-	b.Release(dead) // twice is allowed
-	for name, run := range map[string]func(){
-		"foreign":  func() { b.Binary(backend.Add, x, y) },
-		"released": func() { b.Unary(backend.Exp, dead) },
-		"nil":      func() { b.Unary(backend.Exp, nil) },
-	} {
-		t.Run(name, func(t *testing.T) {
-			var oe *backend.OpError
-			if err := catch(run); !errors.As(err, &oe) {
-				t.Errorf("got %v, want an *backend.OpError", err)
-			}
-		})
-	}
-}
-
 // Do serialises calls from many goroutines onto the one MLX thread; each
 // computes (g+1)*[1 2 3 4] summed = 10*(g+1), exact in float32.
 func TestDoFromManyGoroutines(t *testing.T) {

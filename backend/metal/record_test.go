@@ -140,30 +140,6 @@ func TestConcatenateMany(t *testing.T) {
 	}
 }
 
-// Scopes, Keep and ops called outside Do are handed to the MLX thread and
-// behave as inside: 1.5 + 1.5 = 3, exact.
-func TestScopeOutsideDo(t *testing.T) {
-	b := open(t)
-	s := b.Scope()
-	x := b.Full(tensor.Shape{2}, 1.5, tensor.F32)
-	y := s.Keep(b.Binary(backend.Add, x, x))
-	s.Close()
-	if st := b.Stats(); st.LiveArrays != 1 {
-		t.Errorf("got %d live arrays after Close, want 1 (the kept one)", st.LiveArrays)
-	}
-	h, err := b.ToHost(y)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := h.Float32s(); got[0] != 3 || got[1] != 3 {
-		t.Errorf("got %v, want [3 3]", got)
-	}
-	b.Release(y)
-	if st := b.Stats(); st.LiveArrays != 0 {
-		t.Errorf("got %d live arrays after Release, want 0", st.LiveArrays)
-	}
-}
-
 // Recording an op on the MLX thread allocates only its Array: arguments,
 // shapes and index lists stay on the caller's stack (BenchmarkOpRecord
 // depends on it), and keeping to an enclosing scope arms no safety net.
