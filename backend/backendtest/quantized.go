@@ -93,7 +93,7 @@ func testDequantize(t *testing.T, b backend.Backend) {
 	})
 }
 
-// quantizeRef is MLX's affine quantization of one group (mlx_lm_spec §2.2,
+// quantizeRef is MLX's affine quantization of one group (mlx/backend/cpu/quantized.cpp,
 // the CPU kernel), in float32: s = max((wmax-wmin)/n, 1e-7); the extreme of
 // larger magnitude is the edge (s negated when it is wmax); q0 =
 // rint(edge/s); if q0 != 0, s = edge/q0 and bias = edge, else bias = 0;
