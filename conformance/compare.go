@@ -162,3 +162,87 @@ func ulp(x float64, dt tensor.DType) float64 {
 	_, e := math.Frexp(x)
 	return math.Ldexp(1, e-1-mant)
 }
+
+// compareKL holds rows of logits (or logprobs), [rows, V], to the oracle's as
+// next-token distributions under budget b (b.MaxKL > 0): KL(oracle ‖ ours) in
+// nats at most b.MaxKL at every row and b.MeanKL on average (when set),
+// and our argmax
+// equal to the oracle's at every row where the oracle's top-2 margin exceeds
+// b.ArgmaxMargin. Value is the worst row's KL, Index the flat index of the
+// first disagreeing argmax that counts (else -1).
+func compareKL(caseName, backendName, output string, got, want *tensor.Dense, b Budget) Result {
+	r := Result{Case: caseName, Backend: backendName, Output: output, Metric: "kl_max", Budget: b.MaxKL, Index: -1}
+	if !got.Shape.Equal(want.Shape) || len(want.Shape) != 2 || want.Shape[1] < 2 {
+		r.Metric = "shape"
+		r.Detail = fmt.Sprintf("got shape %v, want %v, [rows, V] with V >= 2", got.Shape, want.Shape)
+		return r
+	}
+	g, w := got.ToFloat64(), want.ToFloat64()
+	rows, v := want.Shape[0], want.Shape[1]
+	var sum float64
+	agree, clear, misses := 0, 0, 0
+	for i := range rows {
+		gr, wr := g[i*v:(i+1)*v], w[i*v:(i+1)*v]
+		kl := klDiv(wr, gr)
+		sum += kl
+		if !(kl <= r.Value) { // NaN sticks
+			r.Value = kl
+		}
+		gi, wi := argmax(gr), argmax(wr)
+		if gi == wi {
+			agree++
+		}
+		if top2Margin(wr) > b.ArgmaxMargin {
+			clear++
+			if gi != wi {
+				misses++
+				if r.Index < 0 {
+					r.Index, r.Got, r.Want = i*v+gi, gr[gi], wr[gi]
+				}
+			}
+		}
+	}
+	mean := sum / float64(rows)
+	r.Pass = r.Value <= b.MaxKL && (b.MeanKL == 0 || mean <= b.MeanKL) && misses == 0
+	r.Detail = fmt.Sprintf("KL mean %.3g (budget %.3g) over %d rows; argmax agrees at %d of %d rows, %d of %d with oracle margin > %g",
+		mean, b.MeanKL, rows, agree, rows, clear-misses, clear, b.ArgmaxMargin)
+	return r
+}
+
+// klDiv is KL(softmax(p) ‖ softmax(q)) in nats.
+func klDiv(p, q []float64) float64 {
+	lp, lq := logSoftmax(p), logSoftmax(q)
+	var kl float64
+	for i := range lp {
+		kl += math.Exp(lp[i]) * (lp[i] - lq[i])
+	}
+	return math.Max(kl, 0)
+}
+
+func logSoftmax(z []float64) []float64 {
+	mx := math.Inf(-1)
+	for _, v := range z {
+		mx = math.Max(mx, v)
+	}
+	var s float64
+	for _, v := range z {
+		s += math.Exp(v - mx)
+	}
+	ls := math.Log(s) + mx
+	out := make([]float64, len(z))
+	for i, v := range z {
+		out[i] = v - ls
+	}
+	return out
+}
+
+// argmax is the index of the largest value, ties to the smaller index.
+func argmax(x []float64) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}

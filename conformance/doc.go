@@ -7,6 +7,8 @@
 // The package is a library first: [Load] reads the fixtures, [Check] runs one
 // case on one backend and returns [Result]s that name the case, the backend,
 // the metric, the worst element's index and both values. `go test` and
-// `mlxgo conform` share it. Tolerances live in one table (tolerance.go), each
-// number with the reason for it.
+// `mlxgo conform` share it. Tolerances live in one table (tolerance.go, looked
+// up with [BudgetFor]), each number with the reason for it and what was
+// measured against it; package debug (`mlxgo diff`) and the model tests read
+// their bounds from it too.
 package conformance

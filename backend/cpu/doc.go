@@ -29,7 +29,7 @@
 // the group sums Σx of the bias term stay exact. Results differ from
 // "reference" by the activation rounding (relative error of order 2^-8 per
 // element); it is judged by greedy-token agreement and a KL bound against
-// the oracle (models/minicpm5 TestFastPrecision), never by exact values.
+// the oracle (conformance TestFastPrecision), never by exact values.
 //
 // # Arrays and memory
 //

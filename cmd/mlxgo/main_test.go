@@ -117,7 +117,7 @@ func TestGenerateOracleTokens(t *testing.T) {
 }
 
 // TestGenerateFastWithProfile runs the approximate "fast" precision (its
-// numerics are judged in models/minicpm5's TestFastPrecision) and requires
+// numerics are judged in conformance's TestFastPrecision) and requires
 // the asked-for number of tokens and a CPU profile in pprof's gzip format.
 func TestGenerateFastWithProfile(t *testing.T) {
 	prof := filepath.Join(t.TempDir(), "cpu.prof")

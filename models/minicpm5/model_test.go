@@ -13,65 +13,6 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// TestFixtures runs every model case of every fixture checkpoint on the CPU
-// backend against the oracle: prefill (chunked through a cache), hidden
-// (no cache, every block's output), decode (generate_step's single-token
-// steps, fed the oracle's tokens) and greedy (our own argmax loop).
-func TestFixtures(t *testing.T) {
-	for _, dir := range checkpoints(t) {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			b := newCPU(t)
-			m := load(t, b, dir)
-			for _, c := range cases(t, dir) {
-				t.Run(strings.TrimPrefix(c.Name, "model/"+filepath.Base(dir)+"/"), func(t *testing.T) {
-					switch c.Op {
-					case "prefill":
-						cache := m.NewCache()
-						defer release(cache)
-						logits, err := m.Prefill(c.ids(t), cache, c.param(t, "prefill_step_size"))
-						if err != nil {
-							t.Fatal(err)
-						}
-						defer b.Release(logits)
-						d := checkRows(t, m, c.Name, host(t, b, logits), c.array(t, "out.logits").ToFloat32())
-						t.Logf("logits: %v", d)
-					case "hidden":
-						ids := c.ids(t)
-						x := b.FromHost(tensor.FromInt32(tensor.Shape{1, len(ids)}, ids))
-						defer b.Release(x)
-						out, err := m.Forward(x, nil, ForwardOptions{CaptureHidden: true})
-						if err != nil {
-							t.Fatal(err)
-						}
-						defer b.Release(append(out.Hidden, out.Norm, out.Logits)...)
-						for i, h := range out.Hidden {
-							name := fmt.Sprintf("h.%d", i)
-							d := compare(c.DType, m.Config().Quantization != nil, host(t, b, h), c.array(t, "out."+name).ToFloat32())
-							if !(d.max <= d.tol) {
-								t.Errorf("%s %s: %v", c.Name, name, d)
-							}
-							t.Logf("%s: %v", name, d)
-						}
-						d := compare(c.DType, m.Config().Quantization != nil, host(t, b, out.Norm), c.array(t, "out.norm").ToFloat32())
-						if !(d.max <= d.tol) {
-							t.Errorf("%s norm: %v", c.Name, d)
-						}
-						t.Logf("norm: %v", d)
-						d = checkRows(t, m, c.Name+" logits", host(t, b, out.Logits), c.array(t, "out.logits").ToFloat32())
-						t.Logf("logits: %v", d)
-					case "decode":
-						decodeCase(t, m, c)
-					case "greedy":
-						greedyCase(t, m, c)
-					default:
-						t.Fatalf("unknown model case op %q", c.Op)
-					}
-				})
-			}
-		})
-	}
-}
-
 func release(cache []nn.KVCache) {
 	for _, c := range cache {
 		c.Release()
@@ -93,78 +34,7 @@ func step(t *testing.T, m *Model, cache []nn.KVCache, tok int32) []float32 {
 	return row
 }
 
-// forcedDecode replays the oracle's decode case c teacher-forced:
-// PrefillLast gives step 0, then each step feeds the oracle's token. It
-// returns the tokens fed, our logits and the oracle's, one row per step.
-func forcedDecode(t *testing.T, m *Model, c *fixtureCase) (fed []int32, got, want []float32) {
-	b := m.Backend()
-	fed = c.array(t, "out.tokens").Int32s()
-	want = c.array(t, "out.logits").ToFloat32()
-	cache := m.NewCache()
-	defer release(cache)
-	logits, err := m.PrefillLast(c.ids(t), cache, c.param(t, "prefill_step_size"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got = host(t, b, logits)
-	b.Release(logits)
-	for i := 1; i < len(fed); i++ {
-		got = append(got, step(t, m, cache, fed[i])...)
-	}
-	return fed, got, want
-}
-
-// decodeCase checks the oracle's decode case (forcedDecode): the logits,
-// and that our argmax names the oracle's next token (its prompts were
-// chosen with clear margins).
-func decodeCase(t *testing.T, m *Model, c *fixtureCase) {
-	V := m.Config().VocabSize
-	fed, got, want := forcedDecode(t, m, c)
-	d := checkRows(t, m, c.Name, got, want)
-	agree := 0
-	for i := 0; i+1 < len(fed); i++ {
-		g, _ := argmax(got[i*V : (i+1)*V])
-		if int32(g) == fed[i+1] {
-			agree++
-		} else if exactTokens(m) {
-			t.Errorf("%s: argmax at step %d: got %d, want %d", c.Name, i, g, fed[i+1])
-		}
-	}
-	t.Logf("logits: %v; argmax agrees with the oracle's next token at %d of %d steps", d, agree, len(fed)-1)
-}
-
-// greedyCase generates max_tokens tokens with argmax and compares them with
-// mlx_lm's generate_step.
-func greedyCase(t *testing.T, m *Model, c *fixtureCase) {
-	b, V := m.Backend(), m.Config().VocabSize
-	want := c.array(t, "out.tokens").Int32s()
-	cache := m.NewCache()
-	defer release(cache)
-	logits, err := m.PrefillLast(c.ids(t), cache, c.param(t, "prefill_step_size"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	row := host(t, b, logits)
-	b.Release(logits)
-	var got []int32
-	for len(got) < len(want) {
-		g, _ := argmax(row[:V])
-		got = append(got, int32(g))
-		if len(got) < len(want) {
-			row = step(t, m, cache, int32(g))
-		}
-	}
-	same := 0
-	for same < len(want) && got[same] == want[same] {
-		same++
-	}
-	t.Logf("first %d of %d greedy tokens equal the oracle's", same, len(want))
-	if same < len(want) && exactTokens(m) {
-		t.Fatalf("%s: token %d: got %d, want %d (got %v, want %v)", c.Name, same, got[same], want[same], got, want)
-	}
-}
-
-// firstCheckpoint returns the fixture checkpoint named name.
+// fixture returns the fixture checkpoint named name.
 func fixture(t *testing.T, name string) string {
 	t.Helper()
 	for _, d := range checkpoints(t) {
@@ -213,47 +83,6 @@ func TestChunkedPrefillEqualsOneShot(t *testing.T) {
 					}
 				}
 			}
-		})
-	}
-}
-
-// TestDecodeEqualsRecompute: feeding a sequence token by token through the
-// cache gives, at every position, the logits of one forward over the whole
-// sequence.
-func TestDecodeEqualsRecompute(t *testing.T) {
-	for _, dir := range checkpoints(t) {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			b := newCPU(t)
-			m := load(t, b, dir)
-			V := m.Config().VocabSize
-			ids := prompt(24, V)
-			x := b.FromHost(tensor.FromInt32(tensor.Shape{1, len(ids)}, ids))
-			full, err := m.Forward(x, nil, ForwardOptions{})
-			b.Release(x)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := host(t, b, full.Logits)
-			b.Release(full.Logits)
-			cache := m.NewCache()
-			defer release(cache)
-			var got []float32
-			for _, id := range ids {
-				got = append(got, step(t, m, cache, id)...)
-			}
-			exact := 0
-			for i := range want {
-				if math.Float32bits(got[i]) == math.Float32bits(want[i]) {
-					exact++
-				}
-			}
-			// A self-consistency check: the dtype's bound without the
-			// oracle's quantized-bf16 allowance.
-			d := compare(m.DType().MLXName(), false, got, want)
-			if !(d.max <= d.tol) {
-				t.Errorf("decode vs recompute: %v", d)
-			}
-			t.Logf("%v; %d of %d logits bit-identical", d, exact, len(want))
 		})
 	}
 }
