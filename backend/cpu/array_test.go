@@ -151,8 +151,8 @@ func TestScopes(t *testing.T) {
 	}
 	inner.Close()
 	inner.Close() // twice is fine
-	if !i2.(*Array).released || i1.(*Array).released {
-		t.Fatalf("inner Close: i2 released %v (want true), i1 released %v (want false)", i2.(*Array).released, i1.(*Array).released)
+	if !i2.(*Array).released() || i1.(*Array).released() {
+		t.Fatalf("inner Close: i2 released %v (want true), i1 released %v (want false)", i2.(*Array).released(), i1.(*Array).released())
 	}
 	if s := b.Stats(); s.LiveArrays != 3 {
 		t.Errorf("after inner Close: %d live arrays, want 3 (root, o1, i1)", s.LiveArrays)
@@ -160,12 +160,12 @@ func TestScopes(t *testing.T) {
 	kept := outer.Keep(b.Zeros(tensor.Shape{1}, tensor.F32))
 	outer.Close()
 	for n, a := range map[string]backend.Array{"o1": o1, "i1": i1} {
-		if !a.(*Array).released {
+		if !a.(*Array).released() {
 			t.Errorf("outer Close left %s alive", n)
 		}
 	}
-	if root.(*Array).released || kept.(*Array).released {
-		t.Errorf("outer Close released root (%v) or a kept array (%v), want neither", root.(*Array).released, kept.(*Array).released)
+	if root.(*Array).released() || kept.(*Array).released() {
+		t.Errorf("outer Close released root (%v) or a kept array (%v), want neither", root.(*Array).released(), kept.(*Array).released())
 	}
 	b.Release(root, kept)
 	if s := b.Stats(); s.LiveArrays != 0 || s.LiveBytes != 0 {
@@ -179,8 +179,8 @@ func TestScopeCloseOutOfOrder(t *testing.T) {
 	b.Scope()
 	x := b.Zeros(tensor.Shape{1}, tensor.F32)
 	outer.Close() // closes the inner scope first
-	if !x.(*Array).released || len(b.scopes) != 0 {
-		t.Errorf("closing the outer scope: inner array released %v, %d scopes open; want true, 0", x.(*Array).released, len(b.scopes))
+	if !x.(*Array).released() || b.life.Depth() != 0 {
+		t.Errorf("closing the outer scope: inner array released %v, %d scopes open; want true, 0", x.(*Array).released(), b.life.Depth())
 	}
 	s := b.Scope()
 	in := b.Scope()
@@ -257,8 +257,8 @@ func TestClose(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if !x.(*Array).released || !y.(*Array).released {
-		t.Errorf("Close left arrays alive: root %v, scoped %v", !x.(*Array).released, !y.(*Array).released)
+	if !x.(*Array).released() || !y.(*Array).released() {
+		t.Errorf("Close left arrays alive: root %v, scoped %v", !x.(*Array).released(), !y.(*Array).released())
 	}
 	if s := b.Stats(); s.LiveArrays != 0 || s.LiveBytes != 0 {
 		t.Errorf("after Close: got %+v, want nothing live", s)
