@@ -20,7 +20,9 @@ type State struct {
 func (s *State) state() *State { return s }
 
 // Array is the constraint on a backend's array type: a pointer to a struct
-// that embeds State (which supplies the unexported method).
+// that embeds State (which supplies the unexported method). Its DType and
+// Shape must accept a nil pointer: error messages describe every argument,
+// a typed nil one included.
 type Array interface {
 	comparable
 	backend.Array
@@ -181,9 +183,6 @@ func (t *Tracker[A, R]) Stats() backend.Stats {
 	t.Drain()
 	return t.stats
 }
-
-// Closed reports whether Close (or Abandon) has run.
-func (t *Tracker[A, R]) Closed() bool { return t.closed }
 
 // Depth returns the number of open scopes.
 func (t *Tracker[A, R]) Depth() int { return len(t.scopes) }

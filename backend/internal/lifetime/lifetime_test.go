@@ -257,7 +257,7 @@ func TestLifetimes(t *testing.T) {
 				if !slices.Equal(f.h.dropped, []string{"r"}) {
 					panic(fmt.Sprintf("Drop got %v, want [r]", f.h.dropped))
 				}
-				if !Released(&f.by["r"].State) || !Released(&f.by["s"].State) || !f.t.Closed() {
+				if !Released(&f.by["r"].State) || !Released(&f.by["s"].State) || !f.t.closed {
 					panic("after Close an array or the tracker is not released/closed")
 				}
 			},
