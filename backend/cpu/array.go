@@ -2,15 +2,12 @@ package cpu
 
 import (
 	"fmt"
-	"runtime"
 	"runtime/debug"
-	"sync"
-	"sync/atomic"
 	"unsafe"
-	"weak"
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
+	"github.com/mlxgo/mlxgo/backend/internal/lifetime"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -20,19 +17,18 @@ import (
 // same values return views); no op writes a buffer that another live array
 // views (see SliceUpdate).
 type Array struct {
-	dtype    tensor.DType
-	shape    tensor.Shape // backed by dims when it fits
-	dims     [4]int
-	buf      *buffer // nil once released
-	off      int     // storage index of element 0
-	strides  []int   // element strides; nil when row-major contiguous
-	sdims    [4]int
-	owner    *Backend
-	released bool
-	scope    *scope // the scope that frees it; nil at the outermost level
-	root     uint64 // its key in ledger.roots while at the outermost level
-	cleanup  runtime.Cleanup
+	lifeState // its owner, scope and safety net (package lifetime)
+	dtype     tensor.DType
+	shape     tensor.Shape // backed by dims when it fits
+	dims      [4]int
+	buf       *buffer // nil once released
+	off       int     // storage index of element 0
+	strides   []int   // element strides; nil when row-major contiguous
+	sdims     [4]int
 }
+
+// lifeState is embedded under this name so that the field stays unexported.
+type lifeState = lifetime.State
 
 // buffer is the storage of one or more arrays. Values storage holds
 // float32 values that are exact in the dtype of every array viewing it
@@ -69,74 +65,31 @@ func (a *Array) String() string { return fmt.Sprintf("cpu.Array(%v %v)", a.dtype
 // size is the number of elements.
 func (a *Array) size() int { return a.shape.Size() }
 
-// ledger counts live arrays and bytes, and keeps weak references to the
-// arrays at the outermost level (the only ones the garbage collector can
-// find unreleased). The safety net's cleanups run on a goroutine of their
-// own: they only queue a note, which the backend's goroutine applies at its
-// next op or Stats.
-type ledger struct {
-	stats backend.Stats
-	next  uint64
-	roots map[uint64]rootEntry
+// tracker is the lifetime layer of this backend's arrays; a root is the
+// buffer an array at the outermost level views, which the safety net
+// unreferences if the array is lost.
+type tracker = lifetime.Tracker[*Array, *buffer]
 
-	mu      sync.Mutex
-	leaks   []uint64 // roots found unreachable, not yet applied
-	pending atomic.Bool
-}
+// hooks plug the buffers into the tracker: an array holds one reference on
+// its buffer, whose bytes count while any array views it.
+type hooks struct{ b *Backend }
 
-type rootEntry struct {
-	w   weak.Pointer[Array]
-	buf *buffer
-}
-
-func newLedger() *ledger { return &ledger{roots: map[uint64]rootEntry{}} }
-
-// gcNote is what the safety net needs; it must not point at the Array.
-type gcNote struct {
-	l  *ledger
-	id uint64
-}
-
-func noteLeak(n gcNote) {
-	n.l.mu.Lock()
-	n.l.leaks = append(n.l.leaks, n.id)
-	n.l.mu.Unlock()
-	n.l.pending.Store(true)
-}
-
-// drain applies the leak notes queued by the safety net: each such array
-// leaves the counts, adds one to Stats.LeakedByGC and drops its reference
-// to its buffer (whose memory is then the garbage collector's).
-func (b *Backend) drain() {
-	l := b.ledger
-	if !l.pending.Load() {
-		return
+func (h hooks) Free(arrays []*Array) int64 {
+	var n int64
+	for _, a := range arrays {
+		n += h.b.unref(a.buf, true)
+		a.buf = nil
 	}
-	l.mu.Lock()
-	ids := l.leaks
-	l.leaks = nil
-	l.pending.Store(false)
-	l.mu.Unlock()
-	for _, id := range ids {
-		if e, ok := l.roots[id]; ok {
-			delete(l.roots, id)
-			l.stats.LiveArrays--
-			l.stats.LeakedByGC++
-			b.unref(e.buf, false)
-		}
-	}
+	return n
 }
 
-// addRoot registers a, now at the outermost level, with the safety net: if
-// it becomes unreachable without being released, its cleanup queues a
-// leak note.
-func (b *Backend) addRoot(a *Array) {
-	l := b.ledger
-	l.next++
-	a.root = l.next
-	l.roots[a.root] = rootEntry{w: weak.Make(a), buf: a.buf}
-	a.cleanup = runtime.AddCleanup(a, noteLeak, gcNote{l, a.root})
-}
+func (hooks) Root(a *Array) *buffer    { return a.buf }
+func (h hooks) Drop(buf *buffer) int64 { return h.b.unref(buf, false) }
+func (hooks) OnThread() bool           { return true }
+func (hooks) Run(op string, fn func()) { fn() }
+
+// released reports whether a was freed (by Release, its scope or Close).
+func (a *Array) released() bool { return lifetime.Released(&a.lifeState) }
 
 // valuesBuf makes a buffer of float32 values that takes over v (from the
 // pool or freshly allocated).
@@ -173,26 +126,16 @@ func (b *Backend) newArray(dt tensor.DType, shape tensor.Shape, buf *buffer, off
 	if b.closed {
 		panic(&backend.OpError{Op: "cpu", Err: fmt.Errorf("backend is closed")})
 	}
-	b.drain()
-	a := &Array{dtype: dt, buf: buf, off: off, owner: b}
+	a := &Array{dtype: dt, buf: buf, off: off}
 	a.shape = append(a.dims[:0:len(a.dims)], shape...)
 	if strides != nil {
 		a.strides = append(a.sdims[:0:len(a.sdims)], strides...)
 	}
-	l := b.ledger
-	buf.refs++
-	if buf.refs == 1 {
-		l.stats.LiveBytes += buf.nbytes
-		l.stats.PeakBytes = max(l.stats.PeakBytes, l.stats.LiveBytes)
+	var bytes int64
+	if buf.refs++; buf.refs == 1 {
+		bytes = buf.nbytes
 	}
-	l.stats.LiveArrays++
-	if n := len(b.scopes); n > 0 {
-		s := b.scopes[n-1]
-		a.scope = s
-		s.arrays = append(s.arrays, a)
-	} else {
-		b.addRoot(a)
-	}
+	b.life.Add(a, bytes)
 	return a
 }
 
@@ -228,16 +171,17 @@ func (b *Backend) denseOut(d *tensor.Dense) *Array {
 	return b.newArray(d.DType, d.Shape, b.rawBuf(d.Data, false), 0, nil)
 }
 
-// unref drops one reference to buf; the last one takes its bytes out of
-// the counts and, when pool is set, gives its storage to the pool.
-func (b *Backend) unref(buf *buffer, pool bool) {
+// unref drops one reference to buf and returns the bytes this frees: the
+// last one frees buf's bytes and, when pool is set, gives its storage to
+// the pool.
+func (b *Backend) unref(buf *buffer, pool bool) int64 {
 	buf.refs--
 	if buf.refs > 0 {
-		return
+		return 0
 	}
-	b.ledger.stats.LiveBytes -= buf.nbytes
+	n := buf.nbytes
 	if !pool {
-		return
+		return n
 	}
 	if !buf.borrowed {
 		if buf.values {
@@ -248,74 +192,32 @@ func (b *Backend) unref(buf *buffer, pool bool) {
 	}
 	*buf = buffer{}
 	b.pool.bufs = append(b.pool.bufs, buf)
+	return n
 }
 
-// release frees a (idempotent).
-func (b *Backend) release(a *Array) {
-	if a.released {
-		return
-	}
-	a.released = true
-	if a.root != 0 {
-		a.cleanup.Stop()
-		delete(b.ledger.roots, a.root)
-		a.root = 0
-	}
-	b.ledger.stats.LiveArrays--
-	b.unref(a.buf, true)
-	a.buf = nil
-	a.scope = nil
-}
-
-// arg checks that x, argument i of op, is a live array of b and returns
-// it. A nil, released or foreign array is a programmer error: it panics
-// with an *OpError naming op and every argument (all, built only then).
-func (b *Backend) arg(op string, x backend.Array, i int, all func() []backend.Array) *Array {
-	a, ok := x.(*Array)
-	if ok && a != nil && a.owner == b && !a.released && !b.closed {
-		return a
-	}
-	panic(badArg(op, x, i, all()))
-}
-
-//go:noinline
-func badArg(op string, x backend.Array, i int, xs []backend.Array) *backend.OpError {
-	a, ok := x.(*Array)
-	switch {
-	case x == nil || (ok && a == nil):
-		return backend.Errorf(op, xs, "argument %d is nil", i)
-	case !ok:
-		return backend.Errorf(op, xs, "argument %d is a %T, not an array of this cpu backend", i, x)
-	case a.released:
-		return backend.Errorf(op, xs, "argument %d was released", i)
-	case a.owner.closed:
-		return backend.Errorf(op, xs, "backend is closed")
-	}
-	return backend.Errorf(op, xs, "argument %d belongs to another backend", i)
-}
-
-// use1 checks a single argument.
+// use1 checks a single argument: a live array of b (see lifetime.Tracker.Arg).
 func (b *Backend) use1(op string, x backend.Array) *Array {
-	return b.arg(op, x, 0, func() []backend.Array { return []backend.Array{x} })
+	xs := [...]backend.Array{x}
+	return b.life.Arg(op, xs[:], 0)
 }
 
 // use2 checks two arguments.
 func (b *Backend) use2(op string, x, y backend.Array) (*Array, *Array) {
-	all := func() []backend.Array { return []backend.Array{x, y} }
-	return b.arg(op, x, 0, all), b.arg(op, y, 1, all)
+	xs := [...]backend.Array{x, y}
+	return b.life.Arg(op, xs[:], 0), b.life.Arg(op, xs[:], 1)
 }
 
 // use3 checks three arguments.
 func (b *Backend) use3(op string, x, y, z backend.Array) (*Array, *Array, *Array) {
-	all := func() []backend.Array { return []backend.Array{x, y, z} }
-	return b.arg(op, x, 0, all), b.arg(op, y, 1, all), b.arg(op, z, 2, all)
+	xs := [...]backend.Array{x, y, z}
+	return b.life.Arg(op, xs[:], 0), b.life.Arg(op, xs[:], 1), b.life.Arg(op, xs[:], 2)
 }
 
 // use checks every argument of xs.
 func (b *Backend) use(op string, xs ...backend.Array) []*Array {
 	out := make([]*Array, len(xs))
-	for i, x := range xs {
-		out[i] = b.arg(op, x, i, func() []backend.Array { return append([]backend.Array(nil), xs...) })
+	for i := range xs {
+		out[i] = b.life.Arg(op, xs, i)
 	}
 	return out
 }
@@ -386,30 +288,13 @@ func (b *Backend) Eval(arrays ...backend.Array) error {
 
 // Release frees arrays now. Nil and already-released arrays are skipped;
 // another backend's array panics.
-func (b *Backend) Release(arrays ...backend.Array) {
-	for _, x := range arrays {
-		if x == nil {
-			continue
-		}
-		a, ok := x.(*Array)
-		switch {
-		case ok && a == nil:
-		case !ok || a.owner != b:
-			panic(backend.Errorf("Release", []backend.Array{x}, "not an array of this cpu backend"))
-		default:
-			b.release(a)
-		}
-	}
-}
+func (b *Backend) Release(arrays ...backend.Array) { b.life.Release(arrays...) }
 
 // Stats reports live arrays (borrowed ones and views included), the bytes
 // of the buffers they view (each buffer once; borrowed memory not
 // counted), the peak of those bytes, and the arrays the garbage-collector
 // safety net had to account for.
-func (b *Backend) Stats() backend.Stats {
-	b.drain()
-	return b.ledger.stats
-}
+func (b *Backend) Stats() backend.Stats { return b.life.Stats() }
 
 // ClearCache empties the buffer pool and returns the freed memory to the
 // operating system (backend.CacheClearer; generation calls it where mlx_lm
@@ -466,95 +351,10 @@ func (b *Backend) Full(shape tensor.Shape, v float64, dt tensor.DType) backend.A
 	return b.newArray(dt, shape, b.rawBuf(raw, false), 0, nil)
 }
 
-// scope is a backend.Scope: it frees its arrays at Close.
-type scope struct {
-	b      *Backend
-	parent *scope
-	depth  int
-	arrays []*Array
-	closed bool
-}
-
 // Scope opens a scope nested in the innermost open one.
 func (b *Backend) Scope() backend.Scope {
 	if b.closed {
 		panic(&backend.OpError{Op: "Scope", Err: fmt.Errorf("backend is closed")})
 	}
-	s := &scope{b: b}
-	if n := len(b.lists); n > 0 {
-		s.arrays = b.lists[n-1]
-		b.lists = b.lists[:n-1]
-	}
-	if n := len(b.scopes); n > 0 {
-		s.parent = b.scopes[n-1]
-		s.depth = s.parent.depth + 1
-	}
-	b.scopes = append(b.scopes, s)
-	return s
-}
-
-// Keep moves arrays of this scope to the enclosing one (or to the outermost
-// level) and returns the first. Arrays that already belong to an enclosing
-// scope or to the outermost level stay where they are. Keeping a released
-// array, an array of a still-open inner scope, or keeping on a closed scope
-// panics with an *OpError.
-func (s *scope) Keep(arrays ...backend.Array) backend.Array {
-	b := s.b
-	for i, x := range arrays {
-		b.arg("Keep", x, i, func() []backend.Array { return append([]backend.Array(nil), arrays...) })
-	}
-	if s.closed {
-		panic(backend.Errorf("Keep", append([]backend.Array(nil), arrays...), "scope is closed"))
-	}
-	for _, x := range arrays {
-		a := x.(*Array)
-		switch {
-		case a.scope == s:
-			a.scope = s.parent
-			if s.parent != nil {
-				s.parent.arrays = append(s.parent.arrays, a)
-			} else {
-				b.addRoot(a)
-			}
-		case a.scope != nil && a.scope.depth > s.depth:
-			panic(backend.Errorf("Keep", append([]backend.Array(nil), arrays...), "array belongs to an inner scope that is still open"))
-		}
-	}
-	if len(arrays) == 0 {
-		return nil
-	}
-	return arrays[0]
-}
-
-// Close releases every array of the scope that was not kept. Inner scopes
-// still open are closed first. Closing twice is allowed.
-func (s *scope) Close() {
-	if s.closed {
-		return
-	}
-	b := s.b
-	at := -1
-	for i, o := range b.scopes {
-		if o == s {
-			at = i
-			break
-		}
-	}
-	if at >= 0 {
-		for len(b.scopes) > at+1 {
-			b.scopes[len(b.scopes)-1].Close()
-		}
-		b.scopes = b.scopes[:at]
-	}
-	for _, a := range s.arrays {
-		if a.scope == s {
-			b.release(a)
-		}
-	}
-	clear(s.arrays)
-	if cap(s.arrays) > 0 && len(b.lists) < 64 {
-		b.lists = append(b.lists, s.arrays[:0])
-	}
-	s.arrays = nil
-	s.closed = true
+	return b.life.Open()
 }

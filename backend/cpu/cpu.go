@@ -6,6 +6,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
+	"github.com/mlxgo/mlxgo/backend/internal/lifetime"
 )
 
 func init() {
@@ -22,11 +23,9 @@ type Backend struct {
 	threads int  // worker goroutines for Matmul
 	closed  bool
 
-	ledger *ledger
-	scopes []*scope    // open scopes, innermost last
-	lists  [][]*Array  // array lists of closed scopes, for reuse
-	pool   *pool       // storage of released arrays, for reuse
-	tmps   [][]float32 // scratch of the op in progress (see scratchF32)
+	life *tracker    // scopes, Release, Stats and the safety net
+	pool *pool       // storage of released arrays, for reuse
+	tmps [][]float32 // scratch of the op in progress (see scratchF32)
 }
 
 // Precisions lists the accepted values of backend.Options.Precision.
@@ -40,7 +39,8 @@ var Precisions = []string{"", "reference", "high", "fast"}
 // goroutines (0 means GOMAXPROCS). Threads > 0 also sets the worker count of
 // the shared kernel package, which is process-wide.
 func New(opts backend.Options) (*Backend, error) {
-	b := &Backend{ledger: newLedger(), pool: newPool()}
+	b := &Backend{pool: newPool()}
+	b.life = lifetime.New[*Array, *buffer]("cpu", hooks{b})
 	switch opts.Precision {
 	case "", "reference":
 	case "high":
@@ -84,21 +84,7 @@ func (b *Backend) Close() error {
 	if b.closed {
 		return nil
 	}
-	for len(b.scopes) > 0 {
-		b.scopes[0].Close()
-	}
-	l := b.ledger
-	for id, e := range l.roots {
-		if a := e.w.Value(); a != nil {
-			b.release(a)
-			continue
-		}
-		// Collected, its cleanup not yet applied: a leak.
-		delete(l.roots, id)
-		l.stats.LiveArrays--
-		l.stats.LeakedByGC++
-		b.unref(e.buf, false)
-	}
+	b.life.Close()
 	b.closed = true
 	b.pool.clear()
 	b.tmps = nil

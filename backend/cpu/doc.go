@@ -75,7 +75,8 @@
 // [Backend.Borrow] aliases the caller's memory (memory-mapped weights stay
 // mapped) when it is aligned for its dtype, and copies it otherwise.
 //
-// Scopes are a stack on the Backend: arrays made while a scope is open
+// Scopes are a stack on the Backend (kept by backend/internal/lifetime,
+// which the mlx backend shares): arrays made while a scope is open
 // belong to the innermost one; Keep moves arrays to the enclosing scope;
 // Close releases the rest. [Backend.Stats] counts live arrays (views
 // included) and the bytes of the buffers they view, each buffer once (4

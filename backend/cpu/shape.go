@@ -186,7 +186,7 @@ func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) backend.Array
 	var out *Array
 	if !d.buf.borrowed && d.buf.refs == 1 && d != s {
 		out = b.newArray(d.dtype, d.shape, d.buf, d.off, d.strides)
-		b.release(d)
+		b.life.ReleaseOne(d)
 	} else {
 		out = b.newArray(d.dtype, d.shape, b.contiguousBuf(d), 0, nil)
 	}

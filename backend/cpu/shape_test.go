@@ -81,7 +81,7 @@ func TestSliceUpdate(t *testing.T) {
 	out := b.SliceUpdate(dst, src, []int{0, 1})
 	check(t, b, out, tensor.BF16, tensor.Shape{2, 3}, 0, 9, 2, 3, 8, 5)
 	// dst was owned: its storage moved to out and dst is released.
-	if !dst.(*Array).released {
+	if !dst.(*Array).released() {
 		t.Errorf("owned dst not released after SliceUpdate, want its storage reused")
 	}
 	if got := b.Stats(); got.LiveBytes != before.LiveBytes+8 {

@@ -98,7 +98,7 @@ func TestSliceUpdateCopyOnWrite(t *testing.T) {
 			if got := first(out) == at; got != c.inSitu {
 				t.Errorf("wrote in place: %v, want %v", got, c.inSitu)
 			}
-			if released := dst.(*Array).released; released != c.inSitu {
+			if released := dst.(*Array).released(); released != c.inSitu {
 				t.Errorf("dst released: %v, want %v", released, c.inSitu)
 			}
 			if c.view {

@@ -8,13 +8,11 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/internal/lifetime"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -22,17 +20,16 @@ import (
 // in Go, so asking for them never crosses into C. The handle is freed by
 // Release, by the scope that owns the array, or by Backend.Close.
 type Array struct {
-	h        C.mlx_array
-	dtype    tensor.DType
-	shape    tensor.Shape // in dims when the rank fits
-	owner    *Backend
-	borrowed bool // aliases caller memory; not counted in LiveBytes
-	released bool
-	scope    *scope // the scope that frees it; nil at the outermost level
-	id       uint64 // its ledger entry, at the outermost level
-	cleanup  runtime.Cleanup
-	dims     [4]int
+	lifeState // its owner, scope and safety net (package lifetime)
+	h         C.mlx_array
+	dtype     tensor.DType
+	shape     tensor.Shape // in dims when the rank fits
+	borrowed  bool         // aliases caller memory; not counted in LiveBytes
+	dims      [4]int
 }
+
+// lifeState is embedded under this name so that the field stays unexported.
+type lifeState = lifetime.State
 
 // DType returns the element type. It stays valid after Release.
 func (a *Array) DType() tensor.DType {
@@ -60,125 +57,51 @@ func (a *Array) nbytes() int64 {
 	return int64(a.shape.Size() * a.dtype.Size())
 }
 
-// ledger counts every live array and holds an entry for each one at the
-// outermost level. An array in a scope needs no entry: the scope's list keeps
-// it reachable until the scope's Close frees it, so a garbage-collector
-// cleanup could never run for it. An array at the outermost level (made with
-// no scope open, or kept out of the outermost scope) lives until Release and
-// may be forgotten: it gets an entry and a cleanup, the safety net, which
-// only moves its handle to the orphan list (under mu); the MLX thread frees
-// orphans at its next Eval, scope Close, Release or Close.
-//
-// The counters are atomic: the MLX thread changes them, the safety net
-// lowers them from the cleanup goroutine, and Stats reads them anywhere.
-type ledger struct {
-	arrays, bytes, peak, leaked atomic.Int64
-
-	mu      sync.Mutex
-	next    uint64
-	roots   map[uint64]root
-	orphans []C.mlx_array
-}
+// tracker is the lifetime layer of this backend's arrays (package
+// lifetime); a root is what the safety net needs to free the handle of an
+// array at the outermost level that was dropped without Release.
+type tracker = lifetime.Tracker[*Array, root]
 
 type root struct {
 	h     C.mlx_array
 	bytes int64
 }
 
-func newLedger() *ledger { return &ledger{roots: map[uint64]root{}} }
+// scope is a backend.Scope.
+type scope = lifetime.Scope[*Array, root]
 
-// count adds one live array of n bytes. MLX thread only (it alone raises
-// the peak).
-func (l *ledger) count(n int64) {
-	l.arrays.Add(1)
-	if v := l.bytes.Add(n); v > l.peak.Load() {
-		l.peak.Store(v)
+// hooks plug the MLX handles into the tracker. Every array owns its handle
+// and counts its own bytes; the tracker runs on the MLX thread.
+type hooks struct{ b *Backend }
+
+// Free frees the handles in one cgo call (a closing scope passes all of
+// its arrays).
+func (h hooks) Free(arrays []*Array) int64 {
+	var n int64
+	if len(arrays) == 1 {
+		a := arrays[0]
+		C.mlx_array_free(a.h)
+		return a.nbytes()
 	}
-}
-
-// uncount removes k live arrays of n bytes in all.
-func (l *ledger) uncount(k, n int64) {
-	l.arrays.Add(-k)
-	l.bytes.Add(-n)
-}
-
-// addRoot gives a (counted, at the outermost level) an entry and arms the
-// safety net. MLX thread only.
-func (l *ledger) addRoot(a *Array) {
-	l.mu.Lock()
-	l.next++
-	a.id = l.next
-	l.roots[a.id] = root{h: a.h, bytes: a.nbytes()}
-	l.mu.Unlock()
-	a.cleanup = runtime.AddCleanup(a, gcDrop, gcNote{l, a.id})
-}
-
-// dropRoot removes a's entry and disarms the safety net; it reports whether
-// the entry was there (it is not after freeAll). MLX thread only.
-func (l *ledger) dropRoot(a *Array) bool {
-	a.cleanup.Stop()
-	l.mu.Lock()
-	_, ok := l.roots[a.id]
-	delete(l.roots, a.id)
-	l.mu.Unlock()
-	return ok
-}
-
-type gcNote struct {
-	l  *ledger
-	id uint64
-}
-
-// gcDrop is the safety net: the array of n became unreachable without
-// Release. Its handle is queued for the MLX thread.
-func gcDrop(n gcNote) {
-	l := n.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.roots[n.id]
-	if !ok {
-		return
+	h.b.dead.reserve(len(arrays))
+	hs := h.b.dead.s
+	for i, a := range arrays {
+		hs[i] = a.h
+		n += a.nbytes()
 	}
-	delete(l.roots, n.id)
-	l.uncount(1, e.bytes)
-	l.leaked.Add(1)
-	l.orphans = append(l.orphans, e.h)
+	C.mlxgo_free_arrays(h.b.dead.p, C.size_t(len(arrays)))
+	return n
 }
 
-// freeOrphans frees the handles the safety net queued. MLX thread only.
-func (l *ledger) freeOrphans() {
-	l.mu.Lock()
-	hs := l.orphans
-	l.orphans = nil
-	l.mu.Unlock()
-	for _, h := range hs {
-		C.mlx_array_free(h)
-	}
+func (hooks) Root(a *Array) root { return root{a.h, a.nbytes()} }
+
+func (hooks) Drop(r root) int64 {
+	C.mlx_array_free(r.h)
+	return r.bytes
 }
 
-// freeAll frees the handles of every array at the outermost level (the
-// scopes must be closed first) and of the orphans. Cleanups still armed
-// find no entry afterwards. MLX thread only.
-func (l *ledger) freeAll() {
-	l.freeOrphans()
-	l.mu.Lock()
-	roots := l.roots
-	l.roots = map[uint64]root{}
-	l.mu.Unlock()
-	for _, e := range roots {
-		l.uncount(1, e.bytes)
-		C.mlx_array_free(e.h)
-	}
-}
-
-func (l *ledger) snapshot() backend.Stats {
-	return backend.Stats{
-		LiveArrays: int(l.arrays.Load()),
-		LiveBytes:  l.bytes.Load(),
-		PeakBytes:  l.peak.Load(),
-		LeakedByGC: int(l.leaked.Load()),
-	}
-}
+func (h hooks) OnThread() bool           { return h.b.here() }
+func (h hooks) Run(op string, fn func()) { h.b.do(op, fn) }
 
 // handles is a growable buffer of handles in C memory, which cgo calls take
 // without checking it for Go pointers. MLX thread only.
@@ -274,7 +197,7 @@ func (b *Backend) adopt(op string, h C.mlx_array, ndim int, dims *[C.MLXGO_MAX_D
 		C.mlx_array_free(h)
 		panic(backend.Errorf(op, slices.Clone(args), "MLX produced dtype %d, which mlxgo has no name for", int(dt)))
 	}
-	a := &Array{h: h, dtype: dtype, owner: b, borrowed: borrowed}
+	a := &Array{h: h, dtype: dtype, borrowed: borrowed}
 	if ndim <= len(a.dims) {
 		a.shape = a.dims[:ndim:ndim]
 	} else {
@@ -283,14 +206,7 @@ func (b *Backend) adopt(op string, h C.mlx_array, ndim int, dims *[C.MLXGO_MAX_D
 	for i := range a.shape {
 		a.shape[i] = int(dims[i])
 	}
-	b.ledger.count(a.nbytes())
-	if n := len(b.scopes); n > 0 {
-		s := b.scopes[n-1]
-		a.scope = s
-		s.arrays = append(s.arrays, a)
-	} else {
-		b.ledger.addRoot(a)
-	}
+	b.life.Add(a, a.nbytes())
 	return a
 }
 
@@ -299,20 +215,6 @@ func (b *Backend) opError(op string, args []backend.Array) *backend.OpError {
 	e := backend.Errorf(op, args, "")
 	e.Err = takeError()
 	return e
-}
-
-// release frees a now (idempotent). MLX thread only.
-func (b *Backend) release(a *Array) {
-	if a.released {
-		return
-	}
-	a.released = true
-	if a.scope == nil && !b.ledger.dropRoot(a) {
-		return // freed by freeAll
-	}
-	a.scope = nil
-	b.ledger.uncount(1, a.nbytes())
-	C.mlx_array_free(a.h)
 }
 
 // use checks that every x is a live array of b and returns them. A nil,
@@ -328,28 +230,7 @@ func (b *Backend) use(op string, xs ...backend.Array) []*Array {
 // arg checks that args[i] is a live array of b and returns it; a nil,
 // released or foreign array panics with an *OpError naming op. It does not
 // allocate (args stays on the caller's stack) unless it panics.
-func (b *Backend) arg(op string, args []backend.Array, i int) *Array {
-	a, ok := args[i].(*Array)
-	if ok && a != nil && a.owner == b && !a.released {
-		return a
-	}
-	panic(b.badArg(op, slices.Clone(args), i))
-}
-
-func (b *Backend) badArg(op string, xs []backend.Array, i int) *backend.OpError {
-	x := xs[i]
-	a, ok := x.(*Array)
-	switch {
-	case x == nil || (ok && a == nil):
-		return backend.Errorf(op, xs, "argument %d is nil", i)
-	case !ok:
-		return backend.Errorf(op, xs, "argument %d is a %T, not an array of this mlx backend", i, x)
-	case a.owner != b:
-		return backend.Errorf(op, xs, "argument %d belongs to another backend", i)
-	default:
-		return backend.Errorf(op, xs, "argument %d was released", i)
-	}
-}
+func (b *Backend) arg(op string, args []backend.Array, i int) *Array { return b.life.Arg(op, args, i) }
 
 // here reports whether the caller may call MLX inline: the backend is open
 // and this is its MLX thread. Every entry point checks it first and, when
@@ -458,7 +339,7 @@ func (b *Backend) eval(op string, async bool, arrays []backend.Array) (err error
 		b.do(op, func() { err = b.eval(op, async, arrays) })
 		return err
 	}
-	b.ledger.freeOrphans()
+	b.life.Drain()
 	b.evals.reserve(len(arrays))
 	hs := b.evals.s
 	n := 0
@@ -491,28 +372,22 @@ func (b *Backend) Release(arrays ...backend.Array) {
 		b.do("Release", func() { b.Release(arrays...) })
 		return
 	}
-	for _, x := range arrays {
-		if x == nil {
-			continue
-		}
-		a, ok := x.(*Array)
-		switch {
-		case ok && a == nil:
-		case !ok || a.owner != b:
-			panic(backend.Errorf("Release", []backend.Array{x}, "not an array of this mlx backend"))
-		default:
-			b.release(a)
-		}
-	}
-	b.ledger.freeOrphans()
+	b.life.Release(arrays...)
 }
 
 // Stats reports live arrays (borrowed ones included), the bytes their shapes
 // and dtypes describe (borrowed memory not counted; a lazy array counts
 // before it is computed), the peak of those bytes, and the arrays the
 // garbage-collector safety net had to free. MLX's own allocator counters are
-// in Memory.
-func (b *Backend) Stats() backend.Stats { return b.ledger.snapshot() }
+// in Memory. Called from another goroutine, it runs on the MLX thread (and
+// waits for the call in progress there).
+func (b *Backend) Stats() (s backend.Stats) {
+	if b.closed || b.here() {
+		return b.life.Stats()
+	}
+	b.do("Stats", func() { s = b.life.Stats() })
+	return s
+}
 
 // checkShape panics unless every dimension is non-negative and dt is valid.
 func checkShape(op string, shape tensor.Shape, dt tensor.DType) {
@@ -564,122 +439,14 @@ func (b *Backend) Full(shape tensor.Shape, v float64, dt tensor.DType) backend.A
 	return out
 }
 
-// scope is a backend.Scope: it frees its arrays at Close.
-type scope struct {
-	b      *Backend
-	parent *scope
-	depth  int
-	arrays []*Array
-	closed bool
-}
-
-// Scope opens a scope nested in the innermost open one.
+// Scope opens a scope nested in the innermost open one. Its Keep and Close
+// run on the MLX thread; Close frees its arrays in one cgo call (MLX keeps
+// what a pending graph still needs).
 func (b *Backend) Scope() backend.Scope {
 	if !b.here() {
 		var s backend.Scope
 		b.do("Scope", func() { s = b.Scope() })
 		return s
 	}
-	s := &scope{b: b}
-	if n := len(b.scopes); n > 0 {
-		s.parent = b.scopes[n-1]
-		s.depth = s.parent.depth + 1
-	}
-	if n := len(b.spare); n > 0 {
-		s.arrays = b.spare[n-1]
-		b.spare = b.spare[:n-1]
-	}
-	b.scopes = append(b.scopes, s)
-	return s
-}
-
-// Keep moves arrays of this scope to the enclosing one (or to the outermost
-// level) and returns the first. Arrays that already belong to an enclosing
-// scope or to the outermost level stay where they are. Keeping a released
-// array, an array of a still-open inner scope, or keeping on a closed scope
-// panics with an *OpError.
-func (s *scope) Keep(arrays ...backend.Array) backend.Array {
-	b := s.b
-	if !b.here() {
-		arrays := slices.Clone(arrays)
-		b.do("Keep", func() { s.Keep(arrays...) })
-	} else {
-		for i := range arrays {
-			b.arg("Keep", arrays, i)
-		}
-		if s.closed {
-			panic(backend.Errorf("Keep", slices.Clone(arrays), "scope is closed"))
-		}
-		for i := range arrays {
-			a := arrays[i].(*Array)
-			switch {
-			case a.scope == s:
-				a.scope = s.parent
-				if s.parent != nil {
-					s.parent.arrays = append(s.parent.arrays, a)
-				} else {
-					b.ledger.addRoot(a)
-				}
-			case a.scope != nil && a.scope.depth > s.depth:
-				panic(backend.Errorf("Keep", slices.Clone(arrays), "array belongs to an inner scope that is still open"))
-			}
-		}
-	}
-	if len(arrays) == 0 {
-		return nil
-	}
-	return arrays[0]
-}
-
-// Close releases every array of the scope that was not kept, on the MLX
-// thread (MLX keeps what a pending graph still needs). Inner scopes still
-// open are closed first. Closing twice, or after the backend closed, is allowed.
-func (s *scope) Close() {
-	if s.closed || s.b.closed {
-		s.closed = true
-		return
-	}
-	b := s.b
-	if !b.here() {
-		b.run(s.Close)
-		return
-	}
-	at := -1
-	for i, o := range b.scopes {
-		if o == s {
-			at = i
-			break
-		}
-	}
-	if at >= 0 {
-		for len(b.scopes) > at+1 {
-			b.scopes[len(b.scopes)-1].Close()
-		}
-		b.scopes = b.scopes[:at]
-	}
-	// Free the arrays still owned in one cgo call; they have no ledger
-	// entry or cleanup (see ledger).
-	b.dead.reserve(len(s.arrays))
-	hs := b.dead.s
-	var k, n int64
-	for _, a := range s.arrays {
-		if a.scope == s && !a.released {
-			a.released = true
-			a.scope = nil
-			hs[k] = a.h
-			k++
-			n += a.nbytes()
-		}
-	}
-	if k > 0 {
-		C.mlxgo_free_arrays(b.dead.p, C.size_t(k))
-		b.ledger.uncount(k, n)
-	}
-	if cap(s.arrays) > 0 {
-		clear(s.arrays)
-		b.spare = append(b.spare, s.arrays[:0])
-	}
-	s.arrays = nil
-	s.closed = true
-	b.ledger.freeOrphans()
+	return b.life.Open()
 }

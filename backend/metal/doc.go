@@ -36,11 +36,13 @@
 // there, and ops called elsewhere are handed to it. mlx-c's default error
 // handler (which exits the process) is replaced; every MLX failure becomes a
 // Go error or an *backend.OpError panic naming the op. Arrays are freed by
-// scopes and Release on the MLX thread. Arrays at the outermost level (made
+// scopes and Release on the MLX thread (the lifetime layer the cpu backend
+// shares, backend/internal/lifetime). Arrays at the outermost level (made
 // with no scope open, or kept out of the outermost scope) also get a
-// garbage-collector cleanup as a safety net, which only queues a forgotten
-// handle for that thread and counts it in Stats.LeakedByGC; arrays in a
-// scope need none, since the scope keeps them until its Close frees them.
+// garbage-collector cleanup as a safety net, which only queues a note for
+// that thread: its next op, Eval, Release, scope Close or Stats frees the
+// forgotten handle and counts it in Stats.LeakedByGC. Arrays in a scope
+// need none, since the scope keeps them until its Close frees them.
 //
 // # Cost per op
 //

@@ -147,10 +147,7 @@ func TestGCSafetyNet(t *testing.T) {
 	if s.LeakedByGC != 10 || s.LiveArrays != 0 {
 		t.Errorf("got LeakedByGC %d, LiveArrays %d; want 10, 0", s.LeakedByGC, s.LiveArrays)
 	}
-	b.ledger.mu.Lock()
-	queued := len(b.ledger.orphans)
-	b.ledger.mu.Unlock()
-	if queued != 0 {
+	if queued := b.life.Queued(); queued != 0 {
 		t.Errorf("got %d handles still queued after Eval, want 0", queued)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/internal/lifetime"
 )
 
 func init() {
@@ -44,10 +45,8 @@ type Backend struct {
 	call              *C.mlxgo_call
 	args, dead, evals handles
 
-	ops    uint64 // ops recorded through exec (OpsRecorded)
-	ledger *ledger
-	scopes []*scope   // open scopes, innermost last
-	spare  [][]*Array // array lists of closed scopes, for reuse
+	ops    uint64   // ops recorded through exec (OpsRecorded)
+	life   *tracker // scopes, Release, Stats and the safety net
 	closed bool
 }
 
@@ -69,7 +68,8 @@ func New(opts backend.Options) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("mlx backend: unknown device %q (want %q, %q or %q)", opts.Device, "", "cpu", "gpu")
 	}
-	b := &Backend{w: startWorker(), ledger: newLedger()}
+	b := &Backend{w: startWorker()}
+	b.life = lifetime.New[*Array, root]("mlx", hooks{b})
 	err := b.w.do(func() error {
 		gpu := C.mlx_device_new_type(C.MLX_GPU, 0)
 		defer C.mlx_device_free(gpu)
@@ -148,13 +148,11 @@ func (b *Backend) Close() error {
 	}
 	if b.w.exited() {
 		b.closed = true
+		b.life.Abandon()
 		return fmt.Errorf("mlx backend: Close: %w; its arrays could not be freed", errThreadExited)
 	}
 	b.run(func() {
-		for len(b.scopes) > 0 {
-			b.scopes[0].Close()
-		}
-		b.ledger.freeAll()
+		b.life.Close()
 		for _, f := range []*C.mlx_closure{&b.silu, &b.swiglu} {
 			if f.ctx != nil {
 				C.mlx_closure_free(*f)

@@ -13,10 +13,9 @@ import (
 )
 
 // roots is the number of arrays with a ledger entry (and a cleanup armed).
-func roots(b *Backend) int {
-	b.ledger.mu.Lock()
-	defer b.ledger.mu.Unlock()
-	return len(b.ledger.roots)
+func roots(b *Backend) (n int) {
+	b.run(func() { n = b.life.Roots() })
+	return n
 }
 
 // collect runs the garbage collector until the safety net has counted want
