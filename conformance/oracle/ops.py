@@ -154,9 +154,48 @@ def _quant_ref(w64, gs, bits):
     return s, bias
 
 
+def _libm(f, special):
+    """Elementwise float64 f from Python's math module (the C library's
+    scalar functions), so references do not depend on which SIMD code numpy
+    dispatches to on the machine; `special` (numpy) gives the values math
+    refuses (overflow, poles, NaN results)."""
+    def one(v):
+        try:
+            return f(v)
+        except (OverflowError, ValueError):
+            return float(special(np.float64(v)))
+
+    def elementwise(x):
+        with np.errstate(all="ignore"):
+            return np.vectorize(one, otypes=[np.float64])(x)
+    return elementwise
+
+
+_exp = _libm(math.exp, np.exp)
+_log = _libm(math.log, np.log)
+_cos = _libm(math.cos, np.cos)
+_sin = _libm(math.sin, np.sin)
+
+
+def _matmul64(a, b):
+    """a @ b (float64, numpy broadcasting) with every dot product summed by
+    math.fsum over correctly rounded products: the same on every machine
+    (numpy's BLAS sums in an order that depends on the CPU), and the exact
+    result rounded once when both operands hold float32 values."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    out = np.empty(batch + (a.shape[-2], b.shape[-1]))
+    for idx in np.ndindex(*batch, a.shape[-2], b.shape[-1]):
+        *bi, i, j = idx
+        out[idx] = math.fsum(a[tuple(bi) + (i,)] * b[tuple(bi) + (slice(None), j)])
+    return out
+
+
 def _softmax64(x, axis=-1):
     m = np.max(np.where(np.isfinite(x), x, -np.inf), axis=axis, keepdims=True)
-    e = np.exp(x - m)
+    e = _exp(x - m)
     return e / e.sum(axis=axis, keepdims=True)
 
 
@@ -251,7 +290,7 @@ def _gen_qmm(out_dir):
         y = mx.quantized_matmul(x, wq, s, b, transpose=tr, group_size=gs, bits=bits)
         mx.eval(y)
         wd = _deq64(wq, s, b, gs, bits)
-        ref = _f64(x) @ (wd.T if tr else wd)
+        ref = _matmul64(_f64(x), wd.T if tr else wd)
         params = {"bits": bits, "group_size": gs, "transpose": tr, "mode": "affine"}
         _case(entries, out_dir, name, "quantized_matmul", dtype_name(dt), params,
               {"x": x, "wq": wq, "scales": s, "biases": b}, {"y": y}, refs={"y": ref},
@@ -295,7 +334,7 @@ def _gen_matmul(out_dir):
             y = mx.matmul(a, b)
             mx.eval(y)
             _case(entries, out_dir, name, "matmul", dtype_name(dt), {},
-                  {"a": a, "b": b}, {"y": y}, refs={"y": _f64(a) @ _f64(b)}, order=["a", "b"])
+                  {"a": a, "b": b}, {"y": y}, refs={"y": _matmul64(_f64(a), _f64(b))}, order=["a", "b"])
     return entries
 
 
@@ -337,11 +376,11 @@ def _rope_ref(x64, dims, traditional, base, scale, offsets, freqs64):
     if freqs64 is not None:
         inv = 1.0 / freqs64
     else:
-        inv = base ** (-2.0 * np.arange(half) / dims)
+        inv = np.array([base ** (-2.0 * i / dims) for i in range(half)])  # libm pow
     off = np.broadcast_to(np.asarray(offsets, dtype=np.float64).reshape(-1), (b,))
     pos = scale * (np.arange(l)[None, :] + off[:, None])          # [B, L]
     th = pos[:, None, :, None] * inv[None, None, None, :]         # [B, 1, L, half]
-    c, s = np.cos(th), np.sin(th)
+    c, s = _cos(th), _sin(th)
     y = x64.copy()
     if traditional:
         x1, x2 = x64[..., 0:dims:2], x64[..., 1:dims:2]
@@ -411,7 +450,7 @@ def _sdpa_ref(q, k, v, scale, mask_kind, mask):
     rep = h // hk
     kk = np.repeat(k, rep, axis=1)
     vv = np.repeat(v, rep, axis=1)
-    sc = scale * (q @ np.swapaxes(kk, -1, -2))
+    sc = scale * _matmul64(q, np.swapaxes(kk, -1, -2))
     if mask_kind == "causal":
         i = np.arange(l)[:, None]
         j = np.arange(s)[None, :]
@@ -420,7 +459,7 @@ def _sdpa_ref(q, k, v, scale, mask_kind, mask):
         sc = np.where(mask, sc, -np.inf)
     elif mask_kind == "additive":
         sc = sc + mask
-    return _softmax64(sc) @ vv
+    return _matmul64(_softmax64(sc), vv)
 
 
 def _gen_sdpa(out_dir):
@@ -502,7 +541,7 @@ def _gen_elementwise(out_dir):
             mx.eval(y)
             x64 = _f64(x)
             _case(entries, out_dir, name, "silu", dtype_name(dt), {}, {"x": x}, {"y": y},
-                  refs={"y": x64 / (1.0 + np.exp(-x64))})
+                  refs={"y": x64 / (1.0 + _exp(-x64))})
             name = f"swiglu/{dn}/{_shape(shape)}"
             r = _rng(name)
             g = _cast(r.standard_normal(shape) * 4.0, dt)
@@ -511,7 +550,7 @@ def _gen_elementwise(out_dir):
             mx.eval(y)
             g64 = _f64(g)
             _case(entries, out_dir, name, "swiglu", dtype_name(dt), {}, {"gate": g, "x": u},
-                  {"y": y}, refs={"y": g64 / (1.0 + np.exp(-g64)) * _f64(u)}, order=["gate", "x"])
+                  {"y": y}, refs={"y": g64 / (1.0 + _exp(-g64)) * _f64(u)}, order=["gate", "x"])
     return entries
 
 
@@ -536,7 +575,7 @@ def _gen_reductions(out_dir):
             outs = {"lse": lse}
             x64 = _f64(x)
             m = x64.max()
-            lse64 = m + np.log(np.exp(x64 - m).sum(keepdims=True))
+            lse64 = m + _log(_exp(x64 - m).sum(keepdims=True))
             refs = {"lse": lse64}
             if with_lp:
                 outs["logprobs"] = x - lse
@@ -692,30 +731,11 @@ def _gen_binary(out_dir):
     return entries
 
 
-def _libm(f, special):
-    """Elementwise float64 f from Python's math module (the C library's
-    scalar functions), so references do not depend on which SIMD code numpy
-    dispatches to on the machine; `special` (numpy) gives the values math
-    refuses (overflow, poles, NaN results)."""
-    def one(v):
-        try:
-            return f(v)
-        except (OverflowError, ValueError):
-            return float(special(np.float64(v)))
-
-    def elementwise(x):
-        with np.errstate(all="ignore"):
-            return np.vectorize(one, otypes=[np.float64])(x)
-    return elementwise
-
-
-_exp = _libm(math.exp, np.exp)
-
 _UNARY_REF = {
-    "exp": _exp, "log": _libm(math.log, np.log), "negative": np.negative, "abs": np.abs,
+    "exp": _exp, "log": _log, "negative": np.negative, "abs": np.abs,
     "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "square": np.square,
     "sigmoid": lambda x: 1.0 / (1.0 + _exp(-x)), "tanh": _libm(math.tanh, np.tanh),
-    "sin": _libm(math.sin, np.sin), "cos": _libm(math.cos, np.cos),
+    "sin": _sin, "cos": _cos,
     "silu": lambda x: x / (1.0 + _exp(-x)),
 }
 _UNARY_EXACT = {"negative", "abs"}
@@ -986,22 +1006,6 @@ def _gen_fill(out_dir):
               {"shape": [2, 3], "value": repr(v), "doc": "value: the Python float passed, as repr (inf and nan are not JSON)"},
               {}, {"y": y})
     return entries
-
-
-def _matmul64(a, b):
-    """a @ b (float64, numpy broadcasting) with every dot product summed by
-    math.fsum: products of float32 values are exact in float64, so the
-    reference is the exact result rounded once, the same on every machine
-    (numpy's BLAS would sum in an order that depends on the CPU)."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a = np.broadcast_to(a, batch + a.shape[-2:])
-    b = np.broadcast_to(b, batch + b.shape[-2:])
-    out = np.empty(batch + (a.shape[-2], b.shape[-1]))
-    for idx in np.ndindex(*batch, a.shape[-2], b.shape[-1]):
-        *bi, i, j = idx
-        out[idx] = math.fsum(a[tuple(bi) + (i,)] * b[tuple(bi) + (slice(None), j)])
-    return out
 
 
 def _gen_matmul_batched(out_dir):
