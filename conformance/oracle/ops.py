@@ -650,12 +650,8 @@ def _view(x, steps):
     return x
 
 
-def _views_doc():
-    return ("views: input name -> steps applied in the runner before the op, in order: "
-            "{\"transpose\": axes} or {\"slice\": [start, stop]}")
-
-
-def _ref_or_none(fn, *xs):
+def _quiet(fn, *xs):
+    """fn(*xs) without numpy's warnings (edge values overflow and divide by zero)."""
     with np.errstate(all="ignore"):
         return fn(*xs)
 
@@ -673,15 +669,10 @@ def _binary_case(entries, out_dir, name, op, a, b, views=None):
     mx.eval(y)
     refs = None
     if op in _BINARY_REF and y.dtype in (mx.float32, mx.float16, mx.bfloat16):
-        refs = {"y": _ref_or_none(_BINARY_REF[op], _f64(_view_np(a, views, "a")), _f64(_view_np(b, views, "b")))}
+        refs = {"y": _quiet(_BINARY_REF[op], _f64(va), _f64(vb))}
     params = {"views": views} if views else {}
     _case(entries, out_dir, name, op, dtype_name(y.dtype), params, {"a": a, "b": b}, {"y": y},
           refs=refs, order=["a", "b"])
-
-
-def _view_np(x, views, name):
-    """The float64 values of x seen through its view."""
-    return _view(x, (views or {}).get(name, []))
 
 
 def _gen_binary(out_dir):
@@ -752,7 +743,7 @@ def _unary_case(entries, out_dir, name, op, x, views=None):
     mx.eval(y)
     refs = None
     if op not in _UNARY_EXACT and y.dtype in (mx.float32, mx.float16, mx.bfloat16):
-        refs = {"y": _ref_or_none(_UNARY_REF[op], _f64(v))}
+        refs = {"y": _quiet(_UNARY_REF[op], _f64(v))}
     params = {"views": views} if views else {}
     _case(entries, out_dir, name, op, dtype_name(y.dtype), params, {"x": x}, {"y": y}, refs=refs)
 
