@@ -88,6 +88,21 @@ var budgets = map[key]Budget{
 
 	{"quantize", "*"}: {Exact: true, Reason: "codes, scales and biases are a deterministic function of the input; MLX's CPU computes them in float32 and we do the same"},
 
+	{"reshape", "*"}:      {Exact: true, Reason: "moves data without arithmetic: every element must come back with its bits"},
+	{"transpose", "*"}:    {Exact: true, Reason: "as reshape"},
+	{"slice", "*"}:        {Exact: true, Reason: "as reshape"},
+	{"slice_update", "*"}: {Exact: true, Reason: "as reshape"},
+	{"concatenate", "*"}:  {Exact: true, Reason: "as reshape (mixed dtypes are converted exactly: f16 into f32)"},
+	{"take", "*"}:         {Exact: true, Reason: "as reshape"},
+	{"zeros", "*"}:        {Exact: true, Reason: "a constant"},
+	{"full", "*"}:         {Exact: true, Reason: "a constant: the value rounded once to the dtype, to nearest even"},
+	{"astype", "*"}:       {Exact: true, Reason: "a conversion has one right answer (round to nearest even, truncation toward zero, wrap); the fixtures hold only values where MLX defines it"},
+	{"where", "*"}:        {Exact: true, Reason: "selects without arithmetic (mixed dtypes converted exactly)"},
+	{"maximum", "*"}:      {Exact: true, Reason: "selects one operand (NaN propagates): no rounding"},
+	{"minimum", "*"}:      {Exact: true, Reason: "as maximum"},
+	{"negative", "*"}:     {Exact: true, Reason: "flips the sign bit: no rounding"},
+	{"abs", "*"}:          {Exact: true, Reason: "clears the sign bit: no rounding"},
+
 	{"apply_top_p", "*"}:        {Exact: true, Reason: "host-side emulation of sample_utils with MLX's dtype arithmetic: must match bit for bit"},
 	{"apply_min_p", "*"}:        {Exact: true, Reason: "as apply_top_p"},
 	{"apply_top_k", "*"}:        {Exact: true, Reason: "as apply_top_p"},

@@ -19,7 +19,12 @@ const conformUsage = `usage: mlxgo conform [--backend NAME] [--fixtures DIR] [--
 
 Runs the conformance suite: every fixture on every backend compiled in (or
 the one named), each output held to the oracle (mlx_lm) under the tolerance
-of its class. Prints a table per op and backend; exits 1 if anything fails.
+of its class. Prints a table with one row per op: its case count, then cases
+passed / total per backend; without --run, then every backend op method
+(conformance.MethodOps) with its case count. Exits 1 if anything fails.
+--json prints {"ops": [{"op", "cases", "backends": {NAME: {"pass",
+"total"}}}], "methods": [{"interface", "method", "ops": [{"op", "cases"}],
+"cases"}] (without --run only), "results": [every output's verdict]}.
 
 Examples:
   mlxgo conform
@@ -55,20 +60,26 @@ func cmdConform(args []string, stdout, stderr io.Writer) int {
 	if *backendName != "" {
 		names = []string{*backendName}
 	}
-	results, err := runConformance(dir, names, *run, stderr)
+	cases, results, err := runConformance(dir, names, *run, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "mlxgo conform:", err)
 		return 2
 	}
+	var methods []conformance.MethodCoverage
+	if *run == "" {
+		methods = conformance.Coverage(cases)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", " ")
-		if err := enc.Encode(results); err != nil {
+		report := conformReport{Ops: opSummary(results), Methods: methods, Results: results}
+		if err := enc.Encode(report); err != nil {
 			fmt.Fprintln(stderr, "mlxgo conform:", err)
 			return 2
 		}
 	} else {
 		printConformTable(stdout, results, names, *verbose)
+		printCoverage(stdout, methods)
 	}
 	for _, r := range results {
 		if !r.Pass {
@@ -90,31 +101,43 @@ func fixtureDir(flagValue string) (string, error) {
 	return "", fmt.Errorf("no fixtures: pass --fixtures DIR (a directory with manifest.json), or run inside the mlxgo repository")
 }
 
-func runConformance(dir string, names []string, pattern string, progress io.Writer) ([]conformance.Result, error) {
+// runConformance runs the cases of dir that match pattern on every named
+// backend and returns the cases with the results.
+func runConformance(dir string, names []string, pattern string, progress io.Writer) ([]*conformance.Case, []conformance.Result, error) {
 	cases, err := conformance.Load(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cases = conformance.Filter(cases, pattern)
 	if len(cases) == 0 {
-		return nil, fmt.Errorf("no cases in %s match %q", dir, pattern)
+		return nil, nil, fmt.Errorf("no cases in %s match %q", dir, pattern)
 	}
-	return conformCases(cases, names, progress)
+	results, err := conformCases(cases, names, progress)
+	return cases, results, err
 }
 
-// opOf groups a case under its op ("rope") or model phase ("model/prefill").
-func opOf(caseName string) string {
-	parts := strings.SplitN(caseName, "/", 4)
-	if parts[0] == "model" && len(parts) >= 3 {
-		return "model/" + parts[2]
-	}
-	return parts[0]
+// conformReport is what --json prints.
+type conformReport struct {
+	Ops     []opRow                      `json:"ops"`
+	Methods []conformance.MethodCoverage `json:"methods,omitempty"`
+	Results []conformance.Result         `json:"results"`
 }
 
-// printConformTable prints one row per op with a column per backend: cases
-// passed / total. A case passes when every output passes. Failures follow.
-func printConformTable(w io.Writer, results []conformance.Result, names []string, verbose bool) {
-	type cell struct{ pass, total int }
+// opRow is one op (or model phase): its case count and, per backend, the
+// cases that passed (every output passed) out of those run.
+type opRow struct {
+	Op       string                `json:"op"`
+	Cases    int                   `json:"cases"`
+	Backends map[string]*passCount `json:"backends"`
+}
+
+type passCount struct {
+	Pass  int `json:"pass"`
+	Total int `json:"total"`
+}
+
+// opSummary groups results by op (opOf) and case, sorted by op.
+func opSummary(results []conformance.Result) []opRow {
 	caseOK := map[[2]string]bool{}
 	var order [][2]string
 	for _, r := range results {
@@ -126,59 +149,110 @@ func printConformTable(w io.Writer, results []conformance.Result, names []string
 		}
 		caseOK[k] = ok && r.Pass
 	}
-	cells := map[string]map[string]*cell{}
+	rows := map[string]*opRow{}
+	casesOf := map[string]map[string]bool{}
 	for _, k := range order {
 		op := opOf(k[1])
-		if cells[op] == nil {
-			cells[op] = map[string]*cell{}
+		row := rows[op]
+		if row == nil {
+			row = &opRow{Op: op, Backends: map[string]*passCount{}}
+			rows[op] = row
+			casesOf[op] = map[string]bool{}
 		}
-		c := cells[op][k[0]]
+		casesOf[op][k[1]] = true
+		c := row.Backends[k[0]]
 		if c == nil {
-			c = &cell{}
-			cells[op][k[0]] = c
+			c = &passCount{}
+			row.Backends[k[0]] = c
 		}
-		c.total++
+		c.Total++
 		if caseOK[k] {
-			c.pass++
+			c.Pass++
 		}
 	}
-	var ops []string
-	for op := range cells {
-		ops = append(ops, op)
+	out := make([]opRow, 0, len(rows))
+	for op, row := range rows {
+		row.Cases = len(casesOf[op])
+		out = append(out, *row)
 	}
-	sort.Strings(ops)
+	sort.Slice(out, func(i, j int) bool { return out[i].Op < out[j].Op })
+	return out
+}
+
+// printCoverage lists every backend op method with its fixture ops and case
+// count, and says which methods have none.
+func printCoverage(w io.Writer, methods []conformance.MethodCoverage) {
+	if len(methods) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nbackend op methods (fixture ops: cases)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "op")
+	var missing []string
+	for _, m := range methods {
+		ops := make([]string, len(m.Ops))
+		for i, o := range m.Ops {
+			ops[i] = fmt.Sprintf("%s %d", o.Op, o.Cases)
+		}
+		fmt.Fprintf(tw, "%s.%s\t%d\t%s\n", m.Interface, m.Method, m.Cases, strings.Join(ops, ", "))
+		if m.Cases == 0 {
+			missing = append(missing, m.Interface+"."+m.Method)
+		}
+	}
+	tw.Flush()
+	if len(missing) > 0 {
+		fmt.Fprintf(w, "methods without a case: %s\n", strings.Join(missing, ", "))
+	} else {
+		fmt.Fprintf(w, "every one of the %d methods has a case\n", len(methods))
+	}
+}
+
+// opOf groups a case under its op ("rope") or model phase ("model/prefill").
+func opOf(caseName string) string {
+	parts := strings.SplitN(caseName, "/", 4)
+	if parts[0] == "model" && len(parts) >= 3 {
+		return "model/" + parts[2]
+	}
+	return parts[0]
+}
+
+// printConformTable prints one row per op: its case count, then a column per
+// backend with cases passed / total. A case passes when every output passes.
+// Failures follow.
+func printConformTable(w io.Writer, results []conformance.Result, names []string, verbose bool) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "op\tcases")
 	for _, n := range names {
 		fmt.Fprintf(tw, "\t%s", n)
 	}
 	fmt.Fprintln(tw)
-	totals := map[string]*cell{}
-	for _, op := range ops {
-		fmt.Fprint(tw, op)
+	totals := map[string]*passCount{}
+	ncases := 0
+	for _, row := range opSummary(results) {
+		fmt.Fprintf(tw, "%s\t%d", row.Op, row.Cases)
+		ncases += row.Cases
 		for _, n := range names {
-			c := cells[op][n]
+			c := row.Backends[n]
 			if c == nil {
 				fmt.Fprint(tw, "\t-")
 				continue
 			}
 			mark := "ok"
-			if c.pass != c.total {
+			if c.Pass != c.Total {
 				mark = "FAIL"
 			}
-			fmt.Fprintf(tw, "\t%d/%d %s", c.pass, c.total, mark)
+			fmt.Fprintf(tw, "\t%d/%d %s", c.Pass, c.Total, mark)
 			if totals[n] == nil {
-				totals[n] = &cell{}
+				totals[n] = &passCount{}
 			}
-			totals[n].pass += c.pass
-			totals[n].total += c.total
+			totals[n].Pass += c.Pass
+			totals[n].Total += c.Total
 		}
 		fmt.Fprintln(tw)
 	}
-	fmt.Fprint(tw, "TOTAL")
+	fmt.Fprintf(tw, "TOTAL\t%d", ncases)
 	for _, n := range names {
 		if c := totals[n]; c != nil {
-			fmt.Fprintf(tw, "\t%d/%d", c.pass, c.total)
+			fmt.Fprintf(tw, "\t%d/%d", c.Pass, c.Total)
 		} else {
 			fmt.Fprint(tw, "\t-")
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -208,9 +209,49 @@ func TestConformRMSNorm(t *testing.T) {
 	if rc != 0 {
 		t.Fatalf("got exit %d, want 0; stdout:\n%s\nstderr:\n%s", rc, stdout, stderr)
 	}
-	row := fmt.Sprintf(`(?m)^rms_norm\s+%d/%d ok$`, n, n)
-	if !regexp.MustCompile(row).MatchString(stdout) || !regexp.MustCompile(fmt.Sprintf(`(?m)^TOTAL\s+%d/%d$`, n, n)).MatchString(stdout) {
+	row := fmt.Sprintf(`(?m)^rms_norm\s+%d\s+%d/%d ok$`, n, n, n)
+	if !regexp.MustCompile(row).MatchString(stdout) || !regexp.MustCompile(fmt.Sprintf(`(?m)^TOTAL\s+%d\s+%d/%d$`, n, n, n)).MatchString(stdout) {
 		t.Errorf("table lacks row %q or its TOTAL:\n%s", row, stdout)
+	}
+}
+
+// TestConformJSON runs the slice cases on cpu with --json and requires the
+// op row to carry the case count and the passes, and every result to pass.
+func TestConformJSON(t *testing.T) {
+	cases, err := conformance.Load(fixtures)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range conformance.Filter(cases, "slice/") {
+		if c.Op == "slice" {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no slice cases in the fixtures")
+	}
+	rc, stdout, stderr := mlxgo("conform", "--backend", "cpu", "--run", "slice/", "--json")
+	if rc != 0 {
+		t.Fatalf("got exit %d, want 0; stderr:\n%s", rc, stderr)
+	}
+	var report struct {
+		Ops []struct {
+			Op       string
+			Cases    int
+			Backends map[string]struct{ Pass, Total int }
+		}
+		Results []conformance.Result
+	}
+	if err := json.Unmarshal([]byte(stdout), &report); err != nil {
+		t.Fatalf("output is not the JSON report: %v\n%s", err, stdout)
+	}
+	if len(report.Ops) != 1 || report.Ops[0].Op != "slice" || report.Ops[0].Cases != n ||
+		report.Ops[0].Backends["cpu"].Pass != n || report.Ops[0].Backends["cpu"].Total != n {
+		t.Errorf("got ops %+v, want one row slice with %d cases, cpu %d/%d", report.Ops, n, n, n)
+	}
+	if len(report.Results) < n {
+		t.Errorf("got %d results, want at least %d", len(report.Results), n)
 	}
 }
 

@@ -2,10 +2,12 @@
 
 Every case runs on MLX's CPU device. Inputs come from a numpy generator seeded
 by the case name (so adding a case never shifts another), are cast to the case
-dtype first, and are stored exactly as MLX saw them. Every float output also
-gets a float64 reference computed with numpy from the stored, already rounded
-inputs, following the op's mathematical definition (quantized ops are
-dequantized exactly from the stored packed ints, scales and biases).
+dtype first, and are stored exactly as MLX saw them. Every float output of an op that rounds
+also gets a float64 reference computed with numpy from the stored, already
+rounded inputs, following the op's mathematical definition (quantized ops are
+dequantized exactly from the stored packed ints, scales and biases); ops that
+do not round (data movement, conversions, selections, sign changes) have none
+and are held to MLX's bits.
 
 The per-op parameter keys, array names and references are listed in
 conformance/README.md ("Op fixtures").
@@ -79,14 +81,19 @@ _ULP = {mx.float32: (23, -126), mx.bfloat16: (7, -126), mx.float16: (10, -14)}
 def _stat(name, op, dt, out, ref):
     """Record the error of MLX's output `out` against the float64 `ref`:
     max abs error, max error in ulps of the output dtype at the reference
-    value, and max relative error (denominator floored at 1e-3 * max|ref|)."""
+    value, and max relative error (denominator floored at 1e-3 * max|ref|),
+    over the elements where both are finite; and the count of the others
+    where they differ (a finite reference that overflowed, for instance)."""
     mant, emin = _ULP[out.dtype]
     o = _f64(out)
     r = np.asarray(ref, dtype=np.float64)
     if o.shape != r.shape:
         raise AssertionError(f"{name}: output shape {o.shape} != reference shape {r.shape}")
-    fin = np.isfinite(r)
-    inf_mismatch = int(np.sum(~fin & (o != r)))
+    # elements where either side is not finite (overflow to ±Inf, NaN) are
+    # counted apart, not measured: only a differing pair counts
+    fin = np.isfinite(r) & np.isfinite(o)
+    same = (o == r) | (np.isnan(o) & np.isnan(r))
+    inf_mismatch = int(np.sum(~fin & ~same))
     if not fin.any():
         STATS.append((op, dt, name, 0.0, 0.0, 0.0, inf_mismatch))
         return
@@ -147,9 +154,48 @@ def _quant_ref(w64, gs, bits):
     return s, bias
 
 
+def _libm(f, special):
+    """Elementwise float64 f from Python's math module (the C library's
+    scalar functions), so references do not depend on which SIMD code numpy
+    dispatches to on the machine; `special` (numpy) gives the values math
+    refuses (overflow, poles, NaN results)."""
+    def one(v):
+        try:
+            return f(v)
+        except (OverflowError, ValueError):
+            return float(special(np.float64(v)))
+
+    def elementwise(x):
+        with np.errstate(all="ignore"):
+            return np.vectorize(one, otypes=[np.float64])(x)
+    return elementwise
+
+
+_exp = _libm(math.exp, np.exp)
+_log = _libm(math.log, np.log)
+_cos = _libm(math.cos, np.cos)
+_sin = _libm(math.sin, np.sin)
+
+
+def _matmul64(a, b):
+    """a @ b (float64, numpy broadcasting) with every dot product summed by
+    math.fsum over correctly rounded products: the same on every machine
+    (numpy's BLAS sums in an order that depends on the CPU), and the exact
+    result rounded once when both operands hold float32 values."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    out = np.empty(batch + (a.shape[-2], b.shape[-1]))
+    for idx in np.ndindex(*batch, a.shape[-2], b.shape[-1]):
+        *bi, i, j = idx
+        out[idx] = math.fsum(a[tuple(bi) + (i,)] * b[tuple(bi) + (slice(None), j)])
+    return out
+
+
 def _softmax64(x, axis=-1):
     m = np.max(np.where(np.isfinite(x), x, -np.inf), axis=axis, keepdims=True)
-    e = np.exp(x - m)
+    e = _exp(x - m)
     return e / e.sum(axis=axis, keepdims=True)
 
 
@@ -244,7 +290,7 @@ def _gen_qmm(out_dir):
         y = mx.quantized_matmul(x, wq, s, b, transpose=tr, group_size=gs, bits=bits)
         mx.eval(y)
         wd = _deq64(wq, s, b, gs, bits)
-        ref = _f64(x) @ (wd.T if tr else wd)
+        ref = _matmul64(_f64(x), wd.T if tr else wd)
         params = {"bits": bits, "group_size": gs, "transpose": tr, "mode": "affine"}
         _case(entries, out_dir, name, "quantized_matmul", dtype_name(dt), params,
               {"x": x, "wq": wq, "scales": s, "biases": b}, {"y": y}, refs={"y": ref},
@@ -288,7 +334,7 @@ def _gen_matmul(out_dir):
             y = mx.matmul(a, b)
             mx.eval(y)
             _case(entries, out_dir, name, "matmul", dtype_name(dt), {},
-                  {"a": a, "b": b}, {"y": y}, refs={"y": _f64(a) @ _f64(b)}, order=["a", "b"])
+                  {"a": a, "b": b}, {"y": y}, refs={"y": _matmul64(_f64(a), _f64(b))}, order=["a", "b"])
     return entries
 
 
@@ -330,11 +376,11 @@ def _rope_ref(x64, dims, traditional, base, scale, offsets, freqs64):
     if freqs64 is not None:
         inv = 1.0 / freqs64
     else:
-        inv = base ** (-2.0 * np.arange(half) / dims)
+        inv = np.array([base ** (-2.0 * i / dims) for i in range(half)])  # libm pow
     off = np.broadcast_to(np.asarray(offsets, dtype=np.float64).reshape(-1), (b,))
     pos = scale * (np.arange(l)[None, :] + off[:, None])          # [B, L]
     th = pos[:, None, :, None] * inv[None, None, None, :]         # [B, 1, L, half]
-    c, s = np.cos(th), np.sin(th)
+    c, s = _cos(th), _sin(th)
     y = x64.copy()
     if traditional:
         x1, x2 = x64[..., 0:dims:2], x64[..., 1:dims:2]
@@ -404,7 +450,7 @@ def _sdpa_ref(q, k, v, scale, mask_kind, mask):
     rep = h // hk
     kk = np.repeat(k, rep, axis=1)
     vv = np.repeat(v, rep, axis=1)
-    sc = scale * (q @ np.swapaxes(kk, -1, -2))
+    sc = scale * _matmul64(q, np.swapaxes(kk, -1, -2))
     if mask_kind == "causal":
         i = np.arange(l)[:, None]
         j = np.arange(s)[None, :]
@@ -413,7 +459,7 @@ def _sdpa_ref(q, k, v, scale, mask_kind, mask):
         sc = np.where(mask, sc, -np.inf)
     elif mask_kind == "additive":
         sc = sc + mask
-    return _softmax64(sc) @ vv
+    return _matmul64(_softmax64(sc), vv)
 
 
 def _gen_sdpa(out_dir):
@@ -495,7 +541,7 @@ def _gen_elementwise(out_dir):
             mx.eval(y)
             x64 = _f64(x)
             _case(entries, out_dir, name, "silu", dtype_name(dt), {}, {"x": x}, {"y": y},
-                  refs={"y": x64 / (1.0 + np.exp(-x64))})
+                  refs={"y": x64 / (1.0 + _exp(-x64))})
             name = f"swiglu/{dn}/{_shape(shape)}"
             r = _rng(name)
             g = _cast(r.standard_normal(shape) * 4.0, dt)
@@ -504,7 +550,7 @@ def _gen_elementwise(out_dir):
             mx.eval(y)
             g64 = _f64(g)
             _case(entries, out_dir, name, "swiglu", dtype_name(dt), {}, {"gate": g, "x": u},
-                  {"y": y}, refs={"y": g64 / (1.0 + np.exp(-g64)) * _f64(u)}, order=["gate", "x"])
+                  {"y": y}, refs={"y": g64 / (1.0 + _exp(-g64)) * _f64(u)}, order=["gate", "x"])
     return entries
 
 
@@ -529,7 +575,7 @@ def _gen_reductions(out_dir):
             outs = {"lse": lse}
             x64 = _f64(x)
             m = x64.max()
-            lse64 = m + np.log(np.exp(x64 - m).sum(keepdims=True))
+            lse64 = m + _log(_exp(x64 - m).sum(keepdims=True))
             refs = {"lse": lse64}
             if with_lp:
                 outs["logprobs"] = x - lse
@@ -564,6 +610,419 @@ def _gen_reductions(out_dir):
         if not np.array_equal(np.array(y), want):
             raise AssertionError(f"{name}: MLX argmax {np.array(y)} != first-max {want}")
         _case(entries, out_dir, name, "argmax", dtype_name(dt), {"axis": -1}, {"x": x}, {"y": y})
+    return entries
+
+
+# ----------------------------------------------------------------- elementwise, shaping, fill
+
+# Edge values per float dtype: NaN, ±Inf, ±0, subnormals, the smallest normal,
+# the largest finite, and ordinary values. Every one is exactly representable
+# in its dtype (subnormals included), so the stored input is the listed value.
+_EDGE = {
+    "f32": [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-40, -3e-42, 1.1754944e-38,
+            3.4e38, -3.4e38, 1.0, -1.0, 0.5, 2.5, 88.8, -104.0, 1e-20, 7.0],
+    "bf16": [math.nan, math.inf, -math.inf, 0.0, -0.0, 9.2e-41, -1e-39, 1.1754944e-38,
+             3.38e38, -3.38e38, 1.0, -1.0, 0.5, 2.5, 88.8, -104.0, 1e-20, 7.0],
+    "f16": [math.nan, math.inf, -math.inf, 0.0, -0.0, 6e-8, -3e-5, 6.1035156e-5,
+            65504.0, -65504.0, 1.0, -1.0, 0.5, 2.5, 11.1, -17.5, 1e-3, 7.0],
+}
+# The pairs of a binary edge case: the first ten edge values against each other.
+_EDGE_PAIRS = 10
+
+
+def _edge(dn, exact):
+    """The edge values of dn for an op. MLX's float16 NaN bits depend on the
+    platform (x86's portable type writes sign|0x7D00, ARM's native one
+    0x7E00), so ops whose float16 output is held bit for bit (exact ops, and
+    conversions to float16) get no float16 NaN; the others compare NaN as NaN."""
+    e = _EDGE[dn]
+    return [v for v in e if not math.isnan(v)] if exact and dn == "f16" else e
+
+
+def _view(x, steps):
+    """Apply a runner-side view (params.views[name]) to x as MLX indexing does."""
+    for st in steps:
+        if "transpose" in st:
+            x = mx.transpose(x, st["transpose"])
+        else:
+            start, stop = st["slice"]
+            x = x[tuple(slice(a, b) for a, b in zip(start, stop))]
+    return x
+
+
+def _quiet(fn, *xs):
+    """fn(*xs) without numpy's warnings (edge values overflow and divide by zero)."""
+    with np.errstate(all="ignore"):
+        return fn(*xs)
+
+
+_BINARY_REF = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+}
+_BINARY_EXACT = {"maximum", "minimum", "equal", "less", "greater"}
+_BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "equal", "less", "greater"]
+
+
+def _binary_case(entries, out_dir, name, op, a, b, views=None):
+    va, vb = _view(a, (views or {}).get("a", [])), _view(b, (views or {}).get("b", []))
+    y = getattr(mx, op)(va, vb)
+    mx.eval(y)
+    refs = None
+    if op in _BINARY_REF and y.dtype in (mx.float32, mx.float16, mx.bfloat16):
+        refs = {"y": _quiet(_BINARY_REF[op], _f64(va), _f64(vb))}
+    params = {"views": views} if views else {}
+    _case(entries, out_dir, name, op, dtype_name(y.dtype), params, {"a": a, "b": b}, {"y": y},
+          refs=refs, order=["a", "b"])
+
+
+def _gen_binary(out_dir):
+    entries = []
+    for op in _BINARY:
+        cmp = op in ("equal", "less", "greater")
+        for dn in ("f32", "f16", "bf16"):
+            dt = DTYPES[dn]
+            # broadcasting [3,1,5] with [4,1] -> [3,4,5]
+            name = f"{op}/bcast/{dn}/3x1x5,4x1"
+            r = _rng(name)
+            a, b = r.standard_normal((3, 1, 5)) * 2.0, r.standard_normal((4, 1)) * 2.0
+            if cmp:   # a coarse grid, so equal pairs occur
+                a, b = np.round(a * 2) / 2, np.round(b * 2) / 2
+            if op == "divide":
+                b = np.where(np.abs(b) < 0.1, 0.1, b)
+            _binary_case(entries, out_dir, name, op, _cast(a, dt), _cast(b, dt))
+            # every pair of edge values: [10,1] against [1,10]
+            e = np.array(_edge(dn, op in _BINARY_EXACT)[:_EDGE_PAIRS])
+            _binary_case(entries, out_dir, f"{op}/edge/{dn}/10x1,1x10", op,
+                         _cast(e[:, None], dt), _cast(e[None, :], dt))
+        # strided inputs: a transposed, b a slice
+        name = f"{op}/strided/f32/3x5"
+        r = _rng(name)
+        a = _cast(np.round(r.standard_normal((5, 3)) * 2) / 2, mx.float32)
+        b = _cast(np.round(r.standard_normal((4, 8)) * 2) / 2 + 0.25 * (op == "divide"), mx.float32)
+        _binary_case(entries, out_dir, name, op, a, b,
+                     views={"a": [{"transpose": [1, 0]}], "b": [{"slice": [[1, 2], [4, 7]]}]})
+        # int32 (no overflow: MLX leaves it to C++), and divide's promotion to float32
+        name = f"{op}/int32/4x6,6"
+        r = _rng(name)
+        a = mx.array(r.integers(-50, 50, (4, 6)).astype(np.int32))
+        b = mx.array(r.integers(-5, 6, (6,)).astype(np.int32))
+        _binary_case(entries, out_dir, name, op, a, b)
+    # mixed dtypes promote as MLX does
+    mixed = [("add", "f16", "bf16"), ("multiply", "int32", "bf16"), ("less", "f16", "f32"),
+             ("maximum", "bf16", "f32"), ("subtract", "int32", "f16")]
+    for op, da, db in mixed:
+        name = f"{op}/mixed/{da}+{db}/3x4"
+        r = _rng(name)
+
+        def mk(d, shape):
+            if d == "int32":
+                return mx.array(r.integers(-9, 10, shape).astype(np.int32))
+            return _cast(r.standard_normal(shape) * 3.0, DTYPES[d])
+        _binary_case(entries, out_dir, name, op, mk(da, (3, 4)), mk(db, (3, 4)))
+    return entries
+
+
+_UNARY_REF = {
+    "exp": _exp, "log": _log, "negative": np.negative, "abs": np.abs,
+    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "square": np.square,
+    "sigmoid": lambda x: 1.0 / (1.0 + _exp(-x)), "tanh": _libm(math.tanh, np.tanh),
+    "sin": _sin, "cos": _cos,
+    "silu": lambda x: x / (1.0 + _exp(-x)),
+}
+_UNARY_EXACT = {"negative", "abs"}
+_UNARY_POSITIVE = {"log", "sqrt", "rsqrt"}
+
+
+def _unary_mx(op, x):
+    return nn.silu(x) if op == "silu" else getattr(mx, op)(x)
+
+
+def _unary_case(entries, out_dir, name, op, x, views=None):
+    v = _view(x, (views or {}).get("x", []))
+    y = _unary_mx(op, v)
+    mx.eval(y)
+    refs = None
+    if op not in _UNARY_EXACT and y.dtype in (mx.float32, mx.float16, mx.bfloat16):
+        refs = {"y": _quiet(_UNARY_REF[op], _f64(v))}
+    params = {"views": views} if views else {}
+    _case(entries, out_dir, name, op, dtype_name(y.dtype), params, {"x": x}, {"y": y}, refs=refs)
+
+
+def _gen_unary(out_dir):
+    entries = []
+    for op in ("exp", "log", "negative", "abs", "sqrt", "rsqrt", "square", "sigmoid", "tanh",
+               "sin", "cos", "silu"):
+        for dn in ("f32", "f16", "bf16"):
+            dt = DTYPES[dn]
+            if op != "silu":   # silu/<dtype>/<shape> cases exist (_gen_elementwise)
+                name = f"{op}/{dn}/3x67"
+                x = _rng(name).standard_normal((3, 67)) * 3.0
+                if op in _UNARY_POSITIVE:
+                    x = np.abs(x) + 1e-3
+                _unary_case(entries, out_dir, name, op, _cast(x, dt))
+            e = _edge(dn, op in _UNARY_EXACT)
+            _unary_case(entries, out_dir, f"{op}/edge/{dn}/{len(e)}", op, _cast(np.array(e), dt))
+        # a strided input: the transpose of a slice
+        name = f"{op}/strided/f32/4x6"
+        x = _rng(name).standard_normal((7, 5)) * 3.0
+        if op in _UNARY_POSITIVE:
+            x = np.abs(x) + 1e-3
+        _unary_case(entries, out_dir, name, op, _cast(x, mx.float32),
+                    views={"x": [{"slice": [[1, 1], [7, 5]]}, {"transpose": [1, 0]}]})
+    # integer inputs: negative, abs and square keep int32; the others give float32
+    for op in ("negative", "abs", "square", "exp", "sqrt", "sigmoid"):
+        name = f"{op}/int32/13"
+        x = np.array([-40000, -7, -1, 0, 1, 2, 3, 9, 46340, -46340, 100, 12, 5], dtype=np.int32)
+        if op in ("exp", "sqrt"):
+            x = np.abs(x) % 60
+        _unary_case(entries, out_dir, name, op, mx.array(x))
+    return entries
+
+
+def _gen_astype(out_dir):
+    entries = []
+    # float sources: values that round to nearest even in every narrower type,
+    # overflow float16, underflow, NaN, ±Inf, ±0, subnormals
+    fvals = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -2.5, 1.00390625, 1.01171875,
+             1.0000001, 65504.0, 65520.0, 70000.0, -1e5, 3e-8, 6e-8, 1e-40, -1e-39,
+             3.3895314e38, 0.1, 1e-3, 123456.789]
+    for src in ("f32", "f16", "bf16"):
+        for dst in ("f32", "f16", "bf16"):
+            if src == dst:
+                continue
+            v = [f for f in fvals if not (dst == "f16" and math.isnan(f))]  # see _edge
+            x = _cast(np.array(v), DTYPES[src])
+            _astype_case(entries, out_dir, f"astype/{src}-{dst}/{len(v)}", x, DTYPES[dst])
+    # float -> int32 truncates toward zero (only values in range: MLX leaves the rest to C++)
+    ivals = [0.0, -0.0, 0.4, -0.6, 1.5, -2.5, 7.99, -7.99, 1000.75, -65504.0, 2.1e9, -2.1e9, 1e-40]
+    for src in ("f32", "f16", "bf16"):
+        x = _cast(np.array([v for v in ivals if abs(v) < (65504 if src == "f16" else 3e38)]), DTYPES[src])
+        _astype_case(entries, out_dir, f"astype/{src}-int32/{x.shape[0]}", x, mx.int32)
+        x = _cast(np.array(fvals), DTYPES[src])
+        _astype_case(entries, out_dir, f"astype/{src}-bool/{len(fvals)}", x, mx.bool_)
+    # int32 -> floats (rounding past 2^24 / 2^8 / 2^11, float16 overflow), bool, uint32 (wraps)
+    iv = np.array([0, 1, -1, 255, 257, 2049, -2051, 65519, 65520, 70000, 16777217, -16777219,
+                   2147483647, -2147483648], dtype=np.int32)
+    for dst, dn in ((mx.float32, "f32"), (mx.float16, "f16"), (mx.bfloat16, "bf16"),
+                    (mx.bool_, "bool"), (mx.uint32, "uint32")):
+        _astype_case(entries, out_dir, f"astype/int32-{dn}/{len(iv)}", mx.array(iv), dst)
+    bv = mx.array(np.array([True, False, True, True, False]))
+    for dst, dn in ((mx.float32, "f32"), (mx.bfloat16, "bf16"), (mx.int32, "int32")):
+        _astype_case(entries, out_dir, f"astype/bool-{dn}/5", bv, dst)
+    uv = mx.array(np.array([0, 1, 4294967295, 2147483648, 16777217, 65520], dtype=np.uint32))
+    for dst, dn in ((mx.float32, "f32"), (mx.int32, "int32")):
+        _astype_case(entries, out_dir, f"astype/uint32-{dn}/6", uv, dst)
+    # a strided source
+    name = "astype/strided/f32-bf16/4x3"
+    x = _cast(_rng(name).standard_normal((3, 4)) * 10.0, mx.float32)
+    _astype_case(entries, out_dir, name, x, mx.bfloat16, views={"x": [{"transpose": [1, 0]}]})
+    return entries
+
+
+def _astype_case(entries, out_dir, name, x, dst, views=None):
+    y = _view(x, (views or {}).get("x", [])).astype(dst)
+    mx.eval(y)
+    params = {"to": dtype_name(dst)}
+    if views:
+        params["views"] = views
+    _case(entries, out_dir, name, "astype", dtype_name(dst), params, {"x": x}, {"y": y})
+
+
+def _gen_where(out_dir):
+    entries = []
+    for dn in ("f32", "f16", "bf16", "int32"):
+        name = f"where/bcast/{dn}/3x1x5,3x4x5,4x1"
+        r = _rng(name)
+        cond = mx.array(r.random((3, 1, 5)) < 0.5)
+        if dn == "int32":
+            a = mx.array(r.integers(-100, 100, (3, 4, 5)).astype(np.int32))
+            b = mx.array(r.integers(-100, 100, (4, 1)).astype(np.int32))
+        else:
+            av = r.standard_normal((3, 4, 5))
+            av.flat[:4] = [math.nan, -0.0, math.inf, 1e-40]
+            bv = r.standard_normal((4, 1))
+            bv.flat[:2] = [-math.inf, math.nan]
+            a, b = _cast(av, DTYPES[dn]), _cast(bv, DTYPES[dn])
+        _where_case(entries, out_dir, name, cond, a, b)
+    name = "where/mixed/f16+f32/4x6"
+    r = _rng(name)
+    _where_case(entries, out_dir, name, mx.array(r.random((4, 6)) < 0.5),
+                _cast(r.standard_normal((4, 6)), mx.float16), _cast(r.standard_normal((4, 6)), mx.float32))
+    name = "where/strided/bf16/4x6"
+    r = _rng(name)
+    _where_case(entries, out_dir, name, mx.array(r.random((6, 4)) < 0.5),
+                _cast(r.standard_normal((6, 4)), mx.bfloat16), _cast(r.standard_normal((5, 8)), mx.bfloat16),
+                views={"cond": [{"transpose": [1, 0]}], "a": [{"transpose": [1, 0]}],
+                       "b": [{"slice": [[1, 2], [5, 8]]}]})
+    return entries
+
+
+def _where_case(entries, out_dir, name, cond, a, b, views=None):
+    v = views or {}
+    y = mx.where(_view(cond, v.get("cond", [])), _view(a, v.get("a", [])), _view(b, v.get("b", [])))
+    mx.eval(y)
+    params = {"views": views} if views else {}
+    _case(entries, out_dir, name, "where", dtype_name(y.dtype), params,
+          {"cond": cond, "a": a, "b": b}, {"y": y}, order=["cond", "a", "b"])
+
+
+def _shaping_input(name, shape, dn):
+    r = _rng(name)
+    if dn == "int32":
+        return mx.array(r.integers(-1000, 1000, shape).astype(np.int32))
+    if dn == "uint32":
+        return mx.array(r.integers(0, 2**32, shape).astype(np.uint32))
+    return _cast(r.standard_normal(shape), DTYPES[dn])
+
+
+def _shaping_case(entries, out_dir, name, op, params, inputs, y, order=None):
+    mx.eval(y)
+    _case(entries, out_dir, name, op, dtype_name(y.dtype), params, inputs, {"y": y}, order=order)
+
+
+def _gen_shaping(out_dir):
+    entries = []
+    tr = {"x": [{"transpose": [1, 0]}]}
+    # reshape: params.shape may hold one -1
+    for dn in ("f32", "bf16", "f16", "int32"):
+        for src, shape in (((2, 3, 4), [4, 6]), ((2, 3, 4), [-1, 4]), ((24,), [2, 1, 12])):
+            name = f"reshape/{dn}/{_shape(src)}-{_shape(shape)}"
+            x = _shaping_input(name, src, dn)
+            _shaping_case(entries, out_dir, name, "reshape", {"shape": shape}, {"x": x}, x.reshape(shape))
+    name = "reshape/strided/f32/6x4-3x8"
+    x = _shaping_input(name, (4, 6), "f32")
+    _shaping_case(entries, out_dir, name, "reshape", {"shape": [3, 8], "views": tr}, {"x": x},
+                  _view(x, tr["x"]).reshape(3, 8))
+    # transpose
+    for dn in ("f32", "bf16", "f16", "int32"):
+        for src, axes in (((2, 3, 4), [2, 0, 1]), ((2, 3, 4), [1, 0, 2]), ((5, 7), [1, 0])):
+            name = f"transpose/{'' .join(map(str, axes))}/{dn}/{_shape(src)}"
+            x = _shaping_input(name, src, dn)
+            _shaping_case(entries, out_dir, name, "transpose", {"axes": axes}, {"x": x},
+                          mx.transpose(x, axes))
+    name = "transpose/strided/f32/4x5"
+    x = _shaping_input(name, (6, 7), "f32")
+    vw = {"x": [{"slice": [[1, 2], [5, 7]]}]}
+    _shaping_case(entries, out_dir, name, "transpose", {"axes": [1, 0], "views": vw}, {"x": x},
+                  mx.transpose(_view(x, vw["x"]), [1, 0]))
+    # slice
+    for dn in ("f32", "bf16", "f16", "int32"):
+        for src, start, stop in (((5, 6, 7), [1, 0, 2], [4, 6, 7]), ((8, 9), [2, 3], [3, 9])):
+            name = f"slice/{dn}/{_shape(src)}/{_shape(start)}-{_shape(stop)}"
+            x = _shaping_input(name, src, dn)
+            _shaping_case(entries, out_dir, name, "slice", {"start": start, "stop": stop}, {"x": x},
+                          _view(x, [{"slice": [start, stop]}]))
+    name = "slice/strided/f32/7x6/1x2-5x6"
+    x = _shaping_input(name, (6, 7), "f32")
+    _shaping_case(entries, out_dir, name, "slice", {"start": [1, 2], "stop": [5, 6], "views": tr},
+                  {"x": x}, _view(x, tr["x"] + [{"slice": [[1, 2], [5, 6]]}]))
+    # slice_update: dst with src written at start (MLX's x[a:b, ...] = src)
+    for dn in ("f32", "bf16", "f16", "int32"):
+        for dshape, sshape, start in (((5, 6), (2, 3), [1, 2]), ((2, 4, 6), (2, 1, 3), [0, 3, 1]),
+                                      ((3, 4), (3, 4), [0, 0])):
+            name = f"slice_update/{dn}/{_shape(dshape)}<{_shape(sshape)}@{_shape(start)}"
+            r_dst = _shaping_input(name + "/dst", dshape, dn)
+            src = _shaping_input(name + "/src", sshape, dn)
+            _shaping_case(entries, out_dir, name, "slice_update", {"start": start},
+                          {"dst": r_dst, "src": src}, _slice_update(r_dst, src, start), order=["dst", "src"])
+    name = "slice_update/strided/f32/5x6<3x2@1x3"
+    d, s = _shaping_input(name + "/dst", (5, 6), "f32"), _shaping_input(name + "/src", (2, 3), "f32")
+    vw = {"src": [{"transpose": [1, 0]}]}
+    _shaping_case(entries, out_dir, name, "slice_update", {"start": [1, 3], "views": vw},
+                  {"dst": d, "src": s}, _slice_update(d, _view(s, vw["src"]), [1, 3]), order=["dst", "src"])
+    # concatenate
+    for dn in ("f32", "bf16", "f16", "int32"):
+        for shapes, axis in ((((2, 3), (2, 1), (2, 4)), 1), (((1, 5), (3, 5)), 0),
+                             (((2, 3, 4), (2, 1, 4)), -2)):
+            name = f"concatenate/axis{axis}/{dn}/" + ",".join(_shape(s) for s in shapes)
+            xs = {f"x{i}": _shaping_input(f"{name}/{i}", s, dn) for i, s in enumerate(shapes)}
+            _shaping_case(entries, out_dir, name, "concatenate", {"axis": axis}, xs,
+                          mx.concatenate(list(xs.values()), axis=axis), order=list(xs))
+    name = "concatenate/mixed/f16+f32/2x3,2x2"
+    xs = {"x0": _shaping_input(name + "/0", (2, 3), "f16"), "x1": _shaping_input(name + "/1", (2, 2), "f32")}
+    _shaping_case(entries, out_dir, name, "concatenate", {"axis": 1}, xs,
+                  mx.concatenate(list(xs.values()), axis=1), order=list(xs))
+    name = "concatenate/strided/f32/3x2,3x4"
+    xs = {"x0": _shaping_input(name + "/0", (2, 3), "f32"), "x1": _shaping_input(name + "/1", (3, 4), "f32")}
+    vw = {"x0": [{"transpose": [1, 0]}]}
+    _shaping_case(entries, out_dir, name, "concatenate", {"axis": 1, "views": vw}, xs,
+                  mx.concatenate([_view(xs["x0"], vw["x0"]), xs["x1"]], axis=1), order=list(xs))
+    # take: int32 indices of any shape, negative ones counting from the end
+    for dn in ("f32", "bf16", "f16", "int32", "uint32"):
+        for src, ishape, axis in (((10, 6), (7,), 0), ((4, 5, 3), (2, 2), 1), ((5, 6), (3,), 1)):
+            name = f"take/axis{axis}/{dn}/{_shape(src)}/idx{_shape(ishape)}"
+            x = _shaping_input(name, src, dn)
+            r = _rng(name + "/idx")
+            n = src[axis]
+            idx = r.integers(-n, n, ishape).astype(np.int32)
+            idx.flat[0] = n - 1
+            ids = mx.array(idx)
+            _shaping_case(entries, out_dir, name, "take", {"axis": axis}, {"x": x, "indices": ids},
+                          mx.take(x, ids, axis=axis), order=["x", "indices"])
+    name = "take/strided/f32/6x5/idx4"
+    x = _shaping_input(name, (5, 6), "f32")
+    ids = mx.array(np.array([5, 0, -1, 2], dtype=np.int32))
+    _shaping_case(entries, out_dir, name, "take", {"axis": 0, "views": tr}, {"x": x, "indices": ids},
+                  mx.take(_view(x, tr["x"]), ids, axis=0), order=["x", "indices"])
+    return entries
+
+
+def _slice_update(dst, src, start):
+    y = mx.array(dst)
+    y[tuple(slice(a, a + n) for a, n in zip(start, src.shape))] = src
+    return y
+
+
+def _gen_fill(out_dir):
+    entries = []
+    for dn, dt in (("f32", mx.float32), ("f16", mx.float16), ("bf16", mx.bfloat16),
+                   ("int32", mx.int32), ("bool", mx.bool_)):
+        name = f"zeros/{dn}/3x4"
+        y = mx.zeros((3, 4), dtype=dt)
+        mx.eval(y)
+        _case(entries, out_dir, name, "zeros", dtype_name(dt), {"shape": [3, 4]}, {}, {"y": y})
+    # full: the value is rounded to the dtype
+    fulls = [("f32", 0.1), ("f32", -math.inf), ("f16", 0.1), ("f16", 65519.0), ("f16", -0.0),
+             ("bf16", 0.1), ("bf16", math.nan), ("bf16", 1e-40), ("int32", -7.0), ("bool", 1.0)]
+    for dn, v in fulls:
+        dt = {"int32": mx.int32, "bool": mx.bool_}.get(dn) or DTYPES[dn]
+        name = f"full/{dn}/{v!r}/2x3"
+        # MLX's Python full keeps a Python float's float32 for integer dtypes: give it an int
+        pv = bool(v) if dn == "bool" else int(v) if dn == "int32" else v
+        y = mx.full((2, 3), pv, dtype=dt)
+        mx.eval(y)
+        if y.dtype != dt:
+            raise AssertionError(f"{name}: got dtype {y.dtype}")
+        _case(entries, out_dir, name, "full", dtype_name(dt),
+              {"shape": [2, 3], "value": repr(v), "doc": "value: the Python float passed, as repr (inf and nan are not JSON)"},
+              {}, {"y": y})
+    return entries
+
+
+def _gen_matmul_batched(out_dir):
+    """mx.matmul with broadcast batch axes, and a transposed (strided) operand."""
+    entries = []
+    for dn in ("f32", "bf16", "f16"):
+        dt = DTYPES[dn]
+        for sa, sb in (((2, 1, 5, 16), (3, 16, 9)), ((5, 16), (2, 16, 9)), ((2, 5, 16), (16, 9))):
+            name = f"matmul/bcast/{dn}/{_shape(sa)}@{_shape(sb)}"
+            r = _rng(name)
+            a = _cast(r.standard_normal(sa), dt)
+            b = _cast(r.standard_normal(sb), dt)
+            y = mx.matmul(a, b)
+            mx.eval(y)
+            _case(entries, out_dir, name, "matmul", dtype_name(dt), {},
+                  {"a": a, "b": b}, {"y": y}, refs={"y": _matmul64(_f64(a), _f64(b))}, order=["a", "b"])
+        name = f"matmul/strided/{dn}/2x5x16@2x16x9"
+        r = _rng(name)
+        a = _cast(r.standard_normal((2, 5, 16)), dt)
+        b = _cast(r.standard_normal((2, 9, 16)), dt)
+        vw = {"b": [{"transpose": [0, 2, 1]}]}
+        bt = _view(b, vw["b"])
+        y = mx.matmul(a, bt)
+        mx.eval(y)
+        _case(entries, out_dir, name, "matmul", dtype_name(dt), {"views": vw},
+              {"a": a, "b": b}, {"y": y}, refs={"y": _matmul64(_f64(a), _f64(bt))}, order=["a", "b"])
     return entries
 
 
@@ -796,7 +1255,9 @@ def generate(out_dir):
     STATS.clear()
     entries = []
     for gen in (_gen_quant, _gen_qmm, _gen_embedding, _gen_matmul, _gen_rms_norm, _gen_rope,
-                _gen_sdpa, _gen_elementwise, _gen_reductions, _gen_sampling, _gen_random):
+                _gen_sdpa, _gen_elementwise, _gen_reductions, _gen_sampling, _gen_random,
+                _gen_matmul_batched, _gen_binary, _gen_unary, _gen_astype, _gen_where,
+                _gen_shaping, _gen_fill):
         entries += gen(out_dir)
     names = [e["name"] for e in entries]
     if len(set(names)) != len(names):
