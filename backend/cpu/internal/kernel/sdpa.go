@@ -6,6 +6,11 @@ import (
 	"github.com/mlxgo/mlxgo/internal/mlxmath"
 )
 
+// sdpa_amd64.s, the AVX-512 SDPA and elementwise kernels, is written by
+// sdpa_gen.go (on any platform; TestSDPAGenerated checks it is current).
+//
+//go:generate go run sdpa_gen.go -o sdpa_amd64.s
+
 // MaskKind selects how SDPA masks keys.
 type MaskKind int
 

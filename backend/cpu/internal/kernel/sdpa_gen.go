@@ -2,10 +2,14 @@
 
 // sdpa_gen writes sdpa_amd64.s, the AVX-512 kernels of the float32 SDPA
 // (sdpa_amd64.go declares them) and of the elementwise ops built on MLX's
-// exp (vec_amd64.go): go run sdpa_gen.go > sdpa_amd64.s
+// exp (vec_amd64.go): go generate (the //go:generate line of
+// sdpa_amd64.go runs go run sdpa_gen.go -o sdpa_amd64.s); without -o it
+// writes to standard output (TestSDPAGenerated compares that output with
+// the committed file).
 package main
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -739,6 +743,8 @@ func genNormScale() {
 }
 
 func main() {
+	out := flag.String("o", "", "write to this file instead of standard output")
+	flag.Parse()
 	header()
 	genKT()
 	genCvt()
@@ -752,5 +758,12 @@ func main() {
 	genMerge()
 	genSwiGLU()
 	genNormScale()
-	os.Stdout.WriteString(b.String())
+	if *out == "" {
+		os.Stdout.WriteString(b.String())
+		return
+	}
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "sdpa_gen:", err)
+		os.Exit(1)
+	}
 }
