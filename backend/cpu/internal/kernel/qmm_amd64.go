@@ -2,6 +2,8 @@
 
 package kernel
 
+import "golang.org/x/sys/cpu"
+
 // The assembly kernels of qmm_amd64.s: one weight row against up to four
 // rows of x, in the lane layouts of permF32 and permQ8. They need AVX-512
 // F/BW/DQ/VL (and VNNI for the int8 ones) and run with or without
@@ -32,30 +34,14 @@ func dotAsm(a, b []float32) float32 { return dotF32Asm(a, b[:len(a)]) }
 // axpyAsm is axpyAVX512 in assembly (the same bits).
 func axpyAsm(y []float32, a float32, x []float32) { axpyF32Asm(y, a, x[:len(y)]) }
 
-func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-
-func xgetbv0() (eax uint32)
-
-// x86Features reports AVX-512 F/BW/DQ/VL with the OS saving the vector
-// state, and AVX512-VNNI on top of it.
+// x86Features reports AVX-512 F/BW/DQ/VL with the OS saving the opmask and
+// ZMM state, and AVX512-VNNI on top of it. x/sys/cpu sets its AVX-512 flags
+// only when the OS saves that state (XCR0's SSE, AVX, opmask and both ZMM
+// bits; on darwin, which enables it lazily, a sysctl).
 func x86Features() (avx512, vnni bool) {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return false, false
-	}
-	_, _, c1, _ := cpuid(1, 0)
-	const osxsave = 1 << 27
-	if c1&osxsave == 0 {
-		return false, false
-	}
-	// XCR0: SSE, AVX, opmask, ZMM0-15 upper halves, ZMM16-31.
-	if xgetbv0()&0xe6 != 0xe6 {
-		return false, false
-	}
-	_, b7, c7, _ := cpuid(7, 0)
-	const f, dq, bw, vl = 1 << 16, 1 << 17, 1 << 30, 1 << 31
-	avx512 = b7&(f|dq|bw|vl) == f|dq|bw|vl
-	return avx512, avx512 && c7&(1<<11) != 0
+	x := &cpu.X86
+	avx512 = x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL
+	return avx512, avx512 && x.HasAVX512VNNI
 }
 
 // installAsm records the assembly kernels the CPU supports.

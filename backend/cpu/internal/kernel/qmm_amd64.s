@@ -256,23 +256,6 @@ TEXT ·qdotF32B4(SB), NOSPLIT, $0-8
 TEXT ·qdotF32B8(SB), NOSPLIT, $0-8
 	QDOT(SETUPF32B8, UNPACKF32B8, ROWF32B8, $256, $0)
 
-// func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-TEXT ·cpuid(SB), NOSPLIT, $0-24
-	MOVL leaf+0(FP), AX
-	MOVL sub+4(FP), CX
-	CPUID
-	MOVL AX, eax+8(FP)
-	MOVL BX, ebx+12(FP)
-	MOVL CX, ecx+16(FP)
-	MOVL DX, edx+20(FP)
-	RET
-
-// func xgetbv0() (eax uint32)
-TEXT ·xgetbv0(SB), NOSPLIT, $0-4
-	MOVL $0, CX
-	XGETBV
-	MOVL AX, eax+0(FP)
-	RET
 // func dotF32Asm(a, b []float32) float32: dotAVX512's order (two 16-lane
 // FMA accumulators over 32 values, one more block of 16 into the first,
 // hsum, then the tail with separate multiply and add). len(b) >= len(a).
