@@ -4,14 +4,24 @@ package kernel
 
 import "golang.org/x/sys/cpu"
 
-// The AVX2 conversion loops of conv_amd64.s. n is a multiple of 16.
+// The AVX2 conversion loops of conv_amd64.s, 16 values an iteration; n
+// is a multiple of 16. Each gives the bits of its scalar loop in conv.go.
 
+// convBF16ToF32 sets dst[i] = src[i] << 16 as float32 bits for i < n
+// (bf16ToFloat32s' loop).
+//
 //go:noescape
 func convBF16ToF32(dst *float32, src *uint16, n int)
 
+// convF32ToBF16 sets dst[i] to the bfloat16 bits of src[i] for i < n,
+// rounded as tensor.Float32ToBF16 (float32sToBF16's loop).
+//
 //go:noescape
 func convF32ToBF16(dst *uint16, src *float32, n int)
 
+// convRoundBF16 rounds v[i] to bfloat16 in place for i < n, as
+// tensor.RoundBF16 (roundBF16s' loop).
+//
 //go:noescape
 func convRoundBF16(v *float32, n int)
 

@@ -9,21 +9,48 @@ import "golang.org/x/sys/cpu"
 // F/BW/DQ/VL (and VNNI for the int8 ones) and run with or without
 // GOEXPERIMENT=simd.
 
+// qdotQ8B4 writes to a.out[r], for each of the a.mr rows r of x (1 to 4),
+// Σ_g s_g·Σ_t d_t·Σ(q·xq) + b_g·xs_g over one 4-bit weight row (a.nblk
+// blocks of 16 words) against x quantized to int8 in permQ8's layout: per
+// block the integer lane sums (VPDPBUSD) times the lane scales of x and the
+// block's group scales, the bias terms, then hsum. simdDotQ8 (dotQ8AVX512)
+// is its twin, the same bits; qmmTQ8Ref the plain loop.
+//
 //go:noescape
 func qdotQ8B4(a *qArgs)
 
+// qdotQ8B8 is qdotQ8B4 for 8-bit weights.
+//
 //go:noescape
 func qdotQ8B8(a *qArgs)
 
+// qdotF32B4 writes to a.out[r], for each of the a.mr rows r of x (1 to 4),
+// Σ_g s_g·Σ(q·x) + b_g·xs_g over one 4-bit weight row (a.nblk blocks of 16
+// words) against float32 x in permF32's layout: per block the codes
+// unpacked to float32, two partial products per lane, their sum times the
+// block's group scales into the total; the bias terms, then hsum.
+// simdDotF32 (dotF32AVX512) is its twin, the same bits;
+// QuantizedMatmulTRef the plain loop.
+//
 //go:noescape
 func qdotF32B4(a *qArgs)
 
+// qdotF32B8 is qdotF32B4 for 8-bit weights.
+//
 //go:noescape
 func qdotF32B8(a *qArgs)
 
+// dotF32Asm returns Σ a_i·b_i over len(a) values in dotAVX512's order (its
+// twin, the same bits): two 16-lane FMA accumulators over 32 values, one
+// more block of 16, hsum, then the tail. len(b) >= len(a).
+//
 //go:noescape
 func dotF32Asm(a, b []float32) float32
 
+// axpyF32Asm sets y += a·x over len(y) values in axpyAVX512's order (its
+// twin, the same bits): 16-lane FMAs, then the tail with a separate
+// multiply and add. len(x) >= len(y).
+//
 //go:noescape
 func axpyF32Asm(y []float32, a float32, x []float32)
 
