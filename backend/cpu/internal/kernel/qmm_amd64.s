@@ -3,7 +3,7 @@
 #include "textflag.h"
 
 // AVX-512 quantized dot products of one weight row against up to four rows
-// of x (qmm_amd64.go describes the arguments, qArgs). Every x row goes
+// of x (qArgs in qmm_t.go describes the arguments). Every x row goes
 // through the same instructions in the same order whatever the number of
 // rows, and in the order of the archsimd kernels (simd_amd64.go), so the
 // results are the same bits on every vector path.

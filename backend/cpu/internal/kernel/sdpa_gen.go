@@ -101,8 +101,8 @@ func loadConsts() {
 	p("\tVBROADCASTSS 56(R10), Z31")
 }
 
-// exp replaces the 16 lanes of zx with mlxmath.Exp of each, as expAVX512 in
-// swiglu_amd64.go: y = x·log2e; n = floor(y), plus one when y ≥ floor(y)+0.5
+// exp replaces the 16 lanes of zx with mlxmath.Exp of each, the same steps
+// lane-wise: y = x·log2e; n = floor(y), plus one when y ≥ floor(y)+0.5
 // (that is floor(y+0.5) taken exactly); f = y−n; p = the polynomial in f by
 // fused multiply-adds; result 2^n·p; +Inf above 88, 0 below −88, NaN kept.
 // t1-t3 are scratch registers; K1-K4 are clobbered.
