@@ -2,10 +2,9 @@
 
 // sdpa_gen writes sdpa_amd64.s, the AVX-512 kernels of the float32 SDPA
 // (sdpa_amd64.go declares them) and of the elementwise ops built on MLX's
-// exp (vec_amd64.go): go generate (the //go:generate line of
-// sdpa_amd64.go runs go run sdpa_gen.go -o sdpa_amd64.s); without -o it
-// writes to standard output (TestSDPAGenerated compares that output with
-// the committed file).
+// exp (vec_amd64.go): go generate (the //go:generate line of sdpa.go runs
+// go run sdpa_gen.go -o sdpa_amd64.s); without -o it writes to standard
+// output (TestSDPAGenerated compares that output with the committed file).
 package main
 
 import (
