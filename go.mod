@@ -5,6 +5,7 @@ go 1.26
 require (
 	github.com/nikolalohinski/gonja/v2 v2.9.1
 	github.com/x448/float16 v0.8.4
+	golang.org/x/sys v0.32.0
 	golang.org/x/text v0.23.0
 	gonum.org/v1/plot v0.15.2
 )
@@ -26,5 +27,4 @@ require (
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	golang.org/x/exp v0.0.0-20241009180824-f66d83c29e7c // indirect
 	golang.org/x/image v0.24.0 // indirect
-	golang.org/x/sys v0.32.0 // indirect
 )

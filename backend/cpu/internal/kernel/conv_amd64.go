@@ -2,31 +2,31 @@
 
 package kernel
 
-// The AVX2 conversion loops of conv_amd64.s. n is a multiple of 16.
+import "golang.org/x/sys/cpu"
 
+// The AVX2 conversion loops of conv_amd64.s, 16 values an iteration; n
+// is a multiple of 16. Each gives the bits of its scalar loop in conv.go.
+
+// convBF16ToF32 sets dst[i] = src[i] << 16 as float32 bits for i < n
+// (bf16ToFloat32s' loop).
+//
 //go:noescape
 func convBF16ToF32(dst *float32, src *uint16, n int)
 
+// convF32ToBF16 sets dst[i] to the bfloat16 bits of src[i] for i < n,
+// rounded as tensor.Float32ToBF16 (float32sToBF16's loop).
+//
 //go:noescape
 func convF32ToBF16(dst *uint16, src *float32, n int)
 
+// convRoundBF16 rounds v[i] to bfloat16 in place for i < n, as
+// tensor.RoundBF16 (roundBF16s' loop).
+//
 //go:noescape
 func convRoundBF16(v *float32, n int)
 
 func init() { convAVX2 = hasAVX2() }
 
-// hasAVX2 reports AVX2 with the OS saving the YMM state (cpuid and xgetbv0
-// of qmm_amd64.s).
-func hasAVX2() bool {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return false
-	}
-	_, _, c1, _ := cpuid(1, 0)
-	const osxsave, avx = 1 << 27, 1 << 28
-	if c1&(osxsave|avx) != osxsave|avx || xgetbv0()&6 != 6 {
-		return false
-	}
-	_, b7, _, _ := cpuid(7, 0)
-	return b7&(1<<5) != 0
-}
+// hasAVX2 reports AVX and AVX2 with the OS saving the YMM state (x/sys/cpu
+// sets both flags only when XCR0 has its SSE and AVX bits).
+func hasAVX2() bool { return cpu.X86.HasAVX && cpu.X86.HasAVX2 }

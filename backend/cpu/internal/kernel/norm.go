@@ -55,7 +55,7 @@ func RMSNormRef(dst, x, w []float32, rows, n int, eps float32, round Rounder, ac
 }
 
 // RMSNorm is mx.fast.rms_norm(x, w, eps) over rows of n elements, following
-// the graph MLX's CPU runs (mlx/fast.cpp rms_norm fallback; mlx_lm_spec.md §3.2):
+// the graph MLX's CPU runs (mlx/fast.cpp rms_norm fallback):
 //
 //	ss   = Σ_i x[r,i]²                     (float32, sequential)
 //	mean = ss · float32(1/n)               (MLX's mean multiplies by the inverted count)

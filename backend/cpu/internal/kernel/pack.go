@@ -1,7 +1,6 @@
 package kernel
 
-// Bit packing of MLX's affine format (mlx_lm_spec.md §2.3; mlx/ops.cpp
-// pack_and_quantize, mlx/backend/cpu/quantized.cpp quantize): a row of cols
+// Bit packing of MLX's affine format (mlx/ops.cpp pack_and_quantize, mlx/backend/cpu/quantized.cpp quantize): a row of cols
 // codes of `bits` bits each is one little-endian bit stream, LSB first.
 // Code i occupies bits [i*bits, (i+1)*bits) of the row, so for bits 2, 4, 8
 // code j of a word sits at bit j*bits, and for 3, 5, 6 codes straddle words.

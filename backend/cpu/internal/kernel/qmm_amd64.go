@@ -2,26 +2,55 @@
 
 package kernel
 
+import "golang.org/x/sys/cpu"
+
 // The assembly kernels of qmm_amd64.s: one weight row against up to four
 // rows of x, in the lane layouts of permF32 and permQ8. They need AVX-512
 // F/BW/DQ/VL (and VNNI for the int8 ones) and run with or without
 // GOEXPERIMENT=simd.
 
+// qdotQ8B4 writes to a.out[r], for each of the a.mr rows r of x (1 to 4),
+// Σ_g s_g·Σ_t d_t·Σ(q·xq) + b_g·xs_g over one 4-bit weight row (a.nblk
+// blocks of 16 words) against x quantized to int8 in permQ8's layout: per
+// block the integer lane sums (VPDPBUSD) times the lane scales of x and the
+// block's group scales, the bias terms, then hsum. simdDotQ8 (dotQ8AVX512)
+// is its twin, the same bits; qmmTQ8Ref the plain loop.
+//
 //go:noescape
 func qdotQ8B4(a *qArgs)
 
+// qdotQ8B8 is qdotQ8B4 for 8-bit weights.
+//
 //go:noescape
 func qdotQ8B8(a *qArgs)
 
+// qdotF32B4 writes to a.out[r], for each of the a.mr rows r of x (1 to 4),
+// Σ_g s_g·Σ(q·x) + b_g·xs_g over one 4-bit weight row (a.nblk blocks of 16
+// words) against float32 x in permF32's layout: per block the codes
+// unpacked to float32, two partial products per lane, their sum times the
+// block's group scales into the total; the bias terms, then hsum.
+// simdDotF32 (dotF32AVX512) is its twin, the same bits;
+// QuantizedMatmulTRef the plain loop.
+//
 //go:noescape
 func qdotF32B4(a *qArgs)
 
+// qdotF32B8 is qdotF32B4 for 8-bit weights.
+//
 //go:noescape
 func qdotF32B8(a *qArgs)
 
+// dotF32Asm returns Σ a_i·b_i over len(a) values in dotAVX512's order (its
+// twin, the same bits): two 16-lane FMA accumulators over 32 values, one
+// more block of 16, hsum, then the tail. len(b) >= len(a).
+//
 //go:noescape
 func dotF32Asm(a, b []float32) float32
 
+// axpyF32Asm sets y += a·x over len(y) values in axpyAVX512's order (its
+// twin, the same bits): 16-lane FMAs, then the tail with a separate
+// multiply and add. len(x) >= len(y).
+//
 //go:noescape
 func axpyF32Asm(y []float32, a float32, x []float32)
 
@@ -32,30 +61,14 @@ func dotAsm(a, b []float32) float32 { return dotF32Asm(a, b[:len(a)]) }
 // axpyAsm is axpyAVX512 in assembly (the same bits).
 func axpyAsm(y []float32, a float32, x []float32) { axpyF32Asm(y, a, x[:len(y)]) }
 
-func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-
-func xgetbv0() (eax uint32)
-
-// x86Features reports AVX-512 F/BW/DQ/VL with the OS saving the vector
-// state, and AVX512-VNNI on top of it.
+// x86Features reports AVX-512 F/BW/DQ/VL with the OS saving the opmask and
+// ZMM state, and AVX512-VNNI on top of it. x/sys/cpu sets its AVX-512 flags
+// only when the OS saves that state (XCR0's SSE, AVX, opmask and both ZMM
+// bits; on darwin, which enables it lazily, a sysctl).
 func x86Features() (avx512, vnni bool) {
-	maxLeaf, _, _, _ := cpuid(0, 0)
-	if maxLeaf < 7 {
-		return false, false
-	}
-	_, _, c1, _ := cpuid(1, 0)
-	const osxsave = 1 << 27
-	if c1&osxsave == 0 {
-		return false, false
-	}
-	// XCR0: SSE, AVX, opmask, ZMM0-15 upper halves, ZMM16-31.
-	if xgetbv0()&0xe6 != 0xe6 {
-		return false, false
-	}
-	_, b7, c7, _ := cpuid(7, 0)
-	const f, dq, bw, vl = 1 << 16, 1 << 17, 1 << 30, 1 << 31
-	avx512 = b7&(f|dq|bw|vl) == f|dq|bw|vl
-	return avx512, avx512 && c7&(1<<11) != 0
+	x := &cpu.X86
+	avx512 = x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL
+	return avx512, avx512 && x.HasAVX512VNNI
 }
 
 // installAsm records the assembly kernels the CPU supports.

@@ -46,39 +46,76 @@ type qmvArgs struct {
 // F32 float32, BF16 bfloat16, BF16H bfloat16 with two groups per block
 // (the two scales of a block read with one load).
 
+// qmvQ8B4F32 runs a.ntile tiles of four consecutive 4-bit weight rows
+// against one row of x quantized to int8 (permQ8's layout), with float32
+// scales and biases: each row from its first block to its last (per block
+// the integer lane sums, times the lane scales of x and the block's
+// scales, into the row's total), then the bias terms of the four rows, and
+// the four horizontal sums to a.out. Each output is the bits of qdotQ8B4
+// for one row of x.
+//
 //go:noescape
 func qmvQ8B4F32(a *qmvArgs)
 
+// qmvQ8B4BF16 is qmvQ8B4F32 with bfloat16 scales and biases.
+//
 //go:noescape
 func qmvQ8B4BF16(a *qmvArgs)
 
+// qmvQ8B4BF16H is qmvQ8B4BF16 for groups of half a block (8 lanes): the
+// two scales of a block come from one load.
+//
 //go:noescape
 func qmvQ8B4BF16H(a *qmvArgs)
 
+// qmvQ8B8F32 is qmvQ8B4F32 for 8-bit weights (the bits of qdotQ8B8).
+//
 //go:noescape
 func qmvQ8B8F32(a *qmvArgs)
 
+// qmvQ8B8BF16 is qmvQ8B8F32 with bfloat16 scales and biases.
+//
 //go:noescape
 func qmvQ8B8BF16(a *qmvArgs)
 
+// qmvQ8B8BF16H is qmvQ8B8BF16 for groups of half a block (8 lanes): the
+// two scales of a block come from one load.
+//
 //go:noescape
 func qmvQ8B8BF16H(a *qmvArgs)
 
+// qmvF32B4F32 is qmvQ8B4F32 against float32 x (permF32's layout): per
+// block the codes as float32 times x, two partial products summed, times
+// the block's scales into the row's total; each output the bits of
+// qdotF32B4 for one row of x. It prefetches the weights a.pf bytes ahead.
+//
 //go:noescape
 func qmvF32B4F32(a *qmvArgs)
 
+// qmvF32B4BF16 is qmvF32B4F32 with bfloat16 scales and biases.
+//
 //go:noescape
 func qmvF32B4BF16(a *qmvArgs)
 
+// qmvF32B4BF16H is qmvF32B4BF16 for groups of half a block (8 lanes): the
+// two scales of a block come from one load.
+//
 //go:noescape
 func qmvF32B4BF16H(a *qmvArgs)
 
+// qmvF32B8F32 is qmvF32B4F32 for 8-bit weights (the bits of qdotF32B8).
+//
 //go:noescape
 func qmvF32B8F32(a *qmvArgs)
 
+// qmvF32B8BF16 is qmvF32B8F32 with bfloat16 scales and biases.
+//
 //go:noescape
 func qmvF32B8BF16(a *qmvArgs)
 
+// qmvF32B8BF16H is qmvF32B8BF16 for groups of half a block (8 lanes): the
+// two scales of a block come from one load.
+//
 //go:noescape
 func qmvF32B8BF16H(a *qmvArgs)
 
@@ -327,14 +364,32 @@ func (s *qmvState) tail() {
 	copy(s.dst[j0:s.n], s.tout[:r])
 }
 
+// qmvSums is groupSums for one row: xs[g] = Σ x[g·gs + i] for i =
+// 0..gs-1, added in order in float32, sixteen groups at a time (lane g
+// gathering its group's elements one by one); xs gets ng rounded up to 16
+// values, zero past ng.
+//
 //go:noescape
 func qmvSums(xs, x *float32, ng, gs int)
 
+// qmvPermF32 is permF32 for one row of nblk blocks of 16·cpl values:
+// vector p of a block (at xp + p·64 bytes) gathers elements cpl·l + p,
+// l = 0..15.
+//
 //go:noescape
 func qmvPermF32(xp, x *float32, nblk, cpl int)
 
+// qmvQuantQ8B8 is quantizeQ8 (qmax 127) and permQ8 for one row of nq
+// blocks of 32 with 8-bit weights, the same bits: codes in natural order,
+// each block's scale repeated for its 8 lanes in dxl.
+//
 //go:noescape
 func qmvQuantQ8B8(xq *int8, dxl, x *float32, nq int)
 
+// qmvQuantQ8B4 is quantizeQ8 (qmax 127) and permQ8 for one row of nq
+// blocks of 32 (nq a multiple of 4) with 4-bit weights, the same bits: per
+// 128 codes the 64 even codes, then the 64 odd ones; each block's scale
+// repeated for its 4 lanes in dxl.
+//
 //go:noescape
 func qmvQuantQ8B4(xq *int8, dxl, x *float32, nq int)

@@ -14,9 +14,9 @@ func checkQuantArgs(kernel string, wq []uint32, scales, biases []float32, rows, 
 }
 
 // quantGroup computes the float32 scale and bias of one group, exactly as
-// MLX's CPU quantize (mlx/backend/cpu/quantized.cpp, quantize; mlx_lm_spec.md
-// §2.2): true min and max (std::min/std::max, which skip NaN), s = max((max -
-// min)/n, 1e-7), negated unless |min| > |max|; edge = the extreme of larger
+// MLX's CPU quantize (mlx/backend/cpu/quantized.cpp, quantize): true min
+// and max (std::min/std::max, which skip NaN), s = max((max - min)/n,
+// 1e-7), negated unless |min| > |max|; edge = the extreme of larger
 // magnitude; q0 = rint(edge/s); if q0 != 0 then s = edge/q0 and bias = edge,
 // else bias = 0. All in float32.
 func quantGroup(w []float32, bits int) (scale, bias float32) {
@@ -100,7 +100,7 @@ func QuantizeRef(wq []uint32, scales, biases []float32, w []float32, rows, cols,
 }
 
 // Quantize is mx.quantize(w, groupSize, bits, mode="affine") as MLX's CPU
-// computes it (mlx/backend/cpu/quantized.cpp quantize; mlx_lm_spec.md §2.2):
+// computes it (mlx/backend/cpu/quantized.cpp quantize):
 // w [rows, cols] (values already in the storage dtype) is cut into groups of
 // groupSize along each row; per group the float32 scale s and bias b come from
 // the min/max with the edge/q0 trick (see quantGroup), each code is

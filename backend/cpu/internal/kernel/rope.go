@@ -13,9 +13,9 @@ type RoPEParams struct {
 }
 
 // invFreqs returns the Dims/2 inverse frequencies as MLX's Metal rope kernel
-// computes them (mlx/backend/metal/kernels/rope.metal, rope.cpp):
-// exp2(-(i/(Dims/2))·log2(Base)) with log2(Base) taken in float32 on the host,
-// or 1/Freqs[i]; all float32.
+// computes them (mlx/backend/metal/kernels/rope.metal and
+// mlx/backend/metal/rope.cpp): exp2(-(i/(Dims/2))·log2(Base)) with
+// log2(Base) taken in float32 on the host, or 1/Freqs[i]; all float32.
 func invFreqs(p RoPEParams) []float32 {
 	half := p.Dims / 2
 	inv := make([]float32, half)
@@ -91,8 +91,8 @@ func RoPERef(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int, roun
 }
 
 // RoPE is mx.fast.rope on x [b, h, l, d] with the numerics of MLX's Metal
-// kernel (rope.metal; mlx_lm_spec.md §3.4): token t of batch row bi sits at
-// position pos = t + offset (offsets has one entry, or one per batch row);
+// kernel (mlx/backend/metal/kernels/rope.metal): token t of batch row bi
+// sits at position pos = t + offset (offsets has one entry, or one per batch row);
 // θ_i = (Scale·pos)·inv_freq_i in float32 (see invFreqs), cos and sin
 // correctly rounded to float32, and for each pair (x1, x2), (i, i+Dims/2) or
 // (2i, 2i+1) when Traditional:

@@ -6,6 +6,11 @@ import (
 	"github.com/mlxgo/mlxgo/internal/mlxmath"
 )
 
+// sdpa_amd64.s, the AVX-512 SDPA and elementwise kernels, is written by
+// sdpa_gen.go (on any platform; TestSDPAGenerated checks it is current).
+//
+//go:generate go run sdpa_gen.go -o sdpa_amd64.s
+
 // MaskKind selects how SDPA masks keys.
 type MaskKind int
 
@@ -180,7 +185,7 @@ func sdpaRef[A float](dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale f
 }
 
 // SDPA is mx.fast.scaled_dot_product_attention with the numerics of MLX's
-// fused Metal kernels (sdpa_vector.h; mlx_lm_spec.md §3.7): q [b, h, l, d],
+// fused Metal kernels (mlx/backend/metal/kernels/sdpa_vector.h): q [b, h, l, d],
 // k [b, hk, s, d], v [b, hk, s, dv], dst [b, h, l, dv]; query head hi reads
 // KV head hi/(h/hk) (GQA without repeating K and V). For each query row, in
 // the accumulator type (float32, or float64 under AccF64):

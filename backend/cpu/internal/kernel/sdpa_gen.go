@@ -2,10 +2,13 @@
 
 // sdpa_gen writes sdpa_amd64.s, the AVX-512 kernels of the float32 SDPA
 // (sdpa_amd64.go declares them) and of the elementwise ops built on MLX's
-// exp (vec_amd64.go): go run sdpa_gen.go > sdpa_amd64.s
+// exp (vec_amd64.go): go generate (the //go:generate line of sdpa.go runs
+// go run sdpa_gen.go -o sdpa_amd64.s); without -o it writes to standard
+// output (TestSDPAGenerated compares that output with the committed file).
 package main
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -97,8 +100,8 @@ func loadConsts() {
 	p("\tVBROADCASTSS 56(R10), Z31")
 }
 
-// exp replaces the 16 lanes of zx with mlxmath.Exp of each, as expAVX512 in
-// swiglu_amd64.go: y = x·log2e; n = floor(y), plus one when y ≥ floor(y)+0.5
+// exp replaces the 16 lanes of zx with mlxmath.Exp of each, the same steps
+// lane-wise: y = x·log2e; n = floor(y), plus one when y ≥ floor(y)+0.5
 // (that is floor(y+0.5) taken exactly); f = y−n; p = the polynomial in f by
 // fused multiply-adds; result 2^n·p; +Inf above 88, 0 below −88, NaN kept.
 // t1-t3 are scratch registers; K1-K4 are clobbered.
@@ -739,6 +742,8 @@ func genNormScale() {
 }
 
 func main() {
+	out := flag.String("o", "", "write to this file instead of standard output")
+	flag.Parse()
 	header()
 	genKT()
 	genCvt()
@@ -752,5 +757,12 @@ func main() {
 	genMerge()
 	genSwiGLU()
 	genNormScale()
-	os.Stdout.WriteString(b.String())
+	if *out == "" {
+		os.Stdout.WriteString(b.String())
+		return
+	}
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "sdpa_gen:", err)
+		os.Exit(1)
+	}
 }

@@ -41,7 +41,7 @@ func SigmoidMLX(x float32, round Rounder) float32 {
 	return round(1 - y)
 }
 
-// Vector hooks (swiglu_amd64.go): each handles a prefix of whole blocks of
+// Vector hooks (vec_amd64.go, assembly of sdpa_amd64.s): each handles a prefix of whole blocks of
 // 16 and returns its length; nil when the CPU has no AVX-512.
 var (
 	// simdSwiGLU is SwiGLU with every stored value rounded to bf16 (bf16
@@ -99,7 +99,7 @@ func SwiGLURef(dst, gate, up []float32, round Rounder) {
 
 // SwiGLU is mlx_lm's swiglu (mlx_lm/models/activations.py: silu(gate)·up,
 // compiled) as MLX's CPU computes it, every graph node stored in the dtype
-// (mlx_lm_spec.md §3.8, refined from mlx/backend/cpu/unary_ops.h):
+// (mlx/backend/cpu/unary_ops.h):
 //
 //	sig  = SigmoidMLX(g)            (rounds the exp and the result)
 //	silu = round(g·sig)

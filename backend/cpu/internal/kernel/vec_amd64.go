@@ -25,6 +25,8 @@ func init() {
 	}
 }
 
+// swigluAsm is simdSwiGLU through vecSwiGLU over the longest multiple of
+// 16 values; it returns that count (the caller does the rest).
 func swigluAsm(dst, gate, up []float32, bf16 bool) int {
 	n := len(gate) &^ 15
 	if n == 0 {
@@ -39,6 +41,8 @@ func swigluAsm(dst, gate, up []float32, bf16 bool) int {
 	return n
 }
 
+// expSliceAsm is simdExp through sdpaExp over the longest multiple of 16
+// values; it returns that count.
 func expSliceAsm(dst, src []float32) int {
 	n := len(src) &^ 15
 	if n == 0 {
@@ -49,6 +53,8 @@ func expSliceAsm(dst, src []float32) int {
 	return n
 }
 
+// normScaleAsm is simdNormScale through vecNormScale over the longest
+// multiple of 16 values; it returns that count.
 func normScaleAsm(dst, x, w []float32, inv float32, bf16 bool) int {
 	n := len(x) &^ 15
 	if n == 0 {
