@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -250,6 +251,9 @@ func takeError() error {
 	return &Error{Msg: msg}
 }
 
+// errorHandler installs mlxgo's error handler (mlxgo.c's on_error) once.
+var errorHandler sync.Once
+
 // worker is one goroutine locked to its OS thread that runs every MLX call.
 type worker struct {
 	calls chan func()
@@ -273,7 +277,9 @@ func startWorker() *worker {
 		// thread-local state with it.
 		runtime.LockOSThread()
 		w.g.Store(curg())
-		C.mlxgo_install_error_handler()
+		// mlx-c's handler is one process-wide setting, written without a
+		// lock: install it once, not from each backend's thread at once.
+		errorHandler.Do(func() { C.mlxgo_install_error_handler() })
 		close(ready)
 		for f := range w.calls {
 			f()
