@@ -8,6 +8,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -243,13 +244,22 @@ func (e *Error) Error() string { return "mlx: " + e.Msg }
 // takeError returns the message MLX reported on this thread since the last
 // call, and clears it. It must run on the MLX thread.
 func takeError() error {
-	msg := C.GoString(C.mlxgo_error())
+	msg := trimSourceLocation(C.GoString(C.mlxgo_error()))
 	C.mlxgo_clear_error()
 	if msg == "" {
 		msg = "call failed without a message"
 	}
 	return &Error{Msg: msg}
 }
+
+// mlxcLocation matches the " at <file>:<line>" that mlx-c (not mlxgo's own
+// subset) appends to each message: the line of its wrapper that caught the
+// exception, in the source tree it was built from.
+var mlxcLocation = regexp.MustCompile(` at [^ ]+\.(?:cpp|cc|c|h):[0-9]+$`)
+
+// trimSourceLocation drops mlx-c's source location from msg, so that both
+// builds report MLX's message alone.
+func trimSourceLocation(msg string) string { return mlxcLocation.ReplaceAllString(msg, "") }
 
 // errorHandler installs mlxgo's error handler (mlxgo.c's on_error) once.
 var errorHandler sync.Once
