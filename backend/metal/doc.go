@@ -21,6 +21,14 @@
 //
 //	go build -tags mlx,mlxc_system ./...
 //
+// The two stay interchangeable: TestShimDeclarationsMatchMLXC finds every
+// mlx-c function and type the package's C and cgo code uses and, given the
+// real headers (MLXGO_MLXC_INCLUDE, the directory holding mlx/c/mlx.h, e.g.
+// $(brew --prefix)/include), fails on any difference between the shim's
+// declarations and mlx-c's; without them it skips loudly.
+//
+//	MLXGO_MLXC_INCLUDE=$(brew --prefix)/include go test -run TestShimDeclarations ./backend/metal/
+//
 // # Numerics
 //
 // The backend calls the MLX functions mlx_lm calls, in the same order with

@@ -8,8 +8,10 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -240,13 +242,25 @@ func (e *Error) Error() string { return "mlx: " + e.Msg }
 // takeError returns the message MLX reported on this thread since the last
 // call, and clears it. It must run on the MLX thread.
 func takeError() error {
-	msg := C.GoString(C.mlxgo_error())
+	msg := trimSourceLocation(C.GoString(C.mlxgo_error()))
 	C.mlxgo_clear_error()
 	if msg == "" {
 		msg = "call failed without a message"
 	}
 	return &Error{Msg: msg}
 }
+
+// mlxcLocation matches the " at <file>:<line>" that mlx-c (not mlxgo's own
+// subset) appends to each message: the line of its wrapper that caught the
+// exception, in the source tree it was built from.
+var mlxcLocation = regexp.MustCompile(` at [^ ]+\.(?:cpp|cc|c|h):[0-9]+$`)
+
+// trimSourceLocation drops mlx-c's source location from msg, so that both
+// builds report MLX's message alone.
+func trimSourceLocation(msg string) string { return mlxcLocation.ReplaceAllString(msg, "") }
+
+// errorHandler installs mlxgo's error handler (mlxgo.c's on_error) once.
+var errorHandler sync.Once
 
 // worker is one goroutine locked to its OS thread that runs every MLX call.
 type worker struct {
@@ -271,7 +285,9 @@ func startWorker() *worker {
 		// thread-local state with it.
 		runtime.LockOSThread()
 		w.g.Store(curg())
-		C.mlxgo_install_error_handler()
+		// mlx-c's handler is one process-wide setting, written without a
+		// lock: install it once, not from each backend's thread at once.
+		errorHandler.Do(func() { C.mlxgo_install_error_handler() })
 		close(ready)
 		for f := range w.calls {
 			f()

@@ -255,10 +255,12 @@ extern "C" {
 void mlx_set_error_handler(mlx_error_handler_func h, void* data, void (*dtor)(void*)) {
   std::lock_guard<std::mutex> lock(handler_mu);
   handler.fn = h != nullptr ? h : default_handler;
+  // As mlx-c: the handler receives data only when a dtor comes with it
+  // (mlx-c keeps it in a shared_ptr made only then), else NULL.
   if (dtor != nullptr) {
     handler.data = std::shared_ptr<void>(data, dtor);
   } else {
-    handler.data = std::shared_ptr<void>(data, [](void*) {});
+    handler.data = nullptr;
   }
 }
 
@@ -477,12 +479,14 @@ int mlx_vector_array_free(mlx_vector_array v) {
 mlx_vector_array mlx_vector_array_new_data(const mlx_array* data, size_t size) {
   mlx_vector_array v{nullptr};
   guard([&] {
-    auto* out = new std::vector<mx::array>();
-    v.ctx = out;
+    // As mlx-c: an empty handle when any element is empty (never a partial
+    // vector).
+    auto out = std::make_unique<std::vector<mx::array>>();
     out->reserve(size);
     for (size_t i = 0; i < size; i++) {
       out->push_back(arr(data[i]));
     }
+    v.ctx = out.release();
   });
   return v;
 }
@@ -766,10 +770,10 @@ int mlx_fast_rope_dynamic(mlx_array* res, const mlx_array x, int dims, bool trad
 
 int mlx_fast_scaled_dot_product_attention(mlx_array* res, const mlx_array q, const mlx_array k, const mlx_array v,
                                           float scale, const char* mask_mode, const mlx_array mask_arr,
-                                          const mlx_array sinks, bool force_fused, const mlx_stream s) {
+                                          const mlx_array sinks, const mlx_stream s) {
   return op(res, [&] {
     return mx::fast::scaled_dot_product_attention(arr(q), arr(k), arr(v), scale, mask_mode, opt(mask_arr),
-                                                  opt(sinks), force_fused, str(s));
+                                                  opt(sinks), /*force_fused=*/false, str(s));
   });
 }
 

@@ -1,7 +1,7 @@
 /*
  * mlxgo's declaration of the subset of the mlx-c API that backend/metal
  * calls. Names, types and prototypes are mlx-c's (the C API of MLX,
- * https://github.com/ml-explore/mlx-c, as of 0.6/0.7), so the Go code
+ * https://github.com/ml-explore/mlx-c, 0.6.0 and main at fba4470), so the Go code
  * compiles unchanged against the real headers (build tag mlxc_system).
  * The implementation is mlxgo's own, in backend/metal/mlxc.cpp, written over
  * MLX's C++ API from the pinned mlx-cpu wheel.
@@ -56,7 +56,10 @@ typedef struct mlx_optional_int_ { int value; bool has_value; } mlx_optional_int
 typedef struct mlx_optional_float_ { float value; bool has_value; } mlx_optional_float;
 typedef struct mlx_optional_dtype_ { mlx_dtype value; bool has_value; } mlx_optional_dtype;
 
-/* Errors: the handler receives every failure; the default prints and exits. */
+/* Errors: the handler receives every failure; the default prints and exits.
+ * As in mlx-c, data reaches the handler only when dtor is not NULL (else the
+ * handler gets NULL). mlx-c's messages end with " at <file>:<line>" of its
+ * source; this subset's do not. */
 typedef void (*mlx_error_handler_func)(const char* msg, void* data);
 void mlx_set_error_handler(mlx_error_handler_func handler, void* data, void (*dtor)(void*));
 
@@ -175,8 +178,9 @@ int mlx_quantized_matmul(mlx_array* res, const mlx_array x, const mlx_array w, c
 int mlx_fast_rms_norm(mlx_array* res, const mlx_array x, const mlx_array weight /* may be null */, float eps, const mlx_stream s);
 int mlx_fast_rope(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base, float scale, int offset, const mlx_array freqs /* may be null */, const mlx_stream s);
 int mlx_fast_rope_dynamic(mlx_array* res, const mlx_array x, int dims, bool traditional, mlx_optional_float base, float scale, const mlx_array offset, const mlx_array freqs /* may be null */, const mlx_stream s);
-/* MLX >= 0.32.2 added force_fused (mlx-c 0.7); mlx-c 0.6 lacks it. */
-int mlx_fast_scaled_dot_product_attention(mlx_array* res, const mlx_array queries, const mlx_array keys, const mlx_array values, float scale, const char* mask_mode, const mlx_array mask_arr /* may be null */, const mlx_array sinks /* may be null */, bool force_fused, const mlx_stream s);
+/* mlx-c's prototype (0.6.0 and its main branch, bindings of MLX 0.31.2): MLX
+ * 0.32's force_fused argument is not in it, and is false here. */
+int mlx_fast_scaled_dot_product_attention(mlx_array* res, const mlx_array queries, const mlx_array keys, const mlx_array values, float scale, const char* mask_mode, const mlx_array mask_arr /* may be null */, const mlx_array sinks /* may be null */, const mlx_stream s);
 
 #ifdef __cplusplus
 }
