@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"testing"
 
@@ -100,7 +101,7 @@ func TestOpFixtures(t *testing.T) {
 					t.Error(res.String())
 				}
 			}
-			if hostSide[c.Op] {
+			if hostSide[c.Op] || !b.OracleExact() {
 				return
 			}
 			if err := sameBits(c, r.got); err != nil {
@@ -110,8 +111,12 @@ func TestOpFixtures(t *testing.T) {
 			identical++
 		})
 	}
-	t.Logf("%d of %d backend op fixtures bit-identical to the oracle (%d host-side cases checked by tolerance only)",
-		identical, backendCases, len(cases)-backendCases)
+	if !b.OracleExact() {
+		t.Logf("MLX's CPU device on %s/%s is not where the fixtures are made: every case held to the tolerance table, none to the oracle's bits", runtime.GOOS, runtime.GOARCH)
+	} else {
+		t.Logf("%d of %d backend op fixtures bit-identical to the oracle (%d host-side cases checked by tolerance only)",
+			identical, backendCases, len(cases)-backendCases)
+	}
 	if s := b.Stats(); s.LiveArrays != 0 {
 		t.Errorf("got %d live arrays after all cases, want 0 (Check's scopes free everything)", s.LiveArrays)
 	}
