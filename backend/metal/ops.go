@@ -46,7 +46,7 @@ import (
 // hop runs record(p, b) on the MLX thread and returns its result: inline
 // when the caller is that thread, else through away. After Close it panics
 // with an *OpError naming op.
-func hop[P any](b *Backend, op string, p P, record func(P, *Backend) *Array) backend.Array {
+func hop[P, R any](b *Backend, op string, p P, record func(P, *Backend) R) R {
 	if b.here() {
 		return record(p, b)
 	}
@@ -56,8 +56,8 @@ func hop[P any](b *Backend, op string, p P, record func(P, *Backend) *Array) bac
 // away is hop's other path: the closure holds its own copy of p.
 //
 //go:noinline
-func away[P any](b *Backend, op string, p P, record func(P, *Backend) *Array) backend.Array {
-	var out *Array
+func away[P, R any](b *Backend, op string, p P, record func(P, *Backend) R) R {
+	var out R
 	b.do(op, func() { out = record(p, b) })
 	return out
 }
