@@ -253,41 +253,48 @@ static int done(mlxgo_result* r, int rc, mlx_array* o) {
     return done(r, (call), &o);     \
   } while (0)
 
-#define BINARY(name) \
-  int mlxgo_##name(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_##name(&o, a, b, s)); }
-#define UNARY(name) \
-  int mlxgo_##name(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_##name(&o, a, s)); }
-#define REDUCE(name) \
-  int mlxgo_##name(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) { \
-    RECORD(mlx_##name##_axis(&o, a, axis, keepdims, s));                                    \
-  }
+int mlxgo_add(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_add(&o, a, b, s)); }
+int mlxgo_subtract(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_subtract(&o, a, b, s)); }
+int mlxgo_multiply(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_multiply(&o, a, b, s)); }
+int mlxgo_divide(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_divide(&o, a, b, s)); }
+int mlxgo_maximum(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_maximum(&o, a, b, s)); }
+int mlxgo_minimum(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_minimum(&o, a, b, s)); }
+int mlxgo_equal(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_equal(&o, a, b, s)); }
+int mlxgo_less(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_less(&o, a, b, s)); }
+int mlxgo_greater(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_greater(&o, a, b, s)); }
+int mlxgo_matmul(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_matmul(&o, a, b, s)); }
 
-BINARY(add)
-BINARY(subtract)
-BINARY(multiply)
-BINARY(divide)
-BINARY(maximum)
-BINARY(minimum)
-BINARY(equal)
-BINARY(less)
-BINARY(greater)
-BINARY(matmul)
-UNARY(exp)
-UNARY(log)
-UNARY(negative)
-UNARY(abs)
-UNARY(sqrt)
-UNARY(rsqrt)
-UNARY(square)
-UNARY(sigmoid)
-UNARY(tanh)
-UNARY(sin)
-UNARY(cos)
-REDUCE(sum)
-REDUCE(max)
-REDUCE(argmax)
-REDUCE(logsumexp)
-REDUCE(softmax)  // keepdims is softmax's precise
+int mlxgo_exp(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_exp(&o, a, s)); }
+int mlxgo_log(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_log(&o, a, s)); }
+int mlxgo_negative(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_negative(&o, a, s)); }
+int mlxgo_abs(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_abs(&o, a, s)); }
+int mlxgo_sqrt(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_sqrt(&o, a, s)); }
+int mlxgo_rsqrt(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_rsqrt(&o, a, s)); }
+int mlxgo_square(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_square(&o, a, s)); }
+int mlxgo_sigmoid(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_sigmoid(&o, a, s)); }
+int mlxgo_tanh(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_tanh(&o, a, s)); }
+int mlxgo_sin(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_sin(&o, a, s)); }
+int mlxgo_cos(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_cos(&o, a, s)); }
+
+int mlxgo_sum(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
+  RECORD(mlx_sum_axis(&o, a, axis, keepdims, s));
+}
+
+int mlxgo_max(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
+  RECORD(mlx_max_axis(&o, a, axis, keepdims, s));
+}
+
+int mlxgo_argmax(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
+  RECORD(mlx_argmax_axis(&o, a, axis, keepdims, s));
+}
+
+int mlxgo_logsumexp(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
+  RECORD(mlx_logsumexp_axis(&o, a, axis, keepdims, s));
+}
+
+int mlxgo_softmax(mlxgo_result* r, mlx_array a, int axis, bool precise, mlx_stream s) {
+  RECORD(mlx_softmax_axis(&o, a, axis, precise, s));
+}
 
 int mlxgo_astype(mlxgo_result* r, mlx_array a, mlx_dtype dtype, mlx_stream s) { RECORD(mlx_astype(&o, a, dtype, s)); }
 
