@@ -407,13 +407,9 @@ func checkShape(op string, shape tensor.Shape, dt tensor.DType) {
 // Zeros returns an array of zeros.
 func (b *Backend) Zeros(shape tensor.Shape, dt tensor.DType) backend.Array {
 	checkShape("Zeros", shape, dt)
-	if !b.here() {
-		return b.away("Zeros", func() backend.Array { return b.Zeros(shape, dt) })
-	}
-	c := b.begin(C.MLXGO_OP_ZEROS)
-	c.i0 = C.int(mlxDType("Zeros", dt))
-	b.ints("Zeros", &c.v0, shape)
-	return b.exec("Zeros")
+	p := zerosArgs{dt: mlxDType("Zeros", dt)}
+	p.shape.set("Zeros", shape)
+	return hop(b, "Zeros", p, zerosArgs.record)
 }
 
 // Full returns an array filled with v converted to dt as MLX's full does

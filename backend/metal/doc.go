@@ -57,9 +57,10 @@
 // A decode step records about a thousand lazy ops, so recording one is kept
 // cheap (BenchmarkOpRecord): on the MLX thread an op checks it is there by
 // comparing goroutine identities (package internal/goroutine) rather than
-// calling C, describes itself in a per-backend struct in C memory, and makes
-// one cgo call (mlxgo_op) that records it and returns the result's shape and
-// dtype. The only Go allocation is the Array (with its shape inline up to
+// calling C (hop, in ops.go, the one place where ops cross threads), and
+// makes one cgo call, to the op's own C function (mlxgo.h: mlxgo_add,
+// mlxgo_rope, ...), that records it and writes the result's handle, shape
+// and dtype into a per-backend struct in C memory. The only Go allocation is the Array (with its shape inline up to
 // four dimensions); a scope frees its arrays in one cgo call at Close.
 // ToHost evaluates and copies in place when the result is row-contiguous
 // (no extra copy op on the device). OpsRecorded counts the ops recorded and

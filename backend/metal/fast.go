@@ -5,47 +5,76 @@ package metal
 // #include "mlxgo.h"
 import "C"
 
-import "github.com/mlxgo/mlxgo/backend"
+import (
+	"slices"
+
+	"github.com/mlxgo/mlxgo/backend"
+)
+
+type builtinArgs struct {
+	op    string
+	which C.int
+	x, y  backend.Array // y: SwiGLU's up
+}
 
 // builtin applies one of the functions compiled shapeless with mlx_compile
 // (mlxgo.c: silu, swiglu), compiling it on first use. The compiled function
 // and its cache live on the MLX thread.
 func (b *Backend) builtin(op string, which C.int, x, y backend.Array) backend.Array {
-	if !b.here() {
-		return b.away(op, func() backend.Array { return b.builtin(op, which, x, y) })
+	return hop(b, op, builtinArgs{op, which, x, y}, builtinArgs.record)
+}
+
+func (p builtinArgs) record(b *Backend) *Array {
+	args := [2]backend.Array{p.x, p.y}
+	n := 1
+	if p.which == C.MLXGO_FN_SWIGLU {
+		n = 2
 	}
 	f := &b.silu
-	if which == C.MLXGO_FN_SWIGLU {
+	if p.which == C.MLXGO_FN_SWIGLU {
 		f = &b.swiglu
 	}
 	if f.ctx == nil {
 		var c C.mlx_closure // a local: cgo may not see into *b
-		if C.mlxgo_compile_builtin(&c, which, b.s) != 0 {
-			args := []backend.Array{x}
-			if y != nil {
-				args = append(args, y)
-			}
-			panic(b.opError(op, args))
+		if C.mlxgo_compile_builtin(&c, p.which, b.s) != 0 {
+			panic(b.opError(p.op, slices.Clone(args[:n])))
 		}
 		*f = c
 	}
-	b.begin(C.MLXGO_OP_APPLY).fn = *f
-	if which == C.MLXGO_FN_SWIGLU {
-		return b.exec(op, x, y)
+	x, y := b.arg(p.op, args[:n], 0).h, noArray
+	if n == 2 {
+		y = b.arg(p.op, args[:n], 1).h
 	}
-	return b.exec(op, x)
+	return b.result(p.op, C.mlxgo_apply(b.res, *f, x, y), args[:n])
+}
+
+type rmsNormArgs struct {
+	x, weight backend.Array
+	eps       float32
 }
 
 // RMSNorm is mx.fast.rms_norm. A nil weight means none.
 func (b *Backend) RMSNorm(x, weight backend.Array, eps float32) backend.Array {
-	if !b.here() {
-		return b.away("RMSNorm", func() backend.Array { return b.RMSNorm(x, weight, eps) })
+	return hop(b, "RMSNorm", rmsNormArgs{x, weight, eps}, rmsNormArgs.record)
+}
+
+func (p rmsNormArgs) record(b *Backend) *Array {
+	args := [2]backend.Array{p.x, p.weight}
+	n := 1
+	if p.weight != nil {
+		n = 2
 	}
-	b.begin(C.MLXGO_OP_RMS_NORM).f0 = C.float(eps)
-	if weight == nil {
-		return b.exec("RMSNorm", x)
+	x, w := b.arg("RMSNorm", args[:n], 0).h, noArray
+	if n == 2 {
+		w = b.arg("RMSNorm", args[:n], 1).h
 	}
-	return b.exec("RMSNorm", x, weight)
+	return b.result("RMSNorm", C.mlxgo_rms_norm(b.res, x, w, C.float(p.eps), b.s), args[:n])
+}
+
+type ropeArgs struct {
+	x      backend.Array
+	p      backend.RoPE
+	offset backend.Offset
 }
 
 // RoPE is mx.fast.rope: with p.Freqs the frequencies are 1/Freqs (base
@@ -53,26 +82,37 @@ func (b *Backend) RMSNorm(x, weight backend.Array, eps float32) backend.Array {
 // offset per row (Offset.Rows, int32 [B]) the array one, as mlx_lm passes
 // them.
 func (b *Backend) RoPE(x backend.Array, p backend.RoPE, offset backend.Offset) backend.Array {
-	if !b.here() {
-		return b.away("RoPE", func() backend.Array { return b.RoPE(x, p, offset) })
+	return hop(b, "RoPE", ropeArgs{x, p, offset}, ropeArgs.record)
+}
+
+func (p ropeArgs) record(b *Backend) *Array {
+	// The arrays in the order errors list them: x, the offsets, freqs.
+	args := [3]backend.Array{p.x}
+	n := 1
+	if p.offset.Rows != nil {
+		args[n] = p.offset.Rows
+		n++
 	}
-	code := C.int(C.MLXGO_OP_ROPE)
-	if offset.Rows != nil {
-		code = C.MLXGO_OP_ROPE_DYNAMIC
+	if p.p.Freqs != nil {
+		args[n] = p.p.Freqs
+		n++
 	}
-	c := b.begin(code)
-	c.i0, c.b0, c.f0, c.i1 = C.int(p.Dims), C.bool(p.Traditional), C.float(p.Scale), C.int(offset.Scalar)
-	c.f1, c.b1 = C.float(p.Base), p.Freqs == nil
-	switch {
-	case offset.Rows != nil && p.Freqs != nil:
-		return b.exec("RoPE", x, offset.Rows, p.Freqs)
-	case offset.Rows != nil:
-		return b.exec("RoPE", x, offset.Rows)
-	case p.Freqs != nil:
-		return b.exec("RoPE", x, p.Freqs)
-	default:
-		return b.exec("RoPE", x)
+	x, rows, freqs := b.arg("RoPE", args[:n], 0).h, noArray, noArray
+	if p.offset.Rows != nil {
+		rows = b.arg("RoPE", args[:n], 1).h
 	}
+	if p.p.Freqs != nil {
+		freqs = b.arg("RoPE", args[:n], n-1).h
+	}
+	dims, trad, scale := C.int(p.p.Dims), C.bool(p.p.Traditional), C.float(p.p.Scale)
+	base := C.mlx_optional_float{value: C.float(p.p.Base), has_value: p.p.Freqs == nil}
+	var rc C.int
+	if p.offset.Rows != nil {
+		rc = C.mlxgo_rope_dynamic(b.res, x, dims, trad, base, scale, rows, freqs, b.s)
+	} else {
+		rc = C.mlxgo_rope(b.res, x, dims, trad, base, scale, C.int(p.offset.Scalar), freqs, b.s)
+	}
+	return b.result("RoPE", rc, args[:n])
 }
 
 var (
@@ -81,30 +121,41 @@ var (
 	maskArray  = C.CString("array")
 )
 
+type sdpaArgs struct {
+	q, k, v backend.Array
+	scale   float32
+	mode    *C.char       // maskNone, maskCausal or maskArray
+	mask    backend.Array // with maskArray
+}
+
 // ScaledDotProductAttention is mx.fast.scaled_dot_product_attention (GQA
 // without repeating heads; no sinks; force_fused false where mlx-c has it).
 func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32, mask backend.Mask) backend.Array {
-	const op = "ScaledDotProductAttention"
-	var m backend.Array
-	mode := maskNone
+	p := sdpaArgs{q: q, k: k, v: v, scale: scale, mode: maskNone}
 	switch mk := mask.(type) {
 	case nil, backend.NoMask:
 	case backend.CausalMask:
-		mode = maskCausal
+		p.mode = maskCausal
 	case backend.ArrayMask:
-		mode, m = maskArray, mk.A
+		p.mode, p.mask = maskArray, mk.A
 	default:
-		panic(backend.Errorf(op, []backend.Array{q, k, v}, "unknown mask %T", mask))
+		panic(backend.Errorf("ScaledDotProductAttention", []backend.Array{q, k, v}, "unknown mask %T", mask))
 	}
-	if !b.here() {
-		return b.away(op, func() backend.Array { return b.ScaledDotProductAttention(q, k, v, scale, mask) })
+	return hop(b, "ScaledDotProductAttention", p, sdpaArgs.record)
+}
+
+func (p sdpaArgs) record(b *Backend) *Array {
+	const op = "ScaledDotProductAttention"
+	args := [4]backend.Array{p.q, p.k, p.v, p.mask}
+	n := 3
+	if p.mode == maskArray {
+		n = 4
 	}
-	c := b.begin(C.MLXGO_OP_SDPA)
-	c.f0, c.str = C.float(scale), mode
-	if mode == maskArray {
-		return b.exec(op, q, k, v, m)
+	q, k, v, m := b.arg(op, args[:n], 0).h, b.arg(op, args[:n], 1).h, b.arg(op, args[:n], 2).h, noArray
+	if n == 4 {
+		m = b.arg(op, args[:n], 3).h
 	}
-	return b.exec(op, q, k, v)
+	return b.result(op, C.mlxgo_sdpa(b.res, q, k, v, C.float(p.scale), p.mode, m, b.s), args[:n])
 }
 
 // SwiGLU is mlx_lm's swiglu: silu(gate) * up, compiled shapeless as
@@ -145,24 +196,38 @@ func quantArgs(op string, q backend.QuantizedArray) {
 
 var modeAffine = C.CString("affine")
 
+type dequantizeArgs struct{ q backend.QuantizedArray }
+
 // Dequantize is mx.dequantize (affine): output in the scales' dtype.
 func (b *Backend) Dequantize(q backend.QuantizedArray) backend.Array {
 	quantArgs("Dequantize", q)
-	if !b.here() {
-		return b.away("Dequantize", func() backend.Array { return b.Dequantize(q) })
-	}
-	c := b.begin(C.MLXGO_OP_DEQUANTIZE)
-	c.i0, c.i1, c.str = C.int(q.GroupSize), C.int(q.Bits), modeAffine
-	return b.exec("Dequantize", q.W, q.Scales, q.Biases)
+	return hop(b, "Dequantize", dequantizeArgs{q}, dequantizeArgs.record)
+}
+
+func (p dequantizeArgs) record(b *Backend) *Array {
+	args := [3]backend.Array{p.q.W, p.q.Scales, p.q.Biases}
+	w, sc, bi := b.arg("Dequantize", args[:], 0).h, b.arg("Dequantize", args[:], 1).h, b.arg("Dequantize", args[:], 2).h
+	rc := C.mlxgo_dequantize(b.res, w, sc, bi, C.int(p.q.GroupSize), C.int(p.q.Bits), modeAffine, b.s)
+	return b.result("Dequantize", rc, args[:])
+}
+
+type quantizedMatmulArgs struct {
+	x         backend.Array
+	w         backend.QuantizedArray
+	transpose bool
 }
 
 // QuantizedMatmul is mx.quantized_matmul (affine).
 func (b *Backend) QuantizedMatmul(x backend.Array, w backend.QuantizedArray, transpose bool) backend.Array {
 	quantArgs("QuantizedMatmul", w)
-	if !b.here() {
-		return b.away("QuantizedMatmul", func() backend.Array { return b.QuantizedMatmul(x, w, transpose) })
-	}
-	c := b.begin(C.MLXGO_OP_QUANTIZED_MATMUL)
-	c.i0, c.i1, c.b0, c.str = C.int(w.GroupSize), C.int(w.Bits), C.bool(transpose), modeAffine
-	return b.exec("QuantizedMatmul", x, w.W, w.Scales, w.Biases)
+	return hop(b, "QuantizedMatmul", quantizedMatmulArgs{x, w, transpose}, quantizedMatmulArgs.record)
+}
+
+func (p quantizedMatmulArgs) record(b *Backend) *Array {
+	const op = "QuantizedMatmul"
+	args := [4]backend.Array{p.x, p.w.W, p.w.Scales, p.w.Biases}
+	x, w := b.arg(op, args[:], 0).h, b.arg(op, args[:], 1).h
+	sc, bi := b.arg(op, args[:], 2).h, b.arg(op, args[:], 3).h
+	rc := C.mlxgo_quantized_matmul(b.res, x, w, sc, bi, C.bool(p.transpose), C.int(p.w.GroupSize), C.int(p.w.Bits), modeAffine, b.s)
+	return b.result(op, rc, args[:])
 }

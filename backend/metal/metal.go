@@ -40,11 +40,11 @@ type Backend struct {
 
 	silu, swiglu C.mlx_closure // compiled lazily, shapeless
 
-	// call describes the op being recorded to mlxgo_op (C memory, so the
-	// one cgo call per op passes no Go pointer); args holds its input
-	// handles, dead the handles a closing scope frees in one call and
-	// evals the arrays of an Eval or AsyncEval.
-	call              *C.mlxgo_call
+	// res receives the result of the op being recorded (C memory, which
+	// the op's cgo call writes); args holds Concatenate's input handles,
+	// dead the handles a closing scope frees in one call and evals the
+	// arrays of an Eval or AsyncEval.
+	res               *C.mlxgo_result
 	args, dead, evals handles
 
 	ops    uint64   // ops recorded through exec (OpsRecorded)
@@ -94,13 +94,11 @@ func New(opts backend.Options) (*Backend, error) {
 		if b.s.ctx == nil {
 			return fmt.Errorf("mlx backend: opening the %s stream: %w", b.device, takeError())
 		}
-		b.call = (*C.mlxgo_call)(C.calloc(1, C.sizeof_mlxgo_call))
-		if b.call == nil {
+		b.res = (*C.mlxgo_result)(C.calloc(1, C.sizeof_mlxgo_result))
+		if b.res == nil {
 			C.mlx_stream_free(b.s)
 			return errors.New("mlx backend: out of memory")
 		}
-		b.call.s = b.s
-		b.call.args = b.args.reserve(8)
 		return nil
 	})
 	if err != nil {
@@ -167,8 +165,8 @@ func (b *Backend) Close() error {
 		C.mlx_synchronize(b.s)
 		C.mlx_stream_free(b.s)
 		b.s.ctx = nil
-		C.free(unsafe.Pointer(b.call))
-		b.call = nil
+		C.free(unsafe.Pointer(b.res))
+		b.res = nil
 		b.args.free()
 		b.dead.free()
 		b.evals.free()

@@ -150,21 +150,6 @@ int mlxgo_compile_builtin(mlx_closure* res, int which, mlx_stream s) {
   return rc;
 }
 
-int mlxgo_apply(mlx_closure f, const mlx_array* in, size_t n, mlx_array* out) {
-  mlx_vector_array args = mlx_vector_array_new_data(in, n);
-  if (args.ctx == NULL) {
-    return 1;
-  }
-  mlx_vector_array res = mlx_vector_array_new();
-  int rc = mlx_closure_apply(&res, f, args);
-  if (rc == 0) {
-    rc = mlx_vector_array_size(res) == 1 ? mlx_vector_array_get(out, res, 0) : 1;
-  }
-  mlx_vector_array_free(res);
-  mlx_vector_array_free(args);
-  return rc;
-}
-
 // The SDPA prototype with force_fused (mlx-c 0.7, MLX >= 0.32.2) and without
 // (mlx-c 0.6). _Generic picks the caller that matches the prototype the
 // included header declares; each caller receives the function as a generic
@@ -185,8 +170,8 @@ static int sdpa_plain(any_fn f, mlx_array* res, mlx_array q, mlx_array k, mlx_ar
   return ((sdpa_plain_fn)f)(res, q, k, v, scale, mode, mask, sinks, s);
 }
 
-int mlxgo_sdpa(mlx_array* res, mlx_array q, mlx_array k, mlx_array v, float scale, const char* mode,
-               mlx_array mask, mlx_stream s) {
+static int sdpa(mlx_array* res, mlx_array q, mlx_array k, mlx_array v, float scale, const char* mode,
+                mlx_array mask, mlx_stream s) {
   return _Generic(&mlx_fast_scaled_dot_product_attention, sdpa_fused_fn: sdpa_fused, default: sdpa_plain)(
       (any_fn)&mlx_fast_scaled_dot_product_attention, res, q, k, v, scale, mode, mask, mlx_array_new(), s);
 }
@@ -231,113 +216,201 @@ void mlxgo_free_arrays(const mlx_array* a, size_t n) {
   }
 }
 
-// record runs the MLX function of c->op into *r.
-static int record(mlxgo_call* c, mlx_array* r) {
-  const mlx_array* a = c->args;
-  const size_t n = c->nargs;
-  const mlx_stream s = c->s;
-  const mlx_array none = mlx_array_new();
-  switch (c->op) {
-    case MLXGO_OP_ADD: return mlx_add(r, a[0], a[1], s);
-    case MLXGO_OP_SUBTRACT: return mlx_subtract(r, a[0], a[1], s);
-    case MLXGO_OP_MULTIPLY: return mlx_multiply(r, a[0], a[1], s);
-    case MLXGO_OP_DIVIDE: return mlx_divide(r, a[0], a[1], s);
-    case MLXGO_OP_MAXIMUM: return mlx_maximum(r, a[0], a[1], s);
-    case MLXGO_OP_MINIMUM: return mlx_minimum(r, a[0], a[1], s);
-    case MLXGO_OP_EQUAL: return mlx_equal(r, a[0], a[1], s);
-    case MLXGO_OP_LESS: return mlx_less(r, a[0], a[1], s);
-    case MLXGO_OP_GREATER: return mlx_greater(r, a[0], a[1], s);
-    case MLXGO_OP_MATMUL: return mlx_matmul(r, a[0], a[1], s);
-    case MLXGO_OP_EXP: return mlx_exp(r, a[0], s);
-    case MLXGO_OP_LOG: return mlx_log(r, a[0], s);
-    case MLXGO_OP_NEGATIVE: return mlx_negative(r, a[0], s);
-    case MLXGO_OP_ABS: return mlx_abs(r, a[0], s);
-    case MLXGO_OP_SQRT: return mlx_sqrt(r, a[0], s);
-    case MLXGO_OP_RSQRT: return mlx_rsqrt(r, a[0], s);
-    case MLXGO_OP_SQUARE: return mlx_square(r, a[0], s);
-    case MLXGO_OP_SIGMOID: return mlx_sigmoid(r, a[0], s);
-    case MLXGO_OP_TANH: return mlx_tanh(r, a[0], s);
-    case MLXGO_OP_SIN: return mlx_sin(r, a[0], s);
-    case MLXGO_OP_COS: return mlx_cos(r, a[0], s);
-    case MLXGO_OP_ASTYPE: return mlx_astype(r, a[0], (mlx_dtype)c->i0, s);
-    case MLXGO_OP_WHERE: return mlx_where(r, a[0], a[1], a[2], s);
-    case MLXGO_OP_RESHAPE: return mlx_reshape(r, a[0], c->v0, c->n, s);
-    case MLXGO_OP_TRANSPOSE: return mlx_transpose_axes(r, a[0], c->v0, c->n, s);
-    case MLXGO_OP_SLICE: return mlx_slice(r, a[0], c->v0, c->n, c->v1, c->n, c->v2, c->n, s);
-    case MLXGO_OP_SLICE_UPDATE:
-      return mlx_slice_update(r, a[0], a[1], c->v0, c->n, c->v1, c->n, c->v2, c->n, s);
-    case MLXGO_OP_CONCATENATE: {
-      mlx_vector_array v = mlx_vector_array_new_data(a, n);
-      if (v.ctx == NULL) {
-        return 1;
-      }
-      int rc = mlx_concatenate_axis(r, v, c->i0, s);
-      mlx_vector_array_free(v);
-      return rc;
-    }
-    case MLXGO_OP_TAKE: return mlx_take_axis(r, a[0], a[1], c->i0, s);
-    case MLXGO_OP_SUM: return mlx_sum_axis(r, a[0], c->i0, c->b0, s);
-    case MLXGO_OP_MAX: return mlx_max_axis(r, a[0], c->i0, c->b0, s);
-    case MLXGO_OP_ARGMAX: return mlx_argmax_axis(r, a[0], c->i0, c->b0, s);
-    case MLXGO_OP_LOGSUMEXP: return mlx_logsumexp_axis(r, a[0], c->i0, c->b0, s);
-    case MLXGO_OP_SOFTMAX: return mlx_softmax_axis(r, a[0], c->i0, c->b0, s);
-    case MLXGO_OP_APPLY: return mlxgo_apply(c->fn, a, n, r);
-    case MLXGO_OP_RMS_NORM: return mlx_fast_rms_norm(r, a[0], n > 1 ? a[1] : none, c->f0, s);
-    case MLXGO_OP_ROPE: {
-      // i0 dims, b0 traditional, f1 base (b1: has one), f0 scale, i1 offset; a[1] freqs.
-      mlx_optional_float base = {c->f1, c->b1};
-      return mlx_fast_rope(r, a[0], c->i0, c->b0, base, c->f0, c->i1, n > 1 ? a[1] : none, s);
-    }
-    case MLXGO_OP_ROPE_DYNAMIC: {
-      // As MLXGO_OP_ROPE with a[1] the offsets and a[2] freqs.
-      mlx_optional_float base = {c->f1, c->b1};
-      return mlx_fast_rope_dynamic(r, a[0], c->i0, c->b0, base, c->f0, a[1], n > 2 ? a[2] : none, s);
-    }
-    case MLXGO_OP_SDPA: return mlxgo_sdpa(r, a[0], a[1], a[2], c->f0, c->str, n > 3 ? a[3] : none, s);
-    case MLXGO_OP_DEQUANTIZE: {
-      mlx_optional_int g = {c->i0, true}, b = {c->i1, true};
-      mlx_optional_dtype dt = {MLX_FLOAT32, false};
-      return mlx_dequantize(r, a[0], a[1], a[2], g, b, c->str, none, dt, s);
-    }
-    case MLXGO_OP_QUANTIZED_MATMUL: {
-      mlx_optional_int g = {c->i0, true}, b = {c->i1, true};
-      return mlx_quantized_matmul(r, a[0], a[1], a[2], a[3], c->b0, g, b, c->str, s);
-    }
-    case MLXGO_OP_ZEROS: return mlx_zeros(r, c->v0, c->n, (mlx_dtype)c->i0, s);
-  }
-  char msg[64];
-  snprintf(msg, sizeof msg, "mlxgo_op: unknown op code %d", c->op);
-  on_error(msg, NULL);
-  return 1;
-}
-
-int mlxgo_op(uintptr_t call) {
-  mlxgo_call* c = (mlxgo_call*)call;
-  mlx_array r = mlx_array_new();
-  c->res = mlx_array_new();
-  int rc = record(c, &r);
-  if (rc == 0 && r.ctx == NULL) {
+// done finishes an op call: o is what the mlx-c function (which returned rc)
+// wrote. On success it moves o, with its rank, dimensions and dtype, into r.
+static int done(mlxgo_result* r, int rc, mlx_array* o) {
+  r->res = mlx_array_new();
+  if (rc == 0 && o->ctx == NULL) {
     on_error("the op returned an empty array", NULL);
     rc = 1;
   }
   if (rc != 0) {
-    mlx_array_free(r);
+    mlx_array_free(*o);
     return rc;
   }
-  size_t nd = mlx_array_ndim(r);
-  const int* sh = mlx_array_shape(r);
+  size_t nd = mlx_array_ndim(*o);
+  const int* sh = mlx_array_shape(*o);
   if (nd > MLXGO_MAX_DIMS || (nd > 0 && sh == NULL)) {
     char msg[64];
     snprintf(msg, sizeof msg, "the result has %zu dimensions, at most %d", nd, (int)MLXGO_MAX_DIMS);
     on_error(msg, NULL);
-    mlx_array_free(r);
+    mlx_array_free(*o);
     return 1;
   }
   for (size_t i = 0; i < nd; i++) {
-    c->shape[i] = sh[i];
+    r->shape[i] = sh[i];
   }
-  c->ndim = (int)nd;
-  c->dtype = (int)mlx_array_dtype(r);
-  c->res = r;
+  r->ndim = (int)nd;
+  r->dtype = (int)mlx_array_dtype(*o);
+  r->res = *o;
   return 0;
+}
+
+// RECORD(call) runs call, an mlx-c op writing into &o, and finishes it.
+#define RECORD(call)                \
+  do {                              \
+    mlx_array o = mlx_array_new();  \
+    return done(r, (call), &o);     \
+  } while (0)
+
+int mlxgo_add(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_add(&o, a, b, s)); }
+int mlxgo_subtract(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_subtract(&o, a, b, s)); }
+int mlxgo_multiply(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_multiply(&o, a, b, s)); }
+int mlxgo_divide(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_divide(&o, a, b, s)); }
+int mlxgo_maximum(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_maximum(&o, a, b, s)); }
+int mlxgo_minimum(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_minimum(&o, a, b, s)); }
+int mlxgo_equal(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_equal(&o, a, b, s)); }
+int mlxgo_less(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_less(&o, a, b, s)); }
+int mlxgo_greater(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_greater(&o, a, b, s)); }
+int mlxgo_matmul(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_matmul(&o, a, b, s)); }
+
+int mlxgo_exp(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_exp(&o, a, s)); }
+int mlxgo_log(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_log(&o, a, s)); }
+int mlxgo_negative(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_negative(&o, a, s)); }
+int mlxgo_abs(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_abs(&o, a, s)); }
+int mlxgo_sqrt(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_sqrt(&o, a, s)); }
+int mlxgo_rsqrt(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_rsqrt(&o, a, s)); }
+int mlxgo_square(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_square(&o, a, s)); }
+int mlxgo_sigmoid(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_sigmoid(&o, a, s)); }
+int mlxgo_tanh(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_tanh(&o, a, s)); }
+int mlxgo_sin(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_sin(&o, a, s)); }
+int mlxgo_cos(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_cos(&o, a, s)); }
+
+int mlxgo_sum(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
+  RECORD(mlx_sum_axis(&o, a, axis, keepdims, s));
+}
+
+int mlxgo_max(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
+  RECORD(mlx_max_axis(&o, a, axis, keepdims, s));
+}
+
+int mlxgo_argmax(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
+  RECORD(mlx_argmax_axis(&o, a, axis, keepdims, s));
+}
+
+int mlxgo_logsumexp(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
+  RECORD(mlx_logsumexp_axis(&o, a, axis, keepdims, s));
+}
+
+int mlxgo_softmax(mlxgo_result* r, mlx_array a, int axis, bool precise, mlx_stream s) {
+  RECORD(mlx_softmax_axis(&o, a, axis, precise, s));
+}
+
+int mlxgo_astype(mlxgo_result* r, mlx_array a, mlx_dtype dtype, mlx_stream s) { RECORD(mlx_astype(&o, a, dtype, s)); }
+
+int mlxgo_where(mlxgo_result* r, mlx_array cond, mlx_array x, mlx_array y, mlx_stream s) {
+  RECORD(mlx_where(&o, cond, x, y, s));
+}
+
+// apply calls f on the inputs and writes its single output.
+static int apply(mlx_array* out, mlx_closure f, const mlx_array* in, size_t n) {
+  mlx_vector_array args = mlx_vector_array_new_data(in, n);
+  if (args.ctx == NULL) {
+    return 1;
+  }
+  mlx_vector_array res = mlx_vector_array_new();
+  int rc = mlx_closure_apply(&res, f, args);
+  if (rc == 0) {
+    rc = mlx_vector_array_size(res) == 1 ? mlx_vector_array_get(out, res, 0) : 1;
+  }
+  mlx_vector_array_free(res);
+  mlx_vector_array_free(args);
+  return rc;
+}
+
+int mlxgo_apply(mlxgo_result* r, mlx_closure f, mlx_array x, mlx_array y) {
+  const mlx_array in[2] = {x, y};
+  RECORD(apply(&o, f, in, y.ctx == NULL ? 1 : 2));
+}
+
+int mlxgo_zeros(mlxgo_result* r, const int* shape, size_t n, mlx_dtype dtype, mlx_stream s) {
+  RECORD(mlx_zeros(&o, shape, n, dtype, s));
+}
+
+int mlxgo_reshape(mlxgo_result* r, mlx_array a, const int* shape, size_t n, mlx_stream s) {
+  RECORD(mlx_reshape(&o, a, shape, n, s));
+}
+
+int mlxgo_transpose(mlxgo_result* r, mlx_array a, const int* axes, size_t n, mlx_stream s) {
+  RECORD(mlx_transpose_axes(&o, a, axes, n, s));
+}
+
+static const int ones[MLXGO_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+
+// too_many reports (to the error handler) a list of more than MLXGO_MAX_DIMS
+// axes, which ones cannot cover.
+static bool too_many(size_t n) {
+  if (n <= MLXGO_MAX_DIMS) {
+    return false;
+  }
+  on_error("more axes than MLXGO_MAX_DIMS", NULL);
+  return true;
+}
+
+int mlxgo_slice(mlxgo_result* r, mlx_array a, const int* start, const int* stop, size_t n, mlx_stream s) {
+  r->res = mlx_array_new();
+  if (too_many(n)) {
+    return 1;
+  }
+  RECORD(mlx_slice(&o, a, start, n, stop, n, ones, n, s));
+}
+
+int mlxgo_slice_update(mlxgo_result* r, mlx_array dst, mlx_array update, const int* start, const int* stop, size_t n,
+                       mlx_stream s) {
+  r->res = mlx_array_new();
+  if (too_many(n)) {
+    return 1;
+  }
+  RECORD(mlx_slice_update(&o, dst, update, start, n, stop, n, ones, n, s));
+}
+
+static int concatenate(mlx_array* out, const mlx_array* arrays, size_t n, int axis, mlx_stream s) {
+  mlx_vector_array v = mlx_vector_array_new_data(arrays, n);
+  if (v.ctx == NULL) {
+    return 1;
+  }
+  int rc = mlx_concatenate_axis(out, v, axis, s);
+  mlx_vector_array_free(v);
+  return rc;
+}
+
+int mlxgo_concatenate(mlxgo_result* r, const mlx_array* arrays, size_t n, int axis, mlx_stream s) {
+  RECORD(concatenate(&o, arrays, n, axis, s));
+}
+
+int mlxgo_take(mlxgo_result* r, mlx_array a, mlx_array indices, int axis, mlx_stream s) {
+  RECORD(mlx_take_axis(&o, a, indices, axis, s));
+}
+
+int mlxgo_rms_norm(mlxgo_result* r, mlx_array x, mlx_array weight, float eps, mlx_stream s) {
+  RECORD(mlx_fast_rms_norm(&o, x, weight, eps, s));
+}
+
+int mlxgo_rope(mlxgo_result* r, mlx_array x, int dims, bool traditional, mlx_optional_float base, float scale,
+               int offset, mlx_array freqs, mlx_stream s) {
+  RECORD(mlx_fast_rope(&o, x, dims, traditional, base, scale, offset, freqs, s));
+}
+
+int mlxgo_rope_dynamic(mlxgo_result* r, mlx_array x, int dims, bool traditional, mlx_optional_float base,
+                       float scale, mlx_array offsets, mlx_array freqs, mlx_stream s) {
+  RECORD(mlx_fast_rope_dynamic(&o, x, dims, traditional, base, scale, offsets, freqs, s));
+}
+
+int mlxgo_sdpa(mlxgo_result* r, mlx_array q, mlx_array k, mlx_array v, float scale, const char* mask_mode,
+               mlx_array mask, mlx_stream s) {
+  RECORD(sdpa(&o, q, k, v, scale, mask_mode, mask, s));
+}
+
+int mlxgo_dequantize(mlxgo_result* r, mlx_array w, mlx_array scales, mlx_array biases, int group_size, int bits,
+                     const char* mode, mlx_stream s) {
+  mlx_optional_int g = {group_size, true}, b = {bits, true};
+  mlx_optional_dtype dt = {MLX_FLOAT32, false};
+  RECORD(mlx_dequantize(&o, w, scales, biases, g, b, mode, mlx_array_new(), dt, s));
+}
+
+int mlxgo_quantized_matmul(mlxgo_result* r, mlx_array x, mlx_array w, mlx_array scales, mlx_array biases,
+                           bool transpose, int group_size, int bits, const char* mode, mlx_stream s) {
+  mlx_optional_int g = {group_size, true}, b = {bits, true};
+  RECORD(mlx_quantized_matmul(&o, x, w, scales, biases, transpose, g, b, mode, s));
 }

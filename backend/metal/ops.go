@@ -3,96 +3,154 @@
 package metal
 
 // #include "mlxgo.h"
+//
+// // The ops that take lists of dimensions read them during the call only and
+// // never call Go (they free no borrowed array), so the lists may stay on
+// // the Go stack: cgo keeps them there only when told both.
+// #cgo noescape mlxgo_zeros
+// #cgo nocallback mlxgo_zeros
+// #cgo noescape mlxgo_reshape
+// #cgo nocallback mlxgo_reshape
+// #cgo noescape mlxgo_transpose
+// #cgo nocallback mlxgo_transpose
+// #cgo noescape mlxgo_slice
+// #cgo nocallback mlxgo_slice
+// #cgo noescape mlxgo_slice_update
+// #cgo nocallback mlxgo_slice_update
 import "C"
 
 import (
 	"fmt"
 	"slices"
-	"unsafe"
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// Recording an op: an entry point checks here() (else it hands itself to
-// the MLX thread with away and returns what that gives), describes the op in
-// b.call with begin and the op's parameters, and calls exec with the input
-// arrays. exec checks them, records the op and reads the result's shape and
-// dtype in one cgo call (mlxgo_op), and adopts the result. Nothing on that
-// path allocates but the Array itself: arguments stay on the caller's stack
-// (error paths clone them before they escape into an *OpError).
+// Recording an op. An entry point checks what needs no MLX state, gathers
+// its parameters in a value of the op's own args type and passes it, with
+// the type's record method, to hop: the one place where an op crosses to
+// the MLX thread. On that thread hop calls record at once; from any other
+// goroutine it hands the thread a copy and waits. record checks the input
+// arrays, calls the op's typed mlxgo_ function (mlxgo.h: one cgo call that
+// records the op and writes the result's handle, shape and dtype into
+// b.res) and adopts the result (result).
+//
+// Nothing on that path allocates but the Array itself. An args value holds
+// no slice of the caller's (lists of dimensions are copied into a dims, a
+// fixed array), so nothing of the caller's escapes through the copy hop
+// makes, and the lists reach C from the MLX thread's stack (the
+// #cgo lines above). Error paths clone what they report before it
+// escapes into an *OpError.
 
-// away runs fn (the caller's own op, called again) on the MLX thread and
-// returns its result, or panics as do does when the backend is closed.
-func (b *Backend) away(op string, fn func() backend.Array) backend.Array {
-	var out backend.Array
-	b.do(op, func() { out = fn() })
+// hop runs record(p, b) on the MLX thread and returns its result: inline
+// when the caller is that thread, else through away. After Close it panics
+// with an *OpError naming op.
+func hop[P, R any](b *Backend, op string, p P, record func(P, *Backend) R) R {
+	if b.here() {
+		return record(p, b)
+	}
+	return away(b, op, p, record)
+}
+
+// away is hop's other path: the closure holds its own copy of p.
+//
+//go:noinline
+func away[P, R any](b *Backend, op string, p P, record func(P, *Backend) R) R {
+	var out R
+	b.do(op, func() { out = record(p, b) })
 	return out
 }
 
-// begin starts describing op code in b.call and returns it. MLX thread only.
-func (b *Backend) begin(code C.int) *C.mlxgo_call {
-	c := b.call
-	c.op = code
-	return c
-}
-
-// exec records the op described in b.call on args (which it checks) and
-// returns its result. MLX checks shapes and dtypes as the op is recorded, so
-// a bad call panics here with MLX's message, as an *OpError naming op.
-func (b *Backend) exec(op string, args ...backend.Array) *Array {
-	c := b.call
-	if len(args) > len(b.args.s) {
-		c.args = b.args.reserve(len(args))
-	}
-	hs := b.args.s
-	for i := range args {
-		hs[i] = b.arg(op, args, i).h
-	}
-	c.nargs = C.size_t(len(args))
+// result finishes an op whose mlxgo_ call returned rc: a failure panics
+// with MLX's message as an *OpError naming op and args; otherwise the
+// result in b.res is adopted. MLX checks shapes and dtypes as it records, so
+// a bad call fails here.
+func (b *Backend) result(op string, rc C.int, args []backend.Array) *Array {
 	b.ops++
-	if C.mlxgo_op(C.uintptr_t(uintptr(unsafe.Pointer(c)))) != 0 {
+	if rc != 0 {
 		panic(b.opError(op, slices.Clone(args)))
 	}
-	return b.adopt(op, c.res, int(c.ndim), &c.shape, c.dtype, false, args)
+	r := b.res
+	return b.adopt(op, r.res, int(r.ndim), &r.shape, r.dtype, false, args)
 }
 
-// ints writes xs into v (one of b.call's int lists) and their count into
-// b.call.n. More than MLXGO_MAX_DIMS entries panic with an *OpError.
-func (b *Backend) ints(op string, v *[C.MLXGO_MAX_DIMS]C.int, xs []int) {
-	if len(xs) > len(v) {
-		panic(&backend.OpError{Op: op, Err: fmt.Errorf("%d dimensions or axes, at most %d", len(xs), len(v))})
+// dims is a list of dimensions, axes or bounds as mlx-c takes them, held by
+// value.
+type dims struct {
+	n C.size_t
+	v [C.MLXGO_MAX_DIMS]C.int
+}
+
+// set copies xs into d. More than MLXGO_MAX_DIMS entries panic with an
+// *OpError naming op.
+func (d *dims) set(op string, xs []int) {
+	if len(xs) > len(d.v) {
+		panic(&backend.OpError{Op: op, Err: fmt.Errorf("%d dimensions or axes, at most %d", len(xs), len(d.v))})
 	}
 	for i, x := range xs {
-		v[i] = C.int(x)
+		d.v[i] = C.int(x)
 	}
-	b.call.n = C.size_t(len(xs))
+	d.n = C.size_t(len(xs))
 }
 
-var binaryCodes = [...]C.int{
-	backend.Add: C.MLXGO_OP_ADD, backend.Subtract: C.MLXGO_OP_SUBTRACT, backend.Multiply: C.MLXGO_OP_MULTIPLY,
-	backend.Divide: C.MLXGO_OP_DIVIDE, backend.Maximum: C.MLXGO_OP_MAXIMUM, backend.Minimum: C.MLXGO_OP_MINIMUM,
-	backend.Equal: C.MLXGO_OP_EQUAL, backend.Less: C.MLXGO_OP_LESS, backend.Greater: C.MLXGO_OP_GREATER,
+// list returns the entries of d (for messages).
+func (d *dims) list() []int {
+	out := make([]int, d.n)
+	for i := range out {
+		out[i] = int(d.v[i])
+	}
+	return out
+}
+
+// noArray is the empty handle mlx-c takes for an optional array left out.
+var noArray C.mlx_array
+
+type binaryArgs struct {
+	op   backend.BinaryOp
+	x, y backend.Array
 }
 
 // Binary applies op to a and b after broadcasting them together, with MLX's
 // type promotion (comparisons give Bool).
 func (b *Backend) Binary(op backend.BinaryOp, x, y backend.Array) backend.Array {
-	if op < 0 || int(op) >= len(binaryCodes) {
+	if op < backend.Add || op > backend.Greater {
 		panic(backend.Errorf(op.String(), []backend.Array{x, y}, "unknown binary op %d", int(op)))
 	}
-	if !b.here() {
-		return b.away(op.String(), func() backend.Array { return b.Binary(op, x, y) })
-	}
-	b.begin(binaryCodes[op])
-	return b.exec(op.String(), x, y)
+	return hop(b, op.String(), binaryArgs{op, x, y}, binaryArgs.record)
 }
 
-var unaryCodes = [...]C.int{
-	backend.Exp: C.MLXGO_OP_EXP, backend.Log: C.MLXGO_OP_LOG, backend.Negative: C.MLXGO_OP_NEGATIVE,
-	backend.Abs: C.MLXGO_OP_ABS, backend.Sqrt: C.MLXGO_OP_SQRT, backend.Rsqrt: C.MLXGO_OP_RSQRT,
-	backend.Square: C.MLXGO_OP_SQUARE, backend.Sigmoid: C.MLXGO_OP_SIGMOID, backend.SiLU: -1,
-	backend.Tanh: C.MLXGO_OP_TANH, backend.Sin: C.MLXGO_OP_SIN, backend.Cos: C.MLXGO_OP_COS,
+func (p binaryArgs) record(b *Backend) *Array {
+	op := p.op.String()
+	args := [2]backend.Array{p.x, p.y}
+	x, y, r, s := b.arg(op, args[:], 0).h, b.arg(op, args[:], 1).h, b.res, b.s
+	var rc C.int
+	switch p.op {
+	case backend.Add:
+		rc = C.mlxgo_add(r, x, y, s)
+	case backend.Subtract:
+		rc = C.mlxgo_subtract(r, x, y, s)
+	case backend.Multiply:
+		rc = C.mlxgo_multiply(r, x, y, s)
+	case backend.Divide:
+		rc = C.mlxgo_divide(r, x, y, s)
+	case backend.Maximum:
+		rc = C.mlxgo_maximum(r, x, y, s)
+	case backend.Minimum:
+		rc = C.mlxgo_minimum(r, x, y, s)
+	case backend.Equal:
+		rc = C.mlxgo_equal(r, x, y, s)
+	case backend.Less:
+		rc = C.mlxgo_less(r, x, y, s)
+	case backend.Greater:
+		rc = C.mlxgo_greater(r, x, y, s)
+	}
+	return b.result(op, rc, args[:])
+}
+
+type unaryArgs struct {
+	op backend.UnaryOp
+	x  backend.Array
 }
 
 // Unary applies op elementwise with MLX's kernels (integer inputs of the
@@ -102,75 +160,127 @@ func (b *Backend) Unary(op backend.UnaryOp, x backend.Array) backend.Array {
 	if op == backend.SiLU {
 		return b.builtin(op.String(), C.MLXGO_FN_SILU, x, nil)
 	}
-	if op < 0 || int(op) >= len(unaryCodes) {
+	if op < backend.Exp || op > backend.Cos {
 		panic(backend.Errorf(op.String(), []backend.Array{x}, "unknown unary op %d", int(op)))
 	}
-	if !b.here() {
-		return b.away(op.String(), func() backend.Array { return b.Unary(op, x) })
+	return hop(b, op.String(), unaryArgs{op, x}, unaryArgs.record)
+}
+
+func (p unaryArgs) record(b *Backend) *Array {
+	op := p.op.String()
+	args := [1]backend.Array{p.x}
+	x, r, s := b.arg(op, args[:], 0).h, b.res, b.s
+	var rc C.int
+	switch p.op {
+	case backend.Exp:
+		rc = C.mlxgo_exp(r, x, s)
+	case backend.Log:
+		rc = C.mlxgo_log(r, x, s)
+	case backend.Negative:
+		rc = C.mlxgo_negative(r, x, s)
+	case backend.Abs:
+		rc = C.mlxgo_abs(r, x, s)
+	case backend.Sqrt:
+		rc = C.mlxgo_sqrt(r, x, s)
+	case backend.Rsqrt:
+		rc = C.mlxgo_rsqrt(r, x, s)
+	case backend.Square:
+		rc = C.mlxgo_square(r, x, s)
+	case backend.Sigmoid:
+		rc = C.mlxgo_sigmoid(r, x, s)
+	case backend.Tanh:
+		rc = C.mlxgo_tanh(r, x, s)
+	case backend.Sin:
+		rc = C.mlxgo_sin(r, x, s)
+	case backend.Cos:
+		rc = C.mlxgo_cos(r, x, s)
+	default:
+		panic(backend.Errorf(op, slices.Clone(args[:]), "unknown unary op %d", int(p.op)))
 	}
-	b.begin(unaryCodes[op])
-	return b.exec(op.String(), x)
+	return b.result(op, rc, args[:])
+}
+
+type asTypeArgs struct {
+	x  backend.Array
+	dt C.mlx_dtype
 }
 
 // AsType converts x to dt (mx.astype).
 func (b *Backend) AsType(x backend.Array, dt tensor.DType) backend.Array {
-	d := mlxDType("AsType", dt)
-	if !b.here() {
-		return b.away("AsType", func() backend.Array { return b.AsType(x, dt) })
-	}
-	b.begin(C.MLXGO_OP_ASTYPE).i0 = C.int(d)
-	return b.exec("AsType", x)
+	return hop(b, "AsType", asTypeArgs{x, mlxDType("AsType", dt)}, asTypeArgs.record)
 }
+
+func (p asTypeArgs) record(b *Backend) *Array {
+	args := [1]backend.Array{p.x}
+	x := b.arg("AsType", args[:], 0).h
+	return b.result("AsType", C.mlxgo_astype(b.res, x, p.dt, b.s), args[:])
+}
+
+type whereArgs struct{ cond, x, y backend.Array }
 
 // Where picks a where cond is true and b elsewhere (mx.where).
 func (b *Backend) Where(cond, x, y backend.Array) backend.Array {
-	if !b.here() {
-		return b.away("Where", func() backend.Array { return b.Where(cond, x, y) })
-	}
-	b.begin(C.MLXGO_OP_WHERE)
-	return b.exec("Where", cond, x, y)
+	return hop(b, "Where", whereArgs{cond, x, y}, whereArgs.record)
+}
+
+func (p whereArgs) record(b *Backend) *Array {
+	args := [3]backend.Array{p.cond, p.x, p.y}
+	c, x, y := b.arg("Where", args[:], 0).h, b.arg("Where", args[:], 1).h, b.arg("Where", args[:], 2).h
+	return b.result("Where", C.mlxgo_where(b.res, c, x, y, b.s), args[:])
+}
+
+type reshapeArgs struct {
+	x     backend.Array
+	shape dims
 }
 
 // Reshape gives x a new shape of the same size; one dimension may be -1.
 func (b *Backend) Reshape(x backend.Array, shape ...int) backend.Array {
-	if !b.here() {
-		shape := slices.Clone(shape) // the caller's slice stays on its stack
-		return b.away("Reshape", func() backend.Array { return b.Reshape(x, shape...) })
-	}
-	c := b.begin(C.MLXGO_OP_RESHAPE)
-	b.ints("Reshape", &c.v0, shape)
-	return b.exec("Reshape", x)
+	p := reshapeArgs{x: x}
+	p.shape.set("Reshape", shape)
+	return hop(b, "Reshape", p, reshapeArgs.record)
+}
+
+func (p reshapeArgs) record(b *Backend) *Array {
+	args := [1]backend.Array{p.x}
+	x := b.arg("Reshape", args[:], 0).h
+	return b.result("Reshape", C.mlxgo_reshape(b.res, x, &p.shape.v[0], p.shape.n, b.s), args[:])
+}
+
+type transposeArgs struct {
+	x    backend.Array
+	axes dims // none: reversed
 }
 
 // Transpose permutes the axes of x; no axes reverses them (mx.transpose).
 func (b *Backend) Transpose(x backend.Array, axes ...int) backend.Array {
-	if !b.here() {
-		axes := slices.Clone(axes)
-		return b.away("Transpose", func() backend.Array { return b.Transpose(x, axes...) })
-	}
-	c := b.begin(C.MLXGO_OP_TRANSPOSE)
-	if len(axes) > 0 || x == nil {
-		b.ints("Transpose", &c.v0, axes)
-	} else {
-		one := [1]backend.Array{x}
-		n := len(b.arg("Transpose", one[:], 0).shape)
+	p := transposeArgs{x: x}
+	p.axes.set("Transpose", axes)
+	return hop(b, "Transpose", p, transposeArgs.record)
+}
+
+func (p transposeArgs) record(b *Backend) *Array {
+	args := [1]backend.Array{p.x}
+	a := b.arg("Transpose", args[:], 0)
+	if p.axes.n == 0 {
+		n := len(a.shape)
 		for i := range n {
-			c.v0[i] = C.int(n - 1 - i)
+			p.axes.v[i] = C.int(n - 1 - i)
 		}
-		c.n = C.size_t(n)
+		p.axes.n = C.size_t(n)
 	}
-	return b.exec("Transpose", x)
+	return b.result("Transpose", C.mlxgo_transpose(b.res, a.h, &p.axes.v[0], p.axes.n, b.s), args[:])
 }
 
 // bounds resolves start and stop against shape (negative values count from
 // the end) into lo and hi, and checks 0 <= start <= stop <= dim on every
 // axis: MLX would clamp, the contract does not.
-func bounds(shape tensor.Shape, start, stop []int, lo, hi *[C.MLXGO_MAX_DIMS]C.int) error {
-	if len(start) != len(shape) || len(stop) != len(shape) {
-		return fmt.Errorf("start %v and stop %v need one entry per axis (%d)", slices.Clone(start), slices.Clone(stop), len(shape))
+func bounds(shape tensor.Shape, start, stop *dims, lo, hi *dims) error {
+	if int(start.n) != len(shape) || int(stop.n) != len(shape) {
+		return fmt.Errorf("start %v and stop %v need one entry per axis (%d)", start.list(), stop.list(), len(shape))
 	}
 	for i, d := range shape {
-		l, h := start[i], stop[i]
+		l, h := int(start.v[i]), int(stop.v[i])
 		if l < 0 {
 			l += d
 		}
@@ -178,32 +288,41 @@ func bounds(shape tensor.Shape, start, stop []int, lo, hi *[C.MLXGO_MAX_DIMS]C.i
 			h += d
 		}
 		if l < 0 || l > h || h > d {
-			return fmt.Errorf("axis %d: range [%d:%d] outside [0:%d]", i, start[i], stop[i], d)
+			return fmt.Errorf("axis %d: range [%d:%d] outside [0:%d]", i, start.v[i], stop.v[i], d)
 		}
-		lo[i], hi[i] = C.int(l), C.int(h)
+		lo.v[i], hi.v[i] = C.int(l), C.int(h)
 	}
+	lo.n, hi.n = C.size_t(len(shape)), C.size_t(len(shape))
 	return nil
+}
+
+type sliceArgs struct {
+	x           backend.Array
+	start, stop dims
 }
 
 // Slice takes x[start[i]:stop[i]] on every axis (step 1). Negative bounds
 // count from the end; out-of-range bounds panic.
 func (b *Backend) Slice(x backend.Array, start, stop []int) backend.Array {
-	if !b.here() {
-		start, stop := slices.Clone(start), slices.Clone(stop)
-		return b.away("Slice", func() backend.Array { return b.Slice(x, start, stop) })
+	p := sliceArgs{x: x}
+	p.start.set("Slice", start)
+	p.stop.set("Slice", stop)
+	return hop(b, "Slice", p, sliceArgs.record)
+}
+
+func (p sliceArgs) record(b *Backend) *Array {
+	args := [1]backend.Array{p.x}
+	a := b.arg("Slice", args[:], 0)
+	var lo, hi dims
+	if err := bounds(a.shape, &p.start, &p.stop, &lo, &hi); err != nil {
+		panic(backend.Errorf("Slice", slices.Clone(args[:]), "%v", err))
 	}
-	one := [1]backend.Array{x}
-	a := b.arg("Slice", one[:], 0)
-	c := b.begin(C.MLXGO_OP_SLICE)
-	if err := bounds(a.shape, start, stop, &c.v0, &c.v1); err != nil {
-		panic(backend.Errorf("Slice", []backend.Array{x}, "%v", err))
-	}
-	n := len(a.shape)
-	for i := range n {
-		c.v2[i] = 1
-	}
-	c.n = C.size_t(n)
-	return b.exec("Slice", x)
+	return b.result("Slice", C.mlxgo_slice(b.res, a.h, &lo.v[0], &hi.v[0], lo.n, b.s), args[:])
+}
+
+type sliceUpdateArgs struct {
+	dst, src backend.Array
+	start    dims
 }
 
 // SliceUpdate returns dst with src written at start (mx slice_update: src is
@@ -211,41 +330,47 @@ func (b *Backend) Slice(x backend.Array, start, stop []int) backend.Array {
 // Negative starts count from the end; a region outside dst panics. MLX
 // reuses dst's buffer when nothing else holds it; dst stays valid either way.
 func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) backend.Array {
-	if !b.here() {
-		start := slices.Clone(start)
-		return b.away("SliceUpdate", func() backend.Array { return b.SliceUpdate(dst, src, start) })
+	p := sliceUpdateArgs{dst: dst, src: src}
+	p.start.set("SliceUpdate", start)
+	return hop(b, "SliceUpdate", p, sliceUpdateArgs.record)
+}
+
+func (p sliceUpdateArgs) record(b *Backend) *Array {
+	args := [2]backend.Array{p.dst, p.src}
+	if p.dst == nil || p.src == nil {
+		panic(backend.Errorf("SliceUpdate", slices.Clone(args[:]), "nil argument"))
 	}
-	two := [2]backend.Array{dst, src}
-	if dst == nil || src == nil {
-		panic(backend.Errorf("SliceUpdate", slices.Clone(two[:]), "nil argument"))
-	}
-	d, s := b.arg("SliceUpdate", two[:], 0), b.arg("SliceUpdate", two[:], 1)
+	d, s := b.arg("SliceUpdate", args[:], 0), b.arg("SliceUpdate", args[:], 1)
 	ds, ss := d.shape, s.shape
 	if len(ss) > len(ds) {
-		panic(backend.Errorf("SliceUpdate", slices.Clone(two[:]), "src has more dimensions than dst"))
+		panic(backend.Errorf("SliceUpdate", slices.Clone(args[:]), "src has more dimensions than dst"))
 	}
 	// stop = start + the region src covers (its shape padded with leading 1s).
-	var stop [C.MLXGO_MAX_DIMS]int
+	var stop dims
 	pad := len(ds) - len(ss)
-	for i := range min(len(start), len(ds)) {
+	for i := range min(int(p.start.n), len(ds)) {
 		r := 1
 		if i >= pad {
 			r = ss[i-pad]
 		}
-		stop[i] = start[i] + r
-		if start[i] < 0 {
-			stop[i] += ds[i]
+		stop.v[i] = p.start.v[i] + C.int(r)
+		if p.start.v[i] < 0 {
+			stop.v[i] += C.int(ds[i])
 		}
 	}
-	c := b.begin(C.MLXGO_OP_SLICE_UPDATE)
-	if err := bounds(ds, start, stop[:len(ds)], &c.v0, &c.v1); err != nil {
-		panic(backend.Errorf("SliceUpdate", slices.Clone(two[:]), "%v", err))
+	stop.n = C.size_t(len(ds))
+	var lo, hi dims
+	if err := bounds(ds, &p.start, &stop, &lo, &hi); err != nil {
+		panic(backend.Errorf("SliceUpdate", slices.Clone(args[:]), "%v", err))
 	}
-	for i := range ds {
-		c.v2[i] = 1
-	}
-	c.n = C.size_t(len(ds))
-	return b.exec("SliceUpdate", dst, src)
+	return b.result("SliceUpdate", C.mlxgo_slice_update(b.res, d.h, s.h, &lo.v[0], &hi.v[0], lo.n, b.s), args[:])
+}
+
+type concatenateArgs struct {
+	axis int
+	n    int
+	few  [4]backend.Array // the arrays, when there are at most four
+	many []backend.Array  // else a copy of them
 }
 
 // Concatenate joins arrays along axis (mx.concatenate).
@@ -253,12 +378,33 @@ func (b *Backend) Concatenate(axis int, xs ...backend.Array) backend.Array {
 	if len(xs) == 0 {
 		panic(&backend.OpError{Op: "Concatenate", Err: fmt.Errorf("no arrays")})
 	}
-	if !b.here() {
-		xs := slices.Clone(xs)
-		return b.away("Concatenate", func() backend.Array { return b.Concatenate(axis, xs...) })
+	p := concatenateArgs{axis: axis, n: len(xs)}
+	if len(xs) <= len(p.few) {
+		copy(p.few[:], xs)
+	} else {
+		p.many = slices.Clone(xs)
 	}
-	b.begin(C.MLXGO_OP_CONCATENATE).i0 = C.int(axis)
-	return b.exec("Concatenate", xs...)
+	return hop(b, "Concatenate", p, concatenateArgs.record)
+}
+
+func (p concatenateArgs) record(b *Backend) *Array {
+	xs := p.many
+	if xs == nil {
+		xs = p.few[:p.n]
+	}
+	if len(xs) > len(b.args.s) {
+		b.args.reserve(len(xs))
+	}
+	hs := b.args.s
+	for i := range xs {
+		hs[i] = b.arg("Concatenate", xs, i).h
+	}
+	return b.result("Concatenate", C.mlxgo_concatenate(b.res, b.args.p, C.size_t(len(xs)), C.int(p.axis), b.s), xs)
+}
+
+type takeArgs struct {
+	x, indices backend.Array
+	axis       int
 }
 
 // Take gathers whole slices of x along axis at integer indices (mx.take).
@@ -267,54 +413,98 @@ func (b *Backend) Take(x, indices backend.Array, axis int) backend.Array {
 	if indices != nil && (indices.DType().IsFloat() || indices.DType() == tensor.Bool) {
 		panic(backend.Errorf("Take", []backend.Array{x, indices}, "indices must have an integer dtype"))
 	}
-	if !b.here() {
-		return b.away("Take", func() backend.Array { return b.Take(x, indices, axis) })
-	}
-	b.begin(C.MLXGO_OP_TAKE).i0 = C.int(axis)
-	return b.exec("Take", x, indices)
+	return hop(b, "Take", takeArgs{x, indices, axis}, takeArgs.record)
 }
 
-// reduce records a reduction-like op along axis with its flag (keepdims, or
-// Softmax's precise).
-func (b *Backend) reduce(op string, code C.int, x backend.Array, axis int, flag bool) backend.Array {
-	if !b.here() {
-		return b.away(op, func() backend.Array { return b.reduce(op, code, x, axis, flag) })
+func (p takeArgs) record(b *Backend) *Array {
+	args := [2]backend.Array{p.x, p.indices}
+	x, i := b.arg("Take", args[:], 0).h, b.arg("Take", args[:], 1).h
+	return b.result("Take", C.mlxgo_take(b.res, x, i, C.int(p.axis), b.s), args[:])
+}
+
+// reduction names the ops that reduceArgs records.
+type reduction int
+
+const (
+	sum reduction = iota
+	maxAlong
+	argmax
+	logSumExp
+	softmax
+)
+
+var reductionNames = [...]string{sum: "Sum", maxAlong: "Max", argmax: "Argmax", logSumExp: "LogSumExp", softmax: "Softmax"}
+
+type reduceArgs struct {
+	op   reduction
+	x    backend.Array
+	axis int
+	flag bool // keepdims, or Softmax's precise
+}
+
+func (p reduceArgs) record(b *Backend) *Array {
+	op := reductionNames[p.op]
+	args := [1]backend.Array{p.x}
+	x, r, s, axis, flag := b.arg(op, args[:], 0).h, b.res, b.s, C.int(p.axis), C.bool(p.flag)
+	var rc C.int
+	switch p.op {
+	case sum:
+		rc = C.mlxgo_sum(r, x, axis, flag, s)
+	case maxAlong:
+		rc = C.mlxgo_max(r, x, axis, flag, s)
+	case argmax:
+		rc = C.mlxgo_argmax(r, x, axis, flag, s)
+	case logSumExp:
+		rc = C.mlxgo_logsumexp(r, x, axis, flag, s)
+	case softmax:
+		rc = C.mlxgo_softmax(r, x, axis, flag, s)
 	}
-	c := b.begin(code)
-	c.i0, c.b0 = C.int(axis), C.bool(flag)
-	return b.exec(op, x)
+	return b.result(op, rc, args[:])
 }
 
 // Sum reduces along axis (mx.sum).
 func (b *Backend) Sum(x backend.Array, axis int, keepDims bool) backend.Array {
-	return b.reduce("Sum", C.MLXGO_OP_SUM, x, axis, keepDims)
+	return hop(b, "Sum", reduceArgs{sum, x, axis, keepDims}, reduceArgs.record)
 }
 
 // Max reduces along axis (mx.max).
 func (b *Backend) Max(x backend.Array, axis int, keepDims bool) backend.Array {
-	return b.reduce("Max", C.MLXGO_OP_MAX, x, axis, keepDims)
+	return hop(b, "Max", reduceArgs{maxAlong, x, axis, keepDims}, reduceArgs.record)
 }
 
 // Argmax returns the uint32 index of the largest element along axis (mx.argmax).
 func (b *Backend) Argmax(x backend.Array, axis int, keepDims bool) backend.Array {
-	return b.reduce("Argmax", C.MLXGO_OP_ARGMAX, x, axis, keepDims)
+	return hop(b, "Argmax", reduceArgs{argmax, x, axis, keepDims}, reduceArgs.record)
 }
 
 // LogSumExp reduces along axis (mx.logsumexp).
 func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) backend.Array {
-	return b.reduce("LogSumExp", C.MLXGO_OP_LOGSUMEXP, x, axis, keepDims)
+	return hop(b, "LogSumExp", reduceArgs{logSumExp, x, axis, keepDims}, reduceArgs.record)
 }
 
 // Softmax along axis (mx.softmax).
 func (b *Backend) Softmax(x backend.Array, axis int, precise bool) backend.Array {
-	return b.reduce("Softmax", C.MLXGO_OP_SOFTMAX, x, axis, precise)
+	return hop(b, "Softmax", reduceArgs{softmax, x, axis, precise}, reduceArgs.record)
 }
+
+type matmulArgs struct{ x, y backend.Array }
 
 // Matmul is mx.matmul.
 func (b *Backend) Matmul(x, y backend.Array) backend.Array {
-	if !b.here() {
-		return b.away("Matmul", func() backend.Array { return b.Matmul(x, y) })
-	}
-	b.begin(C.MLXGO_OP_MATMUL)
-	return b.exec("Matmul", x, y)
+	return hop(b, "Matmul", matmulArgs{x, y}, matmulArgs.record)
+}
+
+func (p matmulArgs) record(b *Backend) *Array {
+	args := [2]backend.Array{p.x, p.y}
+	x, y := b.arg("Matmul", args[:], 0).h, b.arg("Matmul", args[:], 1).h
+	return b.result("Matmul", C.mlxgo_matmul(b.res, x, y, b.s), args[:])
+}
+
+type zerosArgs struct {
+	shape dims
+	dt    C.mlx_dtype
+}
+
+func (p zerosArgs) record(b *Backend) *Array {
+	return b.result("Zeros", C.mlxgo_zeros(b.res, &p.shape.v[0], p.shape.n, p.dt, b.s), nil)
 }

@@ -78,7 +78,7 @@ func TestSafetyNetOnlyAtOutermostLevel(t *testing.T) {
 	}
 }
 
-// The shape mlxgo_op reports comes back intact at every rank, inline in the
+// The shape an op call reports (mlxgo_result) comes back intact at every rank, inline in the
 // Array (up to 4) or not; more dimensions than MLXGO_MAX_DIMS are refused.
 func TestRecordedShapes(t *testing.T) {
 	b := open(t)
@@ -110,11 +110,12 @@ func TestRecordedShapes(t *testing.T) {
 	}
 }
 
-// Concatenate takes more arrays than the argument buffer first holds (8):
+// Concatenate takes any number of arrays: up to four inline in its args
+// value, more in a copy, and more handles than the buffer first holds (8):
 // 0, 1, ..., n-1 joined is [0 1 ... n-1], exact in float32.
 func TestConcatenateMany(t *testing.T) {
 	b := open(t)
-	for _, n := range []int{1, 8, 9, 40} {
+	for _, n := range []int{1, 4, 5, 8, 9, 40} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			s := b.Scope()
 			defer s.Close()
