@@ -183,7 +183,7 @@ func compareKL(caseName, backendName, output string, got, want *tensor.Dense, b 
 	agree, clear, misses := 0, 0, 0
 	for i := range rows {
 		gr, wr := g[i*v:(i+1)*v], w[i*v:(i+1)*v]
-		kl := klDiv(wr, gr)
+		kl := tensor.KLDivergence(wr, gr)
 		sum += kl
 		if !(kl <= r.Value) { // NaN sticks
 			r.Value = kl
@@ -207,33 +207,6 @@ func compareKL(caseName, backendName, output string, got, want *tensor.Dense, b 
 	r.Detail = fmt.Sprintf("KL mean %.3g (budget %.3g) over %d rows; argmax agrees at %d of %d rows, %d of %d with oracle margin > %g",
 		mean, b.MeanKL, rows, agree, rows, clear-misses, clear, b.ArgmaxMargin)
 	return r
-}
-
-// klDiv is KL(softmax(p) ‖ softmax(q)) in nats.
-func klDiv(p, q []float64) float64 {
-	lp, lq := logSoftmax(p), logSoftmax(q)
-	var kl float64
-	for i := range lp {
-		kl += math.Exp(lp[i]) * (lp[i] - lq[i])
-	}
-	return math.Max(kl, 0)
-}
-
-func logSoftmax(z []float64) []float64 {
-	mx := math.Inf(-1)
-	for _, v := range z {
-		mx = math.Max(mx, v)
-	}
-	var s float64
-	for _, v := range z {
-		s += math.Exp(v - mx)
-	}
-	ls := math.Log(s) + mx
-	out := make([]float64, len(z))
-	for i, v := range z {
-		out[i] = v - ls
-	}
-	return out
 }
 
 // argmax is the index of the largest value, ties to the smaller index.
