@@ -138,7 +138,7 @@ def _deq64(wq, scales, biases, gs, bits):
 
 
 def _quant_ref(w64, gs, bits):
-    """float64 version of MLX's affine scale/bias computation (mlx_lm_spec.md §2.2)."""
+    """float64 version of MLX's affine scale/bias computation (mlx/backend/cpu/quantized.cpp, quantize)."""
     n = 2**bits - 1
     g = w64.reshape(w64.shape[:-1] + (-1, gs))
     wmax = g.max(-1)
