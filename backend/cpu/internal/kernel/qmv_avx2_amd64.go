@@ -1,0 +1,177 @@
+package kernel
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+//go:generate go run qmv_avx2_gen.go -o qmv_avx2_amd64.s
+
+// The AVX2 kernels of the quantized matmul with transposed weights, for the
+// combinations the AVX-512 kernels do not take (vecKernel returns 0: every
+// CPU without AVX-512, and 4-bit group 32 on every CPU). They reproduce the
+// portable loops (dotF32 + dotBias) bit for bit, eight weight rows at a time,
+// so they may replace them for any number of rows of x: the one-row and
+// multi-row paths stay equal and chunked prefill equals one-shot.
+
+// avxArgs are the arguments of the kernels (field offsets fixed in
+// qmv_avx2_gen.go): w the first weight row of tile 0, wstr the bytes between
+// weight rows; x one row of x (float32, natural order); xs its group sums;
+// s and b the float32 scales and biases of tile 0's first row, gstr bytes
+// between rows; ngrp groups of upg units of four weight words per row;
+// out the eight results of tile 0 (tile t's at out + 32·t); ntile tiles;
+// d unused (reserved for the int8 kernels); idx the element offsets of the
+// scales of rows 0, 2, 4, 6, 1, 3, 5, 7 from row 0's.
+type avxArgs struct {
+	w     unsafe.Pointer // 0
+	wstr  uintptr        // 8
+	x     unsafe.Pointer // 16
+	xs    unsafe.Pointer // 24
+	s, b  unsafe.Pointer // 32, 40
+	gstr  uintptr        // 48
+	ngrp  int            // 56
+	upg   int            // 64
+	out   unsafe.Pointer // 72
+	ntile int            // 80
+	d     unsafe.Pointer // 88
+	idx   [8]int32       // 96
+}
+
+// qavxF32B4 writes, for a.ntile tiles of eight consecutive 4-bit weight
+// rows, dotF32(row) + dotBias(row) against one float32 row of x to
+// a.out: per row and group four partial sums a_j += c_j·x_j + c_{j+4}·x_{j+4}
+// word by word, s·((a0+a1)+(a2+a3)) summed over the groups, Σ b·xs summed
+// separately and added last, every step a float32 multiply or add in the
+// portable loop's order (the same bits).
+//
+//go:noescape
+func qavxF32B4(a *avxArgs)
+
+// qavxF32B8 is qavxF32B4 for 8-bit weights (dotF32's 8-bit loop: a_j +=
+// c_j·x_j).
+//
+//go:noescape
+func qavxF32B8(a *avxArgs)
+
+// convF16ToF32 sets dst[i] to float16 src[i] as float32 (VCVTPH2PS, exact
+// like tensor.F16ToFloat32 for every non-NaN value) for i < n, n a
+// multiple of 8.
+//
+//go:noescape
+func convF16ToF32(dst *float32, src *uint16, n int)
+
+// hasF16C reports the F16C instructions (CPUID leaf 1, ECX bit 29).
+func hasF16C() bool
+
+// avxQMM is set when the CPU has AVX2 and FMA (the kernels use no FMA: the
+// flag marks the CPU generation); avxF16 when it also has F16C.
+var avxQMM, avxF16 bool
+
+// avxOn switches the kernels on (tests compare with them off).
+var avxOn = true
+
+func init() {
+	avxQMM = cpu.X86.HasAVX && cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	avxF16 = avxQMM && hasF16C()
+}
+
+// avxTileRows is how many weight rows a worker converts scales for and
+// keeps in cache while it runs every row of x against them.
+const avxTileRows = 64
+
+// avxRows computes the quantized matmul with the AVX2 kernels when they
+// cover the combination (reporting false otherwise): every output is the
+// portable loop's, dotF32 + dotBias, bit for bit.
+func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8 bool) bool {
+	if !avxOn || !avxQMM || q8 || vecKernel(k, gs, bits, q8) != 0 || n < 8 {
+		return false
+	}
+	switch {
+	case bits == 4 && gs%32 == 0, bits == 8 && gs%16 == 0:
+	default:
+		return false
+	}
+	if (sc.F32 == nil && sc.F16 || bi.F32 == nil && bi.F16) && !avxF16 {
+		return false
+	}
+	wpr, gpr := WordsPerRow(k, bits), k/gs
+	check(len(wq) >= n*wpr && len(dst) >= m*n && len(x) >= m*k &&
+		sc.Len() >= n*gpr && bi.Len() >= n*gpr, "QuantizedMatmulT", "AVX2 kernel: slices too short")
+	s := scratchPool.Get().(*qmmScratch)
+	defer scratchPool.Put(s)
+	s.xs = grow(s.xs, m*gpr)
+	groupSums(s.xs, x, m, k, gs)
+	kern := qavxF32B4
+	if bits == 8 {
+		kern = qavxF32B8
+	}
+	n8 := n &^ 7
+	var idx [8]int32
+	for l, r := range [8]int32{0, 2, 4, 6, 1, 3, 5, 7} {
+		idx[l] = r * int32(gpr)
+	}
+	rk := roundKind(round)
+	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
+		ws := scratchPool.Get().(*qmmScratch)
+		defer scratchPool.Put(ws)
+		per := avxTileRows / 8
+		for t0 := lo; t0 < hi; t0 += per {
+			t1 := min(t0+per, hi)
+			j0, j1 := 8*t0, 8*t1
+			sp, bp := avxScales(&ws.row, sc, bi, j0*gpr, j1*gpr)
+			a := avxArgs{
+				w: ptr(wq[j0*wpr:]), wstr: uintptr(4 * wpr), s: sp, b: bp, gstr: uintptr(4 * gpr),
+				ngrp: gpr, upg: gs * bits / 128, ntile: t1 - t0, idx: idx,
+			}
+			for r := range m {
+				a.x, a.xs, a.out = ptr(x[r*k:]), ptr(s.xs[r*gpr:]), ptr(dst[r*n+j0:])
+				kern(&a)
+				roundSlice(dst[r*n+j0:r*n+j1], round, rk)
+			}
+		}
+	})
+	if n8 < n {
+		row := grow(s.row, 2*gpr)
+		s.row = row
+		for j := n8; j < n; j++ {
+			sc.load(row[:gpr], j*gpr)
+			bi.load(row[gpr:], j*gpr)
+			for r := range m {
+				v := dotF32(wq[j*wpr:(j+1)*wpr], x[r*k:(r+1)*k], row[:gpr], k, gs, bits) + dotBias(row[gpr:], s.xs[r*gpr:(r+1)*gpr])
+				dst[r*n+j] = round(v)
+			}
+		}
+	}
+	return true
+}
+
+// avxScales returns float32 scales and biases lo..hi-1: in place for
+// float32 storage, else converted into *buf.
+func avxScales(buf *[]float32, sc, bi Vec, lo, hi int) (s, b unsafe.Pointer) {
+	if sc.F32 != nil && bi.F32 != nil {
+		return ptr(sc.F32[lo:hi]), ptr(bi.F32[lo:hi])
+	}
+	nv := hi - lo
+	*buf = grow(*buf, 2*nv)
+	avxLoad((*buf)[:nv], sc, lo)
+	avxLoad((*buf)[nv:], bi, lo)
+	return ptr(*buf), ptr((*buf)[nv:])
+}
+
+// avxLoad is Vec.load with the float16 values converted by F16C.
+func avxLoad(dst []float32, v Vec, off int) {
+	if v.F32 != nil || !v.F16 {
+		v.load(dst, off)
+		return
+	}
+	src := v.U16[off : off+len(dst)]
+	n8 := len(dst) &^ 7
+	if n8 > 0 {
+		convF16ToF32(&dst[0], &src[0], n8)
+	}
+	for i := n8; i < len(dst); i++ {
+		dst[i] = tensor.F16ToFloat32(src[i])
+	}
+}

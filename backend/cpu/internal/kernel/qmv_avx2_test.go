@@ -1,0 +1,183 @@
+//go:build amd64
+
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// needAVX2 skips (loudly) on CPUs without the AVX2 kernels.
+func needAVX2(t testing.TB) {
+	t.Helper()
+	if !avxQMM {
+		t.Skip("SKIPPED: this CPU lacks AVX2/FMA; the AVX2 kernels are not installed")
+	}
+}
+
+// avxCase is one combination the AVX2 kernels cover.
+type avxCase struct {
+	bits, gs int
+	dt       string // scale and bias storage: f32, bf16, f16
+}
+
+// avxCases lists every combination of bits 4 and 8, groups of 32, 64 and
+// 128 and the three scale dtypes.
+func avxCases() []avxCase {
+	var cs []avxCase
+	for _, bits := range []int{4, 8} {
+		for _, gs := range []int{32, 64, 128} {
+			for _, dt := range []string{"f32", "bf16", "f16"} {
+				cs = append(cs, avxCase{bits, gs, dt})
+			}
+		}
+	}
+	return cs
+}
+
+// avxVecs returns the scales and biases of qmvInputs in storage dtype dt.
+func avxVecs(dt string, sc, bi []float32, sb, bb []uint16) (Vec, Vec) {
+	switch dt {
+	case "bf16":
+		return BF16Vec(sb), BF16Vec(bb)
+	case "f16":
+		f16 := func(v []float32) []uint16 {
+			all := make([]uint16, len(v)+2*guardN)
+			for i := range all {
+				all[i] = 0x7e01 // a float16 NaN in the guards
+			}
+			u := all[guardN : guardN+len(v)]
+			for i, f := range v {
+				u[i] = tensor.Float32ToF16(f) // (a few biases round to subnormals)
+			}
+			return u
+		}
+		return F16Vec(f16(sc)), F16Vec(f16(bi))
+	}
+	return F32Vec(sc), F32Vec(bi)
+}
+
+// TestAVX2EqualsPortable holds the AVX2 kernels (qmv_avx2_amd64.s) to the
+// portable loops (dotF32 + dotBias) bit for bit, for every covered bits ×
+// group × scale dtype, one and several rows of x, row counts with a
+// partial tile of eight, inputs inside NaN guards, rounded and unrounded
+// results, and 1 or 3 threads.
+func TestAVX2EqualsPortable(t *testing.T) {
+	needAVX2(t)
+	for _, c := range avxCases() {
+		for _, k := range []int{256, 576, 1536} {
+			if k%c.gs != 0 {
+				continue
+			}
+			for _, n := range []int{8, 43, 136} {
+				for _, m := range []int{1, 3} {
+					name := fmt.Sprintf("b%dg%d/%s/%s", c.bits, c.gs, c.dt, dims(m, n, k))
+					t.Run(name, func(t *testing.T) {
+						_, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+k+c.bits*7+c.gs), n, k, c.gs, c.bits)
+						scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+						xall := randVec(newRand(uint64(k+m)), m*k+2*guardN, 1, tensor.RoundBF16)
+						x := xall[guardN : guardN+m*k]
+						if !avxRows(make([]float32, m*n), x, wq, scv, biv, m, n, k, c.gs, c.bits, Identity, false) {
+							t.Fatal("avxRows did not take this combination")
+						}
+						for _, round := range []Rounder{Identity, tensor.RoundBF16} {
+							want := make([]float32, m*n)
+							avxOn = false
+							QuantizedMatmulTVec(want, x, wq, scv, biv, m, n, k, c.gs, c.bits, round, AccF32)
+							avxOn = true
+							for _, th := range []int{1, 3} {
+								got, whole := guarded(m * n)
+								withThreads(th, func() {
+									QuantizedMatmulTVec(got, x, wq, scv, biv, m, n, k, c.gs, c.bits, round, AccF32)
+								})
+								checkGuards(t, whole, name)
+								expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestAVX2SpecialX repeats TestAVX2EqualsPortable's comparison with x
+// holding ±Inf, NaN, ±0 and subnormals.
+func TestAVX2SpecialX(t *testing.T) {
+	needAVX2(t)
+	special := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 0,
+		float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -1e-40}
+	n, k := 24, 512
+	for _, c := range []avxCase{{4, 32, "f16"}, {8, 64, "bf16"}} {
+		for si, v := range special {
+			_, wq, sc, bi, sb, bb := qmvInputs(uint64(si), n, k, c.gs, c.bits)
+			scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+			x := randVec(newRand(uint64(si)), k, 1, tensor.RoundBF16)
+			for i := si; i < k; i += 37 {
+				x[i] = v
+			}
+			want, got := make([]float32, n), make([]float32, n)
+			avxOn = false
+			QuantizedMatmulTVec(want, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, AccF32)
+			avxOn = true
+			QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, AccF32)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+					t.Fatalf("b%dg%d %s x=%v: output %d: got %v, want %v", c.bits, c.gs, c.dt, v, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestQmvAVX2Generated: qmv_avx2_amd64.s is what qmv_avx2_gen.go writes.
+func TestQmvAVX2Generated(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("SKIPPED: no go command on PATH to run qmv_avx2_gen.go")
+	}
+	out, err := exec.Command("go", "run", "qmv_avx2_gen.go").Output()
+	if err != nil {
+		t.Fatalf("go run qmv_avx2_gen.go: %v", err)
+	}
+	have, err := os.ReadFile("qmv_avx2_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != string(have) {
+		t.Errorf("qmv_avx2_amd64.s differs from the output of qmv_avx2_gen.go: run go generate")
+	}
+}
+
+// BenchmarkAVX2QMV measures the one-row kernels on a 1536×4096-like layer
+// (and SmolLM2's 576-wide shapes), reporting GB/s of weights, scales and
+// biases read.
+func BenchmarkAVX2QMV(b *testing.B) {
+	needAVX2(b)
+	for _, c := range avxCases() {
+		for _, sh := range [][2]int{{1536, 576}, {4096, 1536}} {
+			n, k := sh[0], sh[1]
+			if k%c.gs != 0 {
+				continue
+			}
+			b.Run(fmt.Sprintf("b%dg%d/%s/%dx%d", c.bits, c.gs, c.dt, n, k), func(b *testing.B) {
+				x, wq, sc, bi, sb, bb := qmvInputs(1, n, k, c.gs, c.bits)
+				scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+				dst := make([]float32, n)
+				esz := 4
+				if c.dt != "f32" {
+					esz = 2
+				}
+				bytes := int64(4*len(wq) + 2*esz*len(sc))
+				b.SetBytes(bytes)
+				for b.Loop() {
+					QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, AccF32)
+				}
+			})
+		}
+	}
+}
