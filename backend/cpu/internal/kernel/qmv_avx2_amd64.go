@@ -3,8 +3,8 @@ package kernel
 import (
 	"unsafe"
 
-	"golang.org/x/sys/cpu"
 	"github.com/mlxgo/mlxgo/tensor"
+	"golang.org/x/sys/cpu"
 )
 
 //go:generate go run qmv_avx2_gen.go -o qmv_avx2_amd64.s
