@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"sync"
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -22,8 +23,11 @@ import (
 // s and b the float32 scales and biases of tile 0's first row, gstr bytes
 // between rows; ngrp groups of upg units of four weight words per row;
 // out the eight results of tile 0 (tile t's at out + 32·t); ntile tiles;
-// d unused (reserved for the int8 kernels); idx the element offsets of the
-// scales of rows 0, 2, 4, 6, 1, 3, 5, 7 from row 0's.
+// idx the element offsets of the scales of rows 0, 2, 4, 6, 1, 3, 5, 7 from
+// row 0's. The int8 kernels read x as avxPrepQ8 writes it (4-bit: per block
+// of 32 the even codes, then the odd ones; 8-bit: the codes widened to
+// int16), d the block scales of x, and count upg blocks of 32 per group
+// (gleft is their scratch).
 type avxArgs struct {
 	w     unsafe.Pointer // 0
 	wstr  uintptr        // 8
@@ -37,6 +41,7 @@ type avxArgs struct {
 	ntile int            // 80
 	d     unsafe.Pointer // 88
 	idx   [8]int32       // 96
+	gleft int            // 128: the int8 kernels' group counter
 }
 
 // qavxF32B4 writes, for a.ntile tiles of eight consecutive 4-bit weight
@@ -54,6 +59,21 @@ func qavxF32B4(a *avxArgs)
 //
 //go:noescape
 func qavxF32B8(a *avxArgs)
+
+// qavxQ8B4 writes, for a.ntile tiles of eight consecutive 4-bit weight
+// rows, dotQ8(row) + dotBias(row) against one row of x quantized to int8
+// (avxPrepQ8's layout) to a.out: per block of 32 the exact integer sum of
+// codes times x codes, a += d_t·float(isum) over the group's blocks,
+// s·a summed over the groups, Σ b·xs separately and added last, in the
+// portable loop's float32 order (the same bits).
+//
+//go:noescape
+func qavxQ8B4(a *avxArgs)
+
+// qavxQ8B8 is qavxQ8B4 for 8-bit weights.
+//
+//go:noescape
+func qavxQ8B8(a *avxArgs)
 
 // convF16ToF32 sets dst[i] to float16 src[i] as float32 (VCVTPH2PS, exact
 // like tensor.F16ToFloat32 for every non-NaN value) for i < n, n a
@@ -83,13 +103,15 @@ const avxTileRows = 64
 
 // avxRows computes the quantized matmul with the AVX2 kernels when they
 // cover the combination (reporting false otherwise): every output is the
-// portable loop's, dotF32 + dotBias, bit for bit.
+// portable loop's, dotF32 (or, under AccQ8, dotQ8) + dotBias, bit for bit.
+// Scratch (pooled): the group sums of x, x quantized twice (AccQ8), and per
+// worker the float32 scales and biases of avxTileRows weight rows.
 func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8 bool) bool {
-	if !avxOn || !avxQMM || q8 || vecKernel(k, gs, bits, q8) != 0 || n < 8 {
+	if !avxOn || !avxQMM || vecKernel(k, gs, bits, q8) != 0 || n < 8 {
 		return false
 	}
 	switch {
-	case bits == 4 && gs%32 == 0, bits == 8 && gs%16 == 0:
+	case bits == 4 && gs%32 == 0, bits == 8 && gs%32 == 0, bits == 8 && gs%16 == 0 && !q8:
 	default:
 		return false
 	}
@@ -99,12 +121,22 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 	wpr, gpr := WordsPerRow(k, bits), k/gs
 	check(len(wq) >= n*wpr && len(dst) >= m*n && len(x) >= m*k &&
 		sc.Len() >= n*gpr && bi.Len() >= n*gpr, "QuantizedMatmulT", "AVX2 kernel: slices too short")
-	s := scratchPool.Get().(*qmmScratch)
-	defer scratchPool.Put(s)
+	s := avxPool.Get().(*avxState)
+	defer avxPool.Put(s)
 	s.xs = grow(s.xs, m*gpr)
 	groupSums(s.xs, x, m, k, gs)
-	kern := qavxF32B4
-	if bits == 8 {
+	var kern func(*avxArgs)
+	upg := gs * bits / 128
+	switch {
+	case q8:
+		avxPrepQ8(s, x, m*k, bits)
+		kern, upg = qavxQ8B4, gs/32
+		if bits == 8 {
+			kern = qavxQ8B8
+		}
+	case bits == 4:
+		kern = qavxF32B4
+	default:
 		kern = qavxF32B8
 	}
 	n8 := n &^ 7
@@ -114,8 +146,8 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 	}
 	rk := roundKind(round)
 	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
-		ws := scratchPool.Get().(*qmmScratch)
-		defer scratchPool.Put(ws)
+		ws := avxPool.Get().(*avxState)
+		defer avxPool.Put(ws)
 		per := avxTileRows / 8
 		for t0 := lo; t0 < hi; t0 += per {
 			t1 := min(t0+per, hi)
@@ -123,10 +155,16 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 			sp, bp := avxScales(&ws.row, sc, bi, j0*gpr, j1*gpr)
 			a := avxArgs{
 				w: ptr(wq[j0*wpr:]), wstr: uintptr(4 * wpr), s: sp, b: bp, gstr: uintptr(4 * gpr),
-				ngrp: gpr, upg: gs * bits / 128, ntile: t1 - t0, idx: idx,
+				ngrp: gpr, upg: upg, ntile: t1 - t0, idx: idx,
 			}
 			for r := range m {
 				a.x, a.xs, a.out = ptr(x[r*k:]), ptr(s.xs[r*gpr:]), ptr(dst[r*n+j0:])
+				switch {
+				case q8 && bits == 4:
+					a.x, a.d = ptr(s.xq[r*k:]), ptr(s.dx[r*k/32:])
+				case q8:
+					a.x, a.d = ptr(s.x16[r*k:]), ptr(s.dx[r*k/32:])
+				}
 				kern(&a)
 				roundSlice(dst[r*n+j0:r*n+j1], round, rk)
 			}
@@ -138,13 +176,54 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 		for j := n8; j < n; j++ {
 			sc.load(row[:gpr], j*gpr)
 			bi.load(row[gpr:], j*gpr)
+			w := wq[j*wpr : (j+1)*wpr]
 			for r := range m {
-				v := dotF32(wq[j*wpr:(j+1)*wpr], x[r*k:(r+1)*k], row[:gpr], k, gs, bits) + dotBias(row[gpr:], s.xs[r*gpr:(r+1)*gpr])
-				dst[r*n+j] = round(v)
+				var v float32
+				if q8 {
+					v = dotQ8(w, s.xqn[r*k:(r+1)*k], s.dx[r*k/32:(r+1)*k/32], row[:gpr], k, gs, bits)
+				} else {
+					v = dotF32(w, x[r*k:(r+1)*k], row[:gpr], k, gs, bits)
+				}
+				dst[r*n+j] = round(v + dotBias(row[gpr:], s.xs[r*gpr:(r+1)*gpr]))
 			}
 		}
 	}
 	return true
+}
+
+// avxState is the pooled per-call scratch: the group sums of x, x
+// quantized (natural order, and in the kernels' layout), the block scales,
+// and a worker's float32 scales and biases.
+type avxState struct {
+	xs, dx, row []float32
+	xqn, xq     []int8
+	x16         []int16
+}
+
+var avxPool = sync.Pool{New: func() any { return new(avxState) }}
+
+// avxPrepQ8 quantizes n values of x (quantizeQ8, as dotQ8's callers do)
+// into s.xqn and s.dx and lays them out for the int8 kernels: 4-bit, per
+// block of 32 the 16 even codes then the 16 odd ones (the low and high
+// nibbles of the block's weight bytes) in s.xq; 8-bit, the codes as int16
+// in s.x16.
+func avxPrepQ8(s *avxState, x []float32, n, bits int) {
+	s.xqn, s.dx = grow(s.xqn, n), grow(s.dx, n/32)
+	quantizeQ8(s.xqn, s.dx, x, n, q8Max(bits))
+	if bits == 4 {
+		s.xq = grow(s.xq, n)
+		for b := 0; b < n; b += 32 {
+			src, dst := s.xqn[b:b+32], s.xq[b:b+32]
+			for i := range 16 {
+				dst[i], dst[16+i] = src[2*i], src[2*i+1]
+			}
+		}
+		return
+	}
+	s.x16 = grow(s.x16, n)
+	for i, v := range s.xqn[:n] {
+		s.x16[i] = int16(v)
+	}
 }
 
 // avxScales returns float32 scales and biases lo..hi-1: in place for

@@ -88,7 +88,7 @@ func header() {
 // prologue loads the argument registers shared by every kernel: AX the
 // arguments, SI the tile index, R9-R12 the row strides, Y4-Y7 the byte
 // selections.
-func prologue(name string) {
+func prologue(name string, q8 bool) {
 	p("// func %s(a *avxArgs)", name)
 	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
 	p("\tMOVQ a+0(FP), AX")
@@ -96,8 +96,10 @@ func prologue(name string) {
 	p("\tLEAQ (R9)(R9*2), R10")
 	p("\tLEAQ (R9)(R9*4), R11")
 	p("\tLEAQ (R10)(R9*4), R12")
-	for i := range 4 {
-		p("\tVMOVDQU avxSel%d<>(SB), Y%d", i, 4+i)
+	if !q8 {
+		for i := range 4 {
+			p("\tVMOVDQU avxSel%d<>(SB), Y%d", i, 4+i)
+		}
 	}
 	p("\tXORQ SI, SI")
 	p("")
@@ -120,7 +122,15 @@ func prologue(name string) {
 	p("\tMOVQ 24(AX), R14")
 	p("\tVXORPS Y8, Y8, Y8")
 	p("\tVXORPS Y9, Y9, Y9")
-	p("\tMOVQ 56(AX), CX")
+	if q8 {
+		// The group count lives in the arguments (128), CX walks the
+		// block scales of x.
+		p("\tMOVQ 56(AX), DX")
+		p("\tMOVQ DX, 128(AX)")
+		p("\tMOVQ 88(AX), CX")
+	} else {
+		p("\tMOVQ 56(AX), CX")
+	}
 	p("")
 }
 
@@ -128,7 +138,7 @@ func prologue(name string) {
 // lane order r0 r2 r4 r6 r1 r3 r5 r7 of the final horizontal adds) into the
 // totals Y8 (Σ s·dot) and Y9 (Σ b·xs), Y10 holding the eight dots; then
 // the next group.
-func groupEnd(name string) {
+func groupEnd(name string, q8 bool) {
 	p("\tVMOVDQU 96(AX), Y12")
 	p("\tVPCMPEQD Y13, Y13, Y13")
 	p("\tVGATHERDPS Y13, (BX)(Y12*4), Y11")
@@ -142,7 +152,11 @@ func groupEnd(name string) {
 	p("\tADDQ $4, BX")
 	p("\tADDQ $4, R13")
 	p("\tADDQ $4, R14")
-	p("\tDECQ CX")
+	if q8 {
+		p("\tDECQ 128(AX)")
+	} else {
+		p("\tDECQ CX")
+	}
 	p("\tJNZ %s_group", name)
 	p("")
 	// out[r] = Σ s·dot + Σ b·xs, lanes back to row order.
@@ -168,7 +182,7 @@ func groupEnd(name string) {
 // by two levels of VHADDPS.
 func f32(bits int) {
 	name := fmt.Sprintf("qavxF32B%d", bits)
-	prologue(name)
+	prologue(name, false)
 	p("%s_group:", name)
 	for i := range 4 {
 		p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
@@ -228,7 +242,68 @@ func f32(bits int) {
 	p("\tVHADDPS Y1, Y0, Y10")
 	p("\tVHADDPS Y3, Y2, Y11")
 	p("\tVHADDPS Y11, Y10, Y10")
-	groupEnd(name)
+	groupEnd(name, false)
+}
+
+// q8 writes the int8 kernel for bits (4 or 8): per block t of 32 codes the
+// exact integer sums of the eight rows (4-bit: VPMADDUBSW of the nibbles
+// with x's even and odd codes, 8-bit: VPMADDWD of the widened codes with
+// x widened to int16), gathered into the lane order r0 r2 r4 r6 r1 r3 r5
+// r7; then a += d_t·float(isum) per row as dotQ8, Y10 holding a.
+func q8(bits int) {
+	name := fmt.Sprintf("qavxQ8B%d", bits)
+	prologue(name, true)
+	p("%s_group:", name)
+	p("\tVXORPS Y10, Y10, Y10")
+	p("\tMOVQ 64(AX), DX")
+	p("%s_blk:", name)
+	if bits == 4 {
+		p("\tVBROADCASTI128 (DI), Y12")
+		p("\tVBROADCASTI128 16(DI), Y13")
+		for pr := range 4 {
+			p("\tVMOVDQU %s, X4", row(2*pr, 0))
+			p("\tVINSERTI128 $1, %s, Y4, Y4", row(2*pr+1, 0))
+			p("\tVPSRLW $4, Y4, Y5")
+			p("\tVPAND avxNib<>(SB), Y4, Y4")
+			p("\tVPAND avxNib<>(SB), Y5, Y5")
+			p("\tVPMADDUBSW Y12, Y4, Y4")
+			p("\tVPMADDUBSW Y13, Y5, Y5")
+			p("\tVPADDW Y5, Y4, Y4")
+			p("\tVPMADDWD avxOnes16<>(SB), Y4, Y%d", pr)
+		}
+		p("\tVPHADDD Y1, Y0, Y0")
+		p("\tVPHADDD Y3, Y2, Y2")
+		p("\tVPHADDD Y2, Y0, Y0")
+		p("\tADDQ $16, R8")
+		p("\tADDQ $32, DI")
+	} else {
+		for r := range 8 {
+			p("\tVPMOVZXBW %s, Y11", row(r, 0))
+			p("\tVPMADDWD (DI), Y11, Y11")
+			p("\tVPMOVZXBW %s, Y%d", row(r, 16), r)
+			p("\tVPMADDWD 32(DI), Y%d, Y%d", r, r)
+			p("\tVPADDD Y11, Y%d, Y%d", r, r)
+		}
+		p("\tVPHADDD Y2, Y0, Y0")
+		p("\tVPHADDD Y6, Y4, Y4")
+		p("\tVPHADDD Y4, Y0, Y0")
+		p("\tVPHADDD Y3, Y1, Y1")
+		p("\tVPHADDD Y7, Y5, Y5")
+		p("\tVPHADDD Y5, Y1, Y1")
+		p("\tVPERM2I128 $0x20, Y1, Y0, Y2")
+		p("\tVPERM2I128 $0x31, Y1, Y0, Y3")
+		p("\tVPADDD Y3, Y2, Y0")
+		p("\tADDQ $32, R8")
+		p("\tADDQ $64, DI")
+	}
+	p("\tVCVTDQ2PS Y0, Y0")
+	p("\tVBROADCASTSS (CX), Y4")
+	p("\tVMULPS Y0, Y4, Y4")
+	p("\tVADDPS Y4, Y10, Y10")
+	p("\tADDQ $4, CX")
+	p("\tDECQ DX")
+	p("\tJNZ %s_blk", name)
+	groupEnd(name, true)
 }
 
 // misc writes the float16 conversion and the F16C check.
@@ -268,6 +343,8 @@ func main() {
 	header()
 	f32(4)
 	f32(8)
+	q8(4)
+	q8(8)
 	misc()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())

@@ -63,8 +63,9 @@ func avxVecs(dt string, sc, bi []float32, sb, bb []uint16) (Vec, Vec) {
 }
 
 // TestAVX2EqualsPortable holds the AVX2 kernels (qmv_avx2_amd64.s) to the
-// portable loops (dotF32 + dotBias) bit for bit, for every covered bits ×
-// group × scale dtype, one and several rows of x, row counts with a
+// portable loops (dotF32 or dotQ8, + dotBias) bit for bit, for every covered
+// bits × group × scale dtype, both precisions, one and (float32) three rows
+// of x, row counts with a
 // partial tile of eight, inputs inside NaN guards, rounded and unrounded
 // results, and 1 or 3 threads.
 func TestAVX2EqualsPortable(t *testing.T) {
@@ -76,32 +77,39 @@ func TestAVX2EqualsPortable(t *testing.T) {
 			}
 			for _, n := range []int{8, 43, 136} {
 				for _, m := range []int{1, 3} {
-					name := fmt.Sprintf("b%dg%d/%s/%s", c.bits, c.gs, c.dt, dims(m, n, k))
-					t.Run(name, func(t *testing.T) {
-						_, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+k+c.bits*7+c.gs), n, k, c.gs, c.bits)
-						scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
-						xall := randVec(newRand(uint64(k+m)), m*k+2*guardN, 1, tensor.RoundBF16)
-						x := xall[guardN : guardN+m*k]
-						if !avxRows(make([]float32, m*n), x, wq, scv, biv, m, n, k, c.gs, c.bits, Identity, false) {
-							t.Fatal("avxRows did not take this combination")
+					for _, acc := range []Acc{AccF32, AccQ8} {
+						if acc == AccQ8 && m > 1 {
+							continue // two or more rows take the int8 GEMM (qmm_gemm.go)
 						}
-						for _, round := range []Rounder{Identity, tensor.RoundBF16} {
-							want := make([]float32, m*n)
-							avxOn = false
-							QuantizedMatmulTVec(want, x, wq, scv, biv, m, n, k, c.gs, c.bits, round, AccF32)
-							avxOn = true
-							for _, th := range []int{1, 3} {
-								got, whole := guarded(m * n)
-								withThreads(th, func() {
-									QuantizedMatmulTVec(got, x, wq, scv, biv, m, n, k, c.gs, c.bits, round, AccF32)
-								})
-								checkGuards(t, whole, name)
-								expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
-							}
-						}
-					})
+						name := fmt.Sprintf("b%dg%d/%s/%s/acc%d", c.bits, c.gs, c.dt, dims(m, n, k), acc)
+						t.Run(name, func(t *testing.T) { testAVX2EqualsPortable(t, c, m, n, k, acc, name) })
+					}
 				}
 			}
+		}
+	}
+}
+
+func testAVX2EqualsPortable(t *testing.T, c avxCase, m, n, k int, acc Acc, name string) {
+	_, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+k+c.bits*7+c.gs), n, k, c.gs, c.bits)
+	scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+	xall := randVec(newRand(uint64(k+m)), m*k+2*guardN, 1, tensor.RoundBF16)
+	x := xall[guardN : guardN+m*k]
+	if !avxRows(make([]float32, m*n), x, wq, scv, biv, m, n, k, c.gs, c.bits, Identity, acc == AccQ8) {
+		t.Fatal("avxRows did not take this combination")
+	}
+	for _, round := range []Rounder{Identity, tensor.RoundBF16} {
+		want := make([]float32, m*n)
+		avxOn = false
+		QuantizedMatmulTVec(want, x, wq, scv, biv, m, n, k, c.gs, c.bits, round, acc)
+		avxOn = true
+		for _, th := range []int{1, 3} {
+			got, whole := guarded(m * n)
+			withThreads(th, func() {
+				QuantizedMatmulTVec(got, x, wq, scv, biv, m, n, k, c.gs, c.bits, round, acc)
+			})
+			checkGuards(t, whole, name)
+			expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
 		}
 	}
 }
