@@ -75,6 +75,48 @@ func qavxQ8B4(a *avxArgs)
 //go:noescape
 func qavxQ8B8(a *avxArgs)
 
+// qavxF32B2 is qavxF32B8 for 2-bit weights (dotF32's generic loop: the
+// group's codes in steps of four, a_j += c_{4u+j}·x_{4u+j}), each chunk of
+// eight codes read as eight bytes of which 2 are used.
+//
+//go:noescape
+func qavxF32B2(a *avxArgs)
+
+// qavxF32B3 is qavxF32B2 for 3-bit weights.
+//
+//go:noescape
+func qavxF32B3(a *avxArgs)
+
+// qavxF32B5 is qavxF32B2 for 5-bit weights.
+//
+//go:noescape
+func qavxF32B5(a *avxArgs)
+
+// qavxF32B6 is qavxF32B2 for 6-bit weights.
+//
+//go:noescape
+func qavxF32B6(a *avxArgs)
+
+// qavxQ8B2 is qavxQ8B4 for 2-bit weights, x as int32 (avxPrepQ8).
+//
+//go:noescape
+func qavxQ8B2(a *avxArgs)
+
+// qavxQ8B3 is qavxQ8B2 for 3-bit weights.
+//
+//go:noescape
+func qavxQ8B3(a *avxArgs)
+
+// qavxQ8B5 is qavxQ8B2 for 5-bit weights.
+//
+//go:noescape
+func qavxQ8B5(a *avxArgs)
+
+// qavxQ8B6 is qavxQ8B2 for 6-bit weights.
+//
+//go:noescape
+func qavxQ8B6(a *avxArgs)
+
 // convF16ToF32 sets dst[i] to float16 src[i] as float32 (VCVTPH2PS, exact
 // like tensor.F16ToFloat32 for every non-NaN value) for i < n, n a
 // multiple of 8.
@@ -110,9 +152,7 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 	if !avxOn || !avxQMM || vecKernel(k, gs, bits, q8) != 0 || n < 8 {
 		return false
 	}
-	switch {
-	case bits == 4 && gs%32 == 0, bits == 8 && gs%32 == 0, bits == 8 && gs%16 == 0 && !q8:
-	default:
+	if gs%32 != 0 {
 		return false
 	}
 	if (sc.F32 == nil && sc.F16 || bi.F32 == nil && bi.F16) && !avxF16 {
@@ -125,21 +165,23 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 	defer avxPool.Put(s)
 	s.xs = grow(s.xs, m*gpr)
 	groupSums(s.xs, x, m, k, gs)
-	var kern func(*avxArgs)
-	upg := gs * bits / 128
-	switch {
-	case q8:
+	kern := avxKernels[avxBitsIndex(bits)]
+	upg := gs * bits / 128 // units of four words (4- and 8-bit)
+	if bits != 4 && bits != 8 {
+		upg = gs / 8 // chunks of eight codes
+	}
+	if q8 {
+		kern = avxKernelsQ8[avxBitsIndex(bits)]
+		upg = gs / 32 // blocks of 32
 		avxPrepQ8(s, x, m*k, bits)
-		kern, upg = qavxQ8B4, gs/32
-		if bits == 8 {
-			kern = qavxQ8B8
-		}
-	case bits == 4:
-		kern = qavxF32B4
-	default:
-		kern = qavxF32B8
 	}
 	n8 := n &^ 7
+	if bits != 4 && bits != 8 {
+		// The odd-width kernels read eight bytes per chunk of bits bytes:
+		// the last weight row stays on the portable loop, so the
+		// over-read never leaves the weights.
+		n8 = (n - 1) &^ 7
+	}
 	var idx [8]int32
 	for l, r := range [8]int32{0, 2, 4, 6, 1, 3, 5, 7} {
 		idx[l] = r * int32(gpr)
@@ -162,8 +204,10 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 				switch {
 				case q8 && bits == 4:
 					a.x, a.d = ptr(s.xq[r*k:]), ptr(s.dx[r*k/32:])
-				case q8:
+				case q8 && bits == 8:
 					a.x, a.d = ptr(s.x16[r*k:]), ptr(s.dx[r*k/32:])
+				case q8:
+					a.x, a.d = ptr(s.x32[r*k:]), ptr(s.dx[r*k/32:])
 				}
 				kern(&a)
 				roundSlice(dst[r*n+j0:r*n+j1], round, rk)
@@ -198,6 +242,21 @@ type avxState struct {
 	xs, dx, row []float32
 	xqn, xq     []int8
 	x16         []int16
+	x32         []int32
+}
+
+// avxKernels and avxKernelsQ8 are the kernels by width (avxBitsIndex).
+var (
+	avxKernels   = [...]func(*avxArgs){qavxF32B2, qavxF32B3, qavxF32B4, qavxF32B5, qavxF32B6, qavxF32B8}
+	avxKernelsQ8 = [...]func(*avxArgs){qavxQ8B2, qavxQ8B3, qavxQ8B4, qavxQ8B5, qavxQ8B6, qavxQ8B8}
+)
+
+// avxBitsIndex numbers the widths 2, 3, 4, 5, 6, 8.
+func avxBitsIndex(bits int) int {
+	if bits == 8 {
+		return 5
+	}
+	return bits - 2
 }
 
 var avxPool = sync.Pool{New: func() any { return new(avxState) }}
@@ -220,9 +279,16 @@ func avxPrepQ8(s *avxState, x []float32, n, bits int) {
 		}
 		return
 	}
-	s.x16 = grow(s.x16, n)
+	if bits == 8 {
+		s.x16 = grow(s.x16, n)
+		for i, v := range s.xqn[:n] {
+			s.x16[i] = int16(v)
+		}
+		return
+	}
+	s.x32 = grow(s.x32, n)
 	for i, v := range s.xqn[:n] {
-		s.x16[i] = int16(v)
+		s.x32[i] = int32(v)
 	}
 }
 

@@ -82,7 +82,135 @@ func header() {
 		p("DATA avxOnes16<>+%d(SB)/2, $1", 2*l)
 	}
 	p("GLOBL avxOnes16<>(SB), RODATA|NOPTR, $32")
+	// Odd widths: for codes 4h..4h+3 of a chunk of 8 (bits bytes), dword j
+	// takes the two bytes holding code 4h+j, a right shift and a mask.
+	for _, bits := range oddBits {
+		for h := range 2 {
+			for l := range 8 {
+				q := 4*h + l&3
+				o := bits * q
+				by := o >> 3
+				hi := 0x80
+				if by+1 < 8 {
+					hi = by + 1
+				}
+				p("DATA avxG%dc%d<>+%d(SB)/4, $0x8080%02x%02x", bits, h, 4*l, hi, by)
+			}
+			p("GLOBL avxG%dc%d<>(SB), RODATA|NOPTR, $32", bits, h)
+			for l := range 8 {
+				p("DATA avxG%ds%d<>+%d(SB)/4, $%d", bits, h, 4*l, bits*(4*h+l&3)&7)
+			}
+			p("GLOBL avxG%ds%d<>(SB), RODATA|NOPTR, $32", bits, h)
+		}
+		for l := range 8 {
+			p("DATA avxG%dm<>+%d(SB)/4, $%d", bits, 4*l, 1<<bits-1)
+		}
+		p("GLOBL avxG%dm<>(SB), RODATA|NOPTR, $32", bits)
+	}
 	p("")
+}
+
+// oddBits are the widths whose codes the generic kernels unpack.
+var oddBits = []int{2, 3, 5, 6}
+
+// unpackOdd writes the codes 4h..4h+3 of the current chunk of eight (in
+// Y12: row 2p's bits bytes in each lane's low 8, row 2p+1's in the high
+// lane) as dwords into dst: VPSHUFB of the two bytes, shift, mask.
+func unpackOdd(bits, h int, dst string) {
+	p("\tVPSHUFB Y%d, Y12, %s", 4+h, dst)
+	p("\tVPSRLVD Y%d, %s, %s", 6+h, dst, dst)
+	p("\tVPAND Y15, %s, %s", dst, dst)
+}
+
+// loadOdd loads the next chunk of eight codes of rows 2p and 2p+1 into Y12
+// (eight bytes each, of which bits are used; the driver keeps the last row
+// of the weights off the kernels, so the over-read stays inside the array).
+func loadOdd(pr int) {
+	p("\tVMOVQ %s, X12", row(2*pr, 0))
+	p("\tVPINSRQ $1, %s, X12, X12", row(2*pr+1, 0))
+	p("\tVPERMQ $0x50, Y12, Y12")
+}
+
+// oddConsts loads the unpacking constants of bits into Y4-Y7 and Y15.
+func oddConsts(bits int) {
+	p("\tVMOVDQU avxG%dc0<>(SB), Y4", bits)
+	p("\tVMOVDQU avxG%dc1<>(SB), Y5", bits)
+	p("\tVMOVDQU avxG%ds0<>(SB), Y6", bits)
+	p("\tVMOVDQU avxG%ds1<>(SB), Y7", bits)
+	p("\tVMOVDQU avxG%dm<>(SB), Y15", bits)
+}
+
+// f32Odd writes the float32 kernel for an odd width: dotF32's generic loop,
+// a_j += c_{4u+j}·x_{4u+j} over the group's codes in steps of four.
+func f32Odd(bits int) {
+	name := fmt.Sprintf("qavxF32B%d", bits)
+	prologue(name, true)
+	oddConsts(bits)
+	p("%s_group:", name)
+	for i := range 4 {
+		p("\tVXORPS Y%d, Y%d, Y%d", i, i, i)
+	}
+	p("\tMOVQ 64(AX), DX")
+	p("%s_unit:", name)
+	for pr := range 4 {
+		loadOdd(pr)
+		for h := range 2 {
+			unpackOdd(bits, h, "Y13")
+			p("\tVCVTDQ2PS Y13, Y13")
+			p("\tVBROADCASTF128 %d(DI), Y10", 16*h)
+			p("\tVMULPS Y10, Y13, Y13")
+			p("\tVADDPS Y13, Y%d, Y%d", pr, pr)
+		}
+	}
+	p("\tADDQ $%d, R8", bits)
+	p("\tADDQ $32, DI")
+	p("\tDECQ DX")
+	p("\tJNZ %s_unit", name)
+	p("\tVHADDPS Y1, Y0, Y10")
+	p("\tVHADDPS Y3, Y2, Y11")
+	p("\tVHADDPS Y11, Y10, Y10")
+	groupEnd(name, true)
+}
+
+// q8Odd writes the int8 kernel for an odd width: per block of 32 (four
+// chunks of eight) the codes as dwords times x as int32 (VPMADDWD with the
+// high halves zero: exact products), summed exactly, then dotQ8's float
+// steps as q8.
+func q8Odd(bits int) {
+	name := fmt.Sprintf("qavxQ8B%d", bits)
+	prologue(name, true)
+	oddConsts(bits)
+	p("%s_group:", name)
+	p("\tVXORPS Y10, Y10, Y10")
+	p("\tMOVQ 64(AX), DX")
+	p("%s_blk:", name)
+	for i := range 4 {
+		p("\tVPXOR Y%d, Y%d, Y%d", i, i, i)
+	}
+	for c := range 4 {
+		for pr := range 4 {
+			loadOdd(pr)
+			for h := range 2 {
+				unpackOdd(bits, h, "Y13")
+				p("\tVBROADCASTI128 %d(DI), Y11", 32*c+16*h)
+				p("\tVPMADDWD Y11, Y13, Y13")
+				p("\tVPADDD Y13, Y%d, Y%d", pr, pr)
+			}
+		}
+		p("\tADDQ $%d, R8", bits)
+	}
+	p("\tVPHADDD Y1, Y0, Y0")
+	p("\tVPHADDD Y3, Y2, Y2")
+	p("\tVPHADDD Y2, Y0, Y0")
+	p("\tADDQ $128, DI")
+	p("\tVCVTDQ2PS Y0, Y0")
+	p("\tVBROADCASTSS (CX), Y11")
+	p("\tVMULPS Y0, Y11, Y11")
+	p("\tVADDPS Y11, Y10, Y10")
+	p("\tADDQ $4, CX")
+	p("\tDECQ DX")
+	p("\tJNZ %s_blk", name)
+	groupEnd(name, true)
 }
 
 // prologue loads the argument registers shared by every kernel: AX the
@@ -345,6 +473,10 @@ func main() {
 	f32(8)
 	q8(4)
 	q8(8)
+	for _, bits := range oddBits {
+		f32Odd(bits)
+		q8Odd(bits)
+	}
 	misc()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())

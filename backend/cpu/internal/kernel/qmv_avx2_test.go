@@ -26,11 +26,11 @@ type avxCase struct {
 	dt       string // scale and bias storage: f32, bf16, f16
 }
 
-// avxCases lists every combination of bits 4 and 8, groups of 32, 64 and
-// 128 and the three scale dtypes.
+// avxCases lists every combination of bits 2, 3, 4, 5, 6 and 8, groups of
+// 32, 64 and 128 and the three scale dtypes.
 func avxCases() []avxCase {
 	var cs []avxCase
-	for _, bits := range []int{4, 8} {
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 		for _, gs := range []int{32, 64, 128} {
 			for _, dt := range []string{"f32", "bf16", "f16"} {
 				cs = append(cs, avxCase{bits, gs, dt})
@@ -121,7 +121,7 @@ func TestAVX2SpecialX(t *testing.T) {
 	special := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 0,
 		float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -1e-40}
 	n, k := 24, 512
-	for _, c := range []avxCase{{4, 32, "f16"}, {8, 64, "bf16"}} {
+	for _, c := range []avxCase{{4, 32, "f16"}, {8, 64, "bf16"}, {3, 32, "f32"}, {6, 128, "bf16"}} {
 		for si, v := range special {
 			_, wq, sc, bi, sb, bb := qmvInputs(uint64(si), n, k, c.gs, c.bits)
 			scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
@@ -161,9 +161,9 @@ func TestQmvAVX2Generated(t *testing.T) {
 	}
 }
 
-// BenchmarkAVX2QMV measures the one-row kernels on a 1536×4096-like layer
-// (and SmolLM2's 576-wide shapes), reporting GB/s of weights, scales and
-// biases read.
+// BenchmarkAVX2QMV measures the one-row kernels (and, as "portable", the
+// loops they replace) on SmolLM2's MLP shape and a 4096×1536 layer, in both
+// precisions, reporting GB/s of weights, scales and biases read.
 func BenchmarkAVX2QMV(b *testing.B) {
 	needAVX2(b)
 	for _, c := range avxCases() {
@@ -172,20 +172,25 @@ func BenchmarkAVX2QMV(b *testing.B) {
 			if k%c.gs != 0 {
 				continue
 			}
-			b.Run(fmt.Sprintf("b%dg%d/%s/%dx%d", c.bits, c.gs, c.dt, n, k), func(b *testing.B) {
-				x, wq, sc, bi, sb, bb := qmvInputs(1, n, k, c.gs, c.bits)
-				scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
-				dst := make([]float32, n)
-				esz := 4
-				if c.dt != "f32" {
-					esz = 2
+			for _, acc := range []Acc{AccF32, AccQ8} {
+				for _, impl := range []string{"avx2", "portable"} {
+					b.Run(fmt.Sprintf("b%dg%d/%s/%dx%d/acc%d/%s", c.bits, c.gs, c.dt, n, k, acc, impl), func(b *testing.B) {
+						x, wq, sc, bi, sb, bb := qmvInputs(1, n, k, c.gs, c.bits)
+						scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+						dst := make([]float32, n)
+						esz := 4
+						if c.dt != "f32" {
+							esz = 2
+						}
+						b.SetBytes(int64(4*len(wq) + 2*esz*len(sc)))
+						avxOn = impl == "avx2"
+						defer func() { avxOn = true }()
+						for b.Loop() {
+							QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
+						}
+					})
 				}
-				bytes := int64(4*len(wq) + 2*esz*len(sc))
-				b.SetBytes(bytes)
-				for b.Loop() {
-					QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, AccF32)
-				}
-			})
+			}
 		}
 	}
 }
