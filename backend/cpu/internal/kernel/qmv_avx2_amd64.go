@@ -117,6 +117,150 @@ func qavxQ8B5(a *avxArgs)
 //go:noescape
 func qavxQ8B6(a *avxArgs)
 
+// qavxF32B2BF16 is qavxF32B2 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B2BF16(a *avxArgs)
+
+// qavxF32B3BF16 is qavxF32B3 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B3BF16(a *avxArgs)
+
+// qavxF32B4BF16 is qavxF32B4 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B4BF16(a *avxArgs)
+
+// qavxF32B5BF16 is qavxF32B5 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B5BF16(a *avxArgs)
+
+// qavxF32B6BF16 is qavxF32B6 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B6BF16(a *avxArgs)
+
+// qavxF32B8BF16 is qavxF32B8 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B8BF16(a *avxArgs)
+
+// qavxQ8B2BF16 is qavxQ8B2 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B2BF16(a *avxArgs)
+
+// qavxQ8B3BF16 is qavxQ8B3 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B3BF16(a *avxArgs)
+
+// qavxQ8B4BF16 is qavxQ8B4 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B4BF16(a *avxArgs)
+
+// qavxQ8B5BF16 is qavxQ8B5 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B5BF16(a *avxArgs)
+
+// qavxQ8B6BF16 is qavxQ8B6 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B6BF16(a *avxArgs)
+
+// qavxQ8B8BF16 is qavxQ8B8 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B8BF16(a *avxArgs)
+
+// qavxF32B2F16 is qavxF32B2 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B2F16(a *avxArgs)
+
+// qavxF32B3F16 is qavxF32B3 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B3F16(a *avxArgs)
+
+// qavxF32B4F16 is qavxF32B4 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B4F16(a *avxArgs)
+
+// qavxF32B5F16 is qavxF32B5 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B5F16(a *avxArgs)
+
+// qavxF32B6F16 is qavxF32B6 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B6F16(a *avxArgs)
+
+// qavxF32B8F16 is qavxF32B8 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B8F16(a *avxArgs)
+
+// qavxQ8B2F16 is qavxQ8B2 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B2F16(a *avxArgs)
+
+// qavxQ8B3F16 is qavxQ8B3 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B3F16(a *avxArgs)
+
+// qavxQ8B4F16 is qavxQ8B4 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B4F16(a *avxArgs)
+
+// qavxQ8B5F16 is qavxQ8B5 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B5F16(a *avxArgs)
+
+// qavxQ8B6F16 is qavxQ8B6 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B6F16(a *avxArgs)
+
+// qavxQ8B8F16 is qavxQ8B8 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B8F16(a *avxArgs)
+
 // convF16ToF32 sets dst[i] to float16 src[i] as float32 (VCVTPH2PS, exact
 // like tensor.F16ToFloat32 for every non-NaN value) for i < n, n a
 // multiple of 8.
@@ -165,13 +309,26 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 	defer avxPool.Put(s)
 	s.xs = grow(s.xs, m*gpr)
 	groupSums(s.xs, x, m, k, gs)
-	kern := avxKernels[avxBitsIndex(bits)]
+	// Scales in place: float32, or both bfloat16 or both float16 (those
+	// kernels gather them themselves); else converted to float32.
+	st := 0
+	switch {
+	case sc.F32 != nil || bi.F32 != nil:
+	case !sc.F16 && !bi.F16:
+		st = 1
+	case sc.F16 && bi.F16 && avxF16:
+		st = 2
+	}
+	kerns := &avxKernels
+	if q8 {
+		kerns = &avxKernelsQ8
+	}
+	bx := avxBitsIndex(bits)
 	upg := gs * bits / 128 // units of four words (4- and 8-bit)
 	if bits != 4 && bits != 8 {
 		upg = gs / 8 // chunks of eight codes
 	}
 	if q8 {
-		kern = avxKernelsQ8[avxBitsIndex(bits)]
 		upg = gs / 32 // blocks of 32
 		avxPrepQ8(s, x, m*k, bits)
 	}
@@ -191,13 +348,25 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 		ws := avxPool.Get().(*avxState)
 		defer avxPool.Put(ws)
 		per := avxTileRows / 8
+		// The 16-bit gathers read two bytes past a value: the tile of the
+		// last row takes its scales converted instead.
+		last := (n - 1) / 8
 		for t0 := lo; t0 < hi; t0 += per {
 			t1 := min(t0+per, hi)
+			if st != 0 && t0 < last && t1 > last {
+				t1 = last
+			}
 			j0, j1 := 8*t0, 8*t1
-			sp, bp := avxScales(&ws.row, sc, bi, j0*gpr, j1*gpr)
 			a := avxArgs{
-				w: ptr(wq[j0*wpr:]), wstr: uintptr(4 * wpr), s: sp, b: bp, gstr: uintptr(4 * gpr),
-				ngrp: gpr, upg: upg, ntile: t1 - t0, idx: idx,
+				w: ptr(wq[j0*wpr:]), wstr: uintptr(4 * wpr), ngrp: gpr, upg: upg, ntile: t1 - t0, idx: idx,
+			}
+			kern := kerns[0][bx]
+			if st != 0 && t1 <= last {
+				kern = kerns[st][bx]
+				a.s, a.b, a.gstr = ptr(sc.U16[j0*gpr:]), ptr(bi.U16[j0*gpr:]), uintptr(2*gpr)
+			} else {
+				a.s, a.b = avxScales(&ws.row, sc, bi, j0*gpr, j1*gpr)
+				a.gstr = uintptr(4 * gpr)
 			}
 			for r := range m {
 				a.x, a.xs, a.out = ptr(x[r*k:]), ptr(s.xs[r*gpr:]), ptr(dst[r*n+j0:])
@@ -212,6 +381,7 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 				kern(&a)
 				roundSlice(dst[r*n+j0:r*n+j1], round, rk)
 			}
+			t0 = t1 - per // (t1 was cut at the last tile: go on from there)
 		}
 	})
 	if n8 < n {
@@ -246,9 +416,19 @@ type avxState struct {
 }
 
 // avxKernels and avxKernelsQ8 are the kernels by width (avxBitsIndex).
+// The first index is the scale storage: float32 (or converted), bfloat16,
+// float16.
 var (
-	avxKernels   = [...]func(*avxArgs){qavxF32B2, qavxF32B3, qavxF32B4, qavxF32B5, qavxF32B6, qavxF32B8}
-	avxKernelsQ8 = [...]func(*avxArgs){qavxQ8B2, qavxQ8B3, qavxQ8B4, qavxQ8B5, qavxQ8B6, qavxQ8B8}
+	avxKernels = [3][6]func(*avxArgs){
+		{qavxF32B2, qavxF32B3, qavxF32B4, qavxF32B5, qavxF32B6, qavxF32B8},
+		{qavxF32B2BF16, qavxF32B3BF16, qavxF32B4BF16, qavxF32B5BF16, qavxF32B6BF16, qavxF32B8BF16},
+		{qavxF32B2F16, qavxF32B3F16, qavxF32B4F16, qavxF32B5F16, qavxF32B6F16, qavxF32B8F16},
+	}
+	avxKernelsQ8 = [3][6]func(*avxArgs){
+		{qavxQ8B2, qavxQ8B3, qavxQ8B4, qavxQ8B5, qavxQ8B6, qavxQ8B8},
+		{qavxQ8B2BF16, qavxQ8B3BF16, qavxQ8B4BF16, qavxQ8B5BF16, qavxQ8B6BF16, qavxQ8B8BF16},
+		{qavxQ8B2F16, qavxQ8B3F16, qavxQ8B4F16, qavxQ8B5F16, qavxQ8B6F16, qavxQ8B8F16},
+	}
 )
 
 // avxBitsIndex numbers the widths 2, 3, 4, 5, 6, 8.

@@ -82,6 +82,10 @@ func header() {
 		p("DATA avxOnes16<>+%d(SB)/2, $1", 2*l)
 	}
 	p("GLOBL avxOnes16<>(SB), RODATA|NOPTR, $32")
+	for l := range 4 {
+		p("DATA avxLow16<>+%d(SB)/8, $0x0000ffff0000ffff", 8*l)
+	}
+	p("GLOBL avxLow16<>(SB), RODATA|NOPTR, $32")
 	// Odd widths: for codes 4h..4h+3 of a chunk of 8 (bits bytes), dword j
 	// takes the two bytes holding code 4h+j, a right shift and a mask.
 	for _, bits := range oddBits {
@@ -108,6 +112,35 @@ func header() {
 		p("GLOBL avxG%dm<>(SB), RODATA|NOPTR, $32", bits)
 	}
 	p("")
+}
+
+// dt is the storage dtype of the scales and biases of the kernel being
+// written: 0 float32, 1 bfloat16, 2 float16 (name suffixes dtNames).
+var (
+	dt      int
+	dtNames = []string{"", "BF16", "F16"}
+	dtSizes = []int{4, 2, 2}
+)
+
+// gather loads the scales (or biases) at base of the eight rows, offsets
+// Y12 (elements), as float32 into Y11 (Y13 the mask). A 16-bit value is
+// read as the low half of a dword (the driver keeps the tile of the last
+// row off these kernels, so the two bytes after it exist).
+func gather(base string) {
+	p("\tVPCMPEQD Y13, Y13, Y13")
+	switch dt {
+	case 0:
+		p("\tVGATHERDPS Y13, (%s)(Y12*4), Y11", base)
+	case 1:
+		p("\tVPGATHERDD Y13, (%s)(Y12*2), Y11", base)
+		p("\tVPSLLD $16, Y11, Y11")
+	case 2:
+		p("\tVPGATHERDD Y13, (%s)(Y12*2), Y11", base)
+		p("\tVPAND avxLow16<>(SB), Y11, Y11")
+		p("\tVPACKUSDW Y11, Y11, Y11")
+		p("\tVPERMQ $0x08, Y11, Y11")
+		p("\tVCVTPH2PS X11, Y11")
+	}
 }
 
 // oddBits are the widths whose codes the generic kernels unpack.
@@ -143,7 +176,7 @@ func oddConsts(bits int) {
 // f32Odd writes the float32 kernel for an odd width: dotF32's generic loop,
 // a_j += c_{4u+j}·x_{4u+j} over the group's codes in steps of four.
 func f32Odd(bits int) {
-	name := fmt.Sprintf("qavxF32B%d", bits)
+	name := fmt.Sprintf("qavxF32B%d%s", bits, dtNames[dt])
 	prologue(name, true)
 	oddConsts(bits)
 	p("%s_group:", name)
@@ -177,7 +210,7 @@ func f32Odd(bits int) {
 // high halves zero: exact products), summed exactly, then dotQ8's float
 // steps as q8.
 func q8Odd(bits int) {
-	name := fmt.Sprintf("qavxQ8B%d", bits)
+	name := fmt.Sprintf("qavxQ8B%d%s", bits, dtNames[dt])
 	prologue(name, true)
 	oddConsts(bits)
 	p("%s_group:", name)
@@ -268,17 +301,15 @@ func prologue(name string, q8 bool) {
 // the next group.
 func groupEnd(name string, q8 bool) {
 	p("\tVMOVDQU 96(AX), Y12")
-	p("\tVPCMPEQD Y13, Y13, Y13")
-	p("\tVGATHERDPS Y13, (BX)(Y12*4), Y11")
+	gather("BX")
 	p("\tVMULPS Y10, Y11, Y11")
 	p("\tVADDPS Y11, Y8, Y8")
-	p("\tVPCMPEQD Y13, Y13, Y13")
-	p("\tVGATHERDPS Y13, (R13)(Y12*4), Y11")
+	gather("R13")
 	p("\tVBROADCASTSS (R14), Y10")
 	p("\tVMULPS Y10, Y11, Y11")
 	p("\tVADDPS Y11, Y9, Y9")
-	p("\tADDQ $4, BX")
-	p("\tADDQ $4, R13")
+	p("\tADDQ $%d, BX", dtSizes[dt])
+	p("\tADDQ $%d, R13", dtSizes[dt])
 	p("\tADDQ $4, R14")
 	if q8 {
 		p("\tDECQ 128(AX)")
@@ -309,7 +340,7 @@ func groupEnd(name string, q8 bool) {
 // for 4-bit) exactly as dotF32; at the group's end (a0+a1)+(a2+a3) per row
 // by two levels of VHADDPS.
 func f32(bits int) {
-	name := fmt.Sprintf("qavxF32B%d", bits)
+	name := fmt.Sprintf("qavxF32B%d%s", bits, dtNames[dt])
 	prologue(name, false)
 	p("%s_group:", name)
 	for i := range 4 {
@@ -379,7 +410,7 @@ func f32(bits int) {
 // x widened to int16), gathered into the lane order r0 r2 r4 r6 r1 r3 r5
 // r7; then a += d_t·float(isum) per row as dotQ8, Y10 holding a.
 func q8(bits int) {
-	name := fmt.Sprintf("qavxQ8B%d", bits)
+	name := fmt.Sprintf("qavxQ8B%d%s", bits, dtNames[dt])
 	prologue(name, true)
 	p("%s_group:", name)
 	p("\tVXORPS Y10, Y10, Y10")
@@ -469,13 +500,15 @@ func main() {
 	out := flag.String("o", "", "output file (default standard output)")
 	flag.Parse()
 	header()
-	f32(4)
-	f32(8)
-	q8(4)
-	q8(8)
-	for _, bits := range oddBits {
-		f32Odd(bits)
-		q8Odd(bits)
+	for dt = range dtNames {
+		f32(4)
+		f32(8)
+		q8(4)
+		q8(8)
+		for _, bits := range oddBits {
+			f32Odd(bits)
+			q8Odd(bits)
+		}
 	}
 	misc()
 	if *out == "" {
