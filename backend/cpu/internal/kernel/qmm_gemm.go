@@ -83,7 +83,9 @@ func gemmQ8(k, gs, bits int) bool {
 // qmmTQ8Gemm is the AccQ8 matmul for m >= 2 (see the top of this file).
 func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) {
 	if !asmQ8 {
-		q8GemmGo(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
+		if !avxGemmQ8(dst, x, wq, sc, bi, m, n, k, gs, bits, round) { // AVX2+FMA: qmv_avx2_amd64.go
+			q8GemmGo(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
+		}
 		return
 	}
 	s := scratchPool.Get().(*qmmScratch)

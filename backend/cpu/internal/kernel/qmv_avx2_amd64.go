@@ -261,6 +261,44 @@ func qavxQ8B6F16(a *avxArgs)
 //go:noescape
 func qavxQ8B8F16(a *avxArgs)
 
+// qavxG8B4 is qavxQ8B4 with the float steps of the int8 GEMM
+// (qmmTQ8BlockRef, q8BlockDot) for two or more rows of x: per block acc =
+// fma(float(isum)·d_t, s_g, acc), per group acc = fma(b_g, xs_g, acc),
+// VFMADD231PS being the correctly rounded fused step of mlxmath.FMA32 (the
+// same bits).
+//
+//go:noescape
+func qavxG8B4(a *avxArgs)
+
+// qavxG8B8 is qavxG8B4 for 8-bit weights.
+//
+//go:noescape
+func qavxG8B8(a *avxArgs)
+
+// qavxG8B4BF16 is qavxG8B4 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxG8B4BF16(a *avxArgs)
+
+// qavxG8B8BF16 is qavxG8B8 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxG8B8BF16(a *avxArgs)
+
+// qavxG8B4F16 is qavxG8B4 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxG8B4F16(a *avxArgs)
+
+// qavxG8B8F16 is qavxG8B8 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxG8B8F16(a *avxArgs)
+
 // convF16ToF32 sets dst[i] to float16 src[i] as float32 (VCVTPH2PS, exact
 // like tensor.F16ToFloat32 for every non-NaN value) for i < n, n a
 // multiple of 8.
@@ -293,7 +331,19 @@ const avxTileRows = 64
 // Scratch (pooled): the group sums of x, x quantized twice (AccQ8), and per
 // worker the float32 scales and biases of avxTileRows weight rows.
 func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8 bool) bool {
-	if !avxOn || !avxQMM || vecKernel(k, gs, bits, q8) != 0 || n < 8 {
+	return avxRun(dst, x, wq, sc, bi, m, n, k, gs, bits, round, q8, false)
+}
+
+// avxGemmQ8 is the int8 GEMM (q8GemmGo's outputs, bit for bit) with the
+// AVX2+FMA kernels when they cover the combination (reporting false
+// otherwise): 4- or 8-bit weights, gemmQ8's shapes.
+func avxGemmQ8(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) bool {
+	return gemmQ8(k, gs, bits) && avxRun(dst, x, wq, sc, bi, m, n, k, gs, bits, round, true, true)
+}
+
+// avxRun is avxRows, or with gemm avxGemmQ8.
+func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8, gemm bool) bool {
+	if !avxOn || !avxQMM || n < 8 || !gemm && vecKernel(k, gs, bits, q8) != 0 {
 		return false
 	}
 	if gs%32 != 0 {
@@ -320,7 +370,10 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 		st = 2
 	}
 	kerns := &avxKernels
-	if q8 {
+	switch {
+	case gemm:
+		kerns = &avxKernelsG8
+	case q8:
 		kerns = &avxKernelsQ8
 	}
 	bx := avxBitsIndex(bits)
@@ -393,6 +446,10 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 			w := wq[j*wpr : (j+1)*wpr]
 			for r := range m {
 				var v float32
+				if gemm {
+					dst[r*n+j] = round(q8BlockDot(w, s.xqn[r*k:(r+1)*k], s.dx[r*k/32:(r+1)*k/32], s.xs[r*gpr:(r+1)*gpr], row[:gpr], row[gpr:], gs, bits))
+					continue
+				}
 				if q8 {
 					v = dotQ8(w, s.xqn[r*k:(r+1)*k], s.dx[r*k/32:(r+1)*k/32], row[:gpr], k, gs, bits)
 				} else {
@@ -430,6 +487,14 @@ var (
 		{qavxQ8B2F16, qavxQ8B3F16, qavxQ8B4F16, qavxQ8B5F16, qavxQ8B6F16, qavxQ8B8F16},
 	}
 )
+
+// avxKernelsG8 are the int8 GEMM kernels (4- and 8-bit only; nil
+// elsewhere).
+var avxKernelsG8 = [3][6]func(*avxArgs){
+	{2: qavxG8B4, 5: qavxG8B8},
+	{2: qavxG8B4BF16, 5: qavxG8B8BF16},
+	{2: qavxG8B4F16, 5: qavxG8B8F16},
+}
 
 // avxBitsIndex numbers the widths 2, 3, 4, 5, 6, 8.
 func avxBitsIndex(bits int) int {

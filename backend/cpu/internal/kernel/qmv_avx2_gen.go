@@ -143,6 +143,46 @@ func gather(base string) {
 	}
 }
 
+// gemm selects the int8 GEMM form (qmmTQ8BlockRef's float steps) for the
+// int8 kernels being written: per block acc = fma(float(I)·d, s, acc), per
+// group acc = fma(b, xs, acc), in Y9, with the group's scales in Y8.
+var gemm bool
+
+// q8Prefix names the int8 kernels: qavxQ8 (dotQ8's order) or qavxG8 (the
+// GEMM's).
+func q8Prefix() string {
+	if gemm {
+		return "qavxG8"
+	}
+	return "qavxQ8"
+}
+
+// q8GroupStart zeroes a (Y10), or for the GEMM gathers the group's scales
+// into Y8.
+func q8GroupStart() {
+	if !gemm {
+		p("\tVXORPS Y10, Y10, Y10")
+		return
+	}
+	p("\tVMOVDQU 96(AX), Y12")
+	gather("BX")
+	p("\tVMOVAPS Y11, Y8")
+}
+
+// q8Block folds the block's integer sums (Y0, lane order of the tile) into
+// the total with the block scale of x (through register t): a += d·float(I),
+// or for the GEMM acc = fma(float(I)·d, s, acc).
+func q8Block(t string) {
+	p("\tVCVTDQ2PS Y0, Y0")
+	p("\tVBROADCASTSS (CX), %s", t)
+	p("\tVMULPS Y0, %s, %s", t, t)
+	if gemm {
+		p("\tVFMADD231PS Y8, %s, Y9", t)
+	} else {
+		p("\tVADDPS %s, Y10, Y10", t)
+	}
+}
+
 // oddBits are the widths whose codes the generic kernels unpack.
 var oddBits = []int{2, 3, 5, 6}
 
@@ -210,11 +250,11 @@ func f32Odd(bits int) {
 // high halves zero: exact products), summed exactly, then dotQ8's float
 // steps as q8.
 func q8Odd(bits int) {
-	name := fmt.Sprintf("qavxQ8B%d%s", bits, dtNames[dt])
+	name := fmt.Sprintf("%sB%d%s", q8Prefix(), bits, dtNames[dt])
 	prologue(name, true)
 	oddConsts(bits)
 	p("%s_group:", name)
-	p("\tVXORPS Y10, Y10, Y10")
+	q8GroupStart()
 	p("\tMOVQ 64(AX), DX")
 	p("%s_blk:", name)
 	for i := range 4 {
@@ -236,10 +276,7 @@ func q8Odd(bits int) {
 	p("\tVPHADDD Y3, Y2, Y2")
 	p("\tVPHADDD Y2, Y0, Y0")
 	p("\tADDQ $128, DI")
-	p("\tVCVTDQ2PS Y0, Y0")
-	p("\tVBROADCASTSS (CX), Y11")
-	p("\tVMULPS Y0, Y11, Y11")
-	p("\tVADDPS Y11, Y10, Y10")
+	q8Block("Y11")
 	p("\tADDQ $4, CX")
 	p("\tDECQ DX")
 	p("\tJNZ %s_blk", name)
@@ -301,13 +338,20 @@ func prologue(name string, q8 bool) {
 // the next group.
 func groupEnd(name string, q8 bool) {
 	p("\tVMOVDQU 96(AX), Y12")
-	gather("BX")
-	p("\tVMULPS Y10, Y11, Y11")
-	p("\tVADDPS Y11, Y8, Y8")
-	gather("R13")
-	p("\tVBROADCASTSS (R14), Y10")
-	p("\tVMULPS Y10, Y11, Y11")
-	p("\tVADDPS Y11, Y9, Y9")
+	if gemm {
+		// acc = fma(b, xs, acc)
+		gather("R13")
+		p("\tVBROADCASTSS (R14), Y10")
+		p("\tVFMADD231PS Y10, Y11, Y9")
+	} else {
+		gather("BX")
+		p("\tVMULPS Y10, Y11, Y11")
+		p("\tVADDPS Y11, Y8, Y8")
+		gather("R13")
+		p("\tVBROADCASTSS (R14), Y10")
+		p("\tVMULPS Y10, Y11, Y11")
+		p("\tVADDPS Y11, Y9, Y9")
+	}
 	p("\tADDQ $%d, BX", dtSizes[dt])
 	p("\tADDQ $%d, R13", dtSizes[dt])
 	p("\tADDQ $4, R14")
@@ -319,7 +363,11 @@ func groupEnd(name string, q8 bool) {
 	p("\tJNZ %s_group", name)
 	p("")
 	// out[r] = Σ s·dot + Σ b·xs, lanes back to row order.
-	p("\tVADDPS Y9, Y8, Y8")
+	if gemm {
+		p("\tVMOVAPS Y9, Y8")
+	} else {
+		p("\tVADDPS Y9, Y8, Y8")
+	}
 	p("\tVMOVDQU avxPerm<>(SB), Y10")
 	p("\tVPERMPS Y8, Y10, Y8")
 	p("\tMOVQ SI, DX")
@@ -410,10 +458,10 @@ func f32(bits int) {
 // x widened to int16), gathered into the lane order r0 r2 r4 r6 r1 r3 r5
 // r7; then a += d_t·float(isum) per row as dotQ8, Y10 holding a.
 func q8(bits int) {
-	name := fmt.Sprintf("qavxQ8B%d%s", bits, dtNames[dt])
+	name := fmt.Sprintf("%sB%d%s", q8Prefix(), bits, dtNames[dt])
 	prologue(name, true)
 	p("%s_group:", name)
-	p("\tVXORPS Y10, Y10, Y10")
+	q8GroupStart()
 	p("\tMOVQ 64(AX), DX")
 	p("%s_blk:", name)
 	if bits == 4 {
@@ -455,10 +503,7 @@ func q8(bits int) {
 		p("\tADDQ $32, R8")
 		p("\tADDQ $64, DI")
 	}
-	p("\tVCVTDQ2PS Y0, Y0")
-	p("\tVBROADCASTSS (CX), Y4")
-	p("\tVMULPS Y0, Y4, Y4")
-	p("\tVADDPS Y4, Y10, Y10")
+	q8Block("Y4")
 	p("\tADDQ $4, CX")
 	p("\tDECQ DX")
 	p("\tJNZ %s_blk", name)
@@ -509,6 +554,10 @@ func main() {
 			f32Odd(bits)
 			q8Odd(bits)
 		}
+		gemm = true
+		q8(4)
+		q8(8)
+		gemm = false
 	}
 	misc()
 	if *out == "" {

@@ -78,8 +78,8 @@ func TestAVX2EqualsPortable(t *testing.T) {
 			for _, n := range []int{8, 43, 136} {
 				for _, m := range []int{1, 3} {
 					for _, acc := range []Acc{AccF32, AccQ8} {
-						if acc == AccQ8 && m > 1 {
-							continue // two or more rows take the int8 GEMM (qmm_gemm.go)
+						if acc == AccQ8 && m > 1 && gemmQ8(k, c.gs, c.bits) {
+							continue // the int8 GEMM: TestAVX2GemmEqualsPortable
 						}
 						name := fmt.Sprintf("b%dg%d/%s/%s/acc%d", c.bits, c.gs, c.dt, dims(m, n, k), acc)
 						t.Run(name, func(t *testing.T) { testAVX2EqualsPortable(t, c, m, n, k, acc, name) })
@@ -110,6 +110,50 @@ func testAVX2EqualsPortable(t *testing.T, c avxCase, m, n, k int, acc Acc, name 
 			})
 			checkGuards(t, whole, name)
 			expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
+		}
+	}
+}
+
+// TestAVX2GemmEqualsPortable holds the AVX2 int8 GEMM kernels to
+// q8GemmGo bit for bit, for 4- and 8-bit weights, every group and scale
+// dtype, two and nine rows of x, inside NaN guards.
+func TestAVX2GemmEqualsPortable(t *testing.T) {
+	needAVX2(t)
+	for _, c := range avxCases() {
+		if c.bits != 4 && c.bits != 8 {
+			continue
+		}
+		for _, k := range []int{256, 1536} {
+			for _, n := range []int{8, 43, 136} {
+				for _, m := range []int{2, 9} {
+					name := fmt.Sprintf("b%dg%d/%s/%s", c.bits, c.gs, c.dt, dims(m, n, k))
+					t.Run(name, func(t *testing.T) {
+						if !gemmQ8(k, c.gs, c.bits) {
+							t.Fatalf("gemmQ8 refuses %s", name)
+						}
+						_, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+k+c.bits*7+c.gs), n, k, c.gs, c.bits)
+						scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+						xall := randVec(newRand(uint64(k+m)), m*k+2*guardN, 1, tensor.RoundBF16)
+						x := xall[guardN : guardN+m*k]
+						for _, round := range []Rounder{Identity, tensor.RoundBF16} {
+							want := make([]float32, m*n)
+							q8GemmGo(want, x, wq, scv, biv, m, n, k, c.gs, c.bits, round)
+							for _, th := range []int{1, 3} {
+								got, whole := guarded(m * n)
+								var ok bool
+								withThreads(th, func() {
+									ok = avxGemmQ8(got, x, wq, scv, biv, m, n, k, c.gs, c.bits, round)
+								})
+								if !ok {
+									t.Fatal("avxGemmQ8 did not take this combination")
+								}
+								checkGuards(t, whole, name)
+								expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
+							}
+						}
+					})
+				}
+			}
 		}
 	}
 }
