@@ -22,7 +22,8 @@ import (
 //
 // Each output is one sequential float32 chain over its own row of x and W,
 // so the result does not depend on m, on the tiling or on the machine: the
-// assembly GEMM (AVX-512 VNNI) and the portable loop give the same bits.
+// assembly GEMMs (AVX-512 VNNI; AVX2+FMA, qmv_avx2_amd64.go) and the
+// portable loop give the same bits.
 // The one-row path (m = 1, the decode kernels) sums the same terms, exactly
 // the same integer block sums I_t, block scales d_t and group sums xs_g, in
 // the lane order of qmmTQ8Ref instead; the two differ only by float32
