@@ -20,6 +20,16 @@ func needAVX2(t testing.TB) {
 	}
 }
 
+// noAVX512 runs fn with the AVX-512 and archsimd matmul kernels switched
+// off, so that on an AVX-512 machine every combination takes the AVX2 or
+// the portable path the way it does on an AVX2-only CPU.
+func noAVX512(fn func()) {
+	f, q, sf, sq := asmF32, asmQ8, simdDotF32, simdDotQ8
+	asmF32, asmQ8, simdDotF32, simdDotQ8 = false, false, nil, nil
+	defer func() { asmF32, asmQ8, simdDotF32, simdDotQ8 = f, q, sf, sq }()
+	fn()
+}
+
 // avxCase is one combination the AVX2 kernels cover.
 type avxCase struct {
 	bits, gs int
@@ -82,7 +92,7 @@ func TestAVX2EqualsPortable(t *testing.T) {
 							continue // the int8 GEMM: TestAVX2GemmEqualsPortable
 						}
 						name := fmt.Sprintf("b%dg%d/%s/%s/acc%d", c.bits, c.gs, c.dt, dims(m, n, k), acc)
-						t.Run(name, func(t *testing.T) { testAVX2EqualsPortable(t, c, m, n, k, acc, name) })
+						t.Run(name, func(t *testing.T) { noAVX512(func() { testAVX2EqualsPortable(t, c, m, n, k, acc, name) }) })
 					}
 				}
 			}
@@ -162,6 +172,10 @@ func TestAVX2GemmEqualsPortable(t *testing.T) {
 // holding ±Inf, NaN, ±0 and subnormals.
 func TestAVX2SpecialX(t *testing.T) {
 	needAVX2(t)
+	noAVX512(func() { testAVX2SpecialX(t) })
+}
+
+func testAVX2SpecialX(t *testing.T) {
 	special := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 0,
 		float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -1e-40}
 	n, k := 24, 512
@@ -229,9 +243,11 @@ func BenchmarkAVX2QMV(b *testing.B) {
 						b.SetBytes(int64(4*len(wq) + 2*esz*len(sc)))
 						avxOn = impl == "avx2"
 						defer func() { avxOn = true }()
-						for b.Loop() {
-							QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
-						}
+						noAVX512(func() {
+							for b.Loop() {
+								QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
+							}
+						})
 					})
 				}
 			}
