@@ -7,7 +7,10 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"runtime"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -219,6 +222,16 @@ func TestQmvAVX2Generated(t *testing.T) {
 	}
 }
 
+// threadCPU is the calling thread's CPU time (user and system) on Linux
+// (RUSAGE_THREAD); 0 where that fails (no metric is reported then).
+func threadCPU() time.Duration {
+	var ru syscall.Rusage
+	if runtime.GOOS != "linux" || syscall.Getrusage(1, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkAVX2QMV measures the one-row kernels (and, as "portable", the
 // loops they replace) on SmolLM2's MLP shape and a 4096×1536 layer, in both
 // precisions, reporting GB/s of weights, scales and biases read.
@@ -240,13 +253,26 @@ func BenchmarkAVX2QMV(b *testing.B) {
 						if c.dt != "f32" {
 							esz = 2
 						}
-						b.SetBytes(int64(4*len(wq) + 2*esz*len(sc)))
+						bytes := int64(4*len(wq) + 2*esz*len(sc))
+						b.SetBytes(bytes)
 						avxOn = impl == "avx2"
 						defer func() { avxOn = true }()
-						noAVX512(func() {
-							for b.Loop() {
+						// On a shared machine wall time counts the time the
+						// thread waits for a core: "GB/s-cpu" divides by the
+						// thread's own CPU time instead (one thread).
+						withThreads(1, func() {
+							runtime.LockOSThread()
+							defer runtime.UnlockOSThread()
+							noAVX512(func() {
 								QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
-							}
+								t0 := threadCPU()
+								for b.Loop() {
+									QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
+								}
+								if sec := (threadCPU() - t0).Seconds(); sec > 0 {
+									b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+								}
+							})
 						})
 					})
 				}
