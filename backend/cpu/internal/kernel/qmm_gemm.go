@@ -22,7 +22,8 @@ import (
 //
 // Each output is one sequential float32 chain over its own row of x and W,
 // so the result does not depend on m, on the tiling or on the machine: the
-// assembly GEMM (AVX-512 VNNI) and the portable loop give the same bits.
+// assembly GEMMs (AVX-512 VNNI; AVX2+FMA, qmv_avx2_amd64.go) and the
+// portable loop give the same bits.
 // The one-row path (m = 1, the decode kernels) sums the same terms, exactly
 // the same integer block sums I_t, block scales d_t and group sums xs_g, in
 // the lane order of qmmTQ8Ref instead; the two differ only by float32
@@ -83,7 +84,9 @@ func gemmQ8(k, gs, bits int) bool {
 // qmmTQ8Gemm is the AccQ8 matmul for m >= 2 (see the top of this file).
 func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) {
 	if !asmQ8 {
-		q8GemmGo(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
+		if !avxGemmQ8(dst, x, wq, sc, bi, m, n, k, gs, bits, round) { // AVX2+FMA: qmv_avx2_amd64.go
+			q8GemmGo(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
+		}
 		return
 	}
 	s := scratchPool.Get().(*qmmScratch)

@@ -366,6 +366,9 @@ func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 	if m == 1 && qmvRows(dst, x, wq, sc, bi, n, k, gs, bits, round, q8) {
 		return // one row of x (decode): qmv_amd64.go
 	}
+	if avxRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, q8) {
+		return // the portable loops' bits with AVX2: qmv_avx2_amd64.go
+	}
 	wpr, gpr := WordsPerRow(k, bits), k/gs
 	kind := vecKernel(k, gs, bits, q8)
 	vec := kind != 0

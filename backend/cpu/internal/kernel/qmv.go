@@ -8,3 +8,14 @@ package kernel
 func qmvRows(dst, x []float32, wq []uint32, sc, bi Vec, n, k, gs, bits int, round Rounder, q8 bool) bool {
 	return false
 }
+
+// avxRows is the AVX2 quantized matmul of qmv_avx2_amd64.go; there are no
+// such kernels on this platform, so it reports false.
+func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8 bool) bool {
+	return false
+}
+
+// avxGemmQ8 is the AVX2 int8 GEMM of qmv_avx2_amd64.go; none here.
+func avxGemmQ8(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) bool {
+	return false
+}

@@ -1,0 +1,567 @@
+package kernel
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/mlxgo/mlxgo/tensor"
+	"golang.org/x/sys/cpu"
+)
+
+//go:generate go run qmv_avx2_gen.go -o qmv_avx2_amd64.s
+
+// The AVX2 kernels of the quantized matmul with transposed weights, for the
+// combinations the AVX-512 kernels do not take (vecKernel returns 0: every
+// CPU without AVX-512, and 4-bit group 32 on every CPU). They reproduce the
+// portable loops (dotF32 + dotBias) bit for bit, eight weight rows at a time,
+// so they may replace them for any number of rows of x: the one-row and
+// multi-row paths stay equal and chunked prefill equals one-shot.
+
+// avxArgs are the arguments of the kernels (field offsets fixed in
+// qmv_avx2_gen.go): w the first weight row of tile 0, wstr the bytes between
+// weight rows; x one row of x (float32, natural order); xs its group sums;
+// s and b the float32 scales and biases of tile 0's first row, gstr bytes
+// between rows; ngrp groups of upg units of four weight words per row;
+// out the eight results of tile 0 (tile t's at out + 32·t); ntile tiles;
+// idx the element offsets of the scales of rows 0, 2, 4, 6, 1, 3, 5, 7 from
+// row 0's. The int8 kernels read x as avxPrepQ8 writes it (4-bit: per block
+// of 32 the even codes, then the odd ones; 8-bit: the codes widened to
+// int16), d the block scales of x, and count upg blocks of 32 per group
+// (gleft is their scratch).
+type avxArgs struct {
+	w     unsafe.Pointer // 0
+	wstr  uintptr        // 8
+	x     unsafe.Pointer // 16
+	xs    unsafe.Pointer // 24
+	s, b  unsafe.Pointer // 32, 40
+	gstr  uintptr        // 48
+	ngrp  int            // 56
+	upg   int            // 64
+	out   unsafe.Pointer // 72
+	ntile int            // 80
+	d     unsafe.Pointer // 88
+	idx   [8]int32       // 96
+	gleft int            // 128: the int8 kernels' group counter
+}
+
+// qavxF32B4 writes, for a.ntile tiles of eight consecutive 4-bit weight
+// rows, dotF32(row) + dotBias(row) against one float32 row of x to
+// a.out: per row and group four partial sums a_j += c_j·x_j + c_{j+4}·x_{j+4}
+// word by word, s·((a0+a1)+(a2+a3)) summed over the groups, Σ b·xs summed
+// separately and added last, every step a float32 multiply or add in the
+// portable loop's order (the same bits).
+//
+//go:noescape
+func qavxF32B4(a *avxArgs)
+
+// qavxF32B8 is qavxF32B4 for 8-bit weights (dotF32's 8-bit loop: a_j +=
+// c_j·x_j).
+//
+//go:noescape
+func qavxF32B8(a *avxArgs)
+
+// qavxQ8B4 writes, for a.ntile tiles of eight consecutive 4-bit weight
+// rows, dotQ8(row) + dotBias(row) against one row of x quantized to int8
+// (avxPrepQ8's layout) to a.out: per block of 32 the exact integer sum of
+// codes times x codes, a += d_t·float(isum) over the group's blocks,
+// s·a summed over the groups, Σ b·xs separately and added last, in the
+// portable loop's float32 order (the same bits).
+//
+//go:noescape
+func qavxQ8B4(a *avxArgs)
+
+// qavxQ8B8 is qavxQ8B4 for 8-bit weights.
+//
+//go:noescape
+func qavxQ8B8(a *avxArgs)
+
+// qavxF32B2 is qavxF32B8 for 2-bit weights (dotF32's generic loop: the
+// group's codes in steps of four, a_j += c_{4u+j}·x_{4u+j}), each chunk of
+// eight codes read as eight bytes of which 2 are used.
+//
+//go:noescape
+func qavxF32B2(a *avxArgs)
+
+// qavxF32B3 is qavxF32B2 for 3-bit weights.
+//
+//go:noescape
+func qavxF32B3(a *avxArgs)
+
+// qavxF32B5 is qavxF32B2 for 5-bit weights.
+//
+//go:noescape
+func qavxF32B5(a *avxArgs)
+
+// qavxF32B6 is qavxF32B2 for 6-bit weights.
+//
+//go:noescape
+func qavxF32B6(a *avxArgs)
+
+// qavxQ8B2 is qavxQ8B4 for 2-bit weights, x as int32 (avxPrepQ8).
+//
+//go:noescape
+func qavxQ8B2(a *avxArgs)
+
+// qavxQ8B3 is qavxQ8B2 for 3-bit weights.
+//
+//go:noescape
+func qavxQ8B3(a *avxArgs)
+
+// qavxQ8B5 is qavxQ8B2 for 5-bit weights.
+//
+//go:noescape
+func qavxQ8B5(a *avxArgs)
+
+// qavxQ8B6 is qavxQ8B2 for 6-bit weights.
+//
+//go:noescape
+func qavxQ8B6(a *avxArgs)
+
+// qavxF32B2BF16 is qavxF32B2 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B2BF16(a *avxArgs)
+
+// qavxF32B3BF16 is qavxF32B3 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B3BF16(a *avxArgs)
+
+// qavxF32B4BF16 is qavxF32B4 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B4BF16(a *avxArgs)
+
+// qavxF32B5BF16 is qavxF32B5 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B5BF16(a *avxArgs)
+
+// qavxF32B6BF16 is qavxF32B6 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B6BF16(a *avxArgs)
+
+// qavxF32B8BF16 is qavxF32B8 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B8BF16(a *avxArgs)
+
+// qavxQ8B2BF16 is qavxQ8B2 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B2BF16(a *avxArgs)
+
+// qavxQ8B3BF16 is qavxQ8B3 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B3BF16(a *avxArgs)
+
+// qavxQ8B4BF16 is qavxQ8B4 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B4BF16(a *avxArgs)
+
+// qavxQ8B5BF16 is qavxQ8B5 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B5BF16(a *avxArgs)
+
+// qavxQ8B6BF16 is qavxQ8B6 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B6BF16(a *avxArgs)
+
+// qavxQ8B8BF16 is qavxQ8B8 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B8BF16(a *avxArgs)
+
+// qavxF32B2F16 is qavxF32B2 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B2F16(a *avxArgs)
+
+// qavxF32B3F16 is qavxF32B3 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B3F16(a *avxArgs)
+
+// qavxF32B4F16 is qavxF32B4 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B4F16(a *avxArgs)
+
+// qavxF32B5F16 is qavxF32B5 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B5F16(a *avxArgs)
+
+// qavxF32B6F16 is qavxF32B6 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B6F16(a *avxArgs)
+
+// qavxF32B8F16 is qavxF32B8 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxF32B8F16(a *avxArgs)
+
+// qavxQ8B2F16 is qavxQ8B2 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B2F16(a *avxArgs)
+
+// qavxQ8B3F16 is qavxQ8B3 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B3F16(a *avxArgs)
+
+// qavxQ8B4F16 is qavxQ8B4 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B4F16(a *avxArgs)
+
+// qavxQ8B5F16 is qavxQ8B5 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B5F16(a *avxArgs)
+
+// qavxQ8B6F16 is qavxQ8B6 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B6F16(a *avxArgs)
+
+// qavxQ8B8F16 is qavxQ8B8 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxQ8B8F16(a *avxArgs)
+
+// qavxG8B4 is qavxQ8B4 with the float steps of the int8 GEMM
+// (qmmTQ8BlockRef, q8BlockDot) for two or more rows of x: per block acc =
+// fma(float(isum)·d_t, s_g, acc), per group acc = fma(b_g, xs_g, acc),
+// VFMADD231PS being the correctly rounded fused step of mlxmath.FMA32 (the
+// same bits).
+//
+//go:noescape
+func qavxG8B4(a *avxArgs)
+
+// qavxG8B8 is qavxG8B4 for 8-bit weights.
+//
+//go:noescape
+func qavxG8B8(a *avxArgs)
+
+// qavxG8B4BF16 is qavxG8B4 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxG8B4BF16(a *avxArgs)
+
+// qavxG8B8BF16 is qavxG8B8 with bfloat16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxG8B8BF16(a *avxArgs)
+
+// qavxG8B4F16 is qavxG8B4 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxG8B4F16(a *avxArgs)
+
+// qavxG8B8F16 is qavxG8B8 with float16 scales and biases, gathered in
+// place (two bytes read past each).
+//
+//go:noescape
+func qavxG8B8F16(a *avxArgs)
+
+// convF16ToF32 sets dst[i] to float16 src[i] as float32 (VCVTPH2PS, exact
+// like tensor.F16ToFloat32 for every non-NaN value) for i < n, n a
+// multiple of 8.
+//
+//go:noescape
+func convF16ToF32(dst *float32, src *uint16, n int)
+
+// hasF16C reports the F16C instructions (CPUID leaf 1, ECX bit 29).
+func hasF16C() bool
+
+// avxQMM is set when the CPU has AVX2 and FMA (the kernels use no FMA: the
+// flag marks the CPU generation); avxF16 when it also has F16C.
+var avxQMM, avxF16 bool
+
+// avxOn switches the kernels on (tests compare with them off).
+var avxOn = true
+
+func init() {
+	avxQMM = cpu.X86.HasAVX && cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	avxF16 = avxQMM && hasF16C()
+}
+
+// avxTileRows is how many weight rows a worker converts scales for and
+// keeps in cache while it runs every row of x against them.
+const avxTileRows = 64
+
+// avxRows computes the quantized matmul with the AVX2 kernels when they
+// cover the combination (reporting false otherwise): every output is the
+// portable loop's, dotF32 (or, under AccQ8, dotQ8) + dotBias, bit for bit.
+// Scratch (pooled): the group sums of x, x quantized twice (AccQ8), and per
+// worker the float32 scales and biases of avxTileRows weight rows.
+func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8 bool) bool {
+	return avxRun(dst, x, wq, sc, bi, m, n, k, gs, bits, round, q8, false)
+}
+
+// avxGemmQ8 is the int8 GEMM (q8GemmGo's outputs, bit for bit) with the
+// AVX2+FMA kernels when they cover the combination (reporting false
+// otherwise): 4- or 8-bit weights, gemmQ8's shapes.
+func avxGemmQ8(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) bool {
+	return gemmQ8(k, gs, bits) && avxRun(dst, x, wq, sc, bi, m, n, k, gs, bits, round, true, true)
+}
+
+// avxRun is avxRows, or with gemm avxGemmQ8.
+func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8, gemm bool) bool {
+	if !avxOn || !avxQMM || n < 8 || !gemm && vecKernel(k, gs, bits, q8) != 0 {
+		return false
+	}
+	if gs%32 != 0 {
+		return false
+	}
+	if (sc.F32 == nil && sc.F16 || bi.F32 == nil && bi.F16) && !avxF16 {
+		return false
+	}
+	wpr, gpr := WordsPerRow(k, bits), k/gs
+	check(len(wq) >= n*wpr && len(dst) >= m*n && len(x) >= m*k &&
+		sc.Len() >= n*gpr && bi.Len() >= n*gpr, "QuantizedMatmulT", "AVX2 kernel: slices too short")
+	s := avxPool.Get().(*avxState)
+	defer avxPool.Put(s)
+	s.xs = grow(s.xs, m*gpr)
+	groupSums(s.xs, x, m, k, gs)
+	// Scales in place: float32, or both bfloat16 or both float16 (those
+	// kernels gather them themselves); else converted to float32.
+	st := 0
+	switch {
+	case sc.F32 != nil || bi.F32 != nil:
+	case !sc.F16 && !bi.F16:
+		st = 1
+	case sc.F16 && bi.F16 && avxF16:
+		st = 2
+	}
+	kerns := &avxKernels
+	switch {
+	case gemm:
+		kerns = &avxKernelsG8
+	case q8:
+		kerns = &avxKernelsQ8
+	}
+	bx := avxBitsIndex(bits)
+	upg := gs * bits / 128 // units of four words (4- and 8-bit)
+	if bits != 4 && bits != 8 {
+		upg = gs / 8 // chunks of eight codes
+	}
+	if q8 {
+		upg = gs / 32 // blocks of 32
+		avxPrepQ8(s, x, m*k, bits)
+	}
+	n8 := n &^ 7
+	if bits != 4 && bits != 8 {
+		// The odd-width kernels read eight bytes per chunk of bits bytes:
+		// the last weight row stays on the portable loop, so the
+		// over-read never leaves the weights.
+		n8 = (n - 1) &^ 7
+	}
+	var idx [8]int32
+	for l, r := range [8]int32{0, 2, 4, 6, 1, 3, 5, 7} {
+		idx[l] = r * int32(gpr)
+	}
+	rk := roundKind(round)
+	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
+		ws := avxPool.Get().(*avxState)
+		defer avxPool.Put(ws)
+		per := avxTileRows / 8
+		// The 16-bit gathers read two bytes past a value: the tile of the
+		// last row takes its scales converted instead.
+		last := (n - 1) / 8
+		for t0 := lo; t0 < hi; t0 += per {
+			t1 := min(t0+per, hi)
+			if st != 0 && t0 < last && t1 > last {
+				t1 = last
+			}
+			j0, j1 := 8*t0, 8*t1
+			a := avxArgs{
+				w: ptr(wq[j0*wpr:]), wstr: uintptr(4 * wpr), ngrp: gpr, upg: upg, ntile: t1 - t0, idx: idx,
+			}
+			kern := kerns[0][bx]
+			if st != 0 && t1 <= last {
+				kern = kerns[st][bx]
+				a.s, a.b, a.gstr = ptr(sc.U16[j0*gpr:]), ptr(bi.U16[j0*gpr:]), uintptr(2*gpr)
+			} else {
+				a.s, a.b = avxScales(&ws.row, sc, bi, j0*gpr, j1*gpr)
+				a.gstr = uintptr(4 * gpr)
+			}
+			for r := range m {
+				a.x, a.xs, a.out = ptr(x[r*k:]), ptr(s.xs[r*gpr:]), ptr(dst[r*n+j0:])
+				switch {
+				case q8 && bits == 4:
+					a.x, a.d = ptr(s.xq[r*k:]), ptr(s.dx[r*k/32:])
+				case q8 && bits == 8:
+					a.x, a.d = ptr(s.x16[r*k:]), ptr(s.dx[r*k/32:])
+				case q8:
+					a.x, a.d = ptr(s.x32[r*k:]), ptr(s.dx[r*k/32:])
+				}
+				kern(&a)
+				roundSlice(dst[r*n+j0:r*n+j1], round, rk)
+			}
+			t0 = t1 - per // (t1 was cut at the last tile: go on from there)
+		}
+	})
+	if n8 < n {
+		row := grow(s.row, 2*gpr)
+		s.row = row
+		for j := n8; j < n; j++ {
+			sc.load(row[:gpr], j*gpr)
+			bi.load(row[gpr:], j*gpr)
+			w := wq[j*wpr : (j+1)*wpr]
+			for r := range m {
+				var v float32
+				if gemm {
+					dst[r*n+j] = round(q8BlockDot(w, s.xqn[r*k:(r+1)*k], s.dx[r*k/32:(r+1)*k/32], s.xs[r*gpr:(r+1)*gpr], row[:gpr], row[gpr:], gs, bits))
+					continue
+				}
+				if q8 {
+					v = dotQ8(w, s.xqn[r*k:(r+1)*k], s.dx[r*k/32:(r+1)*k/32], row[:gpr], k, gs, bits)
+				} else {
+					v = dotF32(w, x[r*k:(r+1)*k], row[:gpr], k, gs, bits)
+				}
+				dst[r*n+j] = round(v + dotBias(row[gpr:], s.xs[r*gpr:(r+1)*gpr]))
+			}
+		}
+	}
+	return true
+}
+
+// avxState is the pooled per-call scratch: the group sums of x, x
+// quantized (natural order, and in the kernels' layout), the block scales,
+// and a worker's float32 scales and biases.
+type avxState struct {
+	xs, dx, row []float32
+	xqn, xq     []int8
+	x16         []int16
+	x32         []int32
+}
+
+// avxKernels and avxKernelsQ8 are the kernels by width (avxBitsIndex).
+// The first index is the scale storage: float32 (or converted), bfloat16,
+// float16.
+var (
+	avxKernels = [3][6]func(*avxArgs){
+		{qavxF32B2, qavxF32B3, qavxF32B4, qavxF32B5, qavxF32B6, qavxF32B8},
+		{qavxF32B2BF16, qavxF32B3BF16, qavxF32B4BF16, qavxF32B5BF16, qavxF32B6BF16, qavxF32B8BF16},
+		{qavxF32B2F16, qavxF32B3F16, qavxF32B4F16, qavxF32B5F16, qavxF32B6F16, qavxF32B8F16},
+	}
+	avxKernelsQ8 = [3][6]func(*avxArgs){
+		{qavxQ8B2, qavxQ8B3, qavxQ8B4, qavxQ8B5, qavxQ8B6, qavxQ8B8},
+		{qavxQ8B2BF16, qavxQ8B3BF16, qavxQ8B4BF16, qavxQ8B5BF16, qavxQ8B6BF16, qavxQ8B8BF16},
+		{qavxQ8B2F16, qavxQ8B3F16, qavxQ8B4F16, qavxQ8B5F16, qavxQ8B6F16, qavxQ8B8F16},
+	}
+)
+
+// avxKernelsG8 are the int8 GEMM kernels (4- and 8-bit only; nil
+// elsewhere).
+var avxKernelsG8 = [3][6]func(*avxArgs){
+	{2: qavxG8B4, 5: qavxG8B8},
+	{2: qavxG8B4BF16, 5: qavxG8B8BF16},
+	{2: qavxG8B4F16, 5: qavxG8B8F16},
+}
+
+// avxBitsIndex numbers the widths 2, 3, 4, 5, 6, 8.
+func avxBitsIndex(bits int) int {
+	if bits == 8 {
+		return 5
+	}
+	return bits - 2
+}
+
+var avxPool = sync.Pool{New: func() any { return new(avxState) }}
+
+// avxPrepQ8 quantizes n values of x (quantizeQ8, as dotQ8's callers do)
+// into s.xqn and s.dx and lays them out for the int8 kernels: 4-bit, per
+// block of 32 the 16 even codes then the 16 odd ones (the low and high
+// nibbles of the block's weight bytes) in s.xq; 8-bit, the codes as int16
+// in s.x16.
+func avxPrepQ8(s *avxState, x []float32, n, bits int) {
+	s.xqn, s.dx = grow(s.xqn, n), grow(s.dx, n/32)
+	quantizeQ8(s.xqn, s.dx, x, n, q8Max(bits))
+	if bits == 4 {
+		s.xq = grow(s.xq, n)
+		for b := 0; b < n; b += 32 {
+			src, dst := s.xqn[b:b+32], s.xq[b:b+32]
+			for i := range 16 {
+				dst[i], dst[16+i] = src[2*i], src[2*i+1]
+			}
+		}
+		return
+	}
+	if bits == 8 {
+		s.x16 = grow(s.x16, n)
+		for i, v := range s.xqn[:n] {
+			s.x16[i] = int16(v)
+		}
+		return
+	}
+	s.x32 = grow(s.x32, n)
+	for i, v := range s.xqn[:n] {
+		s.x32[i] = int32(v)
+	}
+}
+
+// avxScales returns float32 scales and biases lo..hi-1: in place for
+// float32 storage, else converted into *buf.
+func avxScales(buf *[]float32, sc, bi Vec, lo, hi int) (s, b unsafe.Pointer) {
+	if sc.F32 != nil && bi.F32 != nil {
+		return ptr(sc.F32[lo:hi]), ptr(bi.F32[lo:hi])
+	}
+	nv := hi - lo
+	*buf = grow(*buf, 2*nv)
+	avxLoad((*buf)[:nv], sc, lo)
+	avxLoad((*buf)[nv:], bi, lo)
+	return ptr(*buf), ptr((*buf)[nv:])
+}
+
+// avxLoad is Vec.load with the float16 values converted by F16C.
+func avxLoad(dst []float32, v Vec, off int) {
+	if v.F32 != nil || !v.F16 {
+		v.load(dst, off)
+		return
+	}
+	src := v.U16[off : off+len(dst)]
+	n8 := len(dst) &^ 7
+	if n8 > 0 {
+		convF16ToF32(&dst[0], &src[0], n8)
+	}
+	for i := n8; i < len(dst); i++ {
+		dst[i] = tensor.F16ToFloat32(src[i])
+	}
+}

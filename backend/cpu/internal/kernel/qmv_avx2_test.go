@@ -1,0 +1,282 @@
+//go:build amd64
+
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// needAVX2 skips (loudly) on CPUs without the AVX2 kernels.
+func needAVX2(t testing.TB) {
+	t.Helper()
+	if !avxQMM {
+		t.Skip("SKIPPED: this CPU lacks AVX2/FMA; the AVX2 kernels are not installed")
+	}
+}
+
+// noAVX512 runs fn with the AVX-512 and archsimd matmul kernels switched
+// off, so that on an AVX-512 machine every combination takes the AVX2 or
+// the portable path the way it does on an AVX2-only CPU.
+func noAVX512(fn func()) {
+	f, q, sf, sq := asmF32, asmQ8, simdDotF32, simdDotQ8
+	asmF32, asmQ8, simdDotF32, simdDotQ8 = false, false, nil, nil
+	defer func() { asmF32, asmQ8, simdDotF32, simdDotQ8 = f, q, sf, sq }()
+	fn()
+}
+
+// avxCase is one combination the AVX2 kernels cover.
+type avxCase struct {
+	bits, gs int
+	dt       string // scale and bias storage: f32, bf16, f16
+}
+
+// avxCases lists every combination of bits 2, 3, 4, 5, 6 and 8, groups of
+// 32, 64 and 128 and the three scale dtypes.
+func avxCases() []avxCase {
+	var cs []avxCase
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, gs := range []int{32, 64, 128} {
+			for _, dt := range []string{"f32", "bf16", "f16"} {
+				cs = append(cs, avxCase{bits, gs, dt})
+			}
+		}
+	}
+	return cs
+}
+
+// avxVecs returns the scales and biases of qmvInputs in storage dtype dt.
+func avxVecs(dt string, sc, bi []float32, sb, bb []uint16) (Vec, Vec) {
+	switch dt {
+	case "bf16":
+		return BF16Vec(sb), BF16Vec(bb)
+	case "f16":
+		f16 := func(v []float32) []uint16 {
+			all := make([]uint16, len(v)+2*guardN)
+			for i := range all {
+				all[i] = 0x7e01 // a float16 NaN in the guards
+			}
+			u := all[guardN : guardN+len(v)]
+			for i, f := range v {
+				u[i] = tensor.Float32ToF16(f) // (a few biases round to subnormals)
+			}
+			return u
+		}
+		return F16Vec(f16(sc)), F16Vec(f16(bi))
+	}
+	return F32Vec(sc), F32Vec(bi)
+}
+
+// TestAVX2EqualsPortable holds the AVX2 kernels (qmv_avx2_amd64.s) to the
+// portable loops (dotF32 or dotQ8, + dotBias) bit for bit, for every covered
+// bits × group × scale dtype, both precisions, one and (float32) three rows
+// of x, row counts with a
+// partial tile of eight, inputs inside NaN guards, rounded and unrounded
+// results, and 1 or 3 threads.
+func TestAVX2EqualsPortable(t *testing.T) {
+	needAVX2(t)
+	for _, c := range avxCases() {
+		for _, k := range []int{256, 576, 1536} {
+			if k%c.gs != 0 {
+				continue
+			}
+			for _, n := range []int{8, 43, 136} {
+				for _, m := range []int{1, 3} {
+					for _, acc := range []Acc{AccF32, AccQ8} {
+						if acc == AccQ8 && m > 1 && gemmQ8(k, c.gs, c.bits) {
+							continue // the int8 GEMM: TestAVX2GemmEqualsPortable
+						}
+						name := fmt.Sprintf("b%dg%d/%s/%s/acc%d", c.bits, c.gs, c.dt, dims(m, n, k), acc)
+						t.Run(name, func(t *testing.T) { noAVX512(func() { testAVX2EqualsPortable(t, c, m, n, k, acc, name) }) })
+					}
+				}
+			}
+		}
+	}
+}
+
+func testAVX2EqualsPortable(t *testing.T, c avxCase, m, n, k int, acc Acc, name string) {
+	_, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+k+c.bits*7+c.gs), n, k, c.gs, c.bits)
+	scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+	xall := randVec(newRand(uint64(k+m)), m*k+2*guardN, 1, tensor.RoundBF16)
+	x := xall[guardN : guardN+m*k]
+	if !avxRows(make([]float32, m*n), x, wq, scv, biv, m, n, k, c.gs, c.bits, Identity, acc == AccQ8) {
+		t.Fatal("avxRows did not take this combination")
+	}
+	for _, round := range []Rounder{Identity, tensor.RoundBF16} {
+		want := make([]float32, m*n)
+		avxOn = false
+		QuantizedMatmulTVec(want, x, wq, scv, biv, m, n, k, c.gs, c.bits, round, acc)
+		avxOn = true
+		for _, th := range []int{1, 3} {
+			got, whole := guarded(m * n)
+			withThreads(th, func() {
+				QuantizedMatmulTVec(got, x, wq, scv, biv, m, n, k, c.gs, c.bits, round, acc)
+			})
+			checkGuards(t, whole, name)
+			expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
+		}
+	}
+}
+
+// TestAVX2GemmEqualsPortable holds the AVX2 int8 GEMM kernels to
+// q8GemmGo bit for bit, for 4- and 8-bit weights, every group and scale
+// dtype, two and nine rows of x, inside NaN guards.
+func TestAVX2GemmEqualsPortable(t *testing.T) {
+	needAVX2(t)
+	for _, c := range avxCases() {
+		if c.bits != 4 && c.bits != 8 {
+			continue
+		}
+		for _, k := range []int{256, 1536} {
+			for _, n := range []int{8, 43, 136} {
+				for _, m := range []int{2, 9} {
+					name := fmt.Sprintf("b%dg%d/%s/%s", c.bits, c.gs, c.dt, dims(m, n, k))
+					t.Run(name, func(t *testing.T) {
+						if !gemmQ8(k, c.gs, c.bits) {
+							t.Fatalf("gemmQ8 refuses %s", name)
+						}
+						_, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+k+c.bits*7+c.gs), n, k, c.gs, c.bits)
+						scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+						xall := randVec(newRand(uint64(k+m)), m*k+2*guardN, 1, tensor.RoundBF16)
+						x := xall[guardN : guardN+m*k]
+						for _, round := range []Rounder{Identity, tensor.RoundBF16} {
+							want := make([]float32, m*n)
+							q8GemmGo(want, x, wq, scv, biv, m, n, k, c.gs, c.bits, round)
+							for _, th := range []int{1, 3} {
+								got, whole := guarded(m * n)
+								var ok bool
+								withThreads(th, func() {
+									ok = avxGemmQ8(got, x, wq, scv, biv, m, n, k, c.gs, c.bits, round)
+								})
+								if !ok {
+									t.Fatal("avxGemmQ8 did not take this combination")
+								}
+								checkGuards(t, whole, name)
+								expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestAVX2SpecialX repeats TestAVX2EqualsPortable's comparison with x
+// holding ±Inf, NaN, ±0 and subnormals.
+func TestAVX2SpecialX(t *testing.T) {
+	needAVX2(t)
+	noAVX512(func() { testAVX2SpecialX(t) })
+}
+
+func testAVX2SpecialX(t *testing.T) {
+	special := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 0,
+		float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, -1e-40}
+	n, k := 24, 512
+	for _, c := range []avxCase{{4, 32, "f16"}, {8, 64, "bf16"}, {3, 32, "f32"}, {6, 128, "bf16"}} {
+		for si, v := range special {
+			_, wq, sc, bi, sb, bb := qmvInputs(uint64(si), n, k, c.gs, c.bits)
+			scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+			x := randVec(newRand(uint64(si)), k, 1, tensor.RoundBF16)
+			for i := si; i < k; i += 37 {
+				x[i] = v
+			}
+			want, got := make([]float32, n), make([]float32, n)
+			avxOn = false
+			QuantizedMatmulTVec(want, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, AccF32)
+			avxOn = true
+			QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, AccF32)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+					t.Fatalf("b%dg%d %s x=%v: output %d: got %v, want %v", c.bits, c.gs, c.dt, v, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestQmvAVX2Generated: qmv_avx2_amd64.s is what qmv_avx2_gen.go writes.
+func TestQmvAVX2Generated(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("SKIPPED: no go command on PATH to run qmv_avx2_gen.go")
+	}
+	out, err := exec.Command("go", "run", "qmv_avx2_gen.go").Output()
+	if err != nil {
+		t.Fatalf("go run qmv_avx2_gen.go: %v", err)
+	}
+	have, err := os.ReadFile("qmv_avx2_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != string(have) {
+		t.Errorf("qmv_avx2_amd64.s differs from the output of qmv_avx2_gen.go: run go generate")
+	}
+}
+
+// threadCPU is the calling thread's CPU time (user and system) on Linux
+// (RUSAGE_THREAD); 0 where that fails (no metric is reported then).
+func threadCPU() time.Duration {
+	var ru syscall.Rusage
+	if runtime.GOOS != "linux" || syscall.Getrusage(1, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkAVX2QMV measures the one-row kernels (and, as "portable", the
+// loops they replace) on SmolLM2's MLP shape and a 4096×1536 layer, in both
+// precisions, reporting GB/s of weights, scales and biases read.
+func BenchmarkAVX2QMV(b *testing.B) {
+	needAVX2(b)
+	for _, c := range avxCases() {
+		for _, sh := range [][2]int{{1536, 576}, {4096, 1536}} {
+			n, k := sh[0], sh[1]
+			if k%c.gs != 0 {
+				continue
+			}
+			for _, acc := range []Acc{AccF32, AccQ8} {
+				for _, impl := range []string{"avx2", "portable"} {
+					b.Run(fmt.Sprintf("b%dg%d/%s/%dx%d/acc%d/%s", c.bits, c.gs, c.dt, n, k, acc, impl), func(b *testing.B) {
+						x, wq, sc, bi, sb, bb := qmvInputs(1, n, k, c.gs, c.bits)
+						scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
+						dst := make([]float32, n)
+						esz := 4
+						if c.dt != "f32" {
+							esz = 2
+						}
+						bytes := int64(4*len(wq) + 2*esz*len(sc))
+						b.SetBytes(bytes)
+						avxOn = impl == "avx2"
+						defer func() { avxOn = true }()
+						// On a shared machine wall time counts the time the
+						// thread waits for a core: "GB/s-cpu" divides by the
+						// thread's own CPU time instead (one thread).
+						withThreads(1, func() {
+							runtime.LockOSThread()
+							defer runtime.UnlockOSThread()
+							noAVX512(func() {
+								QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
+								t0 := threadCPU()
+								for b.Loop() {
+									QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
+								}
+								if sec := (threadCPU() - t0).Seconds(); sec > 0 {
+									b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+								}
+							})
+						})
+					})
+				}
+			}
+		}
+	}
+}
