@@ -2,10 +2,9 @@ package synth
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
-	"math"
-	"math/rand/v2"
 	"strconv"
 
 	"github.com/mlxgo/mlxgo/gguf"
@@ -19,11 +18,55 @@ type ggufTensor struct {
 	norm string  // the MLX name of the norm whose values it copies
 }
 
+// ErrNoTwin is wrapped by WriteGGUF's error for a spec GGUF cannot hold
+// with the same arithmetic (bit widths other than 4 and 8).
+var ErrNoTwin = errors.New("no GGUF twin")
+
+// GGUFTwin reports whether the spec has a GGUF twin holding the same
+// weights, and an error wrapping ErrNoTwin naming the reason when not.
+// 4-bit weights become Q4_0 (or Q4_1, Spec.Q4Type) and 8-bit ones Q8_0,
+// blocks of 32 whose delta is the MLX group's scale: with the biases synth
+// writes (-8·scale, -128·scale) the affine value scale·q + bias is the
+// block's d·(q-8) or d·(q-128) exactly, at any group size (a group of 64 or
+// 128 is 2 or 4 blocks with the same delta; at group 32 the layouts match
+// block for block). Unquantized weights become F16, BF16 or F32 with the
+// same bits. GGUF has no block type with MLX's 2-, 3-, 5- or 6-bit affine
+// arithmetic at these group sizes (Q5_0 is 5-bit but synth does not write
+// it yet; the K-quants quantize their sub-block scales), so those have no
+// twin.
+func (s Spec) GGUFTwin() error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	bits, group, _, _ := s.quant()
+	if bits != 0 && bits != 4 && bits != 8 {
+		return fmt.Errorf("synth: %w for quant %s: GGUF has no block type with MLX's %d-bit affine arithmetic at group %d", ErrNoTwin, s.Quant, bits, group)
+	}
+	if s.Vocab < 3+256 {
+		return fmt.Errorf("synth: vocab %d: the GGUF twin's vocabulary needs at least 259 tokens (3 special, 256 bytes)", s.Vocab)
+	}
+	return nil
+}
+
+// ggufType returns the GGUF type of a module's weight.
+func (s Spec) ggufType(m *Module) gguf.Type {
+	switch m.Bits {
+	case 4:
+		if s.Q4Type == "q4_1" {
+			return gguf.Q4_1
+		}
+		return gguf.Q4_0
+	case 8:
+		return gguf.Q8_0
+	}
+	return map[tensor.DType]gguf.Type{tensor.F16: gguf.F16, tensor.BF16: gguf.BF16, tensor.F32: gguf.F32}[s.dtype()]
+}
+
 // ggufTensors lists the GGUF twin's tensors in llama.cpp's order: token_embd,
 // then per block attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
-// ffn_gate, ffn_down, ffn_up, then output_norm and output. A weight
-// [out, in] has GGUF dims {in, out}; 8-bit modules are Q8_0, 4-bit Q4_0,
-// unquantized ones F16; norms are F32.
+// ffn_gate, ffn_down, ffn_up, then output_norm and output (none when tied).
+// A weight [out, in] has GGUF dims {in, out} (the same row-major bytes);
+// norms are F32.
 func (s Spec) ggufTensors() []ggufTensor {
 	mods := s.Modules()
 	byPath := map[string]*Module{}
@@ -32,14 +75,7 @@ func (s Spec) ggufTensors() []ggufTensor {
 	}
 	lin := func(path string) ggufTensor {
 		m := byPath[path]
-		t := gguf.F16
-		switch m.Bits {
-		case 4:
-			t = gguf.Q4_0
-		case 8:
-			t = gguf.Q8_0
-		}
-		return ggufTensor{info: gguf.WriteTensor{Name: m.GGUF + ".weight", Dims: []uint64{uint64(m.In), uint64(m.Out)}, Type: t}, mod: m}
+		return ggufTensor{info: gguf.WriteTensor{Name: m.GGUF + ".weight", Dims: []uint64{uint64(m.In), uint64(m.Out)}, Type: s.ggufType(m)}, mod: m}
 	}
 	norm := func(name, mlxName string) ggufTensor {
 		return ggufTensor{info: gguf.WriteTensor{Name: name, Dims: []uint64{uint64(s.Hidden)}, Type: gguf.F32}, norm: mlxName}
@@ -54,7 +90,11 @@ func (s Spec) ggufTensors() []ggufTensor {
 			lin(p+"mlp.gate_proj"), lin(p+"mlp.down_proj"), lin(p+"mlp.up_proj"),
 		)
 	}
-	return append(ts, norm("output_norm.weight", "model.norm.weight"), lin("lm_head"))
+	ts = append(ts, norm("output_norm.weight", "model.norm.weight"))
+	if !s.Tied {
+		ts = append(ts, lin("lm_head"))
+	}
+	return ts
 }
 
 // GGUFMetadata returns the twin's metadata: llama architecture
@@ -63,13 +103,9 @@ func (s Spec) ggufTensors() []ggufTensor {
 // <0xFF> (llama.cpp looks up the newline byte), then "t259" ... as normal
 // tokens, Vocab in all.
 func (s Spec) GGUFMetadata() []gguf.KV {
-	fileType := uint32(2) // LLAMA_FTYPE_MOSTLY_Q4_0
-	switch s.Quant {
-	case "q8":
-		fileType = 7 // MOSTLY_Q8_0
-	case "none":
-		fileType = 1 // MOSTLY_F16
-	}
+	// llama_ftype: the type of most weights (the embedding's type; for
+	// optiq, 4-bit).
+	fileType := map[gguf.Type]uint32{gguf.F32: 0, gguf.F16: 1, gguf.Q4_0: 2, gguf.Q4_1: 3, gguf.Q8_0: 7, gguf.BF16: 32}[s.ggufType(&s.Modules()[0])]
 	tokens := make([]string, s.Vocab)
 	scores := make([]float32, s.Vocab)
 	types := make([]int32, s.Vocab)
@@ -91,7 +127,7 @@ func (s Spec) GGUFMetadata() []gguf.KV {
 	u := func(v int) gguf.Value { return gguf.U32(uint32(v)) }
 	return []gguf.KV{
 		{Key: "general.architecture", Value: gguf.Str("llama")},
-		{Key: "general.name", Value: gguf.Str("mlxgo synth " + s.Quant)},
+		{Key: "general.name", Value: gguf.Str("mlxgo synth " + s.Quant + " " + s.dtype().String())},
 		{Key: "general.file_type", Value: gguf.U32(fileType)},
 		{Key: "general.quantization_version", Value: gguf.U32(2)},
 		{Key: "general.alignment", Value: gguf.U32(gguf.DefaultAlignment)},
@@ -118,18 +154,13 @@ func (s Spec) GGUFMetadata() []gguf.KV {
 	}
 }
 
-// WriteGGUF writes the spec's GGUF twin to path: the same shapes, Q8_0
-// where the MLX checkpoint is 8-bit and Q4_0 where it is 4-bit (F16 for
-// "none"), F32 norms with the MLX checkpoint's norm values, and block
-// deltas with the same per-group ranges as the MLX scales (codes are
-// random, so the two files hold different weights of the same magnitude).
-// Progress goes to progress when not nil.
+// WriteGGUF writes the spec's GGUF twin to path: the same shapes and the
+// same weights (see GGUFTwin for the types), F32 norms with the MLX
+// checkpoint's norm values. A spec with no twin is an error wrapping
+// ErrNoTwin, and nothing is written. Progress goes to progress when not nil.
 func WriteGGUF(path string, s Spec, progress io.Writer) error {
-	if err := s.Validate(); err != nil {
+	if err := s.GGUFTwin(); err != nil {
 		return err
-	}
-	if s.Vocab < 3+256 {
-		return fmt.Errorf("synth: vocab %d: the GGUF twin's vocabulary needs at least 259 tokens (3 special, 256 bytes)", s.Vocab)
 	}
 	ts := s.ggufTensors()
 	infos := make([]gguf.WriteTensor, len(ts))
@@ -158,62 +189,72 @@ func WriteGGUF(path string, s Spec, progress io.Writer) error {
 
 func (s Spec) writeGGUFTensor(w io.Writer, t ggufTensor, buf []byte) error {
 	switch t.info.Type {
-	case gguf.F32:
-		r := rngFor(s.Seed, t.norm)
-		b := make([]byte, 4*s.Hidden)
-		for i := range s.Hidden {
-			v := tensor.RoundBF16(float32(1 + 0.05*r.NormFloat64())) // the MLX norm's bf16 value
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	case gguf.F32, gguf.F16, gguf.BF16:
+		if t.mod == nil { // a norm: the MLX norm's dtype value, as F32
+			r := rngFor(s.Seed, t.norm)
+			dt := s.dtype()
+			b := make([]byte, 4*s.Hidden)
+			putFloats(b, tensor.F32, func() float32 { return roundTo(normValue(r), dt) })
+			_, err := w.Write(b)
+			return err
 		}
-		_, err := w.Write(b)
-		return err
-	case gguf.F16:
-		r := rngFor(s.Seed, t.mod.Path+".weight")
-		n := int64(t.mod.Out) * int64(t.mod.In) * 2
-		for n > 0 {
-			k := min(int64(len(buf)), n)
-			for i := int64(0); i < k; i += 2 {
-				binary.LittleEndian.PutUint16(buf[i:], tensor.Float32ToF16(float32(t.mod.Std*r.NormFloat64())))
-			}
-			if _, err := w.Write(buf[:k]); err != nil {
-				return err
-			}
-			n -= k
-		}
-		return nil
+		r := rngFor(s.Seed, t.mod.Path+".weight") // the MLX weight's stream
+		return chunkedFloat(w, buf, int64(t.mod.Out)*int64(t.mod.In)*int64(s.dtype().Size()), s.dtype(),
+			func() float32 { return float32(t.mod.Std * r.NormFloat64()) })
 	}
 	return s.writeBlocks(w, t, buf)
 }
 
-// writeBlocks writes a Q4_0 or Q8_0 weight row by row: each block of 32 is
-// an f16 delta d and 32 random codes, d = a/8 (Q4_0 codes 0..15 mean
-// (q-8)·d) or a/127 (Q8_0 codes -127..127 mean q·d), a the half range of the
-// MLX group the block lies in.
+// writeBlocks writes a Q4_0, Q4_1 or Q8_0 weight row by row from the MLX
+// weight's own streams: each row's packed codes (fillMLXCodes on the
+// weight's stream, consumed exactly as the MLX writer consumes it) are
+// repacked into blocks of 32, and each block's delta d is the scale of the
+// MLX group it lies in (exact in f16, see groupScale); Q4_1's m is the MLX
+// bias -8·d.
 func (s Spec) writeBlocks(w io.Writer, t ggufTensor, buf []byte) error {
 	m := t.mod
-	q8 := t.info.Type == gguf.Q8_0
-	codeBytes, denom := 16, 8.0
-	if q8 {
-		codeBytes, denom = 32, 127.0
-	}
-	blockBytes := 2 + codeBytes
-	blocksPerGroup := s.GroupSize / 32
+	typ := t.info.Type
+	blockBytes := typ.BlockBytes()
+	blocksPerGroup := s.Group() / 32
 	groups := rngFor(s.Seed, groupStream(m))
-	codes := rngFor(s.Seed, m.GGUF+".weight")
+	codes := rngFor(s.Seed, m.Path+".weight")
+	row := make([]byte, m.In*m.Bits/8) // a multiple of 16 bytes: In is a multiple of 32
 	rowBytes := m.In / 32 * blockBytes
 	if len(buf) < rowBytes {
 		buf = make([]byte, rowBytes)
 	}
 	rowsPerChunk := len(buf) / rowBytes
+	le := binary.LittleEndian
+	var d float32
 	for r0 := 0; r0 < m.Out; r0 += rowsPerChunk {
 		nr := min(rowsPerChunk, m.Out-r0)
 		b := buf[:nr*rowBytes]
 		off := 0
-		for range nr * m.In / 32 / blocksPerGroup {
-			d := tensor.Float32ToF16(float32(groupHalfRange(groups, m.Std) / denom))
-			for range blocksPerGroup {
-				binary.LittleEndian.PutUint16(b[off:], d)
-				fillCodes(b[off+2:off+blockBytes], codes, q8)
+		for range nr {
+			fillMLXCodes(row, codes, m.Bits)
+			for blk := range m.In / 32 {
+				if blk%blocksPerGroup == 0 {
+					d = groupScale(groups, m, s.dtype())
+				}
+				o := b[off : off+blockBytes]
+				le.PutUint16(o, tensor.Float32ToF16(d))
+				switch typ {
+				case gguf.Q8_0:
+					for k, c := range row[32*blk : 32*blk+32] {
+						o[2+k] = c ^ 0x80 // unsigned code c means c-128
+					}
+				default: // Q4_0, Q4_1
+					qs := o[2:]
+					if typ == gguf.Q4_1 {
+						le.PutUint16(o[2:], tensor.Float32ToF16(groupBias(d, 4)))
+						qs = o[4:]
+					}
+					src := row[16*blk : 16*blk+16] // MLX: element e in nibble e, LSB first
+					nib := func(e int) byte { return src[e/2] >> (4 * (e % 2)) & 0xF }
+					for j := range 16 { // ggml: element j low, j+16 high
+						qs[j] = nib(j) | nib(j+16)<<4
+					}
+				}
 				off += blockBytes
 			}
 		}
@@ -222,19 +263,4 @@ func (s Spec) writeBlocks(w io.Writer, t ggufTensor, buf []byte) error {
 		}
 	}
 	return nil
-}
-
-// fillCodes fills b with random bytes; for Q8_0 the int8 -128 (which
-// llama.cpp's quantizer never writes) becomes -127.
-func fillCodes(b []byte, r *rand.Rand, q8 bool) {
-	for i := 0; i < len(b); i += 8 {
-		v := r.Uint64()
-		for j := 0; j < 8 && i+j < len(b); j++ {
-			c := byte(v >> (8 * j))
-			if q8 && c == 0x80 {
-				c = 0x81
-			}
-			b[i+j] = c
-		}
-	}
 }

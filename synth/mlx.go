@@ -31,13 +31,13 @@ func (s Spec) Config() string {
 		{"num_hidden_layers", s.Layers},
 		{"num_key_value_heads", s.KVHeads},
 	}
-	if s.Quant != "none" {
-		q := obj{{"group_size", s.GroupSize}, {"bits", s.globalBits()}, {"mode", "affine"}}
+	if _, group, dense, _ := s.quant(); !dense {
+		q := obj{{"group_size", group}, {"bits", s.globalBits()}, {"mode", "affine"}}
 		for _, m := range s.Modules() {
 			if !m.Listed {
 				continue
 			}
-			e := obj{{"group_size", s.GroupSize}, {"bits", m.Bits}}
+			e := obj{{"group_size", group}, {"bits", m.Bits}}
 			if m.Mode {
 				e = append(e, field{"mode", "affine"})
 			}
@@ -48,7 +48,7 @@ func (s Spec) Config() string {
 	cfg = append(cfg,
 		field{"rms_norm_eps", s.RMSNormEps},
 		field{"rope_theta", s.RopeTheta},
-		field{"tie_word_embeddings", false},
+		field{"tie_word_embeddings", s.Tied},
 		field{"vocab_size", s.Vocab},
 	)
 	return pyJSON(cfg)

@@ -4,19 +4,23 @@
 // one would. It writes the MLX format mlx_lm loads (config.json with the
 // quantization block and per-layer overrides as mlx_lm's save_config writes
 // them, model.safetensors, model.safetensors.index.json, and a word-level
-// tokenizer so mlx_lm.load accepts the directory as it is), and the same
-// shapes as a GGUF file for llama.cpp (Q8_0 where the MLX checkpoint is
-// 8-bit, Q4_0 where it is 4-bit).
+// tokenizer so mlx_lm.load accepts the directory as it is), and its GGUF
+// twin for llama.cpp: the same shapes and the same weights (Q4_0 or Q4_1
+// where the MLX checkpoint is 4-bit, Q8_0 where it is 8-bit, F16, BF16 or
+// F32 where it is unquantized; other bit widths have no twin, see
+// Spec.GGUFTwin).
 //
 // Quantized weights are generated directly as packed codes (uniform random
-// words) with plausible per-group scales and biases; the float model is
-// never materialised. Files are written tensor by tensor through a buffer,
+// words) with plausible per-group scales (exact in float16) and biases
+// -2^(bits-1)·scale; the float model is never materialised. Files are written tensor by tensor through a buffer,
 // so memory stays small whatever the checkpoint size.
 package synth
 
 import (
 	"fmt"
 	"math"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -28,29 +32,128 @@ type Spec struct {
 	Hidden, Layers, Heads, KVHeads, HeadDim, Intermediate, Vocab int
 	MaxPositions                                                 int
 	RopeTheta, RMSNormEps                                        float64
-	// Quant is "q4" (every layer 4-bit), "q8" (every layer 8-bit), "optiq"
-	// (8-bit every o_proj and gate_proj, the whole last block and lm_head,
-	// 4-bit elsewhere, the embedding included) or "none" (bf16 weights).
+	// Tied shares the embedding as the output head (tie_word_embeddings):
+	// no lm_head tensor in either format.
+	Tied bool
+	// Quant is one of:
+	//   - "optiq": 8-bit every o_proj and gate_proj, the whole last block and
+	//     lm_head, 4-bit elsewhere (the embedding included), group GroupSize;
+	//   - "qB" (B = 2, 3, 4, 5, 6 or 8): every linear and the embedding B-bit,
+	//     group GroupSize; "qBgG" the same with group G (GroupSize ignored);
+	//   - "f16", "bf16", "f32": unquantized weights of that dtype (DType must
+	//     be the same); "none": unquantized weights of DType.
 	Quant     string
-	GroupSize int    // quantization group size (32, 64 or 128)
-	Seed      uint64 // seeds every tensor's values
+	GroupSize int // quantization group size (32, 64 or 128)
+	// DType is the dtype of the scales, biases, norms and unquantized
+	// weights, and so of the activations (mlxgo and mlx_lm compute in the
+	// embedding's dtype): BF16, F16 or F32. The zero value means BF16.
+	DType tensor.DType
+	// Q4Type is the GGUF type of the twin's 4-bit group-32 weights: "q4_0"
+	// (the default when empty) or "q4_1". Both hold the MLX weights exactly.
+	Q4Type string
+	Seed   uint64 // seeds every tensor's values
 }
 
-// Presets are the named specs. "minicpm5-1b" has MiniCPM5-1B's exact shapes;
-// "tiny" has the shapes of the conformance fixtures (conformance/oracle/
-// models.py BASE_CONFIG), for tests.
+// Presets are the named specs. Each real preset has the shapes of the
+// model's published config.json (Hugging Face repository named in the
+// comment; hidden_size, num_hidden_layers, num_attention_heads,
+// num_key_value_heads, head_dim (hidden/heads where the file has none),
+// intermediate_size, vocab_size, tie_word_embeddings, rope_theta,
+// rms_norm_eps, max_position_embeddings) and the real vocabulary size;
+// bf16 as their torch_dtype. Every preset is a plain Llama graph (RMSNorm,
+// GQA attention without biases, RoPE, SwiGLU MLP); what a real model has
+// beyond it is listed per preset. "tiny" has the shapes of the conformance
+// fixtures (conformance/oracle/models.py BASE_CONFIG), for tests.
 var Presets = map[string]Spec{
+	// openbmb/MiniCPM5-1B shapes (the benchmark's first checkpoint).
 	"minicpm5-1b": {Hidden: 1536, Layers: 24, Heads: 16, KVHeads: 2, HeadDim: 128, Intermediate: 4608, Vocab: 130560,
 		MaxPositions: 32768, RopeTheta: 10000, RMSNormEps: 1e-5, Quant: "optiq", GroupSize: 64, Seed: 1},
+	// HuggingFaceTB/SmolLM2-135M config.json (LlamaForCausalLM).
+	"smollm2-135m": {Hidden: 576, Layers: 30, Heads: 9, KVHeads: 3, HeadDim: 64, Intermediate: 1536, Vocab: 49152,
+		MaxPositions: 8192, RopeTheta: 100000, RMSNormEps: 1e-5, Tied: true, Quant: "q4g32", GroupSize: 32, Seed: 1},
+	// HuggingFaceTB/SmolLM2-360M config.json (LlamaForCausalLM).
+	"smollm2-360m": {Hidden: 960, Layers: 32, Heads: 15, KVHeads: 5, HeadDim: 64, Intermediate: 2560, Vocab: 49152,
+		MaxPositions: 8192, RopeTheta: 100000, RMSNormEps: 1e-5, Tied: true, Quant: "q4g32", GroupSize: 32, Seed: 1},
+	// HuggingFaceTB/SmolLM2-1.7B config.json (LlamaForCausalLM).
+	"smollm2-1.7b": {Hidden: 2048, Layers: 24, Heads: 32, KVHeads: 32, HeadDim: 64, Intermediate: 8192, Vocab: 49152,
+		MaxPositions: 8192, RopeTheta: 130000, RMSNormEps: 1e-5, Tied: true, Quant: "q4g32", GroupSize: 32, Seed: 1},
+	// meta-llama/Llama-3.2-1B config.json. Left out: rope_scaling
+	// (rope_type llama3, factor 32), which changes RoPE's frequencies, not
+	// the work per token.
+	"llama3.2-1b": {Hidden: 2048, Layers: 16, Heads: 32, KVHeads: 8, HeadDim: 64, Intermediate: 8192, Vocab: 128256,
+		MaxPositions: 131072, RopeTheta: 500000, RMSNormEps: 1e-5, Tied: true, Quant: "q4g32", GroupSize: 32, Seed: 1},
+	// meta-llama/Llama-3.2-3B config.json; rope_scaling left out as for 1B.
+	"llama3.2-3b": {Hidden: 3072, Layers: 28, Heads: 24, KVHeads: 8, HeadDim: 128, Intermediate: 8192, Vocab: 128256,
+		MaxPositions: 131072, RopeTheta: 500000, RMSNormEps: 1e-5, Tied: true, Quant: "q4g32", GroupSize: 32, Seed: 1},
+	// Qwen/Qwen2.5-0.5B config.json shapes as a Llama: Qwen2's q, k and v
+	// projections have biases, which this Llama shape does not (2 · 896 +
+	// 2 · 128 values per layer, no change to the matmuls' work).
+	"qwen2.5-0.5b": {Hidden: 896, Layers: 24, Heads: 14, KVHeads: 2, HeadDim: 64, Intermediate: 4864, Vocab: 151936,
+		MaxPositions: 32768, RopeTheta: 1000000, RMSNormEps: 1e-6, Tied: true, Quant: "q4g32", GroupSize: 32, Seed: 1},
 	"tiny": {Hidden: 128, Layers: 3, Heads: 16, KVHeads: 2, HeadDim: 32, Intermediate: 384, Vocab: 1000,
 		MaxPositions: 256, RopeTheta: 10000, RMSNormEps: 1e-5, Quant: "optiq", GroupSize: 64, Seed: 1},
 }
 
 // PresetNames returns the preset names, sorted.
-func PresetNames() []string { return []string{"minicpm5-1b", "tiny"} }
+func PresetNames() []string {
+	names := make([]string, 0, len(Presets))
+	for n := range Presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
 
-// Quants lists the accepted values of Spec.Quant.
-var Quants = []string{"q4", "q8", "optiq", "none"}
+// Quants lists the forms Spec.Quant accepts (B a bit width, G a group size).
+var Quants = []string{"optiq", "qB", "qBgG", "f16", "bf16", "f32", "none"}
+
+// Bits lists the accepted bit widths and GroupSizes the group sizes.
+var (
+	Bits       = []int{2, 3, 4, 5, 6, 8}
+	GroupSizes = []int{32, 64, 128}
+)
+
+// dtype returns the spec's float dtype (BF16 for the zero value).
+func (s Spec) dtype() tensor.DType {
+	if s.DType == 0 {
+		return tensor.BF16
+	}
+	return s.DType
+}
+
+// denseDTypes maps the dense quant names to their dtype.
+var denseDTypes = map[string]tensor.DType{"f16": tensor.F16, "bf16": tensor.BF16, "f32": tensor.F32}
+
+// quant parses Quant: the bit width of the non-"optiq" quantized forms (0
+// for optiq and the dense forms), the group size in effect, whether the
+// weights are unquantized, and an error for a name of no form.
+func (s Spec) quant() (bits, group int, dense bool, err error) {
+	switch q := s.Quant; {
+	case q == "optiq":
+		return 0, s.GroupSize, false, nil
+	case q == "none" || denseDTypes[q] != 0:
+		return 0, s.GroupSize, true, nil
+	case strings.HasPrefix(q, "q"):
+		b, g, hasG := strings.Cut(q[1:], "g")
+		bits, err1 := strconv.Atoi(b)
+		group = s.GroupSize
+		var err2 error
+		if hasG {
+			group, err2 = strconv.Atoi(g)
+		}
+		if err1 == nil && err2 == nil && bits > 0 && group > 0 {
+			return bits, group, false, nil
+		}
+	}
+	return 0, 0, false, fmt.Errorf("synth: quant %q, want one of %s (B in %v, G in %v)", s.Quant, strings.Join(Quants, ", "), Bits, GroupSizes)
+}
+
+// Group returns the quantization group size in effect (the "qBgG" form's
+// G, else GroupSize).
+func (s Spec) Group() int {
+	_, g, _, _ := s.quant()
+	return g
+}
 
 // Validate checks that the spec describes a model both formats can hold.
 func (s Spec) Validate() error {
@@ -72,22 +175,38 @@ func (s Spec) Validate() error {
 	if !(s.RopeTheta > 0) || !(s.RMSNormEps > 0) {
 		return fmt.Errorf("synth: rope theta %v and rms norm eps %v must be > 0", s.RopeTheta, s.RMSNormEps)
 	}
-	switch s.Quant {
-	case "q4", "q8", "optiq", "none":
+	switch s.dtype() {
+	case tensor.BF16, tensor.F16, tensor.F32:
 	default:
-		return fmt.Errorf("synth: quant %q, want one of %s", s.Quant, strings.Join(Quants, ", "))
+		return fmt.Errorf("synth: dtype %v, want BF16, F16 or F32", s.DType)
 	}
-	if s.GroupSize != 32 && s.GroupSize != 64 && s.GroupSize != 128 {
-		return fmt.Errorf("synth: group size %d, want 32, 64 or 128", s.GroupSize)
+	bits, group, dense, err := s.quant()
+	if err != nil {
+		return err
+	}
+	if dt := denseDTypes[s.Quant]; dt != 0 && dt != s.dtype() {
+		return fmt.Errorf("synth: quant %s stores %v weights but the dtype is %v; use the same (or quant none)", s.Quant, dt, s.dtype())
+	}
+	if bits != 0 && !slices.Contains(Bits, bits) {
+		return fmt.Errorf("synth: quant %q: %d bits, want one of %v", s.Quant, bits, Bits)
+	}
+	if !dense && !slices.Contains(GroupSizes, group) {
+		return fmt.Errorf("synth: group size %d, want 32, 64 or 128", group)
+	}
+	switch s.Q4Type {
+	case "", "q4_0", "q4_1":
+	default:
+		return fmt.Errorf("synth: gguf 4-bit type %q, want q4_0 or q4_1", s.Q4Type)
 	}
 	// Every input width must hold whole quantization groups, and whole
-	// 32-element blocks for GGUF's Q4_0/Q8_0.
+	// 32-element blocks for GGUF's block types (and so whole packed 32-bit
+	// words at any bit width).
 	for _, in := range []struct {
 		name string
 		v    int
 	}{{"hidden", s.Hidden}, {"heads*head-dim", s.Heads * s.HeadDim}, {"intermediate", s.Intermediate}} {
-		if in.v%s.GroupSize != 0 || in.v%32 != 0 {
-			return fmt.Errorf("synth: %s %d is not a multiple of the group size %d and of 32", in.name, in.v, s.GroupSize)
+		if !dense && (in.v%group != 0 || in.v%32 != 0) {
+			return fmt.Errorf("synth: %s %d is not a multiple of the group size %d and of 32", in.name, in.v, group)
 		}
 	}
 	return nil
@@ -99,14 +218,15 @@ func (s Spec) Validate() error {
 type Module struct {
 	Path    string // e.g. "model.layers.3.mlp.down_proj", "lm_head", "model.embed_tokens"
 	Out, In int
-	Bits    int  // 4 or 8; 0 when unquantized
+	Bits    int  // 2, 3, 4, 5, 6 or 8; 0 when unquantized
 	Listed  bool // has its own entry in the quantization block
 	Mode    bool // that entry spells "mode": "affine"
 	Std     float64
 	GGUF    string // llama.cpp tensor name without ".weight"
 }
 
-// Modules returns the embedding, every block's linears and lm_head, in the
+// Modules returns the embedding, every block's linears and lm_head (none
+// when tied), in the
 // order mlx_lm walks the model (and writes the quantization block's
 // per-layer entries): per block q, k, v, o_proj then gate, down, up_proj.
 //
@@ -130,16 +250,18 @@ func (s Spec) Modules() []Module {
 			Module{Path: p + "mlp.up_proj", Out: s.Intermediate, In: s.Hidden, Std: isq(float64(s.Hidden)), GGUF: g + "ffn_up"},
 		)
 	}
-	mods = append(mods, Module{Path: "lm_head", Out: s.Vocab, In: s.Hidden, Std: 4 * isq(float64(s.Hidden)), GGUF: "output"})
+	if !s.Tied {
+		mods = append(mods, Module{Path: "lm_head", Out: s.Vocab, In: s.Hidden, Std: 4 * isq(float64(s.Hidden)), GGUF: "output"})
+	}
 	last := "model.layers." + strconv.Itoa(s.Layers-1) + "."
+	bits, _, dense, _ := s.quant()
 	for i := range mods {
 		m := &mods[i]
-		switch s.Quant {
-		case "q4":
-			m.Bits = 4
-		case "q8":
-			m.Bits = 8
-		case "optiq":
+		switch {
+		case dense:
+		case bits != 0:
+			m.Bits = bits
+		default: // optiq
 			// The fixtures' _optiq_predicate: the last block and lm_head are
 			// listed without "mode" (mlx_lm.quant.dynamic_quant's spelling),
 			// o_proj and gate_proj with it (mlx_lm.convert's mixed recipes).
@@ -157,8 +279,8 @@ func (s Spec) Modules() []Module {
 
 // globalBits is the quantization block's global "bits".
 func (s Spec) globalBits() int {
-	if s.Quant == "q8" {
-		return 8
+	if bits, _, _, _ := s.quant(); bits != 0 {
+		return bits
 	}
 	return 4
 }
@@ -190,21 +312,22 @@ const (
 // element counts) and a reader can map them without copying.
 func (s Spec) Tensors() []Tensor {
 	mods := s.Modules()
+	dt, group := s.dtype(), s.Group()
 	var words, floats []Tensor
 	norm := func(name string) {
-		floats = append(floats, Tensor{Name: name, DType: tensor.BF16, Shape: tensor.Shape{s.Hidden}, Kind: Norm})
+		floats = append(floats, Tensor{Name: name, DType: dt, Shape: tensor.Shape{s.Hidden}, Kind: Norm})
 	}
 	for i := range mods {
 		m := &mods[i]
 		if m.Bits == 0 {
-			floats = append(floats, Tensor{Name: m.Path + ".weight", DType: tensor.BF16, Shape: tensor.Shape{m.Out, m.In}, Kind: Float, Mod: m})
+			floats = append(floats, Tensor{Name: m.Path + ".weight", DType: dt, Shape: tensor.Shape{m.Out, m.In}, Kind: Float, Mod: m})
 			continue
 		}
-		groups := tensor.Shape{m.Out, m.In / s.GroupSize}
+		groups := tensor.Shape{m.Out, m.In / group}
 		words = append(words, Tensor{Name: m.Path + ".weight", DType: tensor.U32, Shape: tensor.Shape{m.Out, m.In * m.Bits / 32}, Kind: Codes, Mod: m})
 		floats = append(floats,
-			Tensor{Name: m.Path + ".scales", DType: tensor.BF16, Shape: groups, Kind: Scales, Mod: m},
-			Tensor{Name: m.Path + ".biases", DType: tensor.BF16, Shape: groups, Kind: Biases, Mod: m})
+			Tensor{Name: m.Path + ".scales", DType: dt, Shape: groups, Kind: Scales, Mod: m},
+			Tensor{Name: m.Path + ".biases", DType: dt, Shape: groups, Kind: Biases, Mod: m})
 	}
 	for i := range s.Layers {
 		p := "model.layers." + strconv.Itoa(i) + "."

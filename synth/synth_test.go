@@ -1,18 +1,22 @@
 package synth
 
 import (
-	"encoding/binary"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/backend"
+	_ "github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/gguf"
 	"github.com/mlxgo/mlxgo/internal/testenv"
+	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -141,19 +145,28 @@ func TestMiniCPM5Shapes(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		edit func(*Spec)
-		want string
+		name   string
+		preset string
+		edit   func(*Spec)
+		want   string
 	}{
-		{"zero layers", func(s *Spec) { s.Layers = 0 }, "layers is 0"},
-		{"gqa", func(s *Spec) { s.KVHeads = 3 }, "not a multiple of kv-heads"},
-		{"odd head dim", func(s *Spec) { s.HeadDim = 33 }, "odd"},
-		{"quant", func(s *Spec) { s.Quant = "q3" }, `quant "q3"`},
-		{"group", func(s *Spec) { s.GroupSize = 48 }, "group size 48"},
-		{"hidden not whole groups", func(s *Spec) { s.Hidden = 96 }, "hidden 96 is not a multiple"},
+		{"zero layers", "tiny", func(s *Spec) { s.Layers = 0 }, "layers is 0"},
+		{"gqa", "tiny", func(s *Spec) { s.KVHeads = 3 }, "not a multiple of kv-heads"},
+		{"odd head dim", "tiny", func(s *Spec) { s.HeadDim = 33 }, "odd"},
+		{"quant name", "tiny", func(s *Spec) { s.Quant = "int4" }, `quant "int4"`},
+		{"quant group not a number", "tiny", func(s *Spec) { s.Quant = "q4gx" }, `quant "q4gx"`},
+		{"bits", "tiny", func(s *Spec) { s.Quant = "q7" }, "7 bits, want one of [2 3 4 5 6 8]"},
+		{"group", "tiny", func(s *Spec) { s.GroupSize = 48 }, "group size 48"},
+		{"group in quant", "tiny", func(s *Spec) { s.Quant = "q4g16" }, "group size 16"},
+		{"hidden not whole groups", "tiny", func(s *Spec) { s.Hidden = 96 }, "hidden 96 is not a multiple"},
+		// SmolLM2-135M's width 576 is 4.5 groups of 128.
+		{"smollm2-135m g128", "smollm2-135m", func(s *Spec) { s.Quant = "q4g128" }, "hidden 576 is not a multiple of the group size 128"},
+		{"dense dtype mismatch", "tiny", func(s *Spec) { s.Quant, s.DType = "f16", tensor.F32 }, "quant f16 stores F16 weights but the dtype is F32"},
+		{"dtype", "tiny", func(s *Spec) { s.DType = tensor.I32 }, "dtype I32, want"},
+		{"gguf q4 type", "tiny", func(s *Spec) { s.Q4Type = "q5_0" }, `gguf 4-bit type "q5_0"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := Presets["tiny"]
+			s := Presets[c.preset]
 			c.edit(&s)
 			err := s.Validate()
 			if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -163,9 +176,30 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// The written checkpoint opens with our loader, and its scales and biases
-// describe groups centred on zero: bias = -scale·(2^bits-1)/2 up to bf16
-// rounding (both come from the same half range a: scale 2a/levels, bias -a).
+// Bit widths GGUF has no same-arithmetic type for are refused by name, and
+// nothing is written.
+func TestNoGGUFTwin(t *testing.T) {
+	for _, q := range []string{"q2g32", "q3g64", "q5g32", "q6g128"} {
+		s := Presets["tiny"]
+		s.Quant = q
+		path := filepath.Join(t.TempDir(), "x.gguf")
+		err := WriteGGUF(path, s, nil)
+		if !errors.Is(err, ErrNoTwin) || !strings.Contains(err.Error(), "quant "+q) {
+			t.Errorf("%s: got %v, want ErrNoTwin naming the quant", q, err)
+		}
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("%s: %s exists (stat error %v); want nothing written", q, path, err)
+		}
+	}
+	s := Presets["tiny"]
+	s.Vocab = 258
+	if err := s.GGUFTwin(); err == nil || !strings.Contains(err.Error(), "at least 259 tokens") {
+		t.Errorf("vocab 258: got %v, want the vocabulary error", err)
+	}
+}
+
+// The written checkpoint opens with our loader; every group's scale is
+// exact in float16 and its bias is exactly -2^(bits-1)·scale.
 func TestWriteMLXOpens(t *testing.T) {
 	dir, err := tinyDir()
 	if err != nil {
@@ -181,11 +215,10 @@ func TestWriteMLXOpens(t *testing.T) {
 	}
 	for _, l := range []*checkpoint.Linear{ck.Layers[0].Q, ck.Layers[0].O, ck.Layers[2].Q, ck.Head} {
 		sc, bi := l.Scales.ToFloat32(), l.Biases.ToFloat32()
-		levels := float64(int(1)<<l.Params.Bits - 1)
+		half := float32(int(1) << (l.Params.Bits - 1))
 		for i := range sc {
-			want := -float64(sc[i]) * levels / 2
-			if sc[i] <= 0 || math.Abs(float64(bi[i])-want) > 0.01*math.Abs(want) {
-				t.Fatalf("%s group %d: scale %v bias %v, want scale > 0 and bias ≈ %v", l.Path, i, sc[i], bi[i], want)
+			if sc[i] <= 0 || tensor.RoundF16(sc[i]) != sc[i] || bi[i] != -half*sc[i] {
+				t.Fatalf("%s group %d: scale %v bias %v, want scale > 0 exact in f16 and bias %v", l.Path, i, sc[i], bi[i], -half*sc[i])
 			}
 		}
 	}
@@ -216,15 +249,11 @@ print("ok", y.dtype)
 	}
 }
 
-// The GGUF twin has llama.cpp's tensor names, GGUF dims {in, out}, Q8_0
-// exactly where the MLX checkpoint is 8-bit, the MLX norms' values, and
-// Q4_0 deltas matching the MLX scales of the same group: d = a/8 and
-// scale = 2a/15, so d = scale·15/16 up to f16 and bf16 rounding.
+// The tiny optiq twin has llama.cpp's tensor names, GGUF dims {in, out},
+// Q8_0 exactly where the MLX checkpoint is 8-bit, Q4_0 where it is 4-bit,
+// and the llama metadata and vocabulary. (Values: TestPresets and
+// TestQuants compare every tensor.)
 func TestGGUFTwin(t *testing.T) {
-	mlxDir, err := tinyDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := Presets["tiny"]
 	path := filepath.Join(t.TempDir(), "tiny.gguf")
 	if err := WriteGGUF(path, s, nil); err != nil {
@@ -260,7 +289,7 @@ func TestGGUFTwin(t *testing.T) {
 		}
 	}
 	for key, want := range map[string]int64{"llama.embedding_length": 128, "llama.block_count": 3, "llama.attention.head_count": 16,
-		"llama.attention.head_count_kv": 2, "llama.attention.key_length": 32, "llama.feed_forward_length": 384} {
+		"llama.attention.head_count_kv": 2, "llama.attention.key_length": 32, "llama.feed_forward_length": 384, "general.file_type": 2} {
 		if v, ok, err := f.Int(key); !ok || err != nil || v != want {
 			t.Errorf("%s: got %d (present %v, error %v), want %d", key, v, ok, err, want)
 		}
@@ -268,29 +297,199 @@ func TestGGUFTwin(t *testing.T) {
 	if v, _, err := f.Strings("tokenizer.ggml.tokens"); err != nil || len(v) != 1000 || v[3+10] != "<0x0A>" {
 		t.Fatalf("tokens: %d of them (error %v); want 1000 with token 13 <0x0A>", len(v), err)
 	}
-	data := func(name string) []byte {
-		ti, _ := f.Tensor(name)
-		return f.Data(ti)
-	}
-	ck, err := checkpoint.Open(mlxDir)
+	mlxDir, err := tinyDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ck.Close()
-	norm, want := data("blk.1.ffn_norm.weight"), ck.Layers[1].PostAttentionNorm.ToFloat32()
-	for i, w := range want {
-		if got := math.Float32frombits(binary.LittleEndian.Uint32(norm[4*i:])); got != w {
-			t.Fatalf("blk.1.ffn_norm[%d]: got %v, want the MLX norm's %v", i, got, w)
+	compareTwin(t, s, mlxDir, path)
+}
+
+// Every real preset's full spec validates; a 1-layer, 300-token variant of
+// it (the widths kept) loads with the Llama graph and runs a forward to
+// finite logits, and its GGUF twin holds the same tensors.
+func TestPresets(t *testing.T) {
+	for _, name := range PresetNames() {
+		t.Run(name, func(t *testing.T) {
+			s := Presets[name]
+			if err := s.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			s.Layers, s.Vocab = 1, 300
+			checkSpec(t, s)
+		})
+	}
+}
+
+// Every bits × group size, each dtype, the dense forms and the OptiQ mix on
+// the tiny shapes: the checkpoint loads and runs; where there is a twin it
+// holds the same tensors.
+func TestQuants(t *testing.T) {
+	cases := []struct {
+		quant string
+		dt    tensor.DType
+		q4    string
+	}{
+		{"q4g32", tensor.F16, "q4_1"}, {"q4g32", tensor.F32, ""}, {"q8g32", tensor.F16, ""},
+		{"optiq", tensor.F16, ""}, {"optiq", tensor.F32, "q4_1"},
+		{"f16", tensor.F16, ""}, {"bf16", tensor.BF16, ""}, {"f32", tensor.F32, ""}, {"none", tensor.F16, ""},
+	}
+	for _, b := range Bits {
+		for _, g := range GroupSizes {
+			cases = append(cases, struct {
+				quant string
+				dt    tensor.DType
+				q4    string
+			}{"q" + strconv.Itoa(b) + "g" + strconv.Itoa(g), tensor.BF16, ""})
 		}
 	}
-	q, scales := data("blk.0.attn_q.weight"), ck.Layers[0].Q.Scales.ToFloat32()
-	for blk := 0; blk < len(q)/18; blk++ {
-		d := tensor.F16ToFloat32(binary.LittleEndian.Uint16(q[18*blk:]))
-		want := scales[blk/2] * 15 / 16 // two 32-blocks per 64-group
-		if math.Abs(float64(d-want)) > 0.01*float64(want) {
-			t.Fatalf("blk.0.attn_q block %d: delta %v, want ≈ %v (MLX scale %v · 15/16)", blk, d, want, scales[blk/2])
+	for _, c := range cases {
+		t.Run(c.quant+"-"+c.dt.String()+c.q4, func(t *testing.T) {
+			s := Presets["tiny"]
+			s.Quant, s.DType, s.Q4Type, s.Layers, s.Vocab = c.quant, c.dt, c.q4, 2, 300
+			checkSpec(t, s)
+		})
+	}
+}
+
+// checkSpec writes s in both formats (the GGUF where it has a twin), runs a
+// forward of the MLX checkpoint on the CPU backend, and compares the twin.
+func checkSpec(t *testing.T, s Spec) {
+	t.Helper()
+	dir := t.TempDir()
+	mlxDir := filepath.Join(dir, "mlx")
+	if err := WriteMLX(mlxDir, s, nil); err != nil {
+		t.Fatal(err)
+	}
+	b, err := backend.Open("cpu", backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m, err := minicpm5.Load(b, mlxDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.DType() != s.dtype() {
+		t.Errorf("model dtype %v, want %v", m.DType(), s.dtype())
+	}
+	logits, err := m.PrefillLast([]int32{1, 2, 3}, m.NewCache(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := b.ToHost(logits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := host.ToFloat32()
+	if len(v) != s.Vocab {
+		t.Fatalf("logits: %d values, want vocab %d", len(v), s.Vocab)
+	}
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			t.Fatalf("logit %d is %v", i, x)
 		}
 	}
+	if err := s.GGUFTwin(); err != nil {
+		if !errors.Is(err, ErrNoTwin) {
+			t.Fatal(err)
+		}
+		return
+	}
+	path := filepath.Join(dir, "twin.gguf")
+	if err := WriteGGUF(path, s, nil); err != nil {
+		t.Fatal(err)
+	}
+	compareTwin(t, s, mlxDir, path)
+}
+
+// compareTwin checks that the GGUF file at path holds the MLX checkpoint's
+// tensors: every GGUF tensor, dequantized by gguf.Dequantize, equals the
+// MLX tensor of the same role, dequantized as MLX does (scale·code + bias,
+// exact in float32), value for value; and there is a GGUF tensor for each
+// MLX weight and norm.
+func compareTwin(t *testing.T, s Spec, mlxDir, path string) {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := tensor.OpenSafetensors(filepath.Join(mlxDir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mlxName := map[string]string{"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+	for i := range s.Layers {
+		p, g := "model.layers."+strconv.Itoa(i)+".", "blk."+strconv.Itoa(i)+"."
+		for gn, mn := range map[string]string{"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+			"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+			"ffn_gate": "mlp.gate_proj", "ffn_down": "mlp.down_proj", "ffn_up": "mlp.up_proj"} {
+			mlxName[g+gn] = p + mn
+		}
+	}
+	want := 0
+	for _, n := range st.Names() {
+		if strings.HasSuffix(n, ".weight") {
+			want++
+		}
+	}
+	if len(f.Tensors) != want {
+		t.Errorf("gguf has %d tensors, the MLX checkpoint %d weights and norms", len(f.Tensors), want)
+	}
+	for _, ti := range f.Tensors {
+		base := strings.TrimSuffix(ti.Name, ".weight")
+		mn, ok := mlxName[base]
+		if !ok {
+			t.Errorf("gguf tensor %s: no MLX counterpart", ti.Name)
+			continue
+		}
+		got := make([]float32, ti.Elements())
+		if err := gguf.Dequantize(ti.Type, f.Data(ti), got); err != nil {
+			t.Fatalf("%s: %v", ti.Name, err)
+		}
+		w, err := st.Tensor(mn + ".weight")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ref []float32
+		if w.DType == tensor.U32 {
+			sc, err1 := st.Tensor(mn + ".scales")
+			bi, err2 := st.Tensor(mn + ".biases")
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			ref = dequantMLX(w.Data, sc.ToFloat32(), bi.ToFloat32(), len(got))
+		} else {
+			ref = w.ToFloat32()
+		}
+		if len(ref) != len(got) {
+			t.Fatalf("%s: %d values, MLX %s has %d", ti.Name, len(got), mn, len(ref))
+		}
+		for i := range got {
+			if got[i] != ref[i] {
+				t.Fatalf("%s (%v) element %d: %v, MLX %s has %v", ti.Name, ti.Type, i, got[i], mn, ref[i])
+			}
+		}
+	}
+}
+
+// dequantMLX dequantizes n elements of MLX affine codes (LSB-first bit
+// stream of bits = 8·len(codes)/n bits each, groups of n/len(scales)).
+func dequantMLX(codes []byte, scales, biases []float32, n int) []float32 {
+	bits := 8 * len(codes) / n
+	group := n / len(scales)
+	out := make([]float32, n)
+	for e := range n {
+		var q uint32
+		for k := range bits {
+			bit := e*bits + k
+			q |= uint32(codes[bit/8]>>(bit%8)&1) << k
+		}
+		out[e] = scales[e/group]*float32(q) + biases[e/group]
+	}
+	return out
 }
 
 func TestPyFloat(t *testing.T) {
