@@ -38,9 +38,10 @@ func (s Spec) GGUFTwin() error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	bits, group, _, _ := s.quant()
-	if bits != 0 && bits != 4 && bits != 8 {
-		return fmt.Errorf("synth: %w for quant %s: GGUF has no block type with MLX's %d-bit affine arithmetic at group %d", ErrNoTwin, s.Quant, bits, group)
+	for _, m := range s.Modules() {
+		if m.Bits != 0 && m.Bits != 4 && m.Bits != 8 {
+			return fmt.Errorf("synth: %w for quant %s: GGUF has no block type with MLX's %d-bit affine arithmetic at group %d (%s)", ErrNoTwin, s.Quant, m.Bits, s.Group(), m.Path)
+		}
 	}
 	if s.Vocab < 3+256 {
 		return fmt.Errorf("synth: vocab %d: the GGUF twin's vocabulary needs at least 259 tokens (3 special, 256 bytes)", s.Vocab)

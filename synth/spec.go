@@ -44,6 +44,11 @@ type Spec struct {
 	//     be the same); "none": unquantized weights of DType.
 	Quant     string
 	GroupSize int // quantization group size (32, 64 or 128)
+	// EmbedBits, when not 0, is the embedding's bit width in a quantized
+	// form (listed in the quantization block, as mlx_lm writes a mixed
+	// recipe): 8 with q4g32 is the layout of the GGUF Q4_1 SmolLM2
+	// checkpoints as mlxgo convert writes them.
+	EmbedBits int
 	// DType is the dtype of the scales, biases, norms and unquantized
 	// weights, and so of the activations (mlxgo and mlx_lm compute in the
 	// embedding's dtype): BF16, F16 or F32. The zero value means BF16.
@@ -193,6 +198,9 @@ func (s Spec) Validate() error {
 	if !dense && !slices.Contains(GroupSizes, group) {
 		return fmt.Errorf("synth: group size %d, want 32, 64 or 128", group)
 	}
+	if s.EmbedBits != 0 && (dense || !slices.Contains(Bits, s.EmbedBits)) {
+		return fmt.Errorf("synth: embed bits %d with quant %s, want one of %v with a quantized form", s.EmbedBits, s.Quant, Bits)
+	}
 	switch s.Q4Type {
 	case "", "q4_0", "q4_1":
 	default:
@@ -259,6 +267,8 @@ func (s Spec) Modules() []Module {
 		m := &mods[i]
 		switch {
 		case dense:
+		case i == 0 && s.EmbedBits != 0:
+			m.Bits, m.Listed, m.Mode = s.EmbedBits, true, true
 		case bits != 0:
 			m.Bits = bits
 		default: // optiq

@@ -163,6 +163,8 @@ func TestValidate(t *testing.T) {
 		{"smollm2-135m g128", "smollm2-135m", func(s *Spec) { s.Quant = "q4g128" }, "hidden 576 is not a multiple of the group size 128"},
 		{"dense dtype mismatch", "tiny", func(s *Spec) { s.Quant, s.DType = "f16", tensor.F32 }, "quant f16 stores F16 weights but the dtype is F32"},
 		{"dtype", "tiny", func(s *Spec) { s.DType = tensor.I32 }, "dtype I32, want"},
+		{"embed bits", "tiny", func(s *Spec) { s.EmbedBits = 7 }, "embed bits 7 with quant optiq"},
+		{"embed bits dense", "tiny", func(s *Spec) { s.Quant, s.EmbedBits = "bf16", 8 }, "embed bits 8 with quant bf16"},
 		{"gguf q4 type", "tiny", func(s *Spec) { s.Q4Type = "q5_0" }, `gguf 4-bit type "q5_0"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -179,12 +181,15 @@ func TestValidate(t *testing.T) {
 // Bit widths GGUF has no same-arithmetic type for are refused by name, and
 // nothing is written.
 func TestNoGGUFTwin(t *testing.T) {
-	for _, q := range []string{"q2g32", "q3g64", "q5g32", "q6g128"} {
+	for _, q := range []string{"q2g32", "q3g64", "q5g32", "q6g128", "q4g32-e6"} {
 		s := Presets["tiny"]
 		s.Quant = q
+		if b, e, ok := strings.Cut(q, "-e"); ok {
+			s.Quant, s.EmbedBits = b, int(e[0]-'0')
+		}
 		path := filepath.Join(t.TempDir(), "x.gguf")
 		err := WriteGGUF(path, s, nil)
-		if !errors.Is(err, ErrNoTwin) || !strings.Contains(err.Error(), "quant "+q) {
+		if !errors.Is(err, ErrNoTwin) || !strings.Contains(err.Error(), "quant "+s.Quant) {
 			t.Errorf("%s: got %v, want ErrNoTwin naming the quant", q, err)
 		}
 		if _, err := os.Stat(path); !os.IsNotExist(err) {
@@ -331,7 +336,8 @@ func TestQuants(t *testing.T) {
 	}{
 		{"q4g32", tensor.F16, "q4_1"}, {"q4g32", tensor.F32, ""}, {"q8g32", tensor.F16, ""},
 		{"optiq", tensor.F16, ""}, {"optiq", tensor.F32, "q4_1"},
-		{"f16", tensor.F16, ""}, {"bf16", tensor.BF16, ""}, {"f32", tensor.F32, ""}, {"none", tensor.F16, ""},
+		{"f16", tensor.F16, ""},
+		{"q4g32-e8", tensor.F16, "q4_1"}, {"q8g64-e3", tensor.BF16, ""}, {"bf16", tensor.BF16, ""}, {"f32", tensor.F32, ""}, {"none", tensor.F16, ""},
 	}
 	for _, b := range Bits {
 		for _, g := range GroupSizes {
@@ -345,7 +351,11 @@ func TestQuants(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.quant+"-"+c.dt.String()+c.q4, func(t *testing.T) {
 			s := Presets["tiny"]
-			s.Quant, s.DType, s.Q4Type, s.Layers, s.Vocab = c.quant, c.dt, c.q4, 2, 300
+			q, e, _ := strings.Cut(c.quant, "-e")
+			s.Quant, s.DType, s.Q4Type, s.Layers, s.Vocab = q, c.dt, c.q4, 2, 300
+			if e != "" {
+				s.EmbedBits, _ = strconv.Atoi(e)
+			}
 			checkSpec(t, s)
 		})
 	}

@@ -34,6 +34,9 @@ The real presets default to --quant q4g32; minicpm5-1b and tiny to optiq.
   qB, qBgG   every linear and the embedding B-bit affine (B = 2, 3, 4, 5, 6
              or 8), group G (32, 64 or 128; qB takes --group-size or the
              preset's), e.g. q4g32, q8g64, q3g128
+             --embed-bits N gives the embedding alone N bits (--quant q4g32
+             --embed-bits 8 --dtype f16 --gguf-q4 q4_1 is the layout of the
+             real SmolLM2 pair: mlxgo convert of a Q4_1 GGUF, and that GGUF)
   optiq      8-bit every o_proj and gate_proj, the whole last block and
              lm_head, 4-bit elsewhere (the embedding included)
   f16, bf16, f32
@@ -62,6 +65,7 @@ Examples:
   mlxgo synth --out ~/.cache/mlxgo/synth-minicpm5-1b-optiq
   mlxgo synth --format gguf --out ~/.cache/mlxgo/synth-minicpm5-1b-optiq.gguf
   mlxgo synth --preset smollm2-135m --quant q4g32 --dtype f16 --format both --out /tmp/smollm2-135m-q4g32-f16
+  mlxgo synth --preset smollm2-135m --embed-bits 8 --dtype f16 --gguf-q4 q4_1 --format both --out /tmp/smollm2-135m-like
   mlxgo synth --preset llama3.2-1b --quant q8g64 --format both --out /tmp/llama3.2-1b-q8g64
   mlxgo synth --preset qwen2.5-0.5b --quant bf16 --out /tmp/qwen-bf16
   mlxgo synth --preset tiny --quant q3g64 --out /tmp/tiny-q3
@@ -135,6 +139,7 @@ func parseSynthFlags(args []string, stdout io.Writer) (synth.Spec, string, strin
 	fs.IntVar(&v.Intermediate, "intermediate", 0, "intermediate_size")
 	fs.IntVar(&v.Vocab, "vocab", 0, "vocab_size (default: the preset's real vocabulary)")
 	fs.IntVar(&v.MaxPositions, "max-positions", 0, "max_position_embeddings")
+	fs.IntVar(&v.EmbedBits, "embed-bits", 0, "bit width of the embedding alone (e.g. 8 with q4g32: the layout of mlxgo convert's SmolLM2 Q4_1 checkpoint)")
 	fs.IntVar(&v.GroupSize, "group-size", 0, "quantization group size (32, 64 or 128) for --quant qB and optiq")
 	fs.Float64Var(&v.RopeTheta, "rope-theta", 0, "rope_theta")
 	fs.Float64Var(&v.RMSNormEps, "rms-norm-eps", 0, "rms_norm_eps")
@@ -161,7 +166,7 @@ func parseSynthFlags(args []string, stdout io.Writer) (synth.Spec, string, strin
 		v    int
 	}{{"hidden", &s.Hidden, v.Hidden}, {"layers", &s.Layers, v.Layers}, {"heads", &s.Heads, v.Heads},
 		{"kv-heads", &s.KVHeads, v.KVHeads}, {"head-dim", &s.HeadDim, v.HeadDim}, {"intermediate", &s.Intermediate, v.Intermediate},
-		{"vocab", &s.Vocab, v.Vocab}, {"max-positions", &s.MaxPositions, v.MaxPositions}, {"group-size", &s.GroupSize, v.GroupSize}} {
+		{"vocab", &s.Vocab, v.Vocab}, {"embed-bits", &s.EmbedBits, v.EmbedBits}, {"max-positions", &s.MaxPositions, v.MaxPositions}, {"group-size", &s.GroupSize, v.GroupSize}} {
 		if set[o.name] {
 			*o.dst = o.v
 		}

@@ -31,6 +31,7 @@ func TestParseSynthFlags(t *testing.T) {
 		{"real preset", []string{"--out", "x", "--preset", "smollm2-135m"}, "", got{30, 49152, 32, "q4g32", tensor.BF16, true}},
 		{"quant names the group", []string{"--out", "x", "--quant", "q3g128", "--dtype", "f16"}, "", got{24, 130560, 128, "q3g128", tensor.F16, false}},
 		{"dense quant sets dtype", []string{"--out", "x", "--quant", "f32", "--tied"}, "", got{24, 130560, 64, "f32", tensor.F32, true}},
+		{"embed bits", []string{"--out", "x", "--preset", "smollm2-135m", "--embed-bits", "5", "--format", "gguf"}, "no GGUF twin for quant q4g32: GGUF has no block type with MLX's 5-bit affine arithmetic at group 32 (model.embed_tokens)", got{}},
 		{"no out", nil, "--out is required", got{}},
 		{"bad format", []string{"--out", "x", "--format", "onnx"}, `--format "onnx"`, got{}},
 		{"bad preset", []string{"--out", "x", "--preset", "gpt2"}, `--preset "gpt2"`, got{}},
