@@ -232,12 +232,21 @@ func TestWriteMLXOpens(t *testing.T) {
 	}
 }
 
-// mlx_lm.load accepts the directory as it is and runs it to finite logits.
+// mlx_lm.load accepts the directory as it is and runs it to finite logits
+// in the spec's dtype: the optiq tiny preset, and tied, mixed-width, f16,
+// f32 and dense forms (q3 has the packing that straddles words).
 func TestMLXLMLoads(t *testing.T) {
 	py := testenv.Python(t)
-	dir, err := tinyDir()
-	if err != nil {
-		t.Fatal(err)
+	tied := Presets["smollm2-135m"]
+	tied.Layers, tied.Vocab, tied.EmbedBits, tied.DType = 2, 1000, 8, tensor.F16
+	specs := map[string]Spec{"optiq": Presets["tiny"], "smollm2-135m-e8-f16": tied}
+	for name, edit := range map[string]func(*Spec){
+		"q3g64-f32": func(s *Spec) { s.Quant, s.DType = "q3g64", tensor.F32 },
+		"f16":       func(s *Spec) { s.Quant, s.DType, s.Tied = "f16", tensor.F16, true },
+	} {
+		s := Presets["tiny"]
+		edit(&s)
+		specs[name] = s
 	}
 	script := `
 import sys, mlx.core as mx, mlx_lm
@@ -248,9 +257,18 @@ assert y.shape == (1, 3, 1000), y.shape
 assert mx.isfinite(y.astype(mx.float32)).all().item()
 print("ok", y.dtype)
 `
-	out, err := exec.Command(py, "-c", script, dir).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "ok mlx.core.bfloat16") {
-		t.Fatalf("mlx_lm.load(%s): %v\n%s", dir, err, out)
+	for name, s := range specs {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := WriteMLX(dir, s, nil); err != nil {
+				t.Fatal(err)
+			}
+			want := "ok mlx.core." + map[tensor.DType]string{tensor.BF16: "bfloat16", tensor.F16: "float16", tensor.F32: "float32"}[s.dtype()]
+			out, err := exec.Command(py, "-c", script, dir).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), want) {
+				t.Fatalf("mlx_lm.load(%s): %v\n%s\nwant %q", dir, err, out, want)
+			}
+		})
 	}
 }
 
