@@ -9,8 +9,8 @@ import (
 )
 
 // Dequantize expands len(dst) elements of type t from data into dst with
-// llama.cpp's dequantize_row_* formulas (F32, F16, BF16, Q4_0, Q4_1, Q8_0
-// and the K-quants Q2_K ... Q6_K). Every float32 product and difference is
+// llama.cpp's dequantize_row_* formulas (F32, F16, BF16, Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0 and the K-quants Q2_K ... Q6_K). Every float32 product and difference is
 // rounded on its own, as the reference C does without contraction; Go
 // could fuse a*b-c into one FMA, so each product is converted to float32
 // explicitly, which the Go spec says prevents fusion.
@@ -49,6 +49,24 @@ func Dequantize(t Type, data []byte, dst []float32) error {
 			for j := range 16 {
 				y[j] = float32(float32(x[4+j]&0xF)*d) + m
 				y[j+16] = float32(float32(x[4+j]>>4)*d) + m
+			}
+		case Q5_0, Q5_1:
+			// d (and Q5_1's m), then qh (bit j: element j's fifth bit),
+			// then qs as Q4's: x = d·(q-16), or d·q + m.
+			d, m, off := h(x), float32(0), 2
+			if t == Q5_1 {
+				m, off = h(x[2:]), 4
+			}
+			qh := le.Uint32(x[off:])
+			qs := x[off+4:]
+			for j := range 16 {
+				q0 := int(qs[j]&0xF) | int(qh>>j&1)<<4
+				q1 := int(qs[j]>>4) | int(qh>>(j+16)&1)<<4
+				if t == Q5_0 {
+					y[j], y[j+16] = float32(q0-16)*d, float32(q1-16)*d
+				} else {
+					y[j], y[j+16] = float32(float32(q0)*d)+m, float32(float32(q1)*d)+m
+				}
 			}
 		case Q8_0:
 			d := h(x)

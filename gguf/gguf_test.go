@@ -418,3 +418,41 @@ func TestF16Exactness(t *testing.T) {
 		}
 	}
 }
+
+// TestDequantizeQ5 checks Q5_0 (x = d·(q−16)) and Q5_1 (x = d·q + m) on a
+// block whose 32 codes cover 0..31 in a scrambled order: the low four bits
+// of element j in qs[j]'s low nibble and of element j+16 in its high
+// nibble, the fifth bits in qh (bit j for element j, bit j+16 for j+16).
+func TestDequantizeQ5(t *testing.T) {
+	var c [32]byte
+	for i := range 32 {
+		c[i] = byte((i * 13) % 32)
+	}
+	var qh uint32
+	for i := range 32 {
+		qh |= uint32(c[i]>>4) << i
+	}
+	var low [32]byte
+	for i := range 32 {
+		low[i] = c[i] & 0xF
+	}
+	body := append(binary.LittleEndian.AppendUint32(nil, qh), q4Bytes(low)...)
+	for _, tc := range []struct {
+		typ  Type
+		blk  []byte
+		want func(q byte) float32
+	}{
+		{Q5_0, append(h(0.5), body...), func(q byte) float32 { return 0.5 * float32(int(q)-16) }},
+		{Q5_1, append(append(h(0.25), h(-1.5)...), body...), func(q byte) float32 { return 0.25*float32(q) - 1.5 }},
+	} {
+		got := make([]float32, 32)
+		if err := Dequantize(tc.typ, tc.blk, got); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 32 {
+			if got[i] != tc.want(c[i]) {
+				t.Fatalf("%s element %d (code %d): got %v, want %v", tc.typ, i, c[i], got[i], tc.want(c[i]))
+			}
+		}
+	}
+}

@@ -19,27 +19,27 @@ type ggufTensor struct {
 }
 
 // ErrNoTwin is wrapped by WriteGGUF's error for a spec GGUF cannot hold
-// with the same arithmetic (bit widths other than 4 and 8).
+// with the same arithmetic (bit widths other than 4, 5 and 8).
 var ErrNoTwin = errors.New("no GGUF twin")
 
 // GGUFTwin reports whether the spec has a GGUF twin holding the same
 // weights, and an error wrapping ErrNoTwin naming the reason when not.
-// 4-bit weights become Q4_0 (or Q4_1, Spec.Q4Type) and 8-bit ones Q8_0,
-// blocks of 32 whose delta is the MLX group's scale: with the biases synth
-// writes (-8·scale, -128·scale) the affine value scale·q + bias is the
-// block's d·(q-8) or d·(q-128) exactly, at any group size (a group of 64 or
-// 128 is 2 or 4 blocks with the same delta; at group 32 the layouts match
-// block for block). Unquantized weights become F16, BF16 or F32 with the
-// same bits. GGUF has no block type with MLX's 2-, 3-, 5- or 6-bit affine
-// arithmetic at these group sizes (Q5_0 is 5-bit but synth does not write
-// it yet; the K-quants quantize their sub-block scales), so those have no
-// twin.
+// 4-bit weights become Q4_0 (or Q4_1, Spec.Q4Type), 5-bit ones Q5_0 and
+// 8-bit ones Q8_0, blocks of 32 whose delta is the MLX group's scale: with
+// the biases synth writes (-8·scale, -16·scale, -128·scale) the affine
+// value scale·q + bias is the block's d·(q-8), d·(q-16) or d·(q-128)
+// exactly, at any group size (a group of 64 or 128 is 2 or 4 blocks with
+// the same delta; at group 32 the layouts match block for block).
+// Unquantized weights become F16, BF16 or F32 with the same bits. GGUF has
+// no block type with MLX's 2-, 3- or 6-bit affine arithmetic (the K-quants
+// Q2_K, Q3_K and Q6_K quantize their sub-block scales in 256-element
+// super-blocks), so those have no twin.
 func (s Spec) GGUFTwin() error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
 	for _, m := range s.Modules() {
-		if m.Bits != 0 && m.Bits != 4 && m.Bits != 8 {
+		if m.Bits != 0 && m.Bits != 4 && m.Bits != 5 && m.Bits != 8 {
 			return fmt.Errorf("synth: %w for quant %s: GGUF has no block type with MLX's %d-bit affine arithmetic at group %d (%s)", ErrNoTwin, s.Quant, m.Bits, s.Group(), m.Path)
 		}
 	}
@@ -57,6 +57,8 @@ func (s Spec) ggufType(m *Module) gguf.Type {
 			return gguf.Q4_1
 		}
 		return gguf.Q4_0
+	case 5:
+		return gguf.Q5_0
 	case 8:
 		return gguf.Q8_0
 	}
@@ -106,7 +108,7 @@ func (s Spec) ggufTensors() []ggufTensor {
 func (s Spec) GGUFMetadata() []gguf.KV {
 	// llama_ftype: the type of most weights (the embedding's type; for
 	// optiq, 4-bit).
-	fileType := map[gguf.Type]uint32{gguf.F32: 0, gguf.F16: 1, gguf.Q4_0: 2, gguf.Q4_1: 3, gguf.Q8_0: 7, gguf.BF16: 32}[s.ggufType(&s.Modules()[0])]
+	fileType := map[gguf.Type]uint32{gguf.F32: 0, gguf.F16: 1, gguf.Q4_0: 2, gguf.Q4_1: 3, gguf.Q5_0: 8, gguf.Q8_0: 7, gguf.BF16: 32}[s.ggufType(&s.Modules()[0])]
 	tokens := make([]string, s.Vocab)
 	scores := make([]float32, s.Vocab)
 	types := make([]int32, s.Vocab)
@@ -206,7 +208,7 @@ func (s Spec) writeGGUFTensor(w io.Writer, t ggufTensor, buf []byte) error {
 	return s.writeBlocks(w, t, buf)
 }
 
-// writeBlocks writes a Q4_0, Q4_1 or Q8_0 weight row by row from the MLX
+// writeBlocks writes a Q4_0, Q4_1, Q5_0 or Q8_0 weight row by row from the MLX
 // weight's own streams: each row's packed codes (fillMLXCodes on the
 // weight's stream, consumed exactly as the MLX writer consumes it) are
 // repacked into blocks of 32, and each block's delta d is the scale of the
@@ -219,7 +221,7 @@ func (s Spec) writeBlocks(w io.Writer, t ggufTensor, buf []byte) error {
 	blocksPerGroup := s.Group() / 32
 	groups := rngFor(s.Seed, groupStream(m))
 	codes := rngFor(s.Seed, m.Path+".weight")
-	row := make([]byte, m.In*m.Bits/8) // a multiple of 16 bytes: In is a multiple of 32
+	row := make([]byte, m.In*m.Bits/8+8) // In·Bits/8 is a multiple of 8 (In is a multiple of 32); 8 spare bytes for code5's reads
 	rowBytes := m.In / 32 * blockBytes
 	if len(buf) < rowBytes {
 		buf = make([]byte, rowBytes)
@@ -232,7 +234,7 @@ func (s Spec) writeBlocks(w io.Writer, t ggufTensor, buf []byte) error {
 		b := buf[:nr*rowBytes]
 		off := 0
 		for range nr {
-			fillMLXCodes(row, codes, m.Bits)
+			fillMLXCodes(row[:m.In*m.Bits/8], codes, m.Bits)
 			for blk := range m.In / 32 {
 				if blk%blocksPerGroup == 0 {
 					d = groupScale(groups, m, s.dtype())
@@ -244,6 +246,15 @@ func (s Spec) writeBlocks(w io.Writer, t ggufTensor, buf []byte) error {
 					for k, c := range row[32*blk : 32*blk+32] {
 						o[2+k] = c ^ 0x80 // unsigned code c means c-128
 					}
+				case gguf.Q5_0: // d, qh (fifth bits), qs as Q4_0's
+					var qh uint32
+					qs := o[6:]
+					for j := range 16 {
+						lo, hi := code5(row, 32*blk+j), code5(row, 32*blk+j+16)
+						qs[j] = lo&0xF | (hi&0xF)<<4
+						qh |= uint32(lo>>4)<<j | uint32(hi>>4)<<(j+16)
+					}
+					le.PutUint32(o[2:], qh)
 				default: // Q4_0, Q4_1
 					qs := o[2:]
 					if typ == gguf.Q4_1 {
@@ -264,4 +275,11 @@ func (s Spec) writeBlocks(w io.Writer, t ggufTensor, buf []byte) error {
 		}
 	}
 	return nil
+}
+
+// code5 returns element e of a row of MLX 5-bit codes (an LSB-first bit
+// stream: element e at bits 5e ... 5e+4); row must extend a byte past it.
+func code5(row []byte, e int) byte {
+	bit := 5 * e
+	return byte(binary.LittleEndian.Uint16(row[bit/8:]) >> (bit % 8) & 0x1F)
 }

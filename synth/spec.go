@@ -6,9 +6,9 @@
 // them, model.safetensors, model.safetensors.index.json, and a word-level
 // tokenizer so mlx_lm.load accepts the directory as it is), and its GGUF
 // twin for llama.cpp: the same shapes and the same weights (Q4_0 or Q4_1
-// where the MLX checkpoint is 4-bit, Q8_0 where it is 8-bit, F16, BF16 or
-// F32 where it is unquantized; other bit widths have no twin, see
-// Spec.GGUFTwin).
+// where the MLX checkpoint is 4-bit, Q5_0 where it is 5-bit, Q8_0 where it
+// is 8-bit, F16, BF16 or F32 where it is unquantized; 2-, 3- and 6-bit have
+// no twin, see Spec.GGUFTwin).
 //
 // Quantized weights are generated directly as packed codes (uniform random
 // words) with plausible per-group scales (exact in float16) and biases

@@ -50,12 +50,12 @@ multiple of 32.
 (config.json, model.safetensors, model.safetensors.index.json) plus a
 word-level tokenizer, so mlx_lm.load and mlxgo both load it. --format gguf
 writes the file PATH: the GGUF twin for llama.cpp, the same shapes and the
-same weights: 4-bit as Q4_0 (--gguf-q4 q4_1 for Q4_1), 8-bit as Q8_0 (each
-block of 32 takes its group's scale; synth's biases are -8·scale and
--128·scale, so the values are exact at any group size and the layout
-matches at group 32), unquantized as F16, BF16 or F32. 2-, 3-, 5- and
-6-bit have no twin (GGUF has no block type with that arithmetic): --format
-gguf is then an error. --format both writes PATH and its twin PATH.gguf,
+same weights: 4-bit as Q4_0 (--gguf-q4 q4_1 for Q4_1), 5-bit as Q5_0,
+8-bit as Q8_0 (each block of 32 takes its group's scale; synth's biases
+are -2^(bits-1)·scale, so the values are exact at any group size and the
+layout matches at group 32), unquantized as F16, BF16 or F32. 2-, 3- and
+6-bit have no twin (GGUF has no block type with that arithmetic: its
+K-quants quantize their sub-block scales): --format gguf is then an error. --format both writes PATH and its twin PATH.gguf,
 saying so and skipping the twin where there is none.
 
 Packed codes and scales are generated directly and streamed to disk, tensor

@@ -31,7 +31,7 @@ func TestParseSynthFlags(t *testing.T) {
 		{"real preset", []string{"--out", "x", "--preset", "smollm2-135m"}, "", got{30, 49152, 32, "q4g32", tensor.BF16, true}},
 		{"quant names the group", []string{"--out", "x", "--quant", "q3g128", "--dtype", "f16"}, "", got{24, 130560, 128, "q3g128", tensor.F16, false}},
 		{"dense quant sets dtype", []string{"--out", "x", "--quant", "f32", "--tied"}, "", got{24, 130560, 64, "f32", tensor.F32, true}},
-		{"embed bits", []string{"--out", "x", "--preset", "smollm2-135m", "--embed-bits", "5", "--format", "gguf"}, "no GGUF twin for quant q4g32: GGUF has no block type with MLX's 5-bit affine arithmetic at group 32 (model.embed_tokens)", got{}},
+		{"embed bits", []string{"--out", "x", "--preset", "smollm2-135m", "--embed-bits", "3", "--format", "gguf"}, "no GGUF twin for quant q4g32: GGUF has no block type with MLX's 3-bit affine arithmetic at group 32 (model.embed_tokens)", got{}},
 		{"no out", nil, "--out is required", got{}},
 		{"bad format", []string{"--out", "x", "--format", "onnx"}, `--format "onnx"`, got{}},
 		{"bad preset", []string{"--out", "x", "--preset", "gpt2"}, `--preset "gpt2"`, got{}},
@@ -42,7 +42,7 @@ func TestParseSynthFlags(t *testing.T) {
 		{"dtype conflict", []string{"--out", "x", "--quant", "f16", "--dtype", "bf16"}, "--quant f16 stores f16 weights; --dtype bf16", got{}},
 		{"bad shape", []string{"--out", "x", "--hidden", "100"}, "hidden 100 is not a multiple", got{}},
 		{"group wider than a row's groups", []string{"--out", "x", "--preset", "smollm2-360m", "--quant", "q4g128"}, "hidden 960 is not a multiple of the group size 128", got{}},
-		{"no twin", []string{"--out", "x", "--quant", "q5g64", "--format", "gguf"}, "no GGUF twin for quant q5g64", got{}},
+		{"no twin", []string{"--out", "x", "--quant", "q6g64", "--format", "gguf"}, "no GGUF twin for quant q6g64", got{}},
 		{"bad gguf q4", []string{"--out", "x", "--gguf-q4", "q4_k"}, `gguf 4-bit type "q4_k"`, got{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
