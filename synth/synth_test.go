@@ -143,6 +143,23 @@ func TestMiniCPM5Shapes(t *testing.T) {
 	}
 }
 
+// The real presets' parameter counts equal the models' published totals
+// (the safetensors parameter count on each Hugging Face model page; for
+// SmolLM2-360M by hand: 49152·960 embedding + 32 layers × (2·960·960 q, o
+// + 2·960·320 k, v + 3·960·2560 MLP + 2·960 norms) + 960 = 361,821,120).
+// Qwen2.5-0.5B's published 494,032,768 includes its q/k/v biases, which
+// the Llama shape leaves out: 24 × (896 + 128 + 128) = 27,648 fewer.
+func TestPresetParameters(t *testing.T) {
+	for name, want := range map[string]int64{
+		"smollm2-135m": 134_515_008, "smollm2-360m": 361_821_120, "smollm2-1.7b": 1_711_376_384,
+		"llama3.2-1b": 1_235_814_400, "llama3.2-3b": 3_212_749_824, "qwen2.5-0.5b": 494_032_768 - 27_648,
+	} {
+		if got := Presets[name].Parameters(); got != want {
+			t.Errorf("%s: %d parameters, want %d", name, got, want)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, c := range []struct {
 		name   string
