@@ -41,11 +41,11 @@ func (p builtinArgs) record(b *Backend) *Array {
 		}
 		*f = c
 	}
-	x, y := b.arg(p.op, args[:n], 0).h, noArray
+	x, y := b.arg(p.op, args[:n], 0).ref(), noArray
 	if n == 2 {
-		y = b.arg(p.op, args[:n], 1).h
+		y = b.arg(p.op, args[:n], 1).ref()
 	}
-	return b.result(p.op, C.mlxgo_apply(b.res, *f, x, y), args[:n])
+	return b.result(p.op, C.mlxgo_apply(b.recorder(), C.mlxgo_fn(uintptr(f.ctx)), x, y), args[:n])
 }
 
 type rmsNormArgs struct {
@@ -64,11 +64,11 @@ func (p rmsNormArgs) record(b *Backend) *Array {
 	if p.weight != nil {
 		n = 2
 	}
-	x, w := b.arg("RMSNorm", args[:n], 0).h, noArray
+	x, w := b.arg("RMSNorm", args[:n], 0).ref(), noArray
 	if n == 2 {
-		w = b.arg("RMSNorm", args[:n], 1).h
+		w = b.arg("RMSNorm", args[:n], 1).ref()
 	}
-	return b.result("RMSNorm", C.mlxgo_rms_norm(b.res, x, w, C.float(p.eps), b.s), args[:n])
+	return b.result("RMSNorm", C.mlxgo_rms_norm(b.recorder(), x, w, C.float(p.eps)), args[:n])
 }
 
 type ropeArgs struct {
@@ -97,20 +97,20 @@ func (p ropeArgs) record(b *Backend) *Array {
 		args[n] = p.p.Freqs
 		n++
 	}
-	x, rows, freqs := b.arg("RoPE", args[:n], 0).h, noArray, noArray
+	x, rows, freqs := b.arg("RoPE", args[:n], 0).ref(), noArray, noArray
 	if p.offset.Rows != nil {
-		rows = b.arg("RoPE", args[:n], 1).h
+		rows = b.arg("RoPE", args[:n], 1).ref()
 	}
 	if p.p.Freqs != nil {
-		freqs = b.arg("RoPE", args[:n], n-1).h
+		freqs = b.arg("RoPE", args[:n], n-1).ref()
 	}
 	dims, trad, scale := C.int(p.p.Dims), C.bool(p.p.Traditional), C.float(p.p.Scale)
 	base := C.mlx_optional_float{value: C.float(p.p.Base), has_value: p.p.Freqs == nil}
 	var rc C.int
 	if p.offset.Rows != nil {
-		rc = C.mlxgo_rope_dynamic(b.res, x, dims, trad, base, scale, rows, freqs, b.s)
+		rc = C.mlxgo_rope_dynamic(b.recorder(), x, dims, trad, base, scale, rows, freqs)
 	} else {
-		rc = C.mlxgo_rope(b.res, x, dims, trad, base, scale, C.int(p.offset.Scalar), freqs, b.s)
+		rc = C.mlxgo_rope(b.recorder(), x, dims, trad, base, scale, C.int(p.offset.Scalar), freqs)
 	}
 	return b.result("RoPE", rc, args[:n])
 }
@@ -151,11 +151,11 @@ func (p sdpaArgs) record(b *Backend) *Array {
 	if p.mode == maskArray {
 		n = 4
 	}
-	q, k, v, m := b.arg(op, args[:n], 0).h, b.arg(op, args[:n], 1).h, b.arg(op, args[:n], 2).h, noArray
+	q, k, v, m := b.arg(op, args[:n], 0).ref(), b.arg(op, args[:n], 1).ref(), b.arg(op, args[:n], 2).ref(), noArray
 	if n == 4 {
-		m = b.arg(op, args[:n], 3).h
+		m = b.arg(op, args[:n], 3).ref()
 	}
-	return b.result(op, C.mlxgo_sdpa(b.res, q, k, v, C.float(p.scale), p.mode, m, b.s), args[:n])
+	return b.result(op, C.mlxgo_sdpa(b.recorder(), q, k, v, C.float(p.scale), p.mode, m), args[:n])
 }
 
 // SwiGLU is mlx_lm's swiglu: silu(gate) * up, compiled shapeless as
@@ -206,8 +206,8 @@ func (b *Backend) Dequantize(q backend.QuantizedArray) backend.Array {
 
 func (p dequantizeArgs) record(b *Backend) *Array {
 	args := [3]backend.Array{p.q.W, p.q.Scales, p.q.Biases}
-	w, sc, bi := b.arg("Dequantize", args[:], 0).h, b.arg("Dequantize", args[:], 1).h, b.arg("Dequantize", args[:], 2).h
-	rc := C.mlxgo_dequantize(b.res, w, sc, bi, C.int(p.q.GroupSize), C.int(p.q.Bits), modeAffine, b.s)
+	w, sc, bi := b.arg("Dequantize", args[:], 0).ref(), b.arg("Dequantize", args[:], 1).ref(), b.arg("Dequantize", args[:], 2).ref()
+	rc := C.mlxgo_dequantize(b.recorder(), w, sc, bi, C.int(p.q.GroupSize), C.int(p.q.Bits), modeAffine)
 	return b.result("Dequantize", rc, args[:])
 }
 
@@ -226,8 +226,8 @@ func (b *Backend) QuantizedMatmul(x backend.Array, w backend.QuantizedArray, tra
 func (p quantizedMatmulArgs) record(b *Backend) *Array {
 	const op = "QuantizedMatmul"
 	args := [4]backend.Array{p.x, p.w.W, p.w.Scales, p.w.Biases}
-	x, w := b.arg(op, args[:], 0).h, b.arg(op, args[:], 1).h
-	sc, bi := b.arg(op, args[:], 2).h, b.arg(op, args[:], 3).h
-	rc := C.mlxgo_quantized_matmul(b.res, x, w, sc, bi, C.bool(p.transpose), C.int(p.w.GroupSize), C.int(p.w.Bits), modeAffine, b.s)
+	x, w := b.arg(op, args[:], 0).ref(), b.arg(op, args[:], 1).ref()
+	sc, bi := b.arg(op, args[:], 2).ref(), b.arg(op, args[:], 3).ref()
+	rc := C.mlxgo_quantized_matmul(b.recorder(), x, w, sc, bi, C.bool(p.transpose), C.int(p.w.GroupSize), C.int(p.w.Bits), modeAffine)
 	return b.result(op, rc, args[:])
 }

@@ -40,11 +40,11 @@ type Backend struct {
 
 	silu, swiglu C.mlx_closure // compiled lazily, shapeless
 
-	// res receives the result of the op being recorded (C memory, which
-	// the op's cgo call writes); args holds Concatenate's input handles,
+	// rec holds the stream and receives the result of the op being
+	// recorded (C memory, which the op's cgo call writes); args holds Concatenate's input handles,
 	// dead the handles a closing scope frees in one call and evals the
 	// arrays of an Eval or AsyncEval.
-	res               *C.mlxgo_result
+	rec               *C.mlxgo_recorder
 	args, dead, evals handles
 
 	ops    uint64   // ops recorded through exec (OpsRecorded)
@@ -94,11 +94,12 @@ func New(opts backend.Options) (*Backend, error) {
 		if b.s.ctx == nil {
 			return fmt.Errorf("mlx backend: opening the %s stream: %w", b.device, takeError())
 		}
-		b.res = (*C.mlxgo_result)(C.calloc(1, C.sizeof_mlxgo_result))
-		if b.res == nil {
+		b.rec = (*C.mlxgo_recorder)(C.calloc(1, C.sizeof_mlxgo_recorder))
+		if b.rec == nil {
 			C.mlx_stream_free(b.s)
 			return errors.New("mlx backend: out of memory")
 		}
+		b.rec.s = b.s
 		return nil
 	})
 	if err != nil {
@@ -165,8 +166,8 @@ func (b *Backend) Close() error {
 		C.mlx_synchronize(b.s)
 		C.mlx_stream_free(b.s)
 		b.s.ctx = nil
-		C.free(unsafe.Pointer(b.res))
-		b.res = nil
+		C.free(unsafe.Pointer(b.rec))
+		b.rec = nil
 		b.args.free()
 		b.dead.free()
 		b.evals.free()

@@ -216,6 +216,17 @@ void mlxgo_free_arrays(const mlx_array* a, size_t n) {
   }
 }
 
+// arr and fn turn handles passed as integers back into mlx-c's types.
+static inline mlx_array arr(mlxgo_arr h) {
+  mlx_array a = {(void*)h};
+  return a;
+}
+
+static inline mlx_closure fn(mlxgo_fn h) {
+  mlx_closure f = {(void*)h};
+  return f;
+}
+
 // done finishes an op call: o is what the mlx-c function (which returned rc)
 // wrote. On success it moves o, with its rank, dimensions and dtype, into r.
 static int done(mlxgo_result* r, int rc, mlx_array* o) {
@@ -246,60 +257,63 @@ static int done(mlxgo_result* r, int rc, mlx_array* o) {
   return 0;
 }
 
-// RECORD(call) runs call, an mlx-c op writing into &o, and finishes it.
-#define RECORD(call)                \
-  do {                              \
-    mlx_array o = mlx_array_new();  \
-    return done(r, (call), &o);     \
+// RECORD(call) runs call, an mlx-c op writing into &o on the recorder's
+// stream s, and finishes it into the recorder's result.
+#define RECORD(call)                               \
+  do {                                             \
+    mlxgo_recorder* rec_ = (mlxgo_recorder*)rec;  \
+    mlx_stream s = rec_->s;                        \
+    mlx_array o = mlx_array_new();                 \
+    return done(&rec_->r, (call), &o);            \
   } while (0)
 
-int mlxgo_add(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_add(&o, a, b, s)); }
-int mlxgo_subtract(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_subtract(&o, a, b, s)); }
-int mlxgo_multiply(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_multiply(&o, a, b, s)); }
-int mlxgo_divide(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_divide(&o, a, b, s)); }
-int mlxgo_maximum(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_maximum(&o, a, b, s)); }
-int mlxgo_minimum(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_minimum(&o, a, b, s)); }
-int mlxgo_equal(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_equal(&o, a, b, s)); }
-int mlxgo_less(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_less(&o, a, b, s)); }
-int mlxgo_greater(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_greater(&o, a, b, s)); }
-int mlxgo_matmul(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s) { RECORD(mlx_matmul(&o, a, b, s)); }
+int mlxgo_add(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_add(&o, arr(a), arr(b), s)); }
+int mlxgo_subtract(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_subtract(&o, arr(a), arr(b), s)); }
+int mlxgo_multiply(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_multiply(&o, arr(a), arr(b), s)); }
+int mlxgo_divide(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_divide(&o, arr(a), arr(b), s)); }
+int mlxgo_maximum(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_maximum(&o, arr(a), arr(b), s)); }
+int mlxgo_minimum(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_minimum(&o, arr(a), arr(b), s)); }
+int mlxgo_equal(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_equal(&o, arr(a), arr(b), s)); }
+int mlxgo_less(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_less(&o, arr(a), arr(b), s)); }
+int mlxgo_greater(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_greater(&o, arr(a), arr(b), s)); }
+int mlxgo_matmul(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b) { RECORD(mlx_matmul(&o, arr(a), arr(b), s)); }
 
-int mlxgo_exp(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_exp(&o, a, s)); }
-int mlxgo_log(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_log(&o, a, s)); }
-int mlxgo_negative(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_negative(&o, a, s)); }
-int mlxgo_abs(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_abs(&o, a, s)); }
-int mlxgo_sqrt(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_sqrt(&o, a, s)); }
-int mlxgo_rsqrt(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_rsqrt(&o, a, s)); }
-int mlxgo_square(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_square(&o, a, s)); }
-int mlxgo_sigmoid(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_sigmoid(&o, a, s)); }
-int mlxgo_tanh(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_tanh(&o, a, s)); }
-int mlxgo_sin(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_sin(&o, a, s)); }
-int mlxgo_cos(mlxgo_result* r, mlx_array a, mlx_stream s) { RECORD(mlx_cos(&o, a, s)); }
+int mlxgo_exp(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_exp(&o, arr(a), s)); }
+int mlxgo_log(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_log(&o, arr(a), s)); }
+int mlxgo_negative(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_negative(&o, arr(a), s)); }
+int mlxgo_abs(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_abs(&o, arr(a), s)); }
+int mlxgo_sqrt(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_sqrt(&o, arr(a), s)); }
+int mlxgo_rsqrt(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_rsqrt(&o, arr(a), s)); }
+int mlxgo_square(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_square(&o, arr(a), s)); }
+int mlxgo_sigmoid(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_sigmoid(&o, arr(a), s)); }
+int mlxgo_tanh(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_tanh(&o, arr(a), s)); }
+int mlxgo_sin(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_sin(&o, arr(a), s)); }
+int mlxgo_cos(mlxgo_rec rec, mlxgo_arr a) { RECORD(mlx_cos(&o, arr(a), s)); }
 
-int mlxgo_sum(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
-  RECORD(mlx_sum_axis(&o, a, axis, keepdims, s));
+int mlxgo_sum(mlxgo_rec rec, mlxgo_arr a, int axis, bool keepdims) {
+  RECORD(mlx_sum_axis(&o, arr(a), axis, keepdims, s));
 }
 
-int mlxgo_max(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
-  RECORD(mlx_max_axis(&o, a, axis, keepdims, s));
+int mlxgo_max(mlxgo_rec rec, mlxgo_arr a, int axis, bool keepdims) {
+  RECORD(mlx_max_axis(&o, arr(a), axis, keepdims, s));
 }
 
-int mlxgo_argmax(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
-  RECORD(mlx_argmax_axis(&o, a, axis, keepdims, s));
+int mlxgo_argmax(mlxgo_rec rec, mlxgo_arr a, int axis, bool keepdims) {
+  RECORD(mlx_argmax_axis(&o, arr(a), axis, keepdims, s));
 }
 
-int mlxgo_logsumexp(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s) {
-  RECORD(mlx_logsumexp_axis(&o, a, axis, keepdims, s));
+int mlxgo_logsumexp(mlxgo_rec rec, mlxgo_arr a, int axis, bool keepdims) {
+  RECORD(mlx_logsumexp_axis(&o, arr(a), axis, keepdims, s));
 }
 
-int mlxgo_softmax(mlxgo_result* r, mlx_array a, int axis, bool precise, mlx_stream s) {
-  RECORD(mlx_softmax_axis(&o, a, axis, precise, s));
+int mlxgo_softmax(mlxgo_rec rec, mlxgo_arr a, int axis, bool precise) {
+  RECORD(mlx_softmax_axis(&o, arr(a), axis, precise, s));
 }
 
-int mlxgo_astype(mlxgo_result* r, mlx_array a, mlx_dtype dtype, mlx_stream s) { RECORD(mlx_astype(&o, a, dtype, s)); }
+int mlxgo_astype(mlxgo_rec rec, mlxgo_arr a, mlx_dtype dtype) { RECORD(mlx_astype(&o, arr(a), dtype, s)); }
 
-int mlxgo_where(mlxgo_result* r, mlx_array cond, mlx_array x, mlx_array y, mlx_stream s) {
-  RECORD(mlx_where(&o, cond, x, y, s));
+int mlxgo_where(mlxgo_rec rec, mlxgo_arr cond, mlxgo_arr x, mlxgo_arr y) {
+  RECORD(mlx_where(&o, arr(cond), arr(x), arr(y), s));
 }
 
 // apply calls f on the inputs and writes its single output.
@@ -318,21 +332,21 @@ static int apply(mlx_array* out, mlx_closure f, const mlx_array* in, size_t n) {
   return rc;
 }
 
-int mlxgo_apply(mlxgo_result* r, mlx_closure f, mlx_array x, mlx_array y) {
-  const mlx_array in[2] = {x, y};
-  RECORD(apply(&o, f, in, y.ctx == NULL ? 1 : 2));
+int mlxgo_apply(mlxgo_rec rec, mlxgo_fn f, mlxgo_arr x, mlxgo_arr y) {
+  const mlx_array in[2] = {arr(x), arr(y)};
+  RECORD(apply(&o, fn(f), in, y == 0 ? 1 : 2));
 }
 
-int mlxgo_zeros(mlxgo_result* r, const int* shape, size_t n, mlx_dtype dtype, mlx_stream s) {
+int mlxgo_zeros(mlxgo_rec rec, const int* shape, size_t n, mlx_dtype dtype) {
   RECORD(mlx_zeros(&o, shape, n, dtype, s));
 }
 
-int mlxgo_reshape(mlxgo_result* r, mlx_array a, const int* shape, size_t n, mlx_stream s) {
-  RECORD(mlx_reshape(&o, a, shape, n, s));
+int mlxgo_reshape(mlxgo_rec rec, mlxgo_arr a, const int* shape, size_t n) {
+  RECORD(mlx_reshape(&o, arr(a), shape, n, s));
 }
 
-int mlxgo_transpose(mlxgo_result* r, mlx_array a, const int* axes, size_t n, mlx_stream s) {
-  RECORD(mlx_transpose_axes(&o, a, axes, n, s));
+int mlxgo_transpose(mlxgo_rec rec, mlxgo_arr a, const int* axes, size_t n) {
+  RECORD(mlx_transpose_axes(&o, arr(a), axes, n, s));
 }
 
 static const int ones[MLXGO_MAX_DIMS] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
@@ -348,21 +362,12 @@ static bool too_many(size_t n) {
   return true;
 }
 
-int mlxgo_slice(mlxgo_result* r, mlx_array a, const int* start, const int* stop, size_t n, mlx_stream s) {
-  r->res = mlx_array_new();
-  if (too_many(n)) {
-    return 1;
-  }
-  RECORD(mlx_slice(&o, a, start, n, stop, n, ones, n, s));
+int mlxgo_slice(mlxgo_rec rec, mlxgo_arr a, const int* start, const int* stop, size_t n) {
+  RECORD(too_many(n) ? 1 : mlx_slice(&o, arr(a), start, n, stop, n, ones, n, s));
 }
 
-int mlxgo_slice_update(mlxgo_result* r, mlx_array dst, mlx_array update, const int* start, const int* stop, size_t n,
-                       mlx_stream s) {
-  r->res = mlx_array_new();
-  if (too_many(n)) {
-    return 1;
-  }
-  RECORD(mlx_slice_update(&o, dst, update, start, n, stop, n, ones, n, s));
+int mlxgo_slice_update(mlxgo_rec rec, mlxgo_arr dst, mlxgo_arr update, const int* start, const int* stop, size_t n) {
+  RECORD(too_many(n) ? 1 : mlx_slice_update(&o, arr(dst), arr(update), start, n, stop, n, ones, n, s));
 }
 
 static int concatenate(mlx_array* out, const mlx_array* arrays, size_t n, int axis, mlx_stream s) {
@@ -375,42 +380,42 @@ static int concatenate(mlx_array* out, const mlx_array* arrays, size_t n, int ax
   return rc;
 }
 
-int mlxgo_concatenate(mlxgo_result* r, const mlx_array* arrays, size_t n, int axis, mlx_stream s) {
+int mlxgo_concatenate(mlxgo_rec rec, const mlx_array* arrays, size_t n, int axis) {
   RECORD(concatenate(&o, arrays, n, axis, s));
 }
 
-int mlxgo_take(mlxgo_result* r, mlx_array a, mlx_array indices, int axis, mlx_stream s) {
-  RECORD(mlx_take_axis(&o, a, indices, axis, s));
+int mlxgo_take(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr indices, int axis) {
+  RECORD(mlx_take_axis(&o, arr(a), arr(indices), axis, s));
 }
 
-int mlxgo_rms_norm(mlxgo_result* r, mlx_array x, mlx_array weight, float eps, mlx_stream s) {
-  RECORD(mlx_fast_rms_norm(&o, x, weight, eps, s));
+int mlxgo_rms_norm(mlxgo_rec rec, mlxgo_arr x, mlxgo_arr weight, float eps) {
+  RECORD(mlx_fast_rms_norm(&o, arr(x), arr(weight), eps, s));
 }
 
-int mlxgo_rope(mlxgo_result* r, mlx_array x, int dims, bool traditional, mlx_optional_float base, float scale,
-               int offset, mlx_array freqs, mlx_stream s) {
-  RECORD(mlx_fast_rope(&o, x, dims, traditional, base, scale, offset, freqs, s));
+int mlxgo_rope(mlxgo_rec rec, mlxgo_arr x, int dims, bool traditional, mlx_optional_float base, float scale,
+               int offset, mlxgo_arr freqs) {
+  RECORD(mlx_fast_rope(&o, arr(x), dims, traditional, base, scale, offset, arr(freqs), s));
 }
 
-int mlxgo_rope_dynamic(mlxgo_result* r, mlx_array x, int dims, bool traditional, mlx_optional_float base,
-                       float scale, mlx_array offsets, mlx_array freqs, mlx_stream s) {
-  RECORD(mlx_fast_rope_dynamic(&o, x, dims, traditional, base, scale, offsets, freqs, s));
+int mlxgo_rope_dynamic(mlxgo_rec rec, mlxgo_arr x, int dims, bool traditional, mlx_optional_float base,
+                       float scale, mlxgo_arr offsets, mlxgo_arr freqs) {
+  RECORD(mlx_fast_rope_dynamic(&o, arr(x), dims, traditional, base, scale, arr(offsets), arr(freqs), s));
 }
 
-int mlxgo_sdpa(mlxgo_result* r, mlx_array q, mlx_array k, mlx_array v, float scale, const char* mask_mode,
-               mlx_array mask, mlx_stream s) {
-  RECORD(sdpa(&o, q, k, v, scale, mask_mode, mask, s));
+int mlxgo_sdpa(mlxgo_rec rec, mlxgo_arr q, mlxgo_arr k, mlxgo_arr v, float scale, const char* mask_mode,
+               mlxgo_arr mask) {
+  RECORD(sdpa(&o, arr(q), arr(k), arr(v), scale, mask_mode, arr(mask), s));
 }
 
-int mlxgo_dequantize(mlxgo_result* r, mlx_array w, mlx_array scales, mlx_array biases, int group_size, int bits,
-                     const char* mode, mlx_stream s) {
+int mlxgo_dequantize(mlxgo_rec rec, mlxgo_arr w, mlxgo_arr scales, mlxgo_arr biases, int group_size, int bits,
+                     const char* mode) {
   mlx_optional_int g = {group_size, true}, b = {bits, true};
   mlx_optional_dtype dt = {MLX_FLOAT32, false};
-  RECORD(mlx_dequantize(&o, w, scales, biases, g, b, mode, mlx_array_new(), dt, s));
+  RECORD(mlx_dequantize(&o, arr(w), arr(scales), arr(biases), g, b, mode, mlx_array_new(), dt, s));
 }
 
-int mlxgo_quantized_matmul(mlxgo_result* r, mlx_array x, mlx_array w, mlx_array scales, mlx_array biases,
-                           bool transpose, int group_size, int bits, const char* mode, mlx_stream s) {
+int mlxgo_quantized_matmul(mlxgo_rec rec, mlxgo_arr x, mlxgo_arr w, mlxgo_arr scales, mlxgo_arr biases,
+                           bool transpose, int group_size, int bits, const char* mode) {
   mlx_optional_int g = {group_size, true}, b = {bits, true};
-  RECORD(mlx_quantized_matmul(&o, x, w, scales, biases, transpose, g, b, mode, s));
+  RECORD(mlx_quantized_matmul(&o, arr(x), arr(w), arr(scales), arr(biases), transpose, g, b, mode, s));
 }

@@ -16,83 +16,98 @@ enum { MLXGO_MAX_DIMS = 32 };
 enum { MLXGO_FN_SILU = 0, MLXGO_FN_SWIGLU = 1 };
 
 // mlxgo_result receives the array an op records: its handle (owned by the
-// caller), rank, dimensions and dtype. The Go side keeps one per backend in C
-// memory and reads it back after each op call, so recording an op and
-// learning its result's shape and dtype take one cgo call.
+// caller), rank, dimensions and dtype. The Go side reads it back after each
+// op call, so recording an op and learning its result's shape and dtype take
+// one cgo call.
 typedef struct mlxgo_result {
   mlx_array res;
   int ndim, dtype;
   int shape[MLXGO_MAX_DIMS];
 } mlxgo_result;
 
+// mlxgo_recorder is what every op call shares: the stream the ops run on and
+// the result of the op last recorded. The Go side keeps one per backend in C
+// memory and passes its address as an integer, mlxgo_rec.
+typedef struct mlxgo_recorder {
+  mlx_stream s;
+  mlxgo_result r;
+} mlxgo_recorder;
+
+// The op functions take their arguments' handles as integers: cgo checks
+// (runtime.cgoCheckPointer, once per argument and call) every argument whose
+// C type may hold a pointer, and these only ever hold C pointers.
+typedef uintptr_t mlxgo_rec;  // a mlxgo_recorder*
+typedef uintptr_t mlxgo_arr;  // an mlx_array's ctx; 0 is the empty array
+typedef uintptr_t mlxgo_fn;   // an mlx_closure's ctx
+
 // The ops: one function per op, each calling the mlx-c function of the same
-// name (mlxgo_X calls mlx_X, mlx_X_axis or mlx_fast_X) on stream s and
-// writing its result into *r. On failure one returns non-zero, leaves r->res
-// empty and the message with the error handler.
+// name (mlxgo_X calls mlx_X, mlx_X_axis or mlx_fast_X) on the recorder's
+// stream and writing its result into the recorder's result. On failure one
+// returns non-zero, leaves the result empty and the message with the error
+// handler.
 
 // Elementwise, with MLX's broadcasting and type promotion.
-int mlxgo_add(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
-int mlxgo_subtract(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
-int mlxgo_multiply(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
-int mlxgo_divide(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
-int mlxgo_maximum(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
-int mlxgo_minimum(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
-int mlxgo_equal(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
-int mlxgo_less(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
-int mlxgo_greater(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
-int mlxgo_exp(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_log(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_negative(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_abs(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_sqrt(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_rsqrt(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_square(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_sigmoid(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_tanh(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_sin(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_cos(mlxgo_result* r, mlx_array a, mlx_stream s);
-int mlxgo_astype(mlxgo_result* r, mlx_array a, mlx_dtype dtype, mlx_stream s);
-int mlxgo_where(mlxgo_result* r, mlx_array cond, mlx_array x, mlx_array y, mlx_stream s);
+int mlxgo_add(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
+int mlxgo_subtract(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
+int mlxgo_multiply(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
+int mlxgo_divide(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
+int mlxgo_maximum(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
+int mlxgo_minimum(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
+int mlxgo_equal(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
+int mlxgo_less(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
+int mlxgo_greater(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
+int mlxgo_exp(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_log(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_negative(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_abs(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_sqrt(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_rsqrt(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_square(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_sigmoid(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_tanh(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_sin(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_cos(mlxgo_rec rec, mlxgo_arr a);
+int mlxgo_astype(mlxgo_rec rec, mlxgo_arr a, mlx_dtype dtype);
+int mlxgo_where(mlxgo_rec rec, mlxgo_arr cond, mlxgo_arr x, mlxgo_arr y);
 // mlxgo_apply applies f, a function of one array (y empty) or two.
-int mlxgo_apply(mlxgo_result* r, mlx_closure f, mlx_array x, mlx_array y);
+int mlxgo_apply(mlxgo_rec rec, mlxgo_fn f, mlxgo_arr x, mlxgo_arr y);
 
 // Shapes and indexing. Lists of dimensions or axes have n entries.
-int mlxgo_zeros(mlxgo_result* r, const int* shape, size_t n, mlx_dtype dtype, mlx_stream s);
-int mlxgo_reshape(mlxgo_result* r, mlx_array a, const int* shape, size_t n, mlx_stream s);
-int mlxgo_transpose(mlxgo_result* r, mlx_array a, const int* axes, size_t n, mlx_stream s);
+int mlxgo_zeros(mlxgo_rec rec, const int* shape, size_t n, mlx_dtype dtype);
+int mlxgo_reshape(mlxgo_rec rec, mlxgo_arr a, const int* shape, size_t n);
+int mlxgo_transpose(mlxgo_rec rec, mlxgo_arr a, const int* axes, size_t n);
 // mlxgo_slice is a[start:stop] on each of the n axes, with step 1.
-int mlxgo_slice(mlxgo_result* r, mlx_array a, const int* start, const int* stop, size_t n, mlx_stream s);
+int mlxgo_slice(mlxgo_rec rec, mlxgo_arr a, const int* start, const int* stop, size_t n);
 // mlxgo_slice_update writes update into dst[start:stop] (n axes, step 1).
-int mlxgo_slice_update(mlxgo_result* r, mlx_array dst, mlx_array update, const int* start, const int* stop, size_t n,
-                       mlx_stream s);
+int mlxgo_slice_update(mlxgo_rec rec, mlxgo_arr dst, mlxgo_arr update, const int* start, const int* stop, size_t n);
 // mlxgo_concatenate joins the n arrays at arrays along axis.
-int mlxgo_concatenate(mlxgo_result* r, const mlx_array* arrays, size_t n, int axis, mlx_stream s);
-int mlxgo_take(mlxgo_result* r, mlx_array a, mlx_array indices, int axis, mlx_stream s);
+int mlxgo_concatenate(mlxgo_rec rec, const mlx_array* arrays, size_t n, int axis);
+int mlxgo_take(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr indices, int axis);
 
 // Reductions along one axis, and softmax.
-int mlxgo_sum(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s);
-int mlxgo_max(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s);
-int mlxgo_argmax(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s);
-int mlxgo_logsumexp(mlxgo_result* r, mlx_array a, int axis, bool keepdims, mlx_stream s);
-int mlxgo_softmax(mlxgo_result* r, mlx_array a, int axis, bool precise, mlx_stream s);
-int mlxgo_matmul(mlxgo_result* r, mlx_array a, mlx_array b, mlx_stream s);
+int mlxgo_sum(mlxgo_rec rec, mlxgo_arr a, int axis, bool keepdims);
+int mlxgo_max(mlxgo_rec rec, mlxgo_arr a, int axis, bool keepdims);
+int mlxgo_argmax(mlxgo_rec rec, mlxgo_arr a, int axis, bool keepdims);
+int mlxgo_logsumexp(mlxgo_rec rec, mlxgo_arr a, int axis, bool keepdims);
+int mlxgo_softmax(mlxgo_rec rec, mlxgo_arr a, int axis, bool precise);
+int mlxgo_matmul(mlxgo_rec rec, mlxgo_arr a, mlxgo_arr b);
 
 // The fast ops. An empty weight or freqs means none.
-int mlxgo_rms_norm(mlxgo_result* r, mlx_array x, mlx_array weight, float eps, mlx_stream s);
-int mlxgo_rope(mlxgo_result* r, mlx_array x, int dims, bool traditional, mlx_optional_float base, float scale,
-               int offset, mlx_array freqs, mlx_stream s);
+int mlxgo_rms_norm(mlxgo_rec rec, mlxgo_arr x, mlxgo_arr weight, float eps);
+int mlxgo_rope(mlxgo_rec rec, mlxgo_arr x, int dims, bool traditional, mlx_optional_float base, float scale,
+               int offset, mlxgo_arr freqs);
 // mlxgo_rope_dynamic is mlxgo_rope with an offset per batch row (offsets).
-int mlxgo_rope_dynamic(mlxgo_result* r, mlx_array x, int dims, bool traditional, mlx_optional_float base,
-                       float scale, mlx_array offsets, mlx_array freqs, mlx_stream s);
+int mlxgo_rope_dynamic(mlxgo_rec rec, mlxgo_arr x, int dims, bool traditional, mlx_optional_float base,
+                       float scale, mlxgo_arr offsets, mlxgo_arr freqs);
 // mlxgo_sdpa is mlx_fast_scaled_dot_product_attention with no sinks and
 // force_fused false, for mlx-c with or without that argument (0.7 / 0.6).
 // mask is read for mask_mode "array" only.
-int mlxgo_sdpa(mlxgo_result* r, mlx_array q, mlx_array k, mlx_array v, float scale, const char* mask_mode,
-               mlx_array mask, mlx_stream s);
-int mlxgo_dequantize(mlxgo_result* r, mlx_array w, mlx_array scales, mlx_array biases, int group_size, int bits,
-                     const char* mode, mlx_stream s);
-int mlxgo_quantized_matmul(mlxgo_result* r, mlx_array x, mlx_array w, mlx_array scales, mlx_array biases,
-                           bool transpose, int group_size, int bits, const char* mode, mlx_stream s);
+int mlxgo_sdpa(mlxgo_rec rec, mlxgo_arr q, mlxgo_arr k, mlxgo_arr v, float scale, const char* mask_mode,
+               mlxgo_arr mask);
+int mlxgo_dequantize(mlxgo_rec rec, mlxgo_arr w, mlxgo_arr scales, mlxgo_arr biases, int group_size, int bits,
+                     const char* mode);
+int mlxgo_quantized_matmul(mlxgo_rec rec, mlxgo_arr x, mlxgo_arr w, mlxgo_arr scales, mlxgo_arr biases,
+                           bool transpose, int group_size, int bits, const char* mode);
 
 // mlxgo_free_arrays frees n handles.
 void mlxgo_free_arrays(const mlx_array* a, size_t n);

@@ -22,6 +22,7 @@ import "C"
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -34,7 +35,7 @@ import (
 // goroutine it hands the thread a copy and waits. record checks the input
 // arrays, calls the op's typed mlxgo_ function (mlxgo.h: one cgo call that
 // records the op and writes the result's handle, shape and dtype into
-// b.res) and adopts the result (result).
+// b.rec) and adopts the result (result).
 //
 // Nothing on that path allocates but the Array itself. An args value holds
 // no slice of the caller's (lists of dimensions are copied into a dims, a
@@ -64,14 +65,14 @@ func away[P, R any](b *Backend, op string, p P, record func(P, *Backend) R) R {
 
 // result finishes an op whose mlxgo_ call returned rc: a failure panics
 // with MLX's message as an *OpError naming op and args; otherwise the
-// result in b.res is adopted. MLX checks shapes and dtypes as it records, so
+// result in b.rec is adopted. MLX checks shapes and dtypes as it records, so
 // a bad call fails here.
 func (b *Backend) result(op string, rc C.int, args []backend.Array) *Array {
 	b.ops++
 	if rc != 0 {
 		panic(b.opError(op, slices.Clone(args)))
 	}
-	r := b.res
+	r := &b.rec.r
 	return b.adopt(op, r.res, int(r.ndim), &r.shape, r.dtype, false, args)
 }
 
@@ -104,7 +105,14 @@ func (d *dims) list() []int {
 }
 
 // noArray is the empty handle mlx-c takes for an optional array left out.
-var noArray C.mlx_array
+const noArray C.mlxgo_arr = 0
+
+// ref is a's handle as the op functions take it: an integer, which cgo
+// does not check as it does a pointer (mlxgo.h).
+func (a *Array) ref() C.mlxgo_arr { return C.mlxgo_arr(uintptr(a.h.ctx)) }
+
+// recorder is b.rec as the op functions take it (an integer, as ref).
+func (b *Backend) recorder() C.mlxgo_rec { return C.mlxgo_rec(uintptr(unsafe.Pointer(b.rec))) }
 
 type binaryArgs struct {
 	op   backend.BinaryOp
@@ -123,27 +131,27 @@ func (b *Backend) Binary(op backend.BinaryOp, x, y backend.Array) backend.Array 
 func (p binaryArgs) record(b *Backend) *Array {
 	op := p.op.String()
 	args := [2]backend.Array{p.x, p.y}
-	x, y, r, s := b.arg(op, args[:], 0).h, b.arg(op, args[:], 1).h, b.res, b.s
+	x, y, r := b.arg(op, args[:], 0).ref(), b.arg(op, args[:], 1).ref(), b.recorder()
 	var rc C.int
 	switch p.op {
 	case backend.Add:
-		rc = C.mlxgo_add(r, x, y, s)
+		rc = C.mlxgo_add(r, x, y)
 	case backend.Subtract:
-		rc = C.mlxgo_subtract(r, x, y, s)
+		rc = C.mlxgo_subtract(r, x, y)
 	case backend.Multiply:
-		rc = C.mlxgo_multiply(r, x, y, s)
+		rc = C.mlxgo_multiply(r, x, y)
 	case backend.Divide:
-		rc = C.mlxgo_divide(r, x, y, s)
+		rc = C.mlxgo_divide(r, x, y)
 	case backend.Maximum:
-		rc = C.mlxgo_maximum(r, x, y, s)
+		rc = C.mlxgo_maximum(r, x, y)
 	case backend.Minimum:
-		rc = C.mlxgo_minimum(r, x, y, s)
+		rc = C.mlxgo_minimum(r, x, y)
 	case backend.Equal:
-		rc = C.mlxgo_equal(r, x, y, s)
+		rc = C.mlxgo_equal(r, x, y)
 	case backend.Less:
-		rc = C.mlxgo_less(r, x, y, s)
+		rc = C.mlxgo_less(r, x, y)
 	case backend.Greater:
-		rc = C.mlxgo_greater(r, x, y, s)
+		rc = C.mlxgo_greater(r, x, y)
 	}
 	return b.result(op, rc, args[:])
 }
@@ -169,31 +177,31 @@ func (b *Backend) Unary(op backend.UnaryOp, x backend.Array) backend.Array {
 func (p unaryArgs) record(b *Backend) *Array {
 	op := p.op.String()
 	args := [1]backend.Array{p.x}
-	x, r, s := b.arg(op, args[:], 0).h, b.res, b.s
+	x, r := b.arg(op, args[:], 0).ref(), b.recorder()
 	var rc C.int
 	switch p.op {
 	case backend.Exp:
-		rc = C.mlxgo_exp(r, x, s)
+		rc = C.mlxgo_exp(r, x)
 	case backend.Log:
-		rc = C.mlxgo_log(r, x, s)
+		rc = C.mlxgo_log(r, x)
 	case backend.Negative:
-		rc = C.mlxgo_negative(r, x, s)
+		rc = C.mlxgo_negative(r, x)
 	case backend.Abs:
-		rc = C.mlxgo_abs(r, x, s)
+		rc = C.mlxgo_abs(r, x)
 	case backend.Sqrt:
-		rc = C.mlxgo_sqrt(r, x, s)
+		rc = C.mlxgo_sqrt(r, x)
 	case backend.Rsqrt:
-		rc = C.mlxgo_rsqrt(r, x, s)
+		rc = C.mlxgo_rsqrt(r, x)
 	case backend.Square:
-		rc = C.mlxgo_square(r, x, s)
+		rc = C.mlxgo_square(r, x)
 	case backend.Sigmoid:
-		rc = C.mlxgo_sigmoid(r, x, s)
+		rc = C.mlxgo_sigmoid(r, x)
 	case backend.Tanh:
-		rc = C.mlxgo_tanh(r, x, s)
+		rc = C.mlxgo_tanh(r, x)
 	case backend.Sin:
-		rc = C.mlxgo_sin(r, x, s)
+		rc = C.mlxgo_sin(r, x)
 	case backend.Cos:
-		rc = C.mlxgo_cos(r, x, s)
+		rc = C.mlxgo_cos(r, x)
 	default:
 		panic(backend.Errorf(op, slices.Clone(args[:]), "unknown unary op %d", int(p.op)))
 	}
@@ -212,8 +220,8 @@ func (b *Backend) AsType(x backend.Array, dt tensor.DType) backend.Array {
 
 func (p asTypeArgs) record(b *Backend) *Array {
 	args := [1]backend.Array{p.x}
-	x := b.arg("AsType", args[:], 0).h
-	return b.result("AsType", C.mlxgo_astype(b.res, x, p.dt, b.s), args[:])
+	x := b.arg("AsType", args[:], 0).ref()
+	return b.result("AsType", C.mlxgo_astype(b.recorder(), x, p.dt), args[:])
 }
 
 type whereArgs struct{ cond, x, y backend.Array }
@@ -225,8 +233,8 @@ func (b *Backend) Where(cond, x, y backend.Array) backend.Array {
 
 func (p whereArgs) record(b *Backend) *Array {
 	args := [3]backend.Array{p.cond, p.x, p.y}
-	c, x, y := b.arg("Where", args[:], 0).h, b.arg("Where", args[:], 1).h, b.arg("Where", args[:], 2).h
-	return b.result("Where", C.mlxgo_where(b.res, c, x, y, b.s), args[:])
+	c, x, y := b.arg("Where", args[:], 0).ref(), b.arg("Where", args[:], 1).ref(), b.arg("Where", args[:], 2).ref()
+	return b.result("Where", C.mlxgo_where(b.recorder(), c, x, y), args[:])
 }
 
 type reshapeArgs struct {
@@ -243,8 +251,8 @@ func (b *Backend) Reshape(x backend.Array, shape ...int) backend.Array {
 
 func (p reshapeArgs) record(b *Backend) *Array {
 	args := [1]backend.Array{p.x}
-	x := b.arg("Reshape", args[:], 0).h
-	return b.result("Reshape", C.mlxgo_reshape(b.res, x, &p.shape.v[0], p.shape.n, b.s), args[:])
+	x := b.arg("Reshape", args[:], 0).ref()
+	return b.result("Reshape", C.mlxgo_reshape(b.recorder(), x, &p.shape.v[0], p.shape.n), args[:])
 }
 
 type transposeArgs struct {
@@ -269,7 +277,7 @@ func (p transposeArgs) record(b *Backend) *Array {
 		}
 		p.axes.n = C.size_t(n)
 	}
-	return b.result("Transpose", C.mlxgo_transpose(b.res, a.h, &p.axes.v[0], p.axes.n, b.s), args[:])
+	return b.result("Transpose", C.mlxgo_transpose(b.recorder(), a.ref(), &p.axes.v[0], p.axes.n), args[:])
 }
 
 // bounds resolves start and stop against shape (negative values count from
@@ -317,7 +325,7 @@ func (p sliceArgs) record(b *Backend) *Array {
 	if err := bounds(a.shape, &p.start, &p.stop, &lo, &hi); err != nil {
 		panic(backend.Errorf("Slice", slices.Clone(args[:]), "%v", err))
 	}
-	return b.result("Slice", C.mlxgo_slice(b.res, a.h, &lo.v[0], &hi.v[0], lo.n, b.s), args[:])
+	return b.result("Slice", C.mlxgo_slice(b.recorder(), a.ref(), &lo.v[0], &hi.v[0], lo.n), args[:])
 }
 
 type sliceUpdateArgs struct {
@@ -363,7 +371,7 @@ func (p sliceUpdateArgs) record(b *Backend) *Array {
 	if err := bounds(ds, &p.start, &stop, &lo, &hi); err != nil {
 		panic(backend.Errorf("SliceUpdate", slices.Clone(args[:]), "%v", err))
 	}
-	return b.result("SliceUpdate", C.mlxgo_slice_update(b.res, d.h, s.h, &lo.v[0], &hi.v[0], lo.n, b.s), args[:])
+	return b.result("SliceUpdate", C.mlxgo_slice_update(b.recorder(), d.ref(), s.ref(), &lo.v[0], &hi.v[0], lo.n), args[:])
 }
 
 type concatenateArgs struct {
@@ -399,7 +407,7 @@ func (p concatenateArgs) record(b *Backend) *Array {
 	for i := range xs {
 		hs[i] = b.arg("Concatenate", xs, i).h
 	}
-	return b.result("Concatenate", C.mlxgo_concatenate(b.res, b.args.p, C.size_t(len(xs)), C.int(p.axis), b.s), xs)
+	return b.result("Concatenate", C.mlxgo_concatenate(b.recorder(), b.args.p, C.size_t(len(xs)), C.int(p.axis)), xs)
 }
 
 type takeArgs struct {
@@ -418,8 +426,8 @@ func (b *Backend) Take(x, indices backend.Array, axis int) backend.Array {
 
 func (p takeArgs) record(b *Backend) *Array {
 	args := [2]backend.Array{p.x, p.indices}
-	x, i := b.arg("Take", args[:], 0).h, b.arg("Take", args[:], 1).h
-	return b.result("Take", C.mlxgo_take(b.res, x, i, C.int(p.axis), b.s), args[:])
+	x, i := b.arg("Take", args[:], 0).ref(), b.arg("Take", args[:], 1).ref()
+	return b.result("Take", C.mlxgo_take(b.recorder(), x, i, C.int(p.axis)), args[:])
 }
 
 // reduction names the ops that reduceArgs records.
@@ -445,19 +453,19 @@ type reduceArgs struct {
 func (p reduceArgs) record(b *Backend) *Array {
 	op := reductionNames[p.op]
 	args := [1]backend.Array{p.x}
-	x, r, s, axis, flag := b.arg(op, args[:], 0).h, b.res, b.s, C.int(p.axis), C.bool(p.flag)
+	x, r, axis, flag := b.arg(op, args[:], 0).ref(), b.recorder(), C.int(p.axis), C.bool(p.flag)
 	var rc C.int
 	switch p.op {
 	case sum:
-		rc = C.mlxgo_sum(r, x, axis, flag, s)
+		rc = C.mlxgo_sum(r, x, axis, flag)
 	case maxAlong:
-		rc = C.mlxgo_max(r, x, axis, flag, s)
+		rc = C.mlxgo_max(r, x, axis, flag)
 	case argmax:
-		rc = C.mlxgo_argmax(r, x, axis, flag, s)
+		rc = C.mlxgo_argmax(r, x, axis, flag)
 	case logSumExp:
-		rc = C.mlxgo_logsumexp(r, x, axis, flag, s)
+		rc = C.mlxgo_logsumexp(r, x, axis, flag)
 	case softmax:
-		rc = C.mlxgo_softmax(r, x, axis, flag, s)
+		rc = C.mlxgo_softmax(r, x, axis, flag)
 	}
 	return b.result(op, rc, args[:])
 }
@@ -496,8 +504,8 @@ func (b *Backend) Matmul(x, y backend.Array) backend.Array {
 
 func (p matmulArgs) record(b *Backend) *Array {
 	args := [2]backend.Array{p.x, p.y}
-	x, y := b.arg("Matmul", args[:], 0).h, b.arg("Matmul", args[:], 1).h
-	return b.result("Matmul", C.mlxgo_matmul(b.res, x, y, b.s), args[:])
+	x, y := b.arg("Matmul", args[:], 0).ref(), b.arg("Matmul", args[:], 1).ref()
+	return b.result("Matmul", C.mlxgo_matmul(b.recorder(), x, y), args[:])
 }
 
 type zerosArgs struct {
@@ -506,5 +514,5 @@ type zerosArgs struct {
 }
 
 func (p zerosArgs) record(b *Backend) *Array {
-	return b.result("Zeros", C.mlxgo_zeros(b.res, &p.shape.v[0], p.shape.n, p.dt, b.s), nil)
+	return b.result("Zeros", C.mlxgo_zeros(b.recorder(), &p.shape.v[0], p.shape.n, p.dt), nil)
 }
