@@ -4,7 +4,7 @@
 // quantized matmul (qmv_avx2_amd64.go declares and documents them): go
 // generate (the //go:generate line of qmv_avx2_amd64.go runs go run
 // qmv_avx2_gen.go -o qmv_avx2_amd64.s); without -o it writes to standard
-// output (TestQmvAVX2Generated compares that output with the committed
+// output (TestGenerated compares that output with the committed
 // file).
 //
 // Each kernel runs tiles of eight consecutive weight rows against one row

@@ -7,7 +7,7 @@ import (
 )
 
 // sdpa_amd64.s, the AVX-512 SDPA and elementwise kernels, is written by
-// sdpa_gen.go (on any platform; TestSDPAGenerated checks it is current).
+// sdpa_gen.go (on any platform; TestGenerated checks it is current).
 //
 //go:generate go run sdpa_gen.go -o sdpa_amd64.s
 

@@ -4,7 +4,7 @@
 // (sdpa_amd64.go declares them) and of the elementwise ops built on MLX's
 // exp (vec_amd64.go): go generate (the //go:generate line of sdpa.go runs
 // go run sdpa_gen.go -o sdpa_amd64.s); without -o it writes to standard
-// output (TestSDPAGenerated compares that output with the committed file).
+// output (TestGenerated compares that output with the committed file).
 package main
 
 import (
