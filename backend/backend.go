@@ -280,6 +280,14 @@ type AsyncEvaler interface {
 	AsyncEval(arrays ...Array) error
 }
 
+// SlowPathReporter is implemented by backends whose fast kernels do not
+// cover every combination of an op on every CPU. SlowPaths names, sorted,
+// each combination that has run on a slow path in this process, so that a
+// program can say so once.
+type SlowPathReporter interface {
+	SlowPaths() []string
+}
+
 // CacheClearer is implemented by backends that keep freed buffers in a cache
 // for reuse (MLX). ClearCache returns them to the system; generation calls it
 // where mlx_lm calls mx.clear_cache (after the prompt, and every 256 tokens),

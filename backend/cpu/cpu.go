@@ -70,6 +70,19 @@ func New(opts backend.Options) (*Backend, error) {
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
+// SlowPaths names each quantized matmul combination (bits, group size,
+// scale dtype, precision) that has run whole on the portable loops in this
+// process because no assembly kernel of this CPU covers it
+// (backend.SlowPathReporter). The record is per process, shared by every
+// CPU backend.
+func (b *Backend) SlowPaths() []string {
+	var out []string
+	for _, s := range kernel.SlowPaths() {
+		out = append(out, "quantized matmul "+s)
+	}
+	return out
+}
+
 // OracleExact is false: the CPU backend implements every op itself and is
 // held to the tolerance table (conformance.BudgetFor).
 func (b *Backend) OracleExact() bool { return false }

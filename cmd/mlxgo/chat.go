@@ -126,7 +126,7 @@ func runChat(f *chatFlags, in io.Reader, stdout, stderr io.Writer) error {
 	}
 	defer b.Close()
 	defer b.Do(func() error { return m.Close() })
-	s := &session{m: m, tm: tm, opts: f.options(), system: f.system}
+	s := &session{m: m, tm: tm, opts: f.options(), system: f.system, slow: slowNotes{}, stderr: stderr}
 	defer s.reset()
 	fmt.Fprintln(stdout, "Type a message and press Enter; /reset starts a new conversation, /exit (or end of input) quits.")
 	r := bufio.NewReader(in)
@@ -170,6 +170,8 @@ type session struct {
 	msgs   []tokenizer.Message // the turns so far, without the system message
 	cache  []*heldCache        // nil when empty
 	cached []int32             // the tokens the cache holds
+	slow   slowNotes           // slow paths already reported
+	stderr io.Writer
 }
 
 // reset releases the cache and forgets the conversation.
@@ -256,6 +258,7 @@ func (s *session) turn(user string, w io.Writer) error {
 	s.cached = seq[:off]
 	s.msgs = append(turns, tokenizer.Message{Role: "assistant", Content: s.tm.tok.Decode(res.Tokens)})
 	fmt.Fprintf(w, "(%s)\n%s\n", note, statsLine(res))
+	s.slow.print(s.m.Backend(), s.stderr)
 	return nil
 }
 

@@ -463,7 +463,25 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout, statsLine(res))
+	slowNotes{}.print(b, stderr)
 	return nil
+}
+
+// slowNotes prints the slow paths a backend reports (backend.SlowPathReporter),
+// each once: the keys are the ones already printed.
+type slowNotes map[string]bool
+
+func (n slowNotes) print(b backend.Backend, w io.Writer) {
+	r, ok := b.(backend.SlowPathReporter)
+	if !ok {
+		return
+	}
+	for _, s := range r.SlowPaths() {
+		if !n[s] {
+			n[s] = true
+			fmt.Fprintf(w, "note: %s ran on the %s backend's portable loops (slow): no vector kernel for this CPU covers it yet\n", s, b.Name())
+		}
+	}
 }
 
 // streamText generates, printing the text as it becomes final (mlx_lm's

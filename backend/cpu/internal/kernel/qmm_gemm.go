@@ -85,6 +85,7 @@ func gemmQ8(k, gs, bits int) bool {
 func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) {
 	if !asmQ8 {
 		if !avxGemmQ8(dst, x, wq, sc, bi, m, n, k, gs, bits, round) { // AVX2+FMA: qmv_avx2_amd64.go
+			noteSlow(n, gs, bits, sc, true)
 			q8GemmGo(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
 		}
 		return

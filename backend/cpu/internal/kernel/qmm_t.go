@@ -372,6 +372,9 @@ func qmmTRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 	wpr, gpr := WordsPerRow(k, bits), k/gs
 	kind := vecKernel(k, gs, bits, q8)
 	vec := kind != 0
+	if !vec {
+		noteSlow(n, gs, bits, sc, q8)
+	}
 	s := scratchPool.Get().(*qmmScratch)
 	defer scratchPool.Put(s)
 	gw := gpr // row stride of the group sums
