@@ -63,6 +63,10 @@ func cmdDiff(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mlxgo diff: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	if *worst < 0 {
+		fmt.Fprintf(stderr, "mlxgo diff: --worst %d, want >= 0\n", *worst)
+		return 2
+	}
 	switch *format {
 	case "text", "markdown", "json":
 	default:

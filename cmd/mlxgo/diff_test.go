@@ -83,6 +83,7 @@ func TestDiffBadInput(t *testing.T) {
 		{"unknown-backend", []string{"--a", "nosuch"}, 2, `backend "nosuch" is not compiled in`},
 		{"bad-ids", []string{"--prompt-ids", "1,x"}, 2, "--prompt-ids"},
 		{"bad-format", []string{"--format", "xml"}, 2, "--format"},
+		{"negative-worst", []string{"--worst", "-1"}, 2, "--worst -1, want >= 0"},
 		{"ids-vs-dump", []string{"--model", dir, "--prompt-ids", "1,2"}, 1, "was recorded for prompt"},
 		{"bad-op", []string{"--model", dir, "--op", "layers.0.nosuch"}, 1, "no tap is made by an op"},
 		{"id-too-large", []string{"--model", dir, "--b", "cpu:high", "--prompt-ids", "5000"}, 1, "vocab_size"},

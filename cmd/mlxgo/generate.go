@@ -114,17 +114,17 @@ func (f *sampleFlags) check() error {
 		err = usagef("--model is required (a model directory or a Hugging Face repo id, org/name)")
 	case f.maxTokens < 1:
 		err = usagef("--max-tokens %d: want >= 1", f.maxTokens)
-	case f.temp < 0:
+	case !(f.temp >= 0): // NaN too
 		err = usagef("--temp %v: want >= 0", f.temp)
-	case f.topP < 0 || f.topP > 1:
+	case !(f.topP >= 0 && f.topP <= 1): // NaN too
 		err = usagef("--top-p %v: want 0 <= p <= 1", f.topP)
 	case f.topK < 0:
 		err = usagef("--top-k %d: want >= 0", f.topK)
-	case f.minP < 0 || f.minP > 1:
+	case !(f.minP >= 0 && f.minP <= 1): // NaN too
 		err = usagef("--min-p %v: want 0 <= p <= 1", f.minP)
 	case f.minTokensToKeep < 1:
 		err = usagef("--min-tokens-to-keep %d: want >= 1", f.minTokensToKeep)
-	case f.repPenalty < 0:
+	case !(f.repPenalty >= 0): // NaN too
 		err = usagef("--repetition-penalty %v: want >= 0 (0: off)", f.repPenalty)
 	case f.repContext < 1:
 		err = usagef("--repetition-context-size %d: want >= 1", f.repContext)
