@@ -22,6 +22,7 @@ func TestSlowPaths(t *testing.T) {
 		{24, 3, AccQ8, "3-bit group 32, float16 scales, int8 activations", true},
 		{4, 1, AccF32, "3-bit group 64, float16 scales, float32 accumulation", false},
 	} {
+		slowPaths.Clear() // other tests of the package record their own combinations
 		k, gs := 256, 32
 		if !c.kept {
 			gs = 64
