@@ -322,19 +322,24 @@ def _gen_embedding(out_dir):
 
 # ----------------------------------------------------------------- dense ops
 
+def _matmul_case(entries, out_dir, name, dt, sa, sb):
+    """One mx.matmul case of seeded normal operands of shapes sa and sb."""
+    r = _rng(name)
+    a = _cast(r.standard_normal(sa), dt)
+    b = _cast(r.standard_normal(sb), dt)
+    y = mx.matmul(a, b)
+    mx.eval(y)
+    _case(entries, out_dir, name, "matmul", dtype_name(dt), {},
+          {"a": a, "b": b}, {"y": y}, refs={"y": _matmul64(_f64(a), _f64(b))}, order=["a", "b"])
+
+
 def _gen_matmul(out_dir):
     entries = []
     for dn in ("f32", "bf16", "f16"):
         dt = DTYPES[dn]
         for sa, sb in (((7, 33), (33, 65)), ((2, 3, 5, 16), (2, 3, 16, 9))):
             name = f"matmul/{dn}/{_shape(sa)}@{_shape(sb)}"
-            r = _rng(name)
-            a = _cast(r.standard_normal(sa), dt)
-            b = _cast(r.standard_normal(sb), dt)
-            y = mx.matmul(a, b)
-            mx.eval(y)
-            _case(entries, out_dir, name, "matmul", dtype_name(dt), {},
-                  {"a": a, "b": b}, {"y": y}, refs={"y": _matmul64(_f64(a), _f64(b))}, order=["a", "b"])
+            _matmul_case(entries, out_dir, name, dt, sa, sb)
     return entries
 
 
@@ -1006,13 +1011,7 @@ def _gen_matmul_batched(out_dir):
         dt = DTYPES[dn]
         for sa, sb in (((2, 1, 5, 16), (3, 16, 9)), ((5, 16), (2, 16, 9)), ((2, 5, 16), (16, 9))):
             name = f"matmul/bcast/{dn}/{_shape(sa)}@{_shape(sb)}"
-            r = _rng(name)
-            a = _cast(r.standard_normal(sa), dt)
-            b = _cast(r.standard_normal(sb), dt)
-            y = mx.matmul(a, b)
-            mx.eval(y)
-            _case(entries, out_dir, name, "matmul", dtype_name(dt), {},
-                  {"a": a, "b": b}, {"y": y}, refs={"y": _matmul64(_f64(a), _f64(b))}, order=["a", "b"])
+            _matmul_case(entries, out_dir, name, dt, sa, sb)
         name = f"matmul/strided/{dn}/2x5x16@2x16x9"
         r = _rng(name)
         a = _cast(r.standard_normal((2, 5, 16)), dt)
