@@ -272,6 +272,13 @@ def _gen_qmm(out_dir):
         configs.append((bits, gs, False, "bf16", 5, 128, 256))
     configs.append((4, 64, True, "f16", 7, 256, 128))
     configs.append((8, 64, False, "f16", 7, 256, 128))
+    # every bits x group x dtype mlx_lm writes, as the graph calls it (transposed):
+    # one decode row (the matvec kernels) and nine prefill rows (the GEMM kernels)
+    for bits in (2, 3, 4, 5, 6, 8):
+        for gs in (32, 64, 128):
+            for dn in ("f32", "bf16", "f16"):
+                for m, n in ((1, 40), (9, 24)):
+                    configs.append((bits, gs, True, dn, m, 256, n))
     # MiniCPM5-1B-sized reductions: K = hidden 1536 (decode, M = 1) and K = MLP 4608
     configs.append((4, 64, True, "bf16", 1, 1536, 256))
     configs.append((8, 64, True, "bf16", 1, 1536, 64))
