@@ -4,7 +4,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/mlxgo/mlxgo/tensor"
 	"golang.org/x/sys/cpu"
 )
 
@@ -20,11 +19,11 @@ import (
 // avxArgs are the arguments of the kernels (field offsets fixed in
 // qmv_avx2_gen.go): w the first weight row of tile 0, wstr the bytes between
 // weight rows; x one row of x (float32, natural order); xs its group sums;
-// s and b the float32 scales and biases of tile 0's first row, gstr bytes
-// between rows; ngrp groups of upg units of four weight words per row;
-// out the eight results of tile 0 (tile t's at out + 32·t); ntile tiles;
-// idx the element offsets of the scales of rows 0, 2, 4, 6, 1, 3, 5, 7 from
-// row 0's. The int8 kernels read x as avxPrepQ8 writes it (4-bit: per block
+// s and b the float32 scales and biases of tile 0 as avxStage lays them out
+// ([group][lane], eight lanes), gstr an eighth of the bytes between tiles
+// (4·gpad, gpad the groups rounded up to eight); ngrp groups of upg units of four weight words per row;
+// out the eight results of tile 0 (tile t's at out + 32·t); ntile tiles.
+// The int8 kernels read x as avxPrepQ8 writes it (4-bit: per block
 // of 32 the even codes, then the odd ones; 8-bit: the codes widened to
 // int16), d the block scales of x, and count upg blocks of 32 per group
 // (gleft is their scratch).
@@ -40,8 +39,7 @@ type avxArgs struct {
 	out   unsafe.Pointer // 72
 	ntile int            // 80
 	d     unsafe.Pointer // 88
-	idx   [8]int32       // 96
-	gleft int            // 128: the int8 kernels' group counter
+	gleft int            // 96: the int8 kernels' group counter
 }
 
 // qavxF32B4 writes, for a.ntile tiles of eight consecutive 4-bit weight
@@ -117,150 +115,6 @@ func qavxQ8B5(a *avxArgs)
 //go:noescape
 func qavxQ8B6(a *avxArgs)
 
-// qavxF32B2BF16 is qavxF32B2 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B2BF16(a *avxArgs)
-
-// qavxF32B3BF16 is qavxF32B3 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B3BF16(a *avxArgs)
-
-// qavxF32B4BF16 is qavxF32B4 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B4BF16(a *avxArgs)
-
-// qavxF32B5BF16 is qavxF32B5 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B5BF16(a *avxArgs)
-
-// qavxF32B6BF16 is qavxF32B6 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B6BF16(a *avxArgs)
-
-// qavxF32B8BF16 is qavxF32B8 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B8BF16(a *avxArgs)
-
-// qavxQ8B2BF16 is qavxQ8B2 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B2BF16(a *avxArgs)
-
-// qavxQ8B3BF16 is qavxQ8B3 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B3BF16(a *avxArgs)
-
-// qavxQ8B4BF16 is qavxQ8B4 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B4BF16(a *avxArgs)
-
-// qavxQ8B5BF16 is qavxQ8B5 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B5BF16(a *avxArgs)
-
-// qavxQ8B6BF16 is qavxQ8B6 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B6BF16(a *avxArgs)
-
-// qavxQ8B8BF16 is qavxQ8B8 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B8BF16(a *avxArgs)
-
-// qavxF32B2F16 is qavxF32B2 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B2F16(a *avxArgs)
-
-// qavxF32B3F16 is qavxF32B3 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B3F16(a *avxArgs)
-
-// qavxF32B4F16 is qavxF32B4 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B4F16(a *avxArgs)
-
-// qavxF32B5F16 is qavxF32B5 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B5F16(a *avxArgs)
-
-// qavxF32B6F16 is qavxF32B6 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B6F16(a *avxArgs)
-
-// qavxF32B8F16 is qavxF32B8 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxF32B8F16(a *avxArgs)
-
-// qavxQ8B2F16 is qavxQ8B2 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B2F16(a *avxArgs)
-
-// qavxQ8B3F16 is qavxQ8B3 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B3F16(a *avxArgs)
-
-// qavxQ8B4F16 is qavxQ8B4 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B4F16(a *avxArgs)
-
-// qavxQ8B5F16 is qavxQ8B5 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B5F16(a *avxArgs)
-
-// qavxQ8B6F16 is qavxQ8B6 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B6F16(a *avxArgs)
-
-// qavxQ8B8F16 is qavxQ8B8 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxQ8B8F16(a *avxArgs)
-
 // qavxG8B4 is qavxQ8B4 with the float steps of the int8 GEMM
 // (qmmTQ8BlockRef, q8BlockDot) for two or more rows of x: per block acc =
 // fma(float(isum)·d_t, s_g, acc), per group acc = fma(b_g, xs_g, acc),
@@ -275,36 +129,22 @@ func qavxG8B4(a *avxArgs)
 //go:noescape
 func qavxG8B8(a *avxArgs)
 
-// qavxG8B4BF16 is qavxG8B4 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
+// avxStageF32 writes n8 blocks of eight groups of the eight float32 rows
+// at src (rstr bytes apart) to dst transposed: dst[8g+l] = row avxLanes[l]'s
+// value of group g (avxStage).
 //
 //go:noescape
-func qavxG8B4BF16(a *avxArgs)
+func avxStageF32(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
 
-// qavxG8B8BF16 is qavxG8B8 with bfloat16 scales and biases, gathered in
-// place (two bytes read past each).
+// avxStageBF16 is avxStageF32 for bfloat16 rows (widened exactly).
 //
 //go:noescape
-func qavxG8B8BF16(a *avxArgs)
+func avxStageBF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
 
-// qavxG8B4F16 is qavxG8B4 with float16 scales and biases, gathered in
-// place (two bytes read past each).
+// avxStageF16 is avxStageF32 for float16 rows (VCVTPH2PS, exact).
 //
 //go:noescape
-func qavxG8B4F16(a *avxArgs)
-
-// qavxG8B8F16 is qavxG8B8 with float16 scales and biases, gathered in
-// place (two bytes read past each).
-//
-//go:noescape
-func qavxG8B8F16(a *avxArgs)
-
-// convF16ToF32 sets dst[i] to float16 src[i] as float32 (VCVTPH2PS, exact
-// like tensor.F16ToFloat32 for every non-NaN value) for i < n, n a
-// multiple of 8.
-//
-//go:noescape
-func convF16ToF32(dst *float32, src *uint16, n int)
+func avxStageF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
 
 // hasF16C reports the F16C instructions (CPUID leaf 1, ECX bit 29).
 func hasF16C() bool
@@ -353,30 +193,20 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		return false
 	}
 	wpr, gpr := WordsPerRow(k, bits), k/gs
+	gpad := (gpr + 7) &^ 7 // groups per staged tile row
 	check(len(wq) >= n*wpr && len(dst) >= m*n && len(x) >= m*k &&
 		sc.Len() >= n*gpr && bi.Len() >= n*gpr, "QuantizedMatmulT", "AVX2 kernel: slices too short")
 	s := avxPool.Get().(*avxState)
 	defer avxPool.Put(s)
 	s.xs = grow(s.xs, m*gpr)
 	groupSums(s.xs, x, m, k, gs)
-	// Scales in place: float32, or both bfloat16 or both float16 (those
-	// kernels gather them themselves); else converted to float32.
-	st := 0
-	switch {
-	case sc.F32 != nil || bi.F32 != nil:
-	case !sc.F16 && !bi.F16:
-		st = 1
-	case sc.F16 && bi.F16 && avxF16:
-		st = 2
-	}
-	kerns := &avxKernels
+	kern := avxKernels[avxBitsIndex(bits)]
 	switch {
 	case gemm:
-		kerns = &avxKernelsG8
+		kern = avxKernelsG8[avxBitsIndex(bits)]
 	case q8:
-		kerns = &avxKernelsQ8
+		kern = avxKernelsQ8[avxBitsIndex(bits)]
 	}
-	bx := avxBitsIndex(bits)
 	upg := gs * bits / 128 // units of four words (4- and 8-bit)
 	if bits != 4 && bits != 8 {
 		upg = gs / 8 // chunks of eight codes
@@ -392,34 +222,21 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		// over-read never leaves the weights.
 		n8 = (n - 1) &^ 7
 	}
-	var idx [8]int32
-	for l, r := range [8]int32{0, 2, 4, 6, 1, 3, 5, 7} {
-		idx[l] = r * int32(gpr)
-	}
 	rk := roundKind(round)
 	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
 		ws := avxPool.Get().(*avxState)
 		defer avxPool.Put(ws)
 		per := avxTileRows / 8
-		// The 16-bit gathers read two bytes past a value: the tile of the
-		// last row takes its scales converted instead.
-		last := (n - 1) / 8
 		for t0 := lo; t0 < hi; t0 += per {
 			t1 := min(t0+per, hi)
-			if st != 0 && t0 < last && t1 > last {
-				t1 = last
-			}
 			j0, j1 := 8*t0, 8*t1
+			nv := (j1 - j0) * gpad
+			ws.row = grow(ws.row, 2*nv)
+			avxStage(ws.row[:nv], sc, j0, t1-t0, gpr, gpad)
+			avxStage(ws.row[nv:2*nv], bi, j0, t1-t0, gpr, gpad)
 			a := avxArgs{
-				w: ptr(wq[j0*wpr:]), wstr: uintptr(4 * wpr), ngrp: gpr, upg: upg, ntile: t1 - t0, idx: idx,
-			}
-			kern := kerns[0][bx]
-			if st != 0 && t1 <= last {
-				kern = kerns[st][bx]
-				a.s, a.b, a.gstr = ptr(sc.U16[j0*gpr:]), ptr(bi.U16[j0*gpr:]), uintptr(2*gpr)
-			} else {
-				a.s, a.b = avxScales(&ws.row, sc, bi, j0*gpr, j1*gpr)
-				a.gstr = uintptr(4 * gpr)
+				w: ptr(wq[j0*wpr:]), wstr: uintptr(4 * wpr), ngrp: gpr, upg: upg, ntile: t1 - t0,
+				s: ptr(ws.row), b: ptr(ws.row[nv:]), gstr: uintptr(4 * gpad),
 			}
 			for r := range m {
 				a.x, a.xs, a.out = ptr(x[r*k:]), ptr(s.xs[r*gpr:]), ptr(dst[r*n+j0:])
@@ -434,7 +251,6 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 				kern(&a)
 				roundSlice(dst[r*n+j0:r*n+j1], round, rk)
 			}
-			t0 = t1 - per // (t1 was cut at the last tile: go on from there)
 		}
 	})
 	if n8 < n {
@@ -472,29 +288,13 @@ type avxState struct {
 	x32         []int32
 }
 
-// avxKernels and avxKernelsQ8 are the kernels by width (avxBitsIndex).
-// The first index is the scale storage: float32 (or converted), bfloat16,
-// float16.
+// avxKernels and avxKernelsQ8 are the kernels by width (avxBitsIndex),
+// avxKernelsG8 the int8 GEMM kernels (4- and 8-bit only; nil elsewhere).
 var (
-	avxKernels = [3][6]func(*avxArgs){
-		{qavxF32B2, qavxF32B3, qavxF32B4, qavxF32B5, qavxF32B6, qavxF32B8},
-		{qavxF32B2BF16, qavxF32B3BF16, qavxF32B4BF16, qavxF32B5BF16, qavxF32B6BF16, qavxF32B8BF16},
-		{qavxF32B2F16, qavxF32B3F16, qavxF32B4F16, qavxF32B5F16, qavxF32B6F16, qavxF32B8F16},
-	}
-	avxKernelsQ8 = [3][6]func(*avxArgs){
-		{qavxQ8B2, qavxQ8B3, qavxQ8B4, qavxQ8B5, qavxQ8B6, qavxQ8B8},
-		{qavxQ8B2BF16, qavxQ8B3BF16, qavxQ8B4BF16, qavxQ8B5BF16, qavxQ8B6BF16, qavxQ8B8BF16},
-		{qavxQ8B2F16, qavxQ8B3F16, qavxQ8B4F16, qavxQ8B5F16, qavxQ8B6F16, qavxQ8B8F16},
-	}
+	avxKernels   = [6]func(*avxArgs){qavxF32B2, qavxF32B3, qavxF32B4, qavxF32B5, qavxF32B6, qavxF32B8}
+	avxKernelsQ8 = [6]func(*avxArgs){qavxQ8B2, qavxQ8B3, qavxQ8B4, qavxQ8B5, qavxQ8B6, qavxQ8B8}
+	avxKernelsG8 = [6]func(*avxArgs){2: qavxG8B4, 5: qavxG8B8}
 )
-
-// avxKernelsG8 are the int8 GEMM kernels (4- and 8-bit only; nil
-// elsewhere).
-var avxKernelsG8 = [3][6]func(*avxArgs){
-	{2: qavxG8B4, 5: qavxG8B8},
-	{2: qavxG8B4BF16, 5: qavxG8B8BF16},
-	{2: qavxG8B4F16, 5: qavxG8B8F16},
-}
 
 // avxBitsIndex numbers the widths 2, 3, 4, 5, 6, 8.
 func avxBitsIndex(bits int) int {
@@ -537,31 +337,62 @@ func avxPrepQ8(s *avxState, x []float32, n, bits int) {
 	}
 }
 
-// avxScales returns float32 scales and biases lo..hi-1: in place for
-// float32 storage, else converted into *buf.
-func avxScales(buf *[]float32, sc, bi Vec, lo, hi int) (s, b unsafe.Pointer) {
-	if sc.F32 != nil && bi.F32 != nil {
-		return ptr(sc.F32[lo:hi]), ptr(bi.F32[lo:hi])
+// avxLanes are the weight rows of a tile in the kernels' lane order.
+var avxLanes = [8]int{0, 2, 4, 6, 1, 3, 5, 7}
+
+// avxStage lays out the scales (or biases) v of tiles of eight weight rows
+// from row0 (gpr groups per row) as the kernels read them: per tile, gpad
+// (gpr rounded up to eight) groups of the eight rows' values as float32
+// (exact) in avxLanes order, through the assembly transposes (avxStageF32,
+// avxStageBF16, avxStageF16: float16 needs F16C, which avxRun checks) eight
+// groups at a time. A row's last block reads past the row into the next
+// (values the kernels never use) wherever v goes on that far; at the end of
+// v the last groups are first copied into a padded block of eight.
+func avxStage(dst []float32, v Vec, row0, tiles, gpr, gpad int) {
+	size := 2
+	if v.F32 != nil {
+		size = 4
 	}
-	nv := hi - lo
-	*buf = grow(*buf, 2*nv)
-	avxLoad((*buf)[:nv], sc, lo)
-	avxLoad((*buf)[nv:], bi, lo)
-	return ptr(*buf), ptr((*buf)[nv:])
+	rstr := uintptr(size * gpr)
+	for t := range tiles {
+		base := (row0 + 8*t) * gpr
+		out := dst[t*8*gpad:][:8*gpad]
+		if base+7*gpr+gpad <= v.Len() {
+			avxStageBlocks(&out[0], v, base, rstr, gpad/8)
+			continue
+		}
+		g8, rem := gpr&^7, gpr&7
+		if g8 > 0 {
+			avxStageBlocks(&out[0], v, base, rstr, g8/8)
+		}
+		var tail [8 * 8]uint32 // eight rows of eight values: the last groups, padded
+		for r := range 8 {
+			lo := base + r*gpr + g8
+			if v.F32 != nil {
+				copy(unsafe.Slice((*float32)(unsafe.Pointer(&tail[8*r])), 8), v.F32[lo:lo+rem])
+			} else {
+				copy(unsafe.Slice((*uint16)(unsafe.Pointer(&tail[4*r])), 8), v.U16[lo:lo+rem])
+			}
+		}
+		tv := Vec{F16: v.F16}
+		if v.F32 != nil {
+			tv.F32 = unsafe.Slice((*float32)(unsafe.Pointer(&tail[0])), 64)
+		} else {
+			tv.U16 = unsafe.Slice((*uint16)(unsafe.Pointer(&tail[0])), 64)
+		}
+		avxStageBlocks(&out[8*g8], tv, 0, uintptr(8*size), 1)
+	}
 }
 
-// avxLoad is Vec.load with the float16 values converted by F16C.
-func avxLoad(dst []float32, v Vec, off int) {
-	if v.F32 != nil || !v.F16 {
-		v.load(dst, off)
-		return
-	}
-	src := v.U16[off : off+len(dst)]
-	n8 := len(dst) &^ 7
-	if n8 > 0 {
-		convF16ToF32(&dst[0], &src[0], n8)
-	}
-	for i := n8; i < len(dst); i++ {
-		dst[i] = tensor.F16ToFloat32(src[i])
+// avxStageBlocks runs the transpose of v's kind on n8 blocks of eight
+// groups from element base, rows rstr bytes apart.
+func avxStageBlocks(dst *float32, v Vec, base int, rstr uintptr, n8 int) {
+	switch {
+	case v.F32 != nil:
+		avxStageF32(dst, unsafe.Pointer(&v.F32[base]), rstr, n8)
+	case v.F16:
+		avxStageF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8)
+	default:
+		avxStageBF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8)
 	}
 }

@@ -82,10 +82,6 @@ func header() {
 		p("DATA avxOnes16<>+%d(SB)/2, $1", 2*l)
 	}
 	p("GLOBL avxOnes16<>(SB), RODATA|NOPTR, $32")
-	for l := range 4 {
-		p("DATA avxLow16<>+%d(SB)/8, $0x0000ffff0000ffff", 8*l)
-	}
-	p("GLOBL avxLow16<>(SB), RODATA|NOPTR, $32")
 	// Odd widths: for codes 4h..4h+3 of a chunk of 8 (bits bytes), dword j
 	// takes the two bytes holding code 4h+j, a right shift and a mask.
 	for _, bits := range oddBits {
@@ -114,33 +110,12 @@ func header() {
 	p("")
 }
 
-// dt is the storage dtype of the scales and biases of the kernel being
-// written: 0 float32, 1 bfloat16, 2 float16 (name suffixes dtNames).
-var (
-	dt      int
-	dtNames = []string{"", "BF16", "F16"}
-	dtSizes = []int{4, 2, 2}
-)
-
-// gather loads the scales (or biases) at base of the eight rows, offsets
-// Y12 (elements), as float32 into Y11 (Y13 the mask). A 16-bit value is
-// read as the low half of a dword (the driver keeps the tile of the last
-// row off these kernels, so the two bytes after it exist).
-func gather(base string) {
-	p("\tVPCMPEQD Y13, Y13, Y13")
-	switch dt {
-	case 0:
-		p("\tVGATHERDPS Y13, (%s)(Y12*4), Y11", base)
-	case 1:
-		p("\tVPGATHERDD Y13, (%s)(Y12*2), Y11", base)
-		p("\tVPSLLD $16, Y11, Y11")
-	case 2:
-		p("\tVPGATHERDD Y13, (%s)(Y12*2), Y11", base)
-		p("\tVPAND avxLow16<>(SB), Y11, Y11")
-		p("\tVPACKUSDW Y11, Y11, Y11")
-		p("\tVPERMQ $0x08, Y11, Y11")
-		p("\tVCVTPH2PS X11, Y11")
-	}
+// stagedLoad loads the float32 scales (or biases) of the eight rows for
+// the current group at base into Y11: the driver stages them per tile as
+// [group][lane] (avxStage), lanes in the order r0 r2 r4 r6 r1 r3 r5 r7 of
+// the final horizontal adds, so one load replaces a gather.
+func stagedLoad(base string) {
+	p("\tVMOVUPS (%s), Y11", base)
 }
 
 // gemm selects the int8 GEMM form (qmmTQ8BlockRef's float steps) for the
@@ -164,8 +139,7 @@ func q8GroupStart() {
 		p("\tVXORPS Y10, Y10, Y10")
 		return
 	}
-	p("\tVMOVDQU 96(AX), Y12")
-	gather("BX")
+	stagedLoad("BX")
 	p("\tVMOVAPS Y11, Y8")
 }
 
@@ -216,7 +190,7 @@ func oddConsts(bits int) {
 // f32Odd writes the float32 kernel for an odd width: dotF32's generic loop,
 // a_j += c_{4u+j}·x_{4u+j} over the group's codes in steps of four.
 func f32Odd(bits int) {
-	name := fmt.Sprintf("qavxF32B%d%s", bits, dtNames[dt])
+	name := fmt.Sprintf("qavxF32B%d", bits)
 	prologue(name, true)
 	oddConsts(bits)
 	p("%s_group:", name)
@@ -250,7 +224,7 @@ func f32Odd(bits int) {
 // high halves zero: exact products), summed exactly, then dotQ8's float
 // steps as q8.
 func q8Odd(bits int) {
-	name := fmt.Sprintf("%sB%d%s", q8Prefix(), bits, dtNames[dt])
+	name := fmt.Sprintf("%sB%d", q8Prefix(), bits)
 	prologue(name, true)
 	oddConsts(bits)
 	p("%s_group:", name)
@@ -324,7 +298,7 @@ func prologue(name string, q8 bool) {
 		// The group count lives in the arguments (128), CX walks the
 		// block scales of x.
 		p("\tMOVQ 56(AX), DX")
-		p("\tMOVQ DX, 128(AX)")
+		p("\tMOVQ DX, 96(AX)")
 		p("\tMOVQ 88(AX), CX")
 	} else {
 		p("\tMOVQ 56(AX), CX")
@@ -337,26 +311,25 @@ func prologue(name string, q8 bool) {
 // totals Y8 (Σ s·dot) and Y9 (Σ b·xs), Y10 holding the eight dots; then
 // the next group.
 func groupEnd(name string, q8 bool) {
-	p("\tVMOVDQU 96(AX), Y12")
 	if gemm {
 		// acc = fma(b, xs, acc)
-		gather("R13")
+		stagedLoad("R13")
 		p("\tVBROADCASTSS (R14), Y10")
 		p("\tVFMADD231PS Y10, Y11, Y9")
 	} else {
-		gather("BX")
+		stagedLoad("BX")
 		p("\tVMULPS Y10, Y11, Y11")
 		p("\tVADDPS Y11, Y8, Y8")
-		gather("R13")
+		stagedLoad("R13")
 		p("\tVBROADCASTSS (R14), Y10")
 		p("\tVMULPS Y10, Y11, Y11")
 		p("\tVADDPS Y11, Y9, Y9")
 	}
-	p("\tADDQ $%d, BX", dtSizes[dt])
-	p("\tADDQ $%d, R13", dtSizes[dt])
+	p("\tADDQ $32, BX")
+	p("\tADDQ $32, R13")
 	p("\tADDQ $4, R14")
 	if q8 {
-		p("\tDECQ 128(AX)")
+		p("\tDECQ 96(AX)")
 	} else {
 		p("\tDECQ CX")
 	}
@@ -388,7 +361,7 @@ func groupEnd(name string, q8 bool) {
 // for 4-bit) exactly as dotF32; at the group's end (a0+a1)+(a2+a3) per row
 // by two levels of VHADDPS.
 func f32(bits int) {
-	name := fmt.Sprintf("qavxF32B%d%s", bits, dtNames[dt])
+	name := fmt.Sprintf("qavxF32B%d", bits)
 	prologue(name, false)
 	p("%s_group:", name)
 	for i := range 4 {
@@ -458,7 +431,7 @@ func f32(bits int) {
 // x widened to int16), gathered into the lane order r0 r2 r4 r6 r1 r3 r5
 // r7; then a += d_t·float(isum) per row as dotQ8, Y10 holding a.
 func q8(bits int) {
-	name := fmt.Sprintf("%sB%d%s", q8Prefix(), bits, dtNames[dt])
+	name := fmt.Sprintf("%sB%d", q8Prefix(), bits)
 	prologue(name, true)
 	p("%s_group:", name)
 	q8GroupStart()
@@ -510,26 +483,8 @@ func q8(bits int) {
 	groupEnd(name, true)
 }
 
-// misc writes the float16 conversion and the F16C check.
+// misc writes the F16C check.
 func misc() {
-	p("// func convF16ToF32(dst *float32, src *uint16, n int)")
-	p("TEXT ·convF16ToF32(SB), NOSPLIT, $0-24")
-	p("\tMOVQ dst+0(FP), DI")
-	p("\tMOVQ src+8(FP), SI")
-	p("\tMOVQ n+16(FP), CX")
-	p("\tSHRQ $3, CX")
-	p("\tJZ f2fdone")
-	p("f2floop:")
-	p("\tVCVTPH2PS (SI), Y0")
-	p("\tVMOVUPS Y0, (DI)")
-	p("\tADDQ $16, SI")
-	p("\tADDQ $32, DI")
-	p("\tDECQ CX")
-	p("\tJNZ f2floop")
-	p("f2fdone:")
-	p("\tVZEROUPPER")
-	p("\tRET")
-	p("")
 	p("// func hasF16C() bool")
 	p("TEXT ·hasF16C(SB), NOSPLIT, $0-1")
 	p("\tMOVL $1, AX")
@@ -541,24 +496,81 @@ func misc() {
 	p("\tRET")
 }
 
+// stage writes avxStage<kind>: eight rows' values of eight groups at a
+// time (one load each, converted to float32: exact) transposed to
+// [group][lane] with the lanes in the order r0 r2 r4 r6 r1 r3 r5 r7.
+func stage(kind string, size int) {
+	p("// func avxStage%s(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)", kind)
+	p("TEXT ·avxStage%s(SB), NOSPLIT, $0-32", kind)
+	p("\tMOVQ dst+0(FP), DI")
+	p("\tMOVQ src+8(FP), R8")
+	p("\tMOVQ rstr+16(FP), R9")
+	p("\tMOVQ n8+24(FP), CX")
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	p("\tTESTQ CX, CX")
+	p("\tJZ stage%s_done", kind)
+	p("stage%s_loop:", kind)
+	for l, r := range []int{0, 2, 4, 6, 1, 3, 5, 7} {
+		switch kind {
+		case "F32":
+			p("\tVMOVUPS %s, Y%d", row(r, 0), l)
+		case "BF16":
+			p("\tVPMOVZXWD %s, Y%d", row(r, 0), l)
+			p("\tVPSLLD $16, Y%d, Y%d", l, l)
+		case "F16":
+			p("\tVCVTPH2PS %s, Y%d", row(r, 0), l)
+		}
+	}
+	// t_{2i} = unpcklps(Y_{2i}, Y_{2i+1}), t_{2i+1} = unpckhps: Y8..Y15.
+	for i := range 4 {
+		p("\tVUNPCKLPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 8+2*i)
+		p("\tVUNPCKHPS Y%d, Y%d, Y%d", 2*i+1, 2*i, 9+2*i)
+	}
+	// u: four lanes of one group (and group+4 in the high half), Y0..Y7.
+	for h := range 2 {
+		a, c := 8+4*h, 10+4*h // t0,t2 (h=0) or t4,t6 (h=1)
+		p("\tVSHUFPS $0x44, Y%d, Y%d, Y%d", c, a, 4*h+0)
+		p("\tVSHUFPS $0xEE, Y%d, Y%d, Y%d", c, a, 4*h+1)
+		p("\tVSHUFPS $0x44, Y%d, Y%d, Y%d", c+1, a+1, 4*h+2)
+		p("\tVSHUFPS $0xEE, Y%d, Y%d, Y%d", c+1, a+1, 4*h+3)
+	}
+	for g := range 4 {
+		p("\tVPERM2F128 $0x20, Y%d, Y%d, Y8", 4+g, g)
+		p("\tVPERM2F128 $0x31, Y%d, Y%d, Y9", 4+g, g)
+		p("\tVMOVUPS Y8, %d(DI)", 32*g)
+		p("\tVMOVUPS Y9, %d(DI)", 32*(g+4))
+	}
+	p("\tADDQ $%d, R8", 8*size)
+	p("\tADDQ $256, DI")
+	p("\tDECQ CX")
+	p("\tJNZ stage%s_loop", kind)
+	p("stage%s_done:", kind)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "output file (default standard output)")
 	flag.Parse()
 	header()
-	for dt = range dtNames {
-		f32(4)
-		f32(8)
-		q8(4)
-		q8(8)
-		for _, bits := range oddBits {
-			f32Odd(bits)
-			q8Odd(bits)
-		}
-		gemm = true
-		q8(4)
-		q8(8)
-		gemm = false
+	f32(4)
+	f32(8)
+	q8(4)
+	q8(8)
+	for _, bits := range oddBits {
+		f32Odd(bits)
+		q8Odd(bits)
 	}
+	gemm = true
+	q8(4)
+	q8(8)
+	gemm = false
+	stage("F32", 4)
+	stage("BF16", 2)
+	stage("F16", 2)
 	misc()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())
