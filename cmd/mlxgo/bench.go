@@ -344,11 +344,13 @@ func parseModels(list, cache string) ([]benchEntry, error) {
 		out = append(out, be)
 	}
 	// Two directories of one base name are told apart by their paths.
+	count := map[string]int{}
+	for _, e := range out {
+		count[e.ck.Name]++
+	}
 	for i := range out {
-		for j := range out {
-			if i != j && out[i].synthArgs == nil && out[i].ck.Name == out[j].ck.Name {
-				out[i].ck.Name = filepath.Clean(out[i].ck.Model)
-			}
+		if count[out[i].ck.Name] > 1 && out[i].synthArgs == nil {
+			out[i].ck.Name = out[i].ck.Model
 		}
 	}
 	return out, nil
