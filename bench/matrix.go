@@ -127,7 +127,7 @@ func (r *Result) MatrixMarkdown() string {
 		}
 		b.WriteString(".\n")
 	}
-	b.WriteString("\n" + valuesNote + " Each configuration ran in its own process")
+	b.WriteString("\n" + valuesNote + " " + decodeNote + " Each configuration ran in its own process")
 	if r.Rounds > 1 {
 		fmt.Fprintf(&b, "; the repetitions were split over %d rounds, each a pass over every checkpoint and configuration in a fresh process with its own warm-up", r.Rounds)
 	} else {

@@ -85,9 +85,9 @@ func ReadResult(path string) (*Result, error) {
 // The notes under the tables on how each value is computed.
 const (
 	valuesNote = "Values: median ±half the min–max spread over the timed repetitions (n=1: a single run). " +
-		"Prefill tok/s = P / time of the P-token prompt through a fresh cache until its last position's logits are computed (llama.cpp: ppP). " +
-		"Decode tok/s over N generated tokens = (N-2) / (t[N-1] - t[1]) (llama.cpp: tgN from an empty context)."
-	ttftNote = "TTFT: generation's time to the first token after the first prompt length (on an eager backend this includes the second decode step, " +
+		"Prefill tok/s = P / time of the P-token prompt through a fresh cache until its last position's logits are computed (llama.cpp: ppP)."
+	decodeNote = "Decode tok/s over N generated tokens = (N-2) / (t[N-1] - t[1]) (llama.cpp: tgN from an empty context)."
+	ttftNote   = "TTFT: generation's time to the first token after the first prompt length (on an eager backend this includes the second decode step, " +
 		"which pipelined generation computes before handing over the first token)."
 	rssNote = "Each configuration ran in its own process; peak RSS is that process's over all its runs (ru_maxrss, or the peak it recorded before resetting it); " +
 		"decode peak RSS is its peak over the generation runs alone (reset after the prefill runs; Linux; — where not measured)."
@@ -172,7 +172,7 @@ func (r *Result) Markdown() string {
 		}
 	}
 	b.WriteString(".\n")
-	b.WriteString(valuesNote + " " + ttftNote + " " + rssNote + "\n")
+	b.WriteString(valuesNote + " " + ttftNote + " " + decodeNote + " " + rssNote + "\n")
 	for i := range r.Configs {
 		c := &r.Configs[i]
 		if c.Err == "" {
