@@ -119,8 +119,11 @@ func (r *Result) MatrixMarkdown() string {
 			}
 		}
 		b.WriteString(r.limit(mlxBytes) + ")")
-		if ck.GGUF != "" {
+		switch {
+		case ck.GGUF != "" && ck.GGUFBytes > 0:
 			fmt.Fprintf(&b, "; GGUF twin %s (%s MB%s)", ck.GGUF, megabytes(ck.GGUFBytes), r.limit(ggufBytes))
+		case ck.GGUF != "":
+			fmt.Fprintf(&b, "; GGUF twin %s (not present)", ck.GGUF)
 		}
 		if ck.NoLlama != "" {
 			fmt.Fprintf(&b, "; no llama.cpp row: %s", ck.NoLlama)

@@ -122,9 +122,26 @@ func TestParseModels(t *testing.T) {
 	}
 }
 
-// The synth entries of make bench-matrix (keep in step with the Makefile):
+// The synth entries of make bench-matrix (the Makefile's BENCH_MODELS):
 // each names a checkpoint with a GGUF twin of the arithmetic claimed.
 func TestBenchMatrixEntries(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, line := range strings.Split(string(mk), "\n") {
+		if v, ok := strings.CutPrefix(line, "BENCH_MODELS ?= "); ok {
+			for _, e := range strings.Split(v, ",") {
+				if strings.HasPrefix(e, "synth:") {
+					listed = append(listed, e)
+				}
+			}
+		}
+	}
+	if listed == nil {
+		t.Log("NOTE: the Makefile has no BENCH_MODELS line yet: only the list below is checked")
+	}
 	for _, c := range []struct {
 		entry          string
 		q4, quant      string
@@ -137,6 +154,10 @@ func TestBenchMatrixEntries(t *testing.T) {
 		{"synth:smollm2-360m:f16", "q4_0", "f16", 0, "F16"},
 		{"synth:minicpm5-1b", "q4_0", "optiq", 0, "Q4_0/Q8_0"},
 	} {
+		if listed != nil && !slices.Contains(listed, c.entry) {
+			t.Errorf("%s: not in the Makefile's BENCH_MODELS (%q)", c.entry, listed)
+		}
+		listed = slices.DeleteFunc(listed, func(e string) bool { return e == c.entry })
 		es, err := parseModels(c.entry, t.TempDir())
 		if err != nil {
 			t.Fatalf("%s: %v", c.entry, err)
@@ -148,6 +169,9 @@ func TestBenchMatrixEntries(t *testing.T) {
 		if err != nil || s.Q4Type != c.q4 || s.Quant != c.quant || s.EmbedBits != c.embedBits {
 			t.Errorf("%s: got quant %s, gguf-q4 %s, embed bits %d (%v); want %s, %s, %d (%s)", c.entry, s.Quant, s.Q4Type, s.EmbedBits, err, c.quant, c.q4, c.embedBits, c.wantTwinLayout)
 		}
+	}
+	if len(listed) > 0 {
+		t.Errorf("the Makefile's BENCH_MODELS has synth: entries this test does not check: %q", listed)
 	}
 }
 
