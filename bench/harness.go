@@ -184,6 +184,10 @@ func ParseConfig(name string) (string, backend.Options, error) {
 	return "", backend.Options{}, fmt.Errorf("config %q is not a Go backend configuration (cpu-<precision>, mlx, mlx-cpu, mlx-gpu)", name)
 }
 
+// SelectConfigs expands a --configs selection (names or prefixes; empty:
+// DefaultConfigs) into configuration names, or says which is unknown.
+func SelectConfigs(sel []string) ([]string, error) { return selectConfigs(sel) }
+
 // selectConfigs expands the --configs selection.
 func selectConfigs(sel []string) ([]string, error) {
 	if len(sel) == 0 {

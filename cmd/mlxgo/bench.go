@@ -189,6 +189,14 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
 		return 1
 	}
+	var sel []string
+	if *configs != "" {
+		sel = strings.Split(*configs, ",")
+	}
+	selected, err := bench.SelectConfigs(sel)
+	if err != nil {
+		return bad("%v", err)
+	}
 	var entries []benchEntry
 	if *models != "" {
 		if *model != "" || *ggufPath != "" {
@@ -203,7 +211,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		for _, e := range entries {
-			if err := ensureEntry(e, exe, *llama != "", stderr); err != nil {
+			if err := ensureEntry(e, exe, *llama != "" && slices.Contains(selected, "llama.cpp"), stderr); err != nil {
 				fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
 				return 1
 			}
@@ -239,10 +247,6 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	var cks []bench.Checkpoint
 	for _, e := range entries {
 		cks = append(cks, e.ck)
-	}
-	var sel []string
-	if *configs != "" {
-		sel = strings.Split(*configs, ",")
 	}
 	res, err := bench.Run(bench.Options{
 		Model: *model, GGUF: *ggufPath, Checkpoints: cks, Rounds: *rounds, Self: []string{exe, "bench", "--child"}, Python: py, Driver: *driver,

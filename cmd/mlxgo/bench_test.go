@@ -252,6 +252,8 @@ func TestBenchModelsUsageErrors(t *testing.T) {
 		{[]string{"--models", "synth:tiny", "--llama-bench", "/no/such/llama-bench"}, "--llama-bench /no/such/llama-bench is not a file"},
 		{[]string{"--models", "synth:tiny", "--reps", "2", "--rounds", "3"}, "--rounds 3: want 1 to --reps (2)"},
 		{[]string{"--decode-tokens", "2"}, "--decode-tokens and --slow-decode-tokens must be >= 3"},
+		// Before any synth: entry is written.
+		{[]string{"--models", "synth:tiny", "--synth-cache", "/nonexistent/cache", "--configs", "gpu"}, `unknown configuration "gpu"`},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"bench"}, c.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
