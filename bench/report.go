@@ -183,6 +183,9 @@ func (r *Result) Markdown() string {
 			b.WriteString(".\n")
 		}
 	}
+	if r.Rounds > 1 {
+		fmt.Fprintf(&b, "- The repetitions were split over %d rounds, each a pass over every configuration in a fresh process with its own warm-up.\n", r.Rounds)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- Note: %s.\n", n)
 	}
