@@ -23,6 +23,13 @@
 // reports each decode speed as a fraction of the bandwidth limit: bandwidth
 // / weight bytes read per token.
 //
+// With Options.Checkpoints a run is a matrix (`mlxgo bench --models`): the
+// same configurations on each checkpoint, the bandwidth measured once, one
+// table (Result.MatrixMarkdown) with each row's ratios to the llama.cpp row
+// of its own checkpoint (its GGUF twin), and one JSON file for the run.
+// Options.Rounds splits the repetitions over passes over the whole matrix,
+// so that a machine's changing load falls on every row alike.
+//
 // The files in this directory's _test.go are testing.B benchmarks of single
 // ops at MiniCPM5-1B's shapes for every backend compiled in.
 package bench

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,8 +21,15 @@ import (
 
 // Options configure a harness run.
 type Options struct {
-	Model      string   // MLX checkpoint directory
-	GGUF       string   // its GGUF twin, for llama-bench ("" skips llama.cpp)
+	Model string // MLX checkpoint directory (when Checkpoints is empty)
+	GGUF  string // its GGUF twin, for llama-bench ("" skips llama.cpp)
+	// Checkpoints, when not empty, make the run a matrix over them (Model
+	// and GGUF are then unused).
+	Checkpoints []Checkpoint
+	// Rounds > 1 splits every configuration's Reps over that many passes
+	// over all checkpoints and configurations (each a child process of its
+	// own with its own warm-up); 0 or 1 runs them in one.
+	Rounds     int
 	Self       []string // command line of a Go child, e.g. {exe, "bench", "--child"}
 	Python     string   // the virtualenv's python, for mlx_lm ("" skips mlx_lm)
 	Driver     string   // bench/mlx_lm_driver.py
@@ -40,6 +48,38 @@ type Options struct {
 	Threads                    int    // threads for llama-bench; 0: runtime.NumCPU()
 	Seed                       uint64 // of the prompt ids
 	Progress                   io.Writer
+}
+
+// Checkpoint is one checkpoint of a matrix run.
+type Checkpoint struct {
+	Name  string // its label in the table
+	Model string // MLX checkpoint directory
+	GGUF  string // its GGUF twin for llama.cpp; "" when it has none
+	// NoGGUF says why GGUF is "" (the table's note on its missing ratios).
+	NoGGUF string
+}
+
+// CheckpointResult is one checkpoint's configurations in a matrix run.
+type CheckpointResult struct {
+	Name            string `json:"name"`
+	Model           string `json:"model"`
+	GGUF            string `json:"gguf,omitempty"`
+	CheckpointBytes int64  `json:"checkpoint_bytes"` // its safetensors files
+	GGUFBytes       int64  `json:"gguf_bytes,omitempty"`
+	// NoLlama says why there is no llama.cpp row to compare with ("" when
+	// there is one).
+	NoLlama string         `json:"no_llama,omitempty"`
+	Configs []ConfigResult `json:"configs"`
+}
+
+// find returns the successful result of the named configuration.
+func (c *CheckpointResult) find(name string) *ConfigResult {
+	for i := range c.Configs {
+		if c.Configs[i].Name == name && c.Configs[i].Err == "" {
+			return &c.Configs[i]
+		}
+	}
+	return nil
 }
 
 // ConfigResult is one configuration's measurements.
@@ -66,6 +106,9 @@ type ConfigResult struct {
 	// BandwidthFraction is decode tok/s × WeightBytesPerToken / bandwidth.
 	BandwidthFraction float64 `json:"bandwidth_fraction"`
 	Err               string  `json:"error,omitempty"`
+	// Rounds is how many child processes' runs are merged here (Reps in
+	// all); 0 in results written before rounds existed.
+	Rounds int `json:"rounds,omitempty"`
 }
 
 // Prompt returns the prefill result at prompt length p.
@@ -87,14 +130,19 @@ type Result struct {
 	GoVersion       string         `json:"go_version"`
 	LoadAvgStart    string         `json:"loadavg_start"`
 	LoadAvgEnd      string         `json:"loadavg_end"`
-	Model           string         `json:"model"`
-	CheckpointBytes int64          `json:"checkpoint_bytes"`
+	Model           string         `json:"model,omitempty"`
+	CheckpointBytes int64          `json:"checkpoint_bytes,omitempty"`
 	BandwidthGBs    float64        `json:"bandwidth_gb_s"`
 	BandwidthNote   string         `json:"bandwidth_note"`
 	PromptLens      []int          `json:"prompt_lens"`
 	DecodeTokens    int            `json:"decode_tokens"`
-	Configs         []ConfigResult `json:"configs"`
+	Configs         []ConfigResult `json:"configs,omitempty"`
 	Notes           []string       `json:"notes"`
+	// Checkpoints is a matrix run's result, one entry per checkpoint
+	// (Model, CheckpointBytes and Configs are then empty).
+	Checkpoints []CheckpointResult `json:"checkpoints,omitempty"`
+	// Rounds is the number of passes the repetitions were split over (0: one).
+	Rounds int `json:"rounds,omitempty"`
 }
 
 // DefaultConfigs lists the configurations a run measures by default, given
@@ -136,6 +184,10 @@ func ParseConfig(name string) (string, backend.Options, error) {
 	return "", backend.Options{}, fmt.Errorf("config %q is not a Go backend configuration (cpu-<precision>, mlx, mlx-cpu, mlx-gpu)", name)
 }
 
+// SelectConfigs expands a --configs selection (names or prefixes; empty:
+// DefaultConfigs) into configuration names, or says which is unknown.
+func SelectConfigs(sel []string) ([]string, error) { return selectConfigs(sel) }
+
 // selectConfigs expands the --configs selection.
 func selectConfigs(sel []string) ([]string, error) {
 	if len(sel) == 0 {
@@ -167,9 +219,17 @@ func (o *Options) logf(format string, a ...any) {
 	}
 }
 
-// Run measures every selected configuration and returns the result. A
-// configuration that fails is reported with its error; Run fails only when
-// nothing can be measured.
+// Run measures every selected configuration on every checkpoint and
+// returns the result. A configuration that fails is reported with its
+// error; Run fails only when nothing can be measured (bad options, a
+// checkpoint it cannot read, no bandwidth measurement).
+//
+// With Checkpoints it is a matrix run (Result.Checkpoints); without, a
+// run on Model and GGUF (Result.Model and Result.Configs). The memory
+// bandwidth is measured once. The configurations of one checkpoint run
+// back to back; with Rounds > 1 each one's repetitions are split over that
+// many passes over the whole matrix, so that a change in the machine's
+// load falls on every row alike.
 func Run(o Options) (*Result, error) {
 	configs, err := selectConfigs(o.Configs)
 	if err != nil {
@@ -178,17 +238,24 @@ func Run(o Options) (*Result, error) {
 	if o.Reps < 1 || o.DecodeTokens < 3 || len(o.PromptLens) == 0 {
 		return nil, fmt.Errorf("bench: reps %d, decode tokens %d, %d prompt lengths: want >= 1, >= 3, >= 1", o.Reps, o.DecodeTokens, len(o.PromptLens))
 	}
+	rounds := max(o.Rounds, 1)
+	if rounds > o.Reps {
+		return nil, fmt.Errorf("bench: %d rounds for %d reps: want at most one round per rep", rounds, o.Reps)
+	}
+	matrix := len(o.Checkpoints) > 0
+	cks := o.Checkpoints
+	if !matrix {
+		cks = []Checkpoint{{Name: filepath.Base(o.Model), Model: o.Model, GGUF: o.GGUF}}
+	}
 	host, _ := os.Hostname()
 	res := &Result{
 		Date: time.Now().Format(time.RFC3339), Host: host, CPU: cpuModel(), Cores: runtime.NumCPU(),
-		GoVersion: runtime.Version(), LoadAvgStart: loadAvg(), Model: o.Model,
+		GoVersion: runtime.Version(), LoadAvgStart: loadAvg(),
 		PromptLens: o.PromptLens, DecodeTokens: o.DecodeTokens,
 	}
-	goBytes, ckBytes, err := CheckpointWeightBytes(o.Model)
-	if err != nil {
-		return nil, err
+	if rounds > 1 {
+		res.Rounds = rounds
 	}
-	res.CheckpointBytes = ckBytes
 
 	tmp, err := os.MkdirTemp("", "mlxgo-bench-")
 	if err != nil {
@@ -196,13 +263,36 @@ func Run(o Options) (*Result, error) {
 	}
 	defer os.RemoveAll(tmp)
 	maxLen := slices.Max(append(slices.Clone(o.PromptLens), o.SlowPromptLens...))
-	idsFile := filepath.Join(tmp, "ids.json")
-	ids, err := PromptIDs(o.Model, maxLen, o.Seed)
-	if err != nil {
-		return nil, err
+	type prepared struct {
+		res     CheckpointResult
+		goBytes int64
+		idsFile string
+		rows    []*ConfigResult // per configuration; nil until measured
 	}
-	if data, err := json.Marshal(ids); err != nil || os.WriteFile(idsFile, data, 0o644) != nil {
-		return nil, fmt.Errorf("bench: writing %s: %v", idsFile, err)
+	preps := make([]*prepared, len(cks))
+	for i, ck := range cks {
+		what := ""
+		if matrix {
+			what = fmt.Sprintf("checkpoint %s (%s): ", ck.Name, ck.Model)
+		}
+		p := &prepared{res: CheckpointResult{Name: ck.Name, Model: ck.Model, GGUF: ck.GGUF}, rows: make([]*ConfigResult, len(configs))}
+		if p.goBytes, p.res.CheckpointBytes, err = CheckpointWeightBytes(ck.Model); err != nil {
+			return nil, fmt.Errorf("bench: %s%w", what, err)
+		}
+		if ck.GGUF != "" {
+			if st, err := os.Stat(ck.GGUF); err == nil {
+				p.res.GGUFBytes = st.Size()
+			}
+		}
+		p.idsFile = filepath.Join(tmp, fmt.Sprintf("ids-%d.json", i))
+		ids, err := PromptIDs(ck.Model, maxLen, o.Seed)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s%w", what, err)
+		}
+		if data, err := json.Marshal(ids); err != nil || os.WriteFile(p.idsFile, data, 0o644) != nil {
+			return nil, fmt.Errorf("bench: writing %s: %v", p.idsFile, err)
+		}
+		preps[i] = p
 	}
 
 	// In a child: the parent must stay small, because a child's ru_maxrss
@@ -226,53 +316,150 @@ func Run(o Options) (*Result, error) {
 	}
 	slowNote := fmt.Sprintf("MLX's device is its CPU, whose quantized matmul is a scalar loop on x86 (about 1 tok/s or less at MiniCPM5-1B's size): "+
 		"prompt lengths %v, %d decode tokens, %d rep(s), no warm-up", o.SlowPromptLens, o.SlowDecodeTokens, o.SlowReps)
+	if slices.Contains(configs, "llama.cpp") && o.LlamaBench == "" {
+		o.logf("llama.cpp skipped: no --llama-bench given")
+	}
+	if slices.Contains(configs, "mlx_lm") && o.Python == "" {
+		o.logf("mlx_lm skipped: no python virtualenv (run make venv)")
+	}
 
-	for _, name := range configs {
-		plan := runPlan{lens: o.PromptLens, decode: o.DecodeTokens, reps: o.Reps, warmup: o.Warmup}
-		slow := mlxSlow && (name == "mlx_lm" || name == "mlx" || name == "mlx-cpu")
-		if slow {
-			plan = runPlan{lens: o.SlowPromptLens, decode: o.SlowDecodeTokens, reps: o.SlowReps, warmup: 0}
+	for round := range rounds {
+		reps := o.Reps/rounds + boolInt(round < o.Reps%rounds)
+		for _, p := range preps {
+			ck := &p.res
+			for ci, name := range configs {
+				plan := runPlan{lens: o.PromptLens, decode: o.DecodeTokens, reps: reps, warmup: o.Warmup}
+				slow := mlxSlow && (name == "mlx_lm" || name == "mlx" || name == "mlx-cpu")
+				if slow {
+					if round > 0 {
+						continue // a reduced run is one round
+					}
+					plan = runPlan{lens: o.SlowPromptLens, decode: o.SlowDecodeTokens, reps: o.SlowReps, warmup: 0}
+				}
+				if prev := p.rows[ci]; prev != nil && prev.Err != "" {
+					continue // failed in an earlier round
+				}
+				var cr ConfigResult
+				switch name {
+				case "llama.cpp":
+					if o.LlamaBench == "" || ck.GGUF == "" {
+						continue
+					}
+				case "mlx_lm":
+					if o.Python == "" {
+						continue
+					}
+				default:
+					if _, _, err := ParseConfig(name); err != nil {
+						return nil, err
+					}
+				}
+				where := name
+				if matrix {
+					where = ck.Name + " / " + name
+				}
+				if rounds > 1 && !slow {
+					where += fmt.Sprintf(" (round %d/%d)", round+1, rounds)
+				}
+				o.logf("=== %s: prompt lengths %v, %d decode tokens, %d warm-up + %d reps", where, plan.lens, plan.decode, plan.warmup, plan.reps)
+				switch name {
+				case "llama.cpp":
+					cr = o.runLlamaBench(ck.GGUF, plan)
+				case "mlx_lm":
+					cr = o.runChild(name, "mlx_lm", append([]string{o.Python, o.Driver, "--model", ck.Model}, plan.args(p.idsFile)...))
+					cr.WeightBytesPerToken = p.goBytes
+				default:
+					cr = o.runChild(name, "mlxgo", append(append(slices.Clone(o.Self), "--config", name, "--model", ck.Model), plan.args(p.idsFile)...))
+					cr.WeightBytesPerToken = p.goBytes
+				}
+				cr.Name, cr.Reps, cr.Warmup, cr.DecodeTokens, cr.Rounds = name, plan.reps, plan.warmup, plan.decode, 1
+				if slow {
+					cr.Note = "MLX CPU device: reduced run"
+				}
+				if cr.Err != "" {
+					o.logf("%s failed: %s", where, cr.Err)
+				}
+				if p.rows[ci] == nil {
+					p.rows[ci] = &cr
+				} else {
+					*p.rows[ci] = mergeRound(*p.rows[ci], cr)
+				}
+			}
 		}
-		o.logf("=== %s: prompt lengths %v, %d decode tokens, %d warm-up + %d reps", name, plan.lens, plan.decode, plan.warmup, plan.reps)
-		var cr ConfigResult
-		switch name {
-		case "llama.cpp":
-			if o.LlamaBench == "" || o.GGUF == "" {
-				o.logf("llama.cpp skipped: no --llama-bench given")
+	}
+
+	for i, p := range preps {
+		for _, cr := range p.rows {
+			if cr == nil {
 				continue
 			}
-			cr = o.runLlamaBench(plan)
-		case "mlx_lm":
-			if o.Python == "" {
-				o.logf("mlx_lm skipped: no python virtualenv (run make venv)")
-				continue
+			if cr.Decode.N > 0 && bw > 0 {
+				cr.BandwidthFraction = cr.Decode.Median * float64(cr.WeightBytesPerToken) / bw
 			}
-			cr = o.runChild(name, "mlx_lm", append([]string{o.Python, o.Driver, "--model", o.Model}, plan.args(idsFile)...))
-			cr.WeightBytesPerToken = goBytes
+			p.res.Configs = append(p.res.Configs, *cr)
+		}
+		switch llama := p.res.find("llama.cpp"); {
+		case llama != nil:
+		case !slices.Contains(configs, "llama.cpp"):
+			p.res.NoLlama = "llama.cpp was not selected (--configs)"
+		case o.LlamaBench == "":
+			p.res.NoLlama = "no llama-bench was given (--llama-bench)"
+		case p.res.GGUF == "":
+			p.res.NoLlama = cmp.Or(cks[i].NoGGUF, "the checkpoint has no GGUF twin")
 		default:
-			if _, _, err := ParseConfig(name); err != nil {
-				return nil, err
-			}
-			cr = o.runChild(name, "mlxgo", append(append(slices.Clone(o.Self), "--config", name, "--model", o.Model), plan.args(idsFile)...))
-			cr.WeightBytesPerToken = goBytes
+			p.res.NoLlama = "llama.cpp failed (see its row)"
 		}
-		cr.Name, cr.Reps, cr.Warmup, cr.DecodeTokens = name, plan.reps, plan.warmup, plan.decode
-		if slow {
-			cr.Note = "MLX CPU device: reduced run"
+	}
+	if matrix {
+		for _, p := range preps {
+			res.Checkpoints = append(res.Checkpoints, p.res)
 		}
-		if cr.Decode.N > 0 && bw > 0 {
-			cr.BandwidthFraction = cr.Decode.Median * float64(cr.WeightBytesPerToken) / bw
-		}
-		if cr.Err != "" {
-			o.logf("%s failed: %s", name, cr.Err)
-		}
-		res.Configs = append(res.Configs, cr)
+	} else {
+		p := preps[0]
+		res.Model, res.CheckpointBytes, res.Configs = p.res.Model, p.res.CheckpointBytes, p.res.Configs
 	}
 	if mlxSlow {
 		res.Notes = append(res.Notes, slowNote)
 	}
 	res.LoadAvgEnd = loadAvg()
 	return res, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// mergeRound adds round b's measurements of a configuration to those of the
+// earlier rounds a: the samples of each statistic together, the peaks'
+// maximum, the load times' mean. An error in either is the result.
+func mergeRound(a, b ConfigResult) ConfigResult {
+	if a.Err != "" {
+		return a
+	}
+	if b.Err != "" {
+		return b
+	}
+	out := a
+	out.Reps += b.Reps
+	out.LoadS = (a.LoadS*float64(a.Rounds) + b.LoadS*float64(b.Rounds)) / float64(a.Rounds+b.Rounds)
+	out.Rounds += b.Rounds
+	out.PeakRSSBytes = max(a.PeakRSSBytes, b.PeakRSSBytes)
+	out.DecodePeakRSSBytes = max(a.DecodePeakRSSBytes, b.DecodePeakRSSBytes)
+	join := func(x, y Stat) Stat { return NewStat(append(slices.Clone(x.Samples), y.Samples...)) }
+	out.TTFT, out.Decode = join(a.TTFT, b.TTFT), join(a.Decode, b.Decode)
+	out.Prompts = slices.Clone(a.Prompts)
+	for _, q := range b.Prompts {
+		i := slices.IndexFunc(out.Prompts, func(p PromptResult) bool { return p.Prompt == q.Prompt })
+		if i < 0 {
+			out.Prompts = append(out.Prompts, q)
+			continue
+		}
+		out.Prompts[i].PrefillTPS = join(out.Prompts[i].PrefillTPS, q.PrefillTPS)
+	}
+	return out
 }
 
 type runPlan struct {

@@ -166,8 +166,8 @@ func TestLlamaBench(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\ncat <<'EOF'\n"+canned+"\nEOF\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	o := &Options{LlamaBench: script, GGUF: g, Threads: 2}
-	cr := o.runLlamaBench(runPlan{lens: []int{16}, decode: 8, reps: 2})
+	o := &Options{LlamaBench: script, Threads: 2}
+	cr := o.runLlamaBench(g, runPlan{lens: []int{16}, decode: 8, reps: 2})
 	if cr.Err != "" {
 		t.Fatal(cr.Err)
 	}

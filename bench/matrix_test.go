@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// stat is a Stat of samples, as a child's report gives it.
+func stat(samples ...float64) Stat { return NewStat(samples) }
+
+// matrixFixture is a two-checkpoint matrix run with round numbers: A has
+// both CPU precisions and llama.cpp, B has cpu-fast only (no GGUF twin) and
+// a failed cpu-reference.
+func matrixFixture() *Result {
+	return &Result{
+		CPU: "Test CPU", Cores: 2, GoVersion: "go1.26", LoadAvgStart: "1.0", LoadAvgEnd: "2.0",
+		BandwidthGBs: 10, BandwidthNote: "test", PromptLens: []int{128, 512}, DecodeTokens: 16,
+		Checkpoints: []CheckpointResult{
+			{Name: "A", Model: "/m/A", GGUF: "/m/A.gguf", CheckpointBytes: 135e6, GGUFBytes: 90e6, Configs: []ConfigResult{
+				{Name: "cpu-fast", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 100e6, BandwidthFraction: 0.9,
+					Prompts: []PromptResult{{128, stat(250)}, {512, stat(300)}}, Decode: stat(20)},
+				{Name: "cpu-reference", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 100e6, BandwidthFraction: 0.45,
+					Prompts: []PromptResult{{128, stat(80)}, {512, stat(100)}}, Decode: stat(10)},
+				{Name: "llama.cpp", Engine: "llama.cpp", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 80e6, BandwidthFraction: 0.004,
+					Prompts: []PromptResult{{128, stat(200)}, {512, stat(150)}}, Decode: stat(40)},
+			}},
+			{Name: "B", Model: "/m/B", CheckpointBytes: 2.5e6, NoLlama: "no GGUF twin at /m/B.gguf", Configs: []ConfigResult{
+				{Name: "cpu-fast", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, Prompts: []PromptResult{{128, stat(500)}}, Decode: stat(50)},
+				{Name: "cpu-reference", Engine: "mlxgo", Err: "child exited 2"},
+			}},
+		},
+	}
+}
+
+// The rows and cells, by hand: A's ratios are against A's llama.cpp row
+// (decode 20/40 = 0.50×, 10/40 = 0.25×; prefill at 512, the longest both
+// measured: 300/150 = 2.00×, 100/150 = 0.67×); B has no llama.cpp row, so
+// its ratios are — and a note says why; the llama.cpp row's size is the
+// GGUF file's, the others' the safetensors'.
+func TestMatrixMarkdown(t *testing.T) {
+	r := matrixFixture()
+	md := r.Markdown()
+	for _, want := range []string{
+		"| checkpoint | config | prefill 128 tok/s | prefill 512 tok/s | decode tok/s | ×llama.cpp decode / prefill | decode / BW limit | size MB |\n",
+		"| A | cpu-fast | 250 (n=1) | 300 (n=1) | 20.0 (n=1) | 0.50× / 2.00× @512 | 90% | 135 |\n",
+		"|  | cpu-reference | 80.0 (n=1) | 100 (n=1) | 10.0 (n=1) | 0.25× / 0.67× @512 | 45% | 135 |\n",
+		"|  | llama.cpp | 200 (n=1) | 150 (n=1) | 40.0 (n=1) | — | <1% | 90 |\n",
+		"| B | cpu-fast | 500 (n=1) | — | 50.0 (n=1) | — | — | 2.50 |\n",
+		"|  | cpu-reference | failed: child exited 2 |\n",
+		"×llama.cpp is — on every row of a checkpoint without a llama.cpp row",
+		"- A: /m/A (135 MB of safetensors, reads 100 MB/token → limit 100.0 tok/s); GGUF twin /m/A.gguf (90 MB, reads 80 MB/token → limit 125.0 tok/s).\n",
+		"- B: /m/B (2.50 MB of safetensors); no llama.cpp row: no GGUF twin at /m/B.gguf.\n",
+		"- Every row: 1 warm-up + 2 reps, 16 decode tokens.\n",
+		"Read bandwidth: 10.0 GB/s (test), measured once",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("missing %q in\n%s", want, md)
+		}
+	}
+	if md != r.MatrixMarkdown() {
+		t.Error("Markdown of a matrix run is not MatrixMarkdown")
+	}
+	if !r.Failed() {
+		t.Error("Failed: got false, want true (B's cpu-reference failed)")
+	}
+	// Written and read back (mlxgo bench --report), it renders the same.
+	path := filepath.Join(t.TempDir(), "r.json")
+	if err := r.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadResult(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Markdown(); got != md {
+		t.Errorf("read back:\n%s\nwant\n%s", got, md)
+	}
+	if err := back.WritePNG(filepath.Join(t.TempDir(), "r.png")); err != nil {
+		t.Errorf("chart: %v", err)
+	}
+}
+
+// With every checkpoint's llama.cpp row present there is no note on —.
+func TestMatrixMarkdownAllTwins(t *testing.T) {
+	r := matrixFixture()
+	r.Checkpoints = r.Checkpoints[:1]
+	if md := r.Markdown(); strings.Contains(md, "without a llama.cpp row") || strings.Contains(md, "no llama.cpp row") {
+		t.Errorf("a note on a missing llama.cpp row with none missing:\n%s", md)
+	}
+}
+
+// Two rounds of one configuration, by hand: samples joined (prefill 512:
+// 100, 300, 200 → median 200; decode 10, 30 → 20), the peak RSS the larger,
+// the load time the mean over the rounds ((1·1 + 3·1)/2 = 2), reps added; a
+// prompt length only the second round measured is kept.
+func TestMergeRound(t *testing.T) {
+	a := ConfigResult{Name: "cpu-fast", Reps: 2, Rounds: 1, LoadS: 1, PeakRSSBytes: 5, DecodePeakRSSBytes: 4,
+		Prompts: []PromptResult{{512, stat(100, 300)}}, Decode: stat(10), TTFT: stat(0.5)}
+	b := ConfigResult{Name: "cpu-fast", Reps: 1, Rounds: 1, LoadS: 3, PeakRSSBytes: 7, DecodePeakRSSBytes: 3,
+		Prompts: []PromptResult{{512, stat(200)}, {128, stat(50)}}, Decode: stat(30), TTFT: stat(0.7)}
+	m := mergeRound(a, b)
+	p512, _ := m.Prompt(512)
+	p128, _ := m.Prompt(128)
+	if m.Reps != 3 || m.Rounds != 2 || m.LoadS != 2 || m.PeakRSSBytes != 7 || m.DecodePeakRSSBytes != 4 ||
+		p512.PrefillTPS.Median != 200 || p512.PrefillTPS.N != 3 || p128.PrefillTPS.Median != 50 ||
+		m.Decode.Median != 20 || m.Decode.N != 2 || m.TTFT.N != 2 {
+		t.Errorf("got %+v", m)
+	}
+	if len(a.Prompts) != 1 || a.Prompts[0].PrefillTPS.N != 2 {
+		t.Errorf("mergeRound changed its first argument: %+v", a.Prompts)
+	}
+	fail := ConfigResult{Name: "cpu-fast", Err: "boom"}
+	if m := mergeRound(a, fail); m.Err != "boom" {
+		t.Errorf("a failed round: got %+v, want its error", m)
+	}
+}
