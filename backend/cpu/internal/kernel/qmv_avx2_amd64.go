@@ -146,6 +146,14 @@ func avxStageBF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
 //go:noescape
 func avxStageF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
 
+// avxQuantQ8 is quantizeQ8Scalar on nb blocks of 32 values of x (codes
+// to xq, block scales to d), also writing the codes to lay in the int8
+// kernels' layout: mode 4 per block the even codes then the odd ones, 8 as
+// int16, 32 as int32 (avxPrepQ8).
+//
+//go:noescape
+func avxQuantQ8(x *float32, xq *int8, d *float32, nb int, lay unsafe.Pointer, mode int, qmax float32)
+
 // hasF16C reports the F16C instructions (CPUID leaf 1, ECX bit 29).
 func hasF16C() bool
 
@@ -310,30 +318,25 @@ var avxPool = sync.Pool{New: func() any { return new(avxState) }}
 // into s.xqn and s.dx and lays them out for the int8 kernels: 4-bit, per
 // block of 32 the 16 even codes then the 16 odd ones (the low and high
 // nibbles of the block's weight bytes) in s.xq; 8-bit, the codes as int16
-// in s.x16.
+// in s.x16; other widths as int32 in s.x32. avxQuantQ8 does both in one
+// pass with the same bits.
 func avxPrepQ8(s *avxState, x []float32, n, bits int) {
 	s.xqn, s.dx = grow(s.xqn, n), grow(s.dx, n/32)
-	quantizeQ8(s.xqn, s.dx, x, n, q8Max(bits))
-	if bits == 4 {
+	nb := n / 32
+	if nb == 0 {
+		return
+	}
+	_ = x[nb*32-1]
+	switch bits {
+	case 4:
 		s.xq = grow(s.xq, n)
-		for b := 0; b < n; b += 32 {
-			src, dst := s.xqn[b:b+32], s.xq[b:b+32]
-			for i := range 16 {
-				dst[i], dst[16+i] = src[2*i], src[2*i+1]
-			}
-		}
-		return
-	}
-	if bits == 8 {
+		avxQuantQ8(&x[0], &s.xqn[0], &s.dx[0], nb, unsafe.Pointer(&s.xq[0]), 4, q8Max(bits))
+	case 8:
 		s.x16 = grow(s.x16, n)
-		for i, v := range s.xqn[:n] {
-			s.x16[i] = int16(v)
-		}
-		return
-	}
-	s.x32 = grow(s.x32, n)
-	for i, v := range s.xqn[:n] {
-		s.x32[i] = int32(v)
+		avxQuantQ8(&x[0], &s.xqn[0], &s.dx[0], nb, unsafe.Pointer(&s.x16[0]), 8, q8Max(bits))
+	default:
+		s.x32 = grow(s.x32, n)
+		avxQuantQ8(&x[0], &s.xqn[0], &s.dx[0], nb, unsafe.Pointer(&s.x32[0]), 32, q8Max(bits))
 	}
 }
 

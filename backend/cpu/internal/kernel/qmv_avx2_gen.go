@@ -78,6 +78,22 @@ func header() {
 		p("DATA avxPerm<>+%d(SB)/4, $%d", 4*l, v)
 	}
 	p("GLOBL avxPerm<>(SB), RODATA|NOPTR, $32")
+	// Per 128-bit lane: the even bytes, then the odd ones.
+	for h := range 2 {
+		for l := range 4 {
+			v := 0
+			for j := range 4 {
+				i := 4*l + j
+				src := 2 * i
+				if i >= 8 {
+					src = 2*(i-8) + 1
+				}
+				v |= src << (8 * j)
+			}
+			p("DATA avxEvenOdd<>+%d(SB)/4, $0x%08x", 16*h+4*l, v)
+		}
+	}
+	p("GLOBL avxEvenOdd<>(SB), RODATA|NOPTR, $32")
 	for l := range 16 {
 		p("DATA avxOnes16<>+%d(SB)/2, $1", 2*l)
 	}
@@ -483,6 +499,99 @@ func q8(bits int) {
 	groupEnd(name, true)
 }
 
+// quantQ8 writes avxQuantQ8: quantizeQ8Scalar's blocks of 32 (the same
+// bits: a NaN-skipping max of |x|, d = amax/qmax, id = qmax/amax or 0,
+// rint(x·id) with NaN to 0 and clamped to ±qmax), stored as int8 in natural
+// order and, by mode, in the kernels' layout (avxPrepQ8): 4 the 16 even
+// codes then the 16 odd ones, 8 widened to int16, else int32.
+func quantQ8() {
+	p("// func avxQuantQ8(x *float32, xq *int8, d *float32, nb int, lay unsafe.Pointer, mode int, qmax float32)")
+	p("TEXT ·avxQuantQ8(SB), NOSPLIT, $0-52")
+	p("\tMOVQ x+0(FP), DI")
+	p("\tMOVQ xq+8(FP), SI")
+	p("\tMOVQ d+16(FP), DX")
+	p("\tMOVQ nb+24(FP), CX")
+	p("\tMOVQ lay+32(FP), R8")
+	p("\tMOVQ mode+40(FP), R9")
+	p("\tVBROADCASTSS qmax+48(FP), Y15")
+	p("\tVXORPS Y12, Y12, Y12")
+	p("\tVSUBPS Y15, Y12, Y13") // -qmax
+	p("\tVPCMPEQD Y14, Y14, Y14")
+	p("\tVPSRLD $1, Y14, Y14") // 0x7fffffff
+	p("\tTESTQ CX, CX")
+	p("\tJZ q8q_done")
+	p("q8q_loop:")
+	for i := range 4 {
+		p("\tVMOVUPS %d(DI), Y%d", 32*i, i)
+	}
+	p("\tVXORPS Y8, Y8, Y8")
+	for i := range 4 {
+		p("\tVANDPS Y14, Y%d, Y%d", i, 4+i)
+		// Intel vmaxps y8, y(4+i), y8: a NaN in the new value keeps y8.
+		p("\tVMAXPS Y8, Y%d, Y8", 4+i)
+	}
+	p("\tVEXTRACTF128 $1, Y8, X9")
+	p("\tVMAXPS X9, X8, X8")
+	p("\tVPERMILPS $0x4E, X8, X9")
+	p("\tVMAXPS X9, X8, X8")
+	p("\tVPERMILPS $0xB1, X8, X9")
+	p("\tVMAXPS X9, X8, X8")
+	p("\tVDIVSS X15, X8, X10") // d = amax/qmax
+	p("\tVMOVSS X10, (DX)")
+	p("\tVDIVSS X8, X15, X11")       // qmax/amax
+	p("\tVCMPSS $0x1E, X12, X8, X9") // amax > 0
+	p("\tVANDPS X9, X11, X11")       // else 0 (amax = +Inf gives 0 by itself)
+	p("\tVBROADCASTSS X11, Y11")
+	for i := range 4 {
+		p("\tVMULPS Y11, Y%d, Y%d", i, i)
+		p("\tVROUNDPS $0, Y%d, Y%d", i, i)
+		p("\tVCMPPS $3, Y%d, Y%d, Y%d", i, i, 4+i) // NaN lanes
+		p("\tVANDNPS Y%d, Y%d, Y%d", i, 4+i, i)
+		p("\tVMINPS Y15, Y%d, Y%d", i, i)
+		p("\tVMAXPS Y13, Y%d, Y%d", i, i)
+		p("\tVCVTPS2DQ Y%d, Y%d", i, i)
+	}
+	p("\tVPACKSSDW Y1, Y0, Y4")
+	p("\tVPACKSSDW Y3, Y2, Y5")
+	p("\tVPACKSSWB Y5, Y4, Y4")
+	p("\tVMOVDQU avxPerm<>(SB), Y6")
+	p("\tVPERMD Y4, Y6, Y4")
+	p("\tVMOVDQU Y4, (SI)")
+	p("\tCMPQ R9, $4")
+	p("\tJNE q8q_not4")
+	p("\tVMOVDQU avxEvenOdd<>(SB), Y6")
+	p("\tVPSHUFB Y6, Y4, Y5")
+	p("\tVPERMQ $0xD8, Y5, Y5")
+	p("\tVMOVDQU Y5, (R8)")
+	p("\tADDQ $32, R8")
+	p("\tJMP q8q_next")
+	p("q8q_not4:")
+	p("\tCMPQ R9, $8")
+	p("\tJNE q8q_wide")
+	p("\tVPMOVSXBW X4, Y5")
+	p("\tVEXTRACTI128 $1, Y4, X6")
+	p("\tVPMOVSXBW X6, Y6")
+	p("\tVMOVDQU Y5, (R8)")
+	p("\tVMOVDQU Y6, 32(R8)")
+	p("\tADDQ $64, R8")
+	p("\tJMP q8q_next")
+	p("q8q_wide:")
+	for i := range 4 {
+		p("\tVMOVDQU Y%d, %d(R8)", i, 32*i)
+	}
+	p("\tADDQ $128, R8")
+	p("q8q_next:")
+	p("\tADDQ $128, DI")
+	p("\tADDQ $32, SI")
+	p("\tADDQ $4, DX")
+	p("\tDECQ CX")
+	p("\tJNZ q8q_loop")
+	p("q8q_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 // misc writes the F16C check.
 func misc() {
 	p("// func hasF16C() bool")
@@ -571,6 +680,7 @@ func main() {
 	stage("F32", 4)
 	stage("BF16", 2)
 	stage("F16", 2)
+	quantQ8()
 	misc()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())

@@ -5,6 +5,7 @@ package kernel
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"syscall"
 	"testing"
@@ -256,6 +257,71 @@ func BenchmarkAVX2QMV(b *testing.B) {
 						})
 					})
 				}
+			}
+		}
+	}
+}
+
+// TestAVX2QuantQ8 holds avxQuantQ8 (through avxPrepQ8) to quantizeQ8Scalar
+// and the layouts written out in the loops below, on random blocks with
+// NaN, ±Inf, ±0, all-zero blocks, huge and tiny values, and values that
+// scale onto ties.
+func TestAVX2QuantQ8(t *testing.T) {
+	needAVX2(t)
+	r := rand.New(rand.NewPCG(7, 11))
+	const nb = 40
+	x := make([]float32, nb*32)
+	for i := range x {
+		switch b := i / 32; {
+		case b == 0: // all zero
+		case b == 1:
+			x[i] = float32(i%5) - 2 // scales onto integers and halves
+		case b == 2 && i%7 == 0:
+			x[i] = float32(math.NaN())
+		case b == 3 && i%9 == 0:
+			x[i] = float32(math.Inf(1 - 2*(i&1)))
+		case b == 4:
+			x[i] = float32(math.Copysign(0, -1))
+		case b == 5:
+			x[i] = float32(r.NormFloat64()) * 1e38
+		case b == 6:
+			x[i] = float32(r.NormFloat64()) * 1e-40
+		case b == 7:
+			x[i] = 127.5 / 127 * float32(i%3)
+		default:
+			x[i] = float32(r.NormFloat64()) * float32(1+i%13)
+		}
+	}
+	wantQ, wantD := make([]int8, len(x)), make([]float32, nb)
+	quantizeQ8Scalar(wantQ, wantD, x, len(x), 127)
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		var s avxState
+		avxPrepQ8(&s, x, len(x), bits)
+		for b := range nb {
+			if math.Float32bits(s.dx[b]) != math.Float32bits(wantD[b]) {
+				t.Fatalf("bits %d block %d: d = %v, want %v", bits, b, s.dx[b], wantD[b])
+			}
+		}
+		for i, q := range wantQ {
+			if s.xqn[i] != q {
+				t.Fatalf("bits %d x[%d] = %v: code %d, want %d", bits, i, x[i], s.xqn[i], q)
+			}
+			var got int
+			switch bits {
+			case 4:
+				blk, j := i/32, i%32
+				pos := j / 2
+				if j%2 == 1 {
+					pos += 16
+				}
+				got = int(s.xq[32*blk+pos])
+			case 8:
+				got = int(s.x16[i])
+			default:
+				got = int(s.x32[i])
+			}
+			if got != int(q) {
+				t.Fatalf("bits %d x[%d]: layout code %d, want %d", bits, i, got, q)
 			}
 		}
 	}
