@@ -26,15 +26,19 @@ func init() {
 }
 
 // swigluAsm is simdSwiGLU through vecSwiGLU over the longest multiple of
-// 16 values; it returns that count (the caller does the rest).
-func swigluAsm(dst, gate, up []float32, bf16 bool) int {
+// 16 values; it returns that count (the caller does the rest). The float16
+// kind goes to the AVX2 kernel (vec_avx2_amd64.go).
+func swigluAsm(dst, gate, up []float32, kind byte) int {
+	if kind == 'h' && vaOK {
+		return vaSwiGLUSlice(dst, gate, up, kind)
+	}
 	n := len(gate) &^ 15
-	if n == 0 {
+	if n == 0 || (kind != 'i' && kind != 'b') {
 		return 0
 	}
 	_, _ = dst[n-1], up[n-1]
 	b := 0
-	if bf16 {
+	if kind == 'b' {
 		b = 1
 	}
 	vecSwiGLU(&dst[0], &gate[0], &up[0], n, b)
@@ -54,15 +58,19 @@ func expSliceAsm(dst, src []float32) int {
 }
 
 // normScaleAsm is simdNormScale through vecNormScale over the longest
-// multiple of 16 values; it returns that count.
-func normScaleAsm(dst, x, w []float32, inv float32, bf16 bool) int {
+// multiple of 16 values; it returns that count. The float16 kind goes to
+// the AVX2 kernel (vec_avx2_amd64.go).
+func normScaleAsm(dst, x, w []float32, inv float32, kind byte) int {
+	if kind == 'h' && vaOK {
+		return vaNormScaleSlice(dst, x, w, inv, kind)
+	}
 	n := len(x) &^ 15
-	if n == 0 {
+	if n == 0 || (kind != 'i' && kind != 'b') {
 		return 0
 	}
 	_, _ = dst[n-1], w[n-1]
 	b := 0
-	if bf16 {
+	if kind == 'b' {
 		b = 1
 	}
 	vecNormScale(&dst[0], &x[0], &w[0], inv, n, b)
