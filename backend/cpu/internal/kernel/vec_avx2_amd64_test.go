@@ -305,3 +305,20 @@ func TestVADotAxpy(t *testing.T) {
 		})
 	}
 }
+
+// TestRoundKind: the vector kernels recognise exactly the three Rounders
+// they implement.
+func TestRoundKind(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		round Rounder
+		want  byte
+	}{
+		{"Identity", Identity, 'i'}, {"RoundBF16", tensor.RoundBF16, 'b'}, {"RoundF16", tensor.RoundF16, 'h'},
+		{"other", func(f float32) float32 { return f }, 0},
+	} {
+		if got := roundKind(c.round); got != c.want {
+			t.Errorf("roundKind(%s): got %q, want %q", c.name, got, c.want)
+		}
+	}
+}
