@@ -322,3 +322,63 @@ func TestRoundKind(t *testing.T) {
 		}
 	}
 }
+
+// withPortable runs fn with every vector hook of the elementwise kernels
+// off (the scalar loops), when off is set.
+func withPortable(off bool, fn func()) {
+	if !off {
+		fn()
+		return
+	}
+	e, s, n, d, a, h, c := simdExp, simdSwiGLU, simdNormScale, simdDot, simdAxpy, simdF16, convAVX2
+	simdExp, simdSwiGLU, simdNormScale, simdDot, simdAxpy, simdF16, convAVX2 = nil, nil, nil, nil, nil, false, false
+	defer func() {
+		simdExp, simdSwiGLU, simdNormScale, simdDot, simdAxpy, simdF16, convAVX2 = e, s, n, d, a, h, c
+	}()
+	fn()
+}
+
+// BenchmarkVecKinds times SwiGLU, RMSNorm and ExpSlice on one worker over a
+// decode-sized row (SmolLM2-135M: 1536 intermediate, 576 hidden) in each
+// rounding kind, with the installed vector code ("vec") and with the
+// scalar loops ("scalar"): f16 against bf16 is the "as fast as".
+func BenchmarkVecKinds(b *testing.B) {
+	r := newRand(3)
+	const ni, nh = 1536, 576
+	g, u := randVec(r, ni, 2, Identity), randVec(r, ni, 1, Identity)
+	x, w := randVec(r, nh, 1, Identity), randVec(r, nh, 0.1, Identity)
+	dst := make([]float32, ni)
+	for _, path := range []string{"vec", "scalar"} {
+		for _, k := range vaKinds {
+			withPortable(path == "scalar", func() {
+				b.Run(fmt.Sprintf("SwiGLU/%s/%s", k.name, path), func(b *testing.B) {
+					withThreads(1, func() {
+						for b.Loop() {
+							SwiGLU(dst, g, u, k.round)
+						}
+					})
+				})
+				b.Run(fmt.Sprintf("RMSNorm/%s/%s", k.name, path), func(b *testing.B) {
+					withThreads(1, func() {
+						for b.Loop() {
+							RMSNorm(dst, x, w, 1, nh, 1e-5, k.round, AccF32)
+						}
+					})
+				})
+			})
+		}
+		withPortable(path == "scalar", func() {
+			b.Run("Exp/"+path, func(b *testing.B) {
+				for b.Loop() {
+					ExpSlice(dst, g)
+				}
+			})
+			b.Run("RoundF16s/"+path, func(b *testing.B) {
+				for b.Loop() {
+					copy(dst, g)
+					RoundF16s(dst)
+				}
+			})
+		})
+	}
+}
