@@ -5,6 +5,9 @@ package kernel
 import (
 	"fmt"
 	"math"
+	"os"
+	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/internal/mlxmath"
@@ -380,5 +383,49 @@ func BenchmarkVecKinds(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestVAF16Exhaustive holds vaF32ToF16 and vaRoundF16 to the scalar
+// conversions on all 2^32 float32 bit patterns, split across GOMAXPROCS
+// goroutines. It takes tens of CPU-seconds, so it runs only with
+// MLXGO_EXHAUSTIVE=1 (TestVAF16 covers every rounding decision otherwise).
+func TestVAF16Exhaustive(t *testing.T) {
+	needVA(t)
+	if os.Getenv("MLXGO_EXHAUSTIVE") != "1" {
+		t.Skip("SKIPPED: set MLXGO_EXHAUSTIVE=1 to check the float16 conversions on all 2^32 float32 patterns")
+	}
+	const chunk = 1 << 16
+	workers := runtime.GOMAXPROCS(0)
+	errs := make(chan string, workers)
+	var wg sync.WaitGroup
+	for wk := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			src := make([]float32, chunk)
+			rounded := make([]float32, chunk)
+			bits := make([]uint16, chunk)
+			for c := uint64(wk); c < 1<<32/chunk; c += uint64(workers) {
+				for i := range src {
+					src[i] = math.Float32frombits(uint32(c*chunk) + uint32(i))
+				}
+				copy(rounded, src)
+				vaF32ToF16(&bits[0], &src[0], chunk)
+				vaRoundF16(&rounded[0], chunk)
+				for i, f := range src {
+					h := tensor.Float32ToF16(f)
+					if bits[i] != h || math.Float32bits(rounded[i]) != math.Float32bits(tensor.F16ToFloat32(h)) {
+						errs <- fmt.Sprintf("%#08x: got %#04x and %#08x, want %#04x and %#08x", math.Float32bits(f), bits[i], math.Float32bits(rounded[i]), h, math.Float32bits(tensor.F16ToFloat32(h)))
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }

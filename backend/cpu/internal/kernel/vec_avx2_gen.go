@@ -135,16 +135,16 @@ func exp(gs []grp) {
 	each(gs, func(g grp) string { return fmt.Sprintf("VADDPS %s, %s, %s", c("half"), g.t2, g.t3) }) // fl + 0.5
 	each(gs, func(g grp) string { return fmt.Sprintf("VCMPPS $0x1d, %s, %s, %s", g.t3, g.t1, g.t3) })
 	each(gs, func(g grp) string { return fmt.Sprintf("VANDPS %s, %s, %s", c("one"), g.t3, g.t3) }) // 1 where y ≥ fl+0.5
-	each(gs, func(g grp) string { return fmt.Sprintf("VADDPS %s, %s, %s", g.t3, g.t2, g.t2) })      // n
-	each(gs, func(g grp) string { return fmt.Sprintf("VSUBPS %s, %s, %s", g.t2, g.t1, g.t1) })      // f = y − n
-	each(gs, func(g grp) string { return fmt.Sprintf("VMOVUPS %s, %s", c("c0"), g.t3) })            // p = c0
+	each(gs, func(g grp) string { return fmt.Sprintf("VADDPS %s, %s, %s", g.t3, g.t2, g.t2) })     // n
+	each(gs, func(g grp) string { return fmt.Sprintf("VSUBPS %s, %s, %s", g.t2, g.t1, g.t1) })     // f = y − n
+	each(gs, func(g grp) string { return fmt.Sprintf("VMOVUPS %s, %s", c("c0"), g.t3) })           // p = c0
 	for k := 1; k <= 6; k++ {
 		each(gs, func(g grp) string { return fmt.Sprintf("VFMADD213PS %s, %s, %s", c(fmt.Sprintf("c%d", k)), g.t1, g.t3) })
 	}
 	each(gs, func(g grp) string { return fmt.Sprintf("VCVTPS2DQ %s, %s", g.t2, g.t2) })
 	each(gs, func(g grp) string { return fmt.Sprintf("VPADDD %s, %s, %s", c("bias"), g.t2, g.t2) })
 	each(gs, func(g grp) string { return fmt.Sprintf("VPSLLD $23, %s, %s", g.t2, g.t2) })
-	each(gs, func(g grp) string { return fmt.Sprintf("VMULPS %s, %s, %s", g.t3, g.t2, g.t2) })        // 2^n·p
+	each(gs, func(g grp) string { return fmt.Sprintf("VMULPS %s, %s, %s", g.t3, g.t2, g.t2) })          // 2^n·p
 	each(gs, func(g grp) string { return fmt.Sprintf("VCMPPS $0x1e, %s, %s, %s", c("hi"), g.v, g.t3) }) // x > 88
 	each(gs, func(g grp) string { return fmt.Sprintf("VBLENDVPS %s, %s, %s, %s", g.t3, c("inf"), g.t2, g.t2) })
 	each(gs, func(g grp) string { return fmt.Sprintf("VCMPPS $0x11, %s, %s, %s", c("lo"), g.v, g.t3) }) // x < −88
@@ -293,18 +293,18 @@ func genSwiGLU() {
 			each(gs, func(g grp) string { return fmt.Sprintf("VMOVUPS %s, %s", off(gi(gs, g), "SI"), g.u) })
 			each(gs, func(g grp) string { return fmt.Sprintf("VANDPS %s, %s, %s", c("abs"), g.u, g.v) })
 			exp(gs)
-			round(gs, k, rV, rT1, rT2)                                                                      // e
-			each(gs, func(g grp) string { return fmt.Sprintf("VADDPS %s, %s, %s", c("one"), g.v, g.v) })    // 1 + e
-			each(gs, func(g grp) string { return fmt.Sprintf("VMOVUPS %s, %s", c("one"), g.t1) })           //
-			each(gs, func(g grp) string { return fmt.Sprintf("VDIVPS %s, %s, %s", g.v, g.t1, g.t1) })       // y = 1/(1+e)
-			each(gs, func(g grp) string { return fmt.Sprintf("VMOVUPS %s, %s", c("one"), g.t2) })           //
-			each(gs, func(g grp) string { return fmt.Sprintf("VSUBPS %s, %s, %s", g.t1, g.t2, g.t2) })      // 1 − y
-			each(gs, func(g grp) string { return fmt.Sprintf("VXORPS %s, %s, %s", g.t3, g.t3, g.t3) })      //
+			round(gs, k, rV, rT1, rT2)                                                                       // e
+			each(gs, func(g grp) string { return fmt.Sprintf("VADDPS %s, %s, %s", c("one"), g.v, g.v) })     // 1 + e
+			each(gs, func(g grp) string { return fmt.Sprintf("VMOVUPS %s, %s", c("one"), g.t1) })            //
+			each(gs, func(g grp) string { return fmt.Sprintf("VDIVPS %s, %s, %s", g.v, g.t1, g.t1) })        // y = 1/(1+e)
+			each(gs, func(g grp) string { return fmt.Sprintf("VMOVUPS %s, %s", c("one"), g.t2) })            //
+			each(gs, func(g grp) string { return fmt.Sprintf("VSUBPS %s, %s, %s", g.t1, g.t2, g.t2) })       // 1 − y
+			each(gs, func(g grp) string { return fmt.Sprintf("VXORPS %s, %s, %s", g.t3, g.t3, g.t3) })       //
 			each(gs, func(g grp) string { return fmt.Sprintf("VCMPPS $0x11, %s, %s, %s", g.t3, g.u, g.t3) }) // g < 0
 			each(gs, func(g grp) string { return fmt.Sprintf("VBLENDVPS %s, %s, %s, %s", g.t3, g.t1, g.t2, g.t2) })
-			round(gs, k, rT2, rT1, rT3)                                                                // sig
+			round(gs, k, rT2, rT1, rT3)                                                               // sig
 			each(gs, func(g grp) string { return fmt.Sprintf("VMULPS %s, %s, %s", g.u, g.t2, g.t2) }) // sig·g
-			round(gs, k, rT2, rT1, rT3)                                                                // silu
+			round(gs, k, rT2, rT1, rT3)                                                               // silu
 			each(gs, func(g grp) string {
 				return fmt.Sprintf("VMULPS %s, %s, %s", off(gi(gs, g), "BX"), g.t2, g.t2) // silu·u
 			})
