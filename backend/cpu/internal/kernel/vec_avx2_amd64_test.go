@@ -343,8 +343,9 @@ func withPortable(off bool, fn func()) {
 
 // BenchmarkVecKinds times SwiGLU, RMSNorm and ExpSlice on one worker over a
 // decode-sized row (SmolLM2-135M: 1536 intermediate, 576 hidden) in each
-// rounding kind, with the installed vector code ("vec") and with the
-// scalar loops ("scalar"): f16 against bf16 is the "as fast as".
+// rounding kind, and a decode SDPA, with the installed vector code ("vec")
+// and with the scalar loops ("scalar"): f16 against bf16 is the issue's
+// "as fast as".
 func BenchmarkVecKinds(b *testing.B) {
 	r := newRand(3)
 	const ni, nh = 1536, 576
@@ -371,6 +372,22 @@ func BenchmarkVecKinds(b *testing.B) {
 			})
 		}
 		withPortable(path == "scalar", func() {
+			// Decode attention of SmolLM2-135M (9 query heads, 3 KV heads,
+			// head dim 64) over 256 cached float16 keys: the portable SDPA
+			// (dot32, axpy32, ExpSlice) unless the CPU has AVX-512.
+			const h, hk, d, s = 9, 3, 64, 256
+			q := randVec(r, h*d, 1, tensor.RoundF16)
+			kv := make([]uint16, hk*s*d)
+			Float32sToF16(kv, randVec(r, hk*s*d, 1, Identity))
+			k := KV{Vec: F16Vec(kv), BStride: hk * s * d, HStride: s * d, RowStride: d}
+			out := make([]float32, h*d)
+			b.Run("SDPA/f16/"+path, func(b *testing.B) {
+				withThreads(1, func() {
+					for b.Loop() {
+						SDPAKV(out, q, k, k, 1, h, hk, 1, s, d, d, 0.125, Mask{}, tensor.RoundF16, AccF32)
+					}
+				})
+			})
 			b.Run("Exp/"+path, func(b *testing.B) {
 				for b.Loop() {
 					ExpSlice(dst, g)
