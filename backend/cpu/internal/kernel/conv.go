@@ -86,28 +86,74 @@ func roundBF16s(v []float32) {
 	}
 }
 
+// simdF16 is set at start-up when the CPU has F16C (with AVX2 and FMA,
+// vec_avx2_amd64.go): the float16 conversions below then run 8 values at a
+// time with VCVTPH2PS/VCVTPS2PH, bit-identical to tensor.F16ToFloat32,
+// tensor.Float32ToF16 and tensor.RoundF16 (round to nearest even; NaNs keep
+// their sign and top payload bits and get the quiet bit, as x448/float16
+// does).
+var simdF16 bool
+
 // F16ToFloat32s widens float16 bits to float32 (exact), for i < len(dst).
+// src needs at least len(dst) elements.
 func F16ToFloat32s(dst []float32, src []uint16) {
 	src = src[:len(dst)]
-	for i, h := range src {
-		dst[i] = tensor.F16ToFloat32(h)
+	if len(dst) < convParallel {
+		f16ToFloat32s(dst, src)
+		return
+	}
+	parallelFor(len(dst), 1<<15, func(lo, hi int) { f16ToFloat32s(dst[lo:hi], src[lo:hi]) })
+}
+
+func f16ToFloat32s(dst []float32, src []uint16) {
+	i := 0
+	if simdF16 {
+		i = f16ToFloat32sAsm(dst, src)
+	}
+	for ; i < len(dst); i++ {
+		dst[i] = tensor.F16ToFloat32(src[i])
 	}
 }
 
 // Float32sToF16 rounds float32 values to float16 bits as
-// tensor.Float32ToF16 does, for i < len(dst).
+// tensor.Float32ToF16 does, for i < len(dst). src needs at least len(dst)
+// elements.
 func Float32sToF16(dst []uint16, src []float32) {
 	src = src[:len(dst)]
-	for i, f := range src {
-		dst[i] = tensor.Float32ToF16(f)
+	if len(dst) < convParallel {
+		float32sToF16(dst, src)
+		return
+	}
+	parallelFor(len(dst), 1<<15, func(lo, hi int) { float32sToF16(dst[lo:hi], src[lo:hi]) })
+}
+
+func float32sToF16(dst []uint16, src []float32) {
+	i := 0
+	if simdF16 {
+		i = float32sToF16Asm(dst, src)
+	}
+	for ; i < len(dst); i++ {
+		dst[i] = tensor.Float32ToF16(src[i])
 	}
 }
 
 // RoundF16s rounds every value of v to the nearest float16 in place
 // (tensor.RoundF16).
 func RoundF16s(v []float32) {
-	for i, f := range v {
-		v[i] = tensor.RoundF16(f)
+	if len(v) < convParallel {
+		roundF16s(v)
+		return
+	}
+	parallelFor(len(v), 1<<15, func(lo, hi int) { roundF16s(v[lo:hi]) })
+}
+
+func roundF16s(v []float32) {
+	i := 0
+	if simdF16 {
+		i = roundF16sAsm(v)
+	}
+	for ; i < len(v); i++ {
+		v[i] = tensor.RoundF16(v[i])
 	}
 }
 

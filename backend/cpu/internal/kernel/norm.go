@@ -26,17 +26,18 @@ func rmsNormRow(dst, x, w []float32, n int, eps float32, round Rounder, kind byt
 	inv := 1 / float32(math.Sqrt(float64(mean+eps)))
 	i := 0
 	if simdNormScale != nil && kind != 0 {
-		i = simdNormScale(dst, x, w, inv, kind == 'b')
+		i = simdNormScale(dst, x, w, inv, kind)
 	}
 	for ; i < n; i++ {
 		dst[i] = round(float32(w[i] * round(float32(x[i]*inv))))
 	}
 }
 
-// simdNormScale, when the CPU has AVX-512 (vec_amd64.go), writes
-// dst[i] = rnd(w[i]·rnd(x[i]·inv)) for a prefix of whole blocks of 16 and
-// returns its length; rnd is bf16 rounding when bf16 is set, else none.
-var simdNormScale func(dst, x, w []float32, inv float32, bf16 bool) int
+// simdNormScale, when the CPU has AVX-512 (vec_amd64.go) or AVX2
+// (vec_avx2_amd64.go), writes dst[i] = rnd(w[i]·rnd(x[i]·inv)) for a
+// prefix of whole vectors and returns its length; rnd rounds as roundKind
+// kind says ('i', 'b' or 'h'; 0 returned for a kind it lacks).
+var simdNormScale func(dst, x, w []float32, inv float32, kind byte) int
 
 func checkRMSNorm(dst, x, w []float32, rows, n int) {
 	check(rows >= 0 && n > 0, "RMSNorm", "sizes rows=%d n=%d", rows, n)

@@ -174,11 +174,9 @@ func (j *q8Job) run(lo, hi int) {
 			a.pf, a.pfn = uintptr(ptr(j.wq[(j0+q8C)*wpr:])), 4*(j1-j0-q8C)*wpr
 		}
 		q8gemm(&a)
-		if kind == 0 {
+		if kind != 'b' { // bf16 is rounded by the kernel
 			for r := range m {
-				for i, v := range j.dst[r*n+j0 : r*n+j0+nc] {
-					j.dst[r*n+j0+i] = j.round(v)
-				}
+				roundSlice(j.dst[r*n+j0:r*n+j0+nc], j.round, kind)
 			}
 		}
 	}

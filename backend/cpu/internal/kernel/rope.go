@@ -40,8 +40,11 @@ func ropeAngle(scale float32, pos int, inv float32) (c, s float32) {
 }
 
 // ropeRow rotates one row of d features whose token sits at position pos,
-// with cos/sin given per pair.
-func ropeRow(dst, x []float32, d int, p RoPEParams, cs, sn []float32, round Rounder) {
+// with cos/sin given per pair. The rotated values are written in float32
+// and then rounded together (roundSlice with kind = roundKind(round), or 0
+// for one call of round per value): the same bits, each value rounded
+// once. Every pair is read before it is written, so dst may be x.
+func ropeRow(dst, x []float32, d int, p RoPEParams, cs, sn []float32, round Rounder, kind byte) {
 	half := p.Dims / 2
 	for i := range half {
 		i1, i2 := i, i+half
@@ -49,9 +52,10 @@ func ropeRow(dst, x []float32, d int, p RoPEParams, cs, sn []float32, round Roun
 			i1, i2 = 2*i, 2*i+1
 		}
 		x1, x2, c, s := x[i1], x[i2], cs[i], sn[i]
-		dst[i1] = round(float32(x1*c) - float32(x2*s))
-		dst[i2] = round(float32(x1*s) + float32(x2*c))
+		dst[i1] = float32(x1*c) - float32(x2*s)
+		dst[i2] = float32(x1*s) + float32(x2*c)
 	}
+	roundSlice(dst[:p.Dims], round, kind)
 	copy(dst[p.Dims:d], x[p.Dims:d])
 }
 
@@ -84,7 +88,7 @@ func RoPERef(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int, roun
 					cs[i], sn[i] = ropeAngle(p.Scale, t+rowOffset(offsets, bi), f)
 				}
 				o := ((bi*h+hi)*l + t) * d
-				ropeRow(dst[o:o+d], x[o:o+d], d, p, cs, sn, round)
+				ropeRow(dst[o:o+d], x[o:o+d], d, p, cs, sn, round, 0)
 			}
 		}
 	}
@@ -109,6 +113,7 @@ func RoPE(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int, round R
 	round = roundOr(round)
 	inv := invFreqs(p)
 	half := len(inv)
+	kind := roundKind(round)
 	cs, sn := make([]float32, l*half), make([]float32, l*half)
 	for bi := range b {
 		off := rowOffset(offsets, bi)
@@ -123,7 +128,7 @@ func RoPE(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int, round R
 			for ht := lo; ht < hi; ht++ {
 				t := ht % l
 				o := (bi*h*l + ht) * d
-				ropeRow(dst[o:o+d], x[o:o+d], d, p, cs[t*half:(t+1)*half], sn[t*half:(t+1)*half], round)
+				ropeRow(dst[o:o+d], x[o:o+d], d, p, cs[t*half:(t+1)*half], sn[t*half:(t+1)*half], round, kind)
 			}
 		})
 	}

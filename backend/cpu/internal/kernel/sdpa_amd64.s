@@ -1198,13 +1198,13 @@ merge_done:
 	VZEROUPPER
 	RET
 
-// func vecSwiGLU(dst, gate, up *float32, n, bf16 int)
+// func vecSwiGLU(dst, gate, up *float32, n, kind int)
 TEXT ·vecSwiGLU(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ gate+8(FP), SI
 	MOVQ up+16(FP), BX
 	MOVQ n+24(FP), CX
-	MOVQ bf16+32(FP), AX
+	MOVQ kind+32(FP), AX
 	SHRQ $4, CX
 	JZ swiglu_done
 	LEAQ sdpaConst<>(SB), R10
@@ -1234,8 +1234,10 @@ TEXT ·vecSwiGLU(SB), NOSPLIT, $0-40
 	VPBROADCASTD DX, Z5
 	MOVL $0x7fffffff, DX
 	VPBROADCASTD DX, Z6
-	TESTQ AX, AX
-	JNZ swiglu_bf16
+	CMPQ AX, $1
+	JEQ swiglu_bf16
+	CMPQ AX, $2
+	JEQ swiglu_f16
 swiglu_f32:
 	VMOVUPS (SI), Z0
 	VPANDD Z6, Z0, Z1
@@ -1350,18 +1352,67 @@ swiglu_bf16:
 	DECQ CX
 	JNZ swiglu_bf16
 	JMP swiglu_done
+swiglu_f16:
+	VMOVUPS (SI), Z0
+	VPANDD Z6, Z0, Z1
+	VMULPS Z16, Z1, Z8
+	VRNDSCALEPS $9, Z8, Z9
+	VADDPS Z17, Z9, Z10
+	VCMPPS $0x1d, Z10, Z8, K1
+	VADDPS Z18, Z9, K1, Z9
+	VSUBPS Z9, Z8, Z8
+	VMOVAPS Z19, Z10
+	VFMADD213PS Z20, Z8, Z10
+	VFMADD213PS Z21, Z8, Z10
+	VFMADD213PS Z22, Z8, Z10
+	VFMADD213PS Z23, Z8, Z10
+	VFMADD213PS Z24, Z8, Z10
+	VFMADD213PS Z25, Z8, Z10
+	VCVTPS2DQ Z9, Z9
+	VPADDD Z26, Z9, Z9
+	VPSLLD $23, Z9, Z9
+	VMULPS Z10, Z9, Z9
+	VCMPPS $0x1e, Z27, Z1, K2
+	VCMPPS $0x11, Z28, Z1, K3
+	VCMPPS $0x03, Z1, Z1, K4
+	VMOVAPS Z29, K2, Z9
+	VMOVAPS Z30, K3, Z9
+	VMOVAPS Z1, K4, Z9
+	VMOVAPS Z9, Z1
+	VCVTPS2PH $0, Z1, Y11
+	VCVTPH2PS Y11, Z1
+	VADDPS Z18, Z1, Z1
+	VDIVPS Z1, Z18, Z1
+	VSUBPS Z1, Z18, Z7
+	VCMPPS $0x11, Z30, Z0, K5
+	VMOVAPS Z1, K5, Z7
+	VCVTPS2PH $0, Z7, Y11
+	VCVTPH2PS Y11, Z7
+	VMULPS Z0, Z7, Z7
+	VCVTPS2PH $0, Z7, Y11
+	VCVTPH2PS Y11, Z7
+	VMULPS (BX), Z7, Z7
+	VCVTPS2PH $0, Z7, Y11
+	VCVTPH2PS Y11, Z7
+	VMOVUPS Z7, (DI)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DI
+	DECQ CX
+	JNZ swiglu_f16
+	JMP swiglu_done
 swiglu_done:
 	VZEROUPPER
 	RET
 
-// func vecNormScale(dst, x, w *float32, inv float32, n, bf16 int)
+// func vecNormScale(dst, x, w *float32, inv float32, n, kind int)
 TEXT ·vecNormScale(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ x+8(FP), SI
 	MOVQ w+16(FP), BX
 	VBROADCASTSS inv+24(FP), Z1
 	MOVQ n+32(FP), CX
-	MOVQ bf16+40(FP), AX
+	MOVQ kind+40(FP), AX
 	SHRQ $4, CX
 	JZ norm_done
 	MOVL $0x1, DX
@@ -1372,8 +1423,10 @@ TEXT ·vecNormScale(SB), NOSPLIT, $0-48
 	VPBROADCASTD DX, Z4
 	MOVL $0x7fc00000, DX
 	VPBROADCASTD DX, Z5
-	TESTQ AX, AX
-	JNZ norm_bf16
+	CMPQ AX, $1
+	JEQ norm_bf16
+	CMPQ AX, $2
+	JEQ norm_f16
 norm_f32:
 	VMOVUPS (SI), Z0
 	VMULPS Z1, Z0, Z0
@@ -1411,6 +1464,21 @@ norm_bf16:
 	ADDQ $64, DI
 	DECQ CX
 	JNZ norm_bf16
+	JMP norm_done
+norm_f16:
+	VMOVUPS (SI), Z0
+	VMULPS Z1, Z0, Z0
+	VCVTPS2PH $0, Z0, Y11
+	VCVTPH2PS Y11, Z0
+	VMULPS (BX), Z0, Z0
+	VCVTPS2PH $0, Z0, Y11
+	VCVTPH2PS Y11, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DI
+	DECQ CX
+	JNZ norm_f16
 	JMP norm_done
 norm_done:
 	VZEROUPPER

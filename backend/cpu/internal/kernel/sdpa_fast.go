@@ -45,9 +45,9 @@ import (
 //
 // With AVX-512 (asmF32) and d, dv multiples of 16 the steps run in the
 // assembly kernels of sdpa_amd64.s, the same code with or without
-// GOEXPERIMENT=simd; otherwise in Go loops (dot32, axpy32, mlxmath.Exp),
-// which keep the structure (and so the independence from l) but not the
-// bits of the vector path.
+// GOEXPERIMENT=simd; otherwise in Go loops (dot32, axpy32, ExpSlice: vector
+// code with AVX2, see vecops.go), which keep the structure (and so the
+// independence from l) but not the bits of the AVX-512 path.
 
 const (
 	sdpaBK    = 32  // keys per block (the width of the vector kernels)
@@ -322,9 +322,7 @@ func sdpaMerge(st, c *sdpaState, rows, dv int, asm bool, x []float32) {
 	if asm {
 		sdpaExp(&x[0], &x[0], n)
 	} else {
-		for i, v := range x {
-			x[i] = mlxmath.Exp(v)
-		}
+		ExpSlice(x, x)
 	}
 	for r := range rows {
 		if c.n[r] == 0 {
@@ -370,16 +368,15 @@ func (j *sdpaJob) output(st *sdpaState, bi, kh, i0, np int) {
 					bf16 = 1
 				}
 				sdpaOut(&o[0], &a[0], l, dv, bf16)
-				if j.rkind == 0 {
-					for t, x := range o {
-						o[t] = j.round(x)
-					}
+				if j.rkind != 'b' {
+					roundSlice(o, j.round, j.rkind)
 				}
 				continue
 			}
 			for t, x := range a {
-				o[t] = j.round(x / l)
+				o[t] = x / l
 			}
+			roundSlice(o, j.round, j.rkind)
 		}
 	}
 }
@@ -602,10 +599,12 @@ func sdpaSoftmaxGo(s, m, l, f []float32) {
 		if !math.IsInf(float64(mn), -1) {
 			shift, fr = mn, mlxmath.Exp(m[r]-mn)
 		}
-		var sum float32
 		for x, v := range row {
-			e := mlxmath.Exp(v - shift)
-			row[x] = e
+			row[x] = v - shift
+		}
+		ExpSlice(row, row) // mlxmath.Exp of each, vector code where the CPU allows
+		var sum float32
+		for _, e := range row {
 			sum += e
 		}
 		m[r], f[r] = mn, fr

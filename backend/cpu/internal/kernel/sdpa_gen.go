@@ -639,35 +639,46 @@ func roundConsts() {
 	}
 }
 
-// vecSwiGLU(dst, gate, up *float32, n, bf16 int): SwiGLU of n values (a
-// multiple of 16), every stored value rounded to bfloat16 when bf16 is 1,
-// else kept in float32, as swiglu in swiglu.go:
+// kinds16 are the rounding kinds of vecSwiGLU and vecNormScale (0
+// float32, 1 bfloat16, 2 float16) with their rounding step of register zr
+// (Z11 scratch, K5 clobbered): none, roundBF16, or VCVTPS2PH with round to
+// nearest even and back (tensor.RoundF16's bits, NaNs included).
+var kinds16 = []struct {
+	name string
+	rnd  func(zr string)
+}{
+	{"f32", func(string) {}},
+	{"bf16", func(zr string) { roundBF16(zr, "Z11", "K5") }},
+	{"f16", func(zr string) {
+		p("\tVCVTPS2PH $0, %s, Y11", zr)
+		p("\tVCVTPH2PS Y11, %s", zr)
+	}},
+}
+
+// vecSwiGLU(dst, gate, up *float32, n, kind int): SwiGLU of n values (a
+// multiple of 16), every stored value rounded to the kind (0 float32, 1
+// bfloat16, 2 float16), as swiglu in swiglu.go:
 //
 //	e = rnd(exp(|g|)); y = 1/(1+e); sig = rnd(g < 0 ? y : 1−y)
 //	dst = rnd(rnd(g·sig)·u)
 func genSwiGLU() {
-	p("// func vecSwiGLU(dst, gate, up *float32, n, bf16 int)")
+	p("// func vecSwiGLU(dst, gate, up *float32, n, kind int)")
 	p("TEXT ·vecSwiGLU(SB), NOSPLIT, $0-40")
 	p("\tMOVQ dst+0(FP), DI")
 	p("\tMOVQ gate+8(FP), SI")
 	p("\tMOVQ up+16(FP), BX")
 	p("\tMOVQ n+24(FP), CX")
-	p("\tMOVQ bf16+32(FP), AX")
+	p("\tMOVQ kind+32(FP), AX")
 	p("\tSHRQ $4, CX")
 	p("\tJZ swiglu_done")
 	loadConsts()
 	roundConsts()
 	p("\tMOVL $0x7fffffff, DX")
 	p("\tVPBROADCASTD DX, Z6")
-	p("\tTESTQ AX, AX")
-	p("\tJNZ swiglu_bf16")
-	for _, bf16 := range []bool{false, true} {
-		lb := "swiglu_f32"
-		rnd := func(string) {}
-		if bf16 {
-			lb = "swiglu_bf16"
-			rnd = func(zr string) { roundBF16(zr, "Z11", "K5") }
-		}
+	kindSwitch("swiglu")
+	for _, k := range kinds16 {
+		lb := "swiglu_" + k.name
+		rnd := k.rnd
 		p("%s:", lb)
 		p("\tVMOVUPS (SI), Z0")          // g
 		p("\tVPANDD Z6, Z0, Z1")         // |g|
@@ -697,30 +708,25 @@ func genSwiGLU() {
 	p("")
 }
 
-// vecNormScale(dst, x, w *float32, inv float32, n, bf16 int): the last step
+// vecNormScale(dst, x, w *float32, inv float32, n, kind int): the last step
 // of RMSNorm for n values (a multiple of 16), dst = rnd(w·rnd(x·inv)), each
-// product rounded to bfloat16 when bf16 is 1, else kept in float32.
+// product rounded to the kind (0 float32, 1 bfloat16, 2 float16).
 func genNormScale() {
-	p("// func vecNormScale(dst, x, w *float32, inv float32, n, bf16 int)")
+	p("// func vecNormScale(dst, x, w *float32, inv float32, n, kind int)")
 	p("TEXT ·vecNormScale(SB), NOSPLIT, $0-48")
 	p("\tMOVQ dst+0(FP), DI")
 	p("\tMOVQ x+8(FP), SI")
 	p("\tMOVQ w+16(FP), BX")
 	p("\tVBROADCASTSS inv+24(FP), Z1")
 	p("\tMOVQ n+32(FP), CX")
-	p("\tMOVQ bf16+40(FP), AX")
+	p("\tMOVQ kind+40(FP), AX")
 	p("\tSHRQ $4, CX")
 	p("\tJZ norm_done")
 	roundConsts()
-	p("\tTESTQ AX, AX")
-	p("\tJNZ norm_bf16")
-	for _, bf16 := range []bool{false, true} {
-		lb := "norm_f32"
-		rnd := func(string) {}
-		if bf16 {
-			lb = "norm_bf16"
-			rnd = func(zr string) { roundBF16(zr, "Z11", "K5") }
-		}
+	kindSwitch("norm")
+	for _, k := range kinds16 {
+		lb := "norm_" + k.name
+		rnd := k.rnd
 		p("%s:", lb)
 		p("\tVMOVUPS (SI), Z0")
 		p("\tVMULPS Z1, Z0, Z0") // x·inv (NaN in both: x's, as the scalar code gives)

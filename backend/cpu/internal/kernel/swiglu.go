@@ -14,7 +14,8 @@ import (
 func ExpMLX(x float32) float32 { return mlxmath.Exp(x) }
 
 // ExpSlice writes ExpMLX(src[i]) to dst[i] for every i (dst and src may be
-// the same slice); 16 lanes at a time with AVX-512, bit-identical.
+// the same slice); 16 lanes at a time with AVX-512, 8 with AVX2 and FMA,
+// bit-identical.
 func ExpSlice(dst, src []float32) {
 	need("ExpSlice", "dst", len(dst), len(src))
 	i := 0
@@ -41,23 +42,28 @@ func SigmoidMLX(x float32, round Rounder) float32 {
 	return round(1 - y)
 }
 
-// Vector hooks (vec_amd64.go, assembly of sdpa_amd64.s): each handles a prefix of whole blocks of
-// 16 and returns its length; nil when the CPU has no AVX-512.
+// Vector hooks (vec_amd64.go, assembly of sdpa_amd64.s, with AVX-512;
+// vec_avx2_amd64.go, assembly of vec_avx2_amd64.s, with AVX2): each handles
+// a prefix of whole vectors and returns its length; nil when the CPU has
+// neither.
 var (
-	// simdSwiGLU is SwiGLU with every stored value rounded to bf16 (bf16
-	// set) or kept in float32.
-	simdSwiGLU func(dst, gate, up []float32, bf16 bool) int
+	// simdSwiGLU is SwiGLU with every stored value rounded as roundKind
+	// kind says ('i', 'b' or 'h'; it returns 0 for a kind it lacks).
+	simdSwiGLU func(dst, gate, up []float32, kind byte) int
 	// simdExp writes ExpMLX of each value.
 	simdExp func(dst, src []float32) int
 )
 
 // roundSlice applies round to every value of v in place; tensor.RoundBF16
-// goes through RoundBF16s (vector code with AVX2).
+// and tensor.RoundF16 go through RoundBF16s and RoundF16s (vector code with
+// AVX2, F16C).
 func roundSlice(v []float32, round Rounder, kind byte) {
 	switch kind {
 	case 'i':
 	case 'b':
 		RoundBF16s(v)
+	case 'h':
+		RoundF16s(v)
 	default:
 		for i := range v {
 			v[i] = round(v[i])
@@ -66,13 +72,16 @@ func roundSlice(v []float32, round Rounder, kind byte) {
 }
 
 // roundKind classifies a Rounder for the vector kernels: 'i' Identity, 'b'
-// tensor.RoundBF16, 0 anything else (left to the scalar loops).
+// tensor.RoundBF16, 'h' tensor.RoundF16, 0 anything else (left to the
+// scalar loops).
 func roundKind(r Rounder) byte {
 	switch reflect.ValueOf(r).Pointer() {
 	case reflect.ValueOf(Identity).Pointer():
 		return 'i'
 	case reflect.ValueOf(tensor.RoundBF16).Pointer():
 		return 'b'
+	case reflect.ValueOf(tensor.RoundF16).Pointer():
+		return 'h'
 	}
 	return 0
 }
@@ -107,15 +116,16 @@ func SwiGLURef(dst, gate, up []float32, round Rounder) {
 //
 // for len(gate) elements; up has the same length. Checked bit for bit against
 // MLX in bf16, f16 and f32 in the tests. Chunks are split across workers; no
-// scratch. With AVX-512 (GOEXPERIMENT=simd) the bf16 and float32 forms run
-// 16 lanes at a time, bit-identical to SwiGLURef.
+// scratch. With AVX-512 the bf16 and float32 forms run 16 lanes at a time,
+// with AVX2 (FMA, F16C) the float32, bf16 and f16 forms 8 at a time, all
+// bit-identical to SwiGLURef.
 func SwiGLU(dst, gate, up []float32, round Rounder) {
 	checkSwiGLU(dst, gate, up)
 	round = roundOr(round)
 	kind := roundKind(round)
 	parallelFor(len(gate), 16384, func(lo, hi int) {
 		if simdSwiGLU != nil && kind != 0 {
-			lo += simdSwiGLU(dst[lo:hi], gate[lo:hi], up[lo:hi], kind == 'b')
+			lo += simdSwiGLU(dst[lo:hi], gate[lo:hi], up[lo:hi], kind)
 		}
 		for i := lo; i < hi; i++ {
 			dst[i] = swiglu(gate[i], up[i], round)

@@ -42,11 +42,11 @@ func TestSwiGLUAVX512BitExact(t *testing.T) {
 	for _, dt := range []struct {
 		name  string
 		round Rounder
-		bf16  bool
-	}{{"bf16", tensor.RoundBF16, true}, {"f32", Identity, false}} {
+		kind  byte
+	}{{"bf16", tensor.RoundBF16, 'b'}, {"f32", Identity, 'i'}, {"f16", tensor.RoundF16, 'h'}} {
 		t.Run(fmt.Sprintf("swiglu/%s", dt.name), func(t *testing.T) {
 			got := make([]float32, len(xs))
-			if n := simdSwiGLU(got, xs, up, dt.bf16); n != len(xs) {
+			if n := simdSwiGLU(got, xs, up, dt.kind); n != len(xs) {
 				t.Fatalf("simdSwiGLU wrote %d values, want %d", n, len(xs))
 			}
 			for i := range xs {
@@ -75,12 +75,12 @@ func TestNormScaleAVX512BitExact(t *testing.T) {
 	for _, dt := range []struct {
 		name  string
 		round Rounder
-		bf16  bool
-	}{{"bf16", tensor.RoundBF16, true}, {"f32", Identity, false}} {
+		kind  byte
+	}{{"bf16", tensor.RoundBF16, 'b'}, {"f32", Identity, 'i'}, {"f16", tensor.RoundF16, 'h'}} {
 		for _, inv := range []float32{0.37, 3e-39, 7e30, 0, float32(math.Inf(1)), float32(math.NaN()), -float32(math.NaN())} {
 			t.Run(fmt.Sprintf("%s/inv%v", dt.name, inv), func(t *testing.T) {
 				got := make([]float32, len(xs))
-				if n := simdNormScale(got, xs, w, inv, dt.bf16); n != len(xs) {
+				if n := simdNormScale(got, xs, w, inv, dt.kind); n != len(xs) {
 					t.Fatalf("simdNormScale wrote %d values, want %d", n, len(xs))
 				}
 				for i, x := range xs {

@@ -50,9 +50,7 @@ func (v Vec) load(dst []float32, off int) {
 	case v.F32 != nil:
 		copy(dst, v.F32[off:off+len(dst)])
 	case v.F16:
-		for i, h := range v.U16[off : off+len(dst)] {
-			dst[i] = tensor.F16ToFloat32(h)
-		}
+		F16ToFloat32s(dst, v.U16[off:off+len(dst)])
 	default:
 		BF16ToFloat32s(dst, v.U16[off:off+len(dst)])
 	}

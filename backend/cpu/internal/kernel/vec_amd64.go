@@ -3,21 +3,23 @@
 package kernel
 
 // The AVX-512 forms of ExpSlice, SwiGLU and RMSNorm's scaling (sdpa_amd64.s,
-// written by sdpa_gen.go), bit-identical to the scalar ones, installed
-// when the CPU has AVX-512.
+// written by sdpa_gen.go) in float32, bfloat16 and float16 rounding,
+// bit-identical to the scalar ones, installed when the CPU has AVX-512
+// (vaKind, vec_avx2_amd64.go, maps the rounding kinds to the argument).
 
 // vecSwiGLU writes SwiGLU of n values (a multiple of 16) to dst, every
-// stored value rounded to bfloat16 when bf16 is 1, else kept in float32
+// stored value rounded to the kind: 0 float32, 1 bfloat16, 2 float16
 // (swiglu in swiglu.go).
 //
 //go:noescape
-func vecSwiGLU(dst, gate, up *float32, n, bf16 int)
+func vecSwiGLU(dst, gate, up *float32, n, kind int)
 
 // vecNormScale writes dst = rnd(w·rnd(x·inv)) for n values (a multiple of
-// 16), rnd rounding to bfloat16 when bf16 is 1, else none (rmsNormRow).
+// 16), rnd rounding to the kind: 0 none, 1 bfloat16, 2 float16
+// (rmsNormRow).
 //
 //go:noescape
-func vecNormScale(dst, x, w *float32, inv float32, n, bf16 int)
+func vecNormScale(dst, x, w *float32, inv float32, n, kind int)
 
 func init() {
 	if avx512, _ := x86Features(); avx512 {
@@ -27,17 +29,14 @@ func init() {
 
 // swigluAsm is simdSwiGLU through vecSwiGLU over the longest multiple of
 // 16 values; it returns that count (the caller does the rest).
-func swigluAsm(dst, gate, up []float32, bf16 bool) int {
+func swigluAsm(dst, gate, up []float32, kind byte) int {
+	k, ok := vaKind(kind)
 	n := len(gate) &^ 15
-	if n == 0 {
+	if n == 0 || !ok {
 		return 0
 	}
 	_, _ = dst[n-1], up[n-1]
-	b := 0
-	if bf16 {
-		b = 1
-	}
-	vecSwiGLU(&dst[0], &gate[0], &up[0], n, b)
+	vecSwiGLU(&dst[0], &gate[0], &up[0], n, k)
 	return n
 }
 
@@ -55,16 +54,13 @@ func expSliceAsm(dst, src []float32) int {
 
 // normScaleAsm is simdNormScale through vecNormScale over the longest
 // multiple of 16 values; it returns that count.
-func normScaleAsm(dst, x, w []float32, inv float32, bf16 bool) int {
+func normScaleAsm(dst, x, w []float32, inv float32, kind byte) int {
+	k, ok := vaKind(kind)
 	n := len(x) &^ 15
-	if n == 0 {
+	if n == 0 || !ok {
 		return 0
 	}
 	_, _ = dst[n-1], w[n-1]
-	b := 0
-	if bf16 {
-		b = 1
-	}
-	vecNormScale(&dst[0], &x[0], &w[0], inv, n, b)
+	vecNormScale(&dst[0], &x[0], &w[0], inv, n, k)
 	return n
 }

@@ -1,7 +1,11 @@
 package kernel
 
 // Float32 vector helpers of the fast kernels: a portable loop, replaced by a
-// vector one (simd_amd64.go) when the CPU allows. They sum in their own order.
+// vector one when the CPU allows (AVX-512: simd_amd64.go, qmm_amd64.go;
+// AVX2 with FMA: vec_avx2_amd64.go, in every build). They sum in their own
+// order (fused multiply-adds in the vector forms), which the callers'
+// contracts allow: the float32 SDPA is held to its reference within the
+// rounding bound of any summation order (sdpa_fast.go).
 var (
 	simdDot  func(a, b []float32) float32              // Σ a_i·b_i
 	simdAxpy func(y []float32, a float32, x []float32) // y += a·x
