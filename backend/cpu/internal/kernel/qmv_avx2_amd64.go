@@ -39,7 +39,8 @@ type avxArgs struct {
 	out   unsafe.Pointer // 72
 	ntile int            // 80
 	d     unsafe.Pointer // 88
-	gleft int            // 96: the int8 kernels' group counter
+	gleft int            // 96: the kernels' group counter
+	bleft int            // 104: the int8 kernels' block counter
 }
 
 // qavxF32B4 writes, for a.ntile tiles of eight consecutive 4-bit weight

@@ -207,6 +207,7 @@ func oddConsts(bits int) {
 // a_j += c_{4u+j}·x_{4u+j} over the group's codes in steps of four.
 func f32Odd(bits int) {
 	name := fmt.Sprintf("qavxF32B%d", bits)
+	pf, pfStep = "CX", 8*bits
 	prologue(name, true)
 	oddConsts(bits)
 	p("%s_group:", name)
@@ -215,6 +216,7 @@ func f32Odd(bits int) {
 	}
 	p("\tMOVQ 64(AX), DX")
 	p("%s_unit:", name)
+	prefetch()
 	for pr := range 4 {
 		loadOdd(pr)
 		for h := range 2 {
@@ -241,12 +243,14 @@ func f32Odd(bits int) {
 // steps as q8.
 func q8Odd(bits int) {
 	name := fmt.Sprintf("%sB%d", q8Prefix(), bits)
+	pf, pfStep = "DX", 32*bits
 	prologue(name, true)
 	oddConsts(bits)
 	p("%s_group:", name)
 	q8GroupStart()
-	p("\tMOVQ 64(AX), DX")
+	blockCountStart()
 	p("%s_blk:", name)
+	prefetch()
 	for i := range 4 {
 		p("\tVPXOR Y%d, Y%d, Y%d", i, i, i)
 	}
@@ -268,8 +272,7 @@ func q8Odd(bits int) {
 	p("\tADDQ $128, DI")
 	q8Block("Y11")
 	p("\tADDQ $4, CX")
-	p("\tDECQ DX")
-	p("\tJNZ %s_blk", name)
+	blockCountEnd(name)
 	groupEnd(name, true)
 }
 
@@ -310,16 +313,48 @@ func prologue(name string, q8 bool) {
 	p("\tMOVQ 24(AX), R14")
 	p("\tVXORPS Y8, Y8, Y8")
 	p("\tVXORPS Y9, Y9, Y9")
+	// The group count lives in the arguments (96); for the int8 kernels
+	// CX walks the block scales of x.
+	p("\tMOVQ 56(AX), DX")
+	p("\tMOVQ DX, 96(AX)")
 	if q8 {
-		// The group count lives in the arguments (128), CX walks the
-		// block scales of x.
-		p("\tMOVQ 56(AX), DX")
-		p("\tMOVQ DX, 96(AX)")
 		p("\tMOVQ 88(AX), CX")
-	} else {
-		p("\tMOVQ 56(AX), CX")
 	}
+	// The prefetch pointer starts at the next tile's first byte.
+	p("\tLEAQ (R8)(R9*8), %s", pf)
 	p("")
+}
+
+// pf is the register of the prefetch pointer of the kernel being written
+// (CX in the float32 kernels, DX in the int8 ones, whose block counter
+// then lives in the arguments); pfStep the bytes of the next tile fetched
+// per step of the inner loop, which is that many bytes of the current one.
+var (
+	pf     string
+	pfStep int
+)
+
+// prefetch asks for the next pfStep bytes of the next tile of eight
+// weight rows (contiguous in memory), so the eight interleaved streams of
+// the current tile never wait on memory: the hardware prefetcher does not
+// follow them.
+func prefetch() {
+	for o := 0; o < pfStep; o += 64 {
+		p("\tPREFETCHT0 %d(%s)", o, pf)
+	}
+	p("\tADDQ $%d, %s", pfStep, pf)
+}
+
+// blockCountStart and blockCountEnd keep the int8 kernels' block counter
+// in the arguments (104), DX being their prefetch pointer.
+func blockCountStart() {
+	p("\tVMOVQ 64(AX), X14")
+	p("\tVMOVQ X14, 104(AX)")
+}
+
+func blockCountEnd(name string) {
+	p("\tDECQ 104(AX)")
+	p("\tJNZ %s_blk", name)
 }
 
 // epilogue: the group scales and biases of the eight rows (gathered in the
@@ -344,11 +379,7 @@ func groupEnd(name string, q8 bool) {
 	p("\tADDQ $32, BX")
 	p("\tADDQ $32, R13")
 	p("\tADDQ $4, R14")
-	if q8 {
-		p("\tDECQ 96(AX)")
-	} else {
-		p("\tDECQ CX")
-	}
+	p("\tDECQ 96(AX)")
 	p("\tJNZ %s_group", name)
 	p("")
 	// out[r] = Σ s·dot + Σ b·xs, lanes back to row order.
@@ -378,6 +409,7 @@ func groupEnd(name string, q8 bool) {
 // by two levels of VHADDPS.
 func f32(bits int) {
 	name := fmt.Sprintf("qavxF32B%d", bits)
+	pf, pfStep = "CX", 128
 	prologue(name, false)
 	p("%s_group:", name)
 	for i := range 4 {
@@ -385,6 +417,7 @@ func f32(bits int) {
 	}
 	p("\tMOVQ 64(AX), DX")
 	p("%s_unit:", name)
+	prefetch()
 	for pr := range 4 {
 		r0, r1 := 2*pr, 2*pr+1
 		acc := fmt.Sprintf("Y%d", pr)
@@ -448,11 +481,13 @@ func f32(bits int) {
 // r7; then a += d_t·float(isum) per row as dotQ8, Y10 holding a.
 func q8(bits int) {
 	name := fmt.Sprintf("%sB%d", q8Prefix(), bits)
+	pf, pfStep = "DX", 32*bits
 	prologue(name, true)
 	p("%s_group:", name)
 	q8GroupStart()
-	p("\tMOVQ 64(AX), DX")
+	blockCountStart()
 	p("%s_blk:", name)
+	prefetch()
 	if bits == 4 {
 		p("\tVBROADCASTI128 (DI), Y12")
 		p("\tVBROADCASTI128 16(DI), Y13")
@@ -494,8 +529,7 @@ func q8(bits int) {
 	}
 	q8Block("Y4")
 	p("\tADDQ $4, CX")
-	p("\tDECQ DX")
-	p("\tJNZ %s_blk", name)
+	blockCountEnd(name)
 	groupEnd(name, true)
 }
 
