@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/gguf"
 	"github.com/mlxgo/mlxgo/synth"
 )
 
@@ -186,5 +188,40 @@ func TestReadBandwidth(t *testing.T) {
 	}
 	if got := sumWords([]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}); got != 55 {
 		t.Errorf("sumWords(1..10): got %d, want 55", got)
+	}
+}
+
+// TestGGUFWeightBytes: a tied head reads all of token_embd each step, an
+// untied one reads one row of it (and output.weight, counted as any tensor).
+func TestGGUFWeightBytes(t *testing.T) {
+	for _, tied := range []bool{true, false} {
+		t.Run(fmt.Sprintf("tied=%v", tied), func(t *testing.T) {
+			spec := synth.Presets["tiny"]
+			spec.Tied = tied
+			g := filepath.Join(t.TempDir(), "m.gguf")
+			if err := synth.WriteGGUF(g, spec, nil); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Open(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var all, embd, rows int64
+			for _, tn := range f.Tensors {
+				all += int64(tn.Size)
+				if tn.Name == "token_embd.weight" {
+					embd, rows = int64(tn.Size), int64(tn.Dims[1])
+				}
+			}
+			f.Close()
+			want := all
+			if !tied {
+				want = all - embd + embd/rows
+			}
+			got, err := GGUFWeightBytes(g)
+			if err != nil || got != want || embd == 0 {
+				t.Errorf("got %d (%v), want %d (all tensors %d, token_embd %d over %d rows)", got, err, want, all, embd, rows)
+			}
+		})
 	}
 }

@@ -81,16 +81,24 @@ func CheckpointWeightBytes(dir string) (perToken, files int64, err error) {
 }
 
 // GGUFWeightBytes returns the bytes one llama.cpp decode step reads of the
-// GGUF file at path: every tensor but token_embd, plus one of its rows.
+// GGUF file at path: every tensor but token_embd, plus one of its rows; with
+// no output.weight (a tied head, which llama.cpp computes from token_embd)
+// all of token_embd.
 func GGUFWeightBytes(path string) (int64, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
+	tied := true
+	for _, t := range f.Tensors {
+		if t.Name == "output.weight" {
+			tied = false
+		}
+	}
 	var n int64
 	for _, t := range f.Tensors {
-		if t.Name == "token_embd.weight" && len(t.Dims) == 2 && t.Dims[1] > 0 {
+		if !tied && t.Name == "token_embd.weight" && len(t.Dims) == 2 && t.Dims[1] > 0 {
 			n += int64(t.Size / t.Dims[1])
 			continue
 		}
