@@ -156,19 +156,18 @@ func densePack(panel []float32, w Vec, j0, cols, l0, kc, k int) {
 		var a denseArgs
 		a.wstr = uintptr(k * es)
 		a.n = nb
-		pk := densePackF32
-		switch {
-		case w.F32 != nil:
-		case w.F16:
-			pk = densePackF16
-		default:
-			pk = densePackBF16
-		}
 		if nb > 0 {
 			for h := range 2 {
 				a.w = unsafe.Add(base, ((j0+8*h)*k+l0)*es)
 				a.p = unsafe.Pointer(&panel[8*h])
-				pk(&a)
+				switch { // direct calls: a function value would move a (and the panel) to the heap
+				case w.F32 != nil:
+					densePackF32(&a)
+				case w.F16:
+					densePackF16(&a)
+				default:
+					densePackBF16(&a)
+				}
 			}
 		}
 	}
@@ -237,13 +236,13 @@ func denseFastAVX(dst, x []float32, w Vec, m, n, k int) {
 	base, es := denseBase(w)
 	nb := k / 8
 	k8 := 8 * nb
-	f1, f2 := denseFast1F32, denseFast2F32
+	dt := 0 // 0 float32, 1 bfloat16, 2 float16
 	switch {
 	case w.F32 != nil:
 	case w.F16:
-		f1, f2 = denseFast1F16, denseFast2F16
+		dt = 2
 	default:
-		f1, f2 = denseFast1BF16, denseFast2BF16
+		dt = 1
 	}
 	groups := n / 4
 	parallelFor(groups, denseMinChunk(4, m, k), func(lo, hi int) {
@@ -260,11 +259,7 @@ func denseFastAVX(dst, x []float32, w Vec, m, n, k int) {
 				for i := r0; i < r0+rows; i += 2 {
 					a.a = unsafe.Pointer(&x[i*k])
 					a.out = unsafe.Pointer(&dst[i*n+j])
-					if i+1 < r0+rows {
-						f2(&a)
-					} else {
-						f1(&a)
-					}
+					denseFastCall(&a, dt, i+1 < r0+rows)
 				}
 				if k8 < k {
 					for i := r0; i < r0+rows; i++ {
@@ -288,5 +283,25 @@ func denseFastAVX(dst, x []float32, w Vec, m, n, k int) {
 			}
 			dst[i*n+j] = s
 		}
+	}
+}
+
+// denseFastCall runs the fast kernel of weight dtype dt (0 float32, 1
+// bfloat16, 2 float16) on one or two rows of x, by direct calls (a function
+// value would move a to the heap).
+func denseFastCall(a *denseArgs, dt int, two bool) {
+	switch {
+	case dt == 0 && two:
+		denseFast2F32(a)
+	case dt == 0:
+		denseFast1F32(a)
+	case dt == 1 && two:
+		denseFast2BF16(a)
+	case dt == 1:
+		denseFast1BF16(a)
+	case two:
+		denseFast2F16(a)
+	default:
+		denseFast1F16(a)
 	}
 }

@@ -164,7 +164,7 @@ func TestDenseFastUsesFMA(t *testing.T) {
 // and a 2048×8192 one, and GEMM (m = 64), per weight dtype and precision;
 // the bytes are the weights read once, so GB/s is the weight stream.
 func BenchmarkDense(b *testing.B) {
-	for _, sz := range []struct{ m, n, k int }{{1, 1536, 576}, {1, 8192, 2048}, {64, 1536, 576}, {64, 8192, 2048}} {
+	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 8192, 2048}, {64, 1536, 576}, {64, 8192, 2048}} {
 		for _, dt := range []string{"f32", "bf16", "f16"} {
 			for _, fast := range []bool{false, true} {
 				prec := "ref"
