@@ -197,6 +197,10 @@ func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
 		for t := lo; t < hi; t++ {
 			j0 := 16 * t
 			cols := min(16, n-j0)
+			if cols == 16 && m <= 2 {
+				denseRefFew(dst, x, w, m, n, k, j0)
+				continue
+			}
 			for r0 := 0; r0 < m; r0 += denseRB {
 				rows := min(denseRB, m-r0)
 				clear(acc[:rows*16])
@@ -227,6 +231,80 @@ func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
 		}
 	})
 }
+
+// denseRefFew is denseRefAVX's tile of sixteen weight rows from j0 for one
+// or two rows of x: the kernel reads the rows in place (no panel) for the
+// k/8 blocks of eight values and writes the sums to dst; the k mod 8 last
+// terms are then added in order, a separate multiply and add each.
+func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
+	base, es := denseBase(w)
+	var a denseArgs
+	a.w = unsafe.Add(base, j0*k*es)
+	a.wstr = uintptr(k * es)
+	a.a = unsafe.Pointer(&x[0])
+	a.astr = uintptr(4 * k)
+	a.out = unsafe.Pointer(&dst[j0])
+	a.ostr = uintptr(4 * n)
+	a.n = k / 8
+	switch {
+	case w.F32 != nil && m == 2:
+		denseRefV2F32(&a)
+	case w.F32 != nil:
+		denseRefV1F32(&a)
+	case w.F16 && m == 2:
+		denseRefV2F16(&a)
+	case w.F16:
+		denseRefV1F16(&a)
+	case m == 2:
+		denseRefV2BF16(&a)
+	default:
+		denseRefV1BF16(&a)
+	}
+	for l := 8 * (k / 8); l < k; l++ {
+		for i := range m {
+			xv := x[i*k+l]
+			d := dst[i*n+j0 : i*n+j0+16]
+			for c := range d {
+				d[c] += float32(xv * vecAt(w, (j0+c)*k+l)) // explicit conversion: no FMA
+			}
+		}
+	}
+}
+
+// denseRefV1F32 writes to a.out[c], c < 16, the in-order float32 sum
+// (a multiply, then an add, per term) of x[l]·W[c][l] over a.n blocks of
+// eight values, x the row at a.a and W sixteen float32 rows from a.w,
+// a.wstr bytes apart, read in place: each block of eight values of eight
+// rows is transposed in registers, one output per lane.
+//
+//go:noescape
+func denseRefV1F32(a *denseArgs)
+
+// denseRefV2F32 is denseRefV1F32 for two rows of x (a.astr bytes apart),
+// the second row's sixteen outputs a.ostr bytes after the first's.
+//
+//go:noescape
+func denseRefV2F32(a *denseArgs)
+
+// denseRefV1BF16 is denseRefV1F32 for bfloat16 weights.
+//
+//go:noescape
+func denseRefV1BF16(a *denseArgs)
+
+// denseRefV2BF16 is denseRefV2F32 for bfloat16 weights.
+//
+//go:noescape
+func denseRefV2BF16(a *denseArgs)
+
+// denseRefV1F16 is denseRefV1F32 for float16 weights (F16C).
+//
+//go:noescape
+func denseRefV1F16(a *denseArgs)
+
+// denseRefV2F16 is denseRefV2F32 for float16 weights (F16C).
+//
+//go:noescape
+func denseRefV2F16(a *denseArgs)
 
 // denseFastAVX is the fast precision on the AVX2 kernels: per group of four
 // weight rows (split across the pool), one or two rows of x at a time,

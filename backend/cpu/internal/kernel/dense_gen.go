@@ -16,6 +16,11 @@
 //     acc[i][c] = acc[i][c] + x[i][l]·panel[l][c] for l in order, a
 //     separate multiply (VMULPS) and add (VADDPS) per lane, so each lane is
 //     the scalar loop of its output element, bit for bit.
+//   - denseRefV{1,2}{F32,BF16,F16}: one or two rows of x against sixteen
+//     weight rows read in place (no panel: the few-row case, where the
+//     panel's store and reload would cost as much as the sums), each block
+//     of eight values of eight rows transposed in registers as in densePack
+//     and added at once, in order, with a separate multiply and add.
 //   - denseFast{1,2}{F32,BF16,F16}: one or two rows of x against four
 //     weight rows read in place, eight values a step, one FMA accumulator
 //     per (row, weight row) holding lane l's partial sum of values ≡ l mod 8,
@@ -53,12 +58,16 @@ var dts = []struct {
 
 // wrow returns the address of weight row r (0..7) at byte offset off: R8 is
 // row 0's, R9 the row stride, R10 three strides, R11 five, R12 seven.
-func wrow(r, off int) string {
+func wrow(r, off int) string { return wrowAt("R8", r, off) }
+
+// wrowAt is wrow with base register base in place of R8.
+func wrowAt(base string, r, off int) string {
 	o := ""
 	if off != 0 {
 		o = fmt.Sprint(off)
 	}
-	return o + [...]string{"(R8)", "(R8)(R9*1)", "(R8)(R9*2)", "(R8)(R10*1)", "(R8)(R9*4)", "(R8)(R11*1)", "(R8)(R10*2)", "(R8)(R12*1)"}[r]
+	idx := [...]string{"", "(R9*1)", "(R9*2)", "(R10*1)", "(R9*4)", "(R11*1)", "(R10*2)", "(R12*1)"}[r]
+	return o + "(" + base + ")" + idx
 }
 
 // xrow returns the address of row i (0..3) of x: SI is row 0's, BX the row
@@ -239,6 +248,137 @@ func fast(rows, dt int) {
 	p("")
 }
 
+// regs is a free list of YMM register numbers.
+type regs []int
+
+func (f *regs) get() int {
+	r := (*f)[len(*f)-1]
+	*f = (*f)[:len(*f)-1]
+	return r
+}
+
+func (f *regs) put(r int) { *f = append(*f, r) }
+
+// refVBlock loads eight values of eight weight rows at base (wrowAt) as
+// float32, transposes them in registers and adds, for t = 0..7 in order,
+// x_i[t]·(value t of the eight rows) to accumulator acc[i] (a multiply,
+// then an add). The loaded rows take Y0..Y7; free holds the other
+// registers not in acc.
+func refVBlock(dt int, base string, acc []int, free regs) {
+	var row [8]int
+	for r := range 8 {
+		row[r] = r
+		load8(dt, wrowAt(base, r, 0), fmt.Sprintf("Y%d", r))
+	}
+	// Rows 2q, 2q+1 interleaved: lo[q] values 0,1 | 4,5; hi[q] values 2,3 | 6,7.
+	var lo, hi [4]int
+	for q := range 4 {
+		a, b := row[2*q], row[2*q+1]
+		lo[q] = free.get()
+		p("\tVUNPCKLPS Y%d, Y%d, Y%d", b, a, lo[q])
+		p("\tVUNPCKHPS Y%d, Y%d, Y%d", b, a, b)
+		hi[q] = b
+		free.put(a)
+	}
+	// s[t] (t < 4): rows 0-3 at values t | t+4; s[4+t] rows 4-7.
+	var sv [8]int
+	for h := range 2 {
+		l0, l1, h0, h1 := lo[2*h], lo[2*h+1], hi[2*h], hi[2*h+1]
+		sv[4*h] = free.get()
+		p("\tVSHUFPS $0x44, Y%d, Y%d, Y%d", l1, l0, sv[4*h])
+		p("\tVSHUFPS $0xEE, Y%d, Y%d, Y%d", l1, l0, l1)
+		sv[4*h+1] = l1
+		free.put(l0)
+		sv[4*h+2] = free.get()
+		p("\tVSHUFPS $0x44, Y%d, Y%d, Y%d", h1, h0, sv[4*h+2])
+		p("\tVSHUFPS $0xEE, Y%d, Y%d, Y%d", h1, h0, h1)
+		sv[4*h+3] = h1
+		free.put(h0)
+	}
+	// v[t]: value t of the eight rows.
+	var v [8]int
+	for t := range 4 {
+		a, b := sv[t], sv[t+4]
+		v[t] = free.get()
+		p("\tVPERM2F128 $0x20, Y%d, Y%d, Y%d", b, a, v[t])
+		p("\tVPERM2F128 $0x31, Y%d, Y%d, Y%d", b, a, b)
+		v[t+4] = b
+		free.put(a)
+	}
+	for t := range 8 {
+		for i := range acc {
+			bc, pr := free.get(), free.get()
+			addr := fmt.Sprintf("%d%s", 4*t, xrow(i))
+			p("\tVBROADCASTSS %s, Y%d", addr, bc)
+			p("\tVMULPS Y%d, Y%d, Y%d", v[t], bc, pr)
+			p("\tVADDPS Y%d, Y%d, Y%d", pr, acc[i], acc[i])
+			free.put(pr)
+			free.put(bc)
+		}
+		free.put(v[t])
+	}
+}
+
+// refV writes denseRefV<rows><dt>: rows (1 or 2) rows of x against
+// sixteen weight rows read in place, a.n blocks of eight values; the
+// accumulators of rows 0-7 (A) and 8-15 (B) of x row i are Y(15-2i) and
+// Y(14-2i), written to a.out + i·a.ostr (sixteen float32).
+func refV(rows, dt int) {
+	name := fmt.Sprintf("denseRefV%d%s", rows, dts[dt].name)
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), BX", offAstr)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), DX", offOstr)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	p("\tLEAQ (R8)(R9*8), R13")
+	var accA, accB []int
+	for i := range rows {
+		accA = append(accA, 15-2*i)
+		accB = append(accB, 14-2*i)
+	}
+	for i := range rows {
+		p("\tVXORPS Y%d, Y%d, Y%d", accA[i], accA[i], accA[i])
+		p("\tVXORPS Y%d, Y%d, Y%d", accB[i], accB[i], accB[i])
+	}
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop:", name)
+	temps := func() regs {
+		var f regs
+		for r := 8; r < 16-2*rows; r++ {
+			f = append(f, r)
+		}
+		return f
+	}
+	refVBlock(dt, "R8", accA, temps())
+	refVBlock(dt, "R13", accB, temps())
+	p("\tADDQ $%d, R8", 8*dts[dt].size)
+	p("\tADDQ $%d, R13", 8*dts[dt].size)
+	p("\tADDQ $32, SI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_store:", name)
+	for i := range rows {
+		o := "(DI)"
+		if i == 1 {
+			o = "(DI)(DX*1)"
+		}
+		p("\tVMOVUPS Y%d, %s", accA[i], o)
+		p("\tVMOVUPS Y%d, 32%s", accB[i], o)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "output file (default standard output)")
 	flag.Parse()
@@ -248,6 +388,10 @@ func main() {
 	}
 	for rows := 1; rows <= 4; rows++ {
 		ref(rows)
+	}
+	for dt := range dts {
+		refV(1, dt)
+		refV(2, dt)
 	}
 	for dt := range dts {
 		fast(1, dt)
