@@ -15,7 +15,7 @@ import (
 //
 //   - reference: every output is Σ_l x[i,l]·W[j,l] accumulated in order
 //     over l in float32, a separate multiply and add per term (no FMA): the
-//     bits of the plain loop (denseRef, and the backend's matmulRef). The
+//     bits of the plain loop (DenseMatmulTRef, and the backend's matmulRef). The
 //     AVX2 form (dense_amd64.go) packs sixteen weight rows at a time into a
 //     transposed panel (eight values a row converted and transposed in
 //     registers) and runs up to four rows of x against it, one output per
@@ -69,9 +69,10 @@ func denseGo(dst, x []float32, w Vec, m, n, k int) {
 	})
 }
 
-// denseRef is the single-goroutine definition of the reference precision,
-// the twin the tests hold every kernel to: the in-order float32 loop.
-func denseRef(dst, x []float32, w Vec, m, n, k int) {
+// DenseMatmulTRef is the single-goroutine definition of DenseMatmulT's
+// reference precision, the twin the tests hold every kernel to: for each
+// output the in-order float32 loop, a separate multiply and add per term.
+func DenseMatmulTRef(dst, x []float32, w Vec, m, n, k int) {
 	for i := range m {
 		for j := range n {
 			var s float32

@@ -11,11 +11,11 @@ import (
 // denseArgs are the arguments of the dense kernels (field offsets fixed in
 // dense_gen.go): w the first weight row and wstr the bytes between weight
 // rows; a the first row of x (float32) and astr the bytes between its rows;
-// p the panel (written by densePack, read by denseRef); out the
-// accumulators of denseRef (sixteen float32 a row, rows contiguous) or the
+// p the panel (written by densePack, read by denseRef1..4); out the
+// accumulators of denseRef1..4 (sixteen float32 a row, rows contiguous) or the
 // first output of denseFast, ostr the bytes between denseFast's output
 // rows; n the blocks of eight values (densePack, denseFast) or the values
-// of k (denseRef).
+// of k (denseRef1..4).
 type denseArgs struct {
 	w    unsafe.Pointer // 0
 	wstr uintptr        // 8

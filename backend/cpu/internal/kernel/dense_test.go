@@ -75,7 +75,7 @@ func runDense(t *testing.T, x []float32, w Vec, m, n, k int, fast, vec bool) []f
 }
 
 // TestDenseReference: the reference precision, on the vector kernels and
-// on the portable loop, gives the bits of denseRef (the in-order loop) for
+// on the portable loop, gives the bits of DenseMatmulTRef (the in-order loop) for
 // every dtype and shape; a kernel that read past x or W would meet a NaN
 // guard.
 func TestDenseReference(t *testing.T) {
@@ -88,7 +88,7 @@ func TestDenseReference(t *testing.T) {
 				w, _ := denseWeights(t, dt, uint64(10+si), n, k)
 				x := randVec(newRand(uint64(100+si)), m*k, 1, Identity)
 				want := make([]float32, m*n)
-				denseRef(want, x, w, m, n, k)
+				DenseMatmulTRef(want, x, w, m, n, k)
 				for _, vec := range []bool{true, false} {
 					got := runDense(t, x, w, m, n, k, false, vec)
 					for i := range want {
@@ -104,7 +104,9 @@ func TestDenseReference(t *testing.T) {
 
 // TestDenseFast: the fast precision is within DenseFastBound of the exact
 // sum (float64 over the same float32 products, exact to 2^-53 relative per
-// term and added with a 2^-50·Σ|x·w| allowance) for every dtype and shape.
+// term and added with a 2^-50·Σ|x·w| allowance) for every dtype and shape,
+// and a row of x run alone gives the bits it gets among the others (so
+// chunked prefill and decode agree with one-shot evaluation).
 func TestDenseFast(t *testing.T) {
 	worst := 0.0
 	for _, dt := range []string{"f32", "bf16", "f16"} {
@@ -114,6 +116,14 @@ func TestDenseFast(t *testing.T) {
 				w, wv := denseWeights(t, dt, uint64(10+si), n, k)
 				x := randVec(newRand(uint64(100+si)), m*k, 1, Identity)
 				got := runDense(t, x, w, m, n, k, true, true)
+				for i := 0; i < m && m > 1; i += 3 { // a row alone gives the bits it gets among many
+					one := runDense(t, x[i*k:(i+1)*k], w, 1, n, k, true, true)
+					for j := range n {
+						if math.Float32bits(one[j]) != math.Float32bits(got[i*n+j]) {
+							t.Fatalf("row %d alone: output %d = %v, among %d rows %v", i, j, one[j], m, got[i*n+j])
+						}
+					}
+				}
 				for i := range m {
 					for j := range n {
 						var sum, abs float64
