@@ -12,10 +12,10 @@ import (
 // dense_gen.go): w the first weight row and wstr the bytes between weight
 // rows; a the first row of x (float32) and astr the bytes between its rows;
 // p the panel (written by densePack, read by denseRef1..4); out the
-// accumulators of denseRef1..4 (sixteen float32 a row, rows contiguous) or the
-// first output of denseFast, ostr the bytes between denseFast's output
-// rows; n the blocks of eight values (densePack, denseFast) or the values
-// of k (denseRef1..4).
+// accumulators of denseRef1..4 (sixteen float32 a row, rows contiguous), or
+// the first output of denseRefV and denseFast with ostr the bytes between
+// their output rows; n the values of k (denseRef1..4) or the blocks of
+// eight values (the others).
 type denseArgs struct {
 	w    unsafe.Pointer // 0
 	wstr uintptr        // 8
