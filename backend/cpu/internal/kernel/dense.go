@@ -39,6 +39,10 @@ func DenseMatmulT(dst, x []float32, w Vec, m, n, k int, fast bool) {
 	if m == 0 || n == 0 {
 		return
 	}
+	if k == 0 { // empty sums
+		clear(dst[:m*n])
+		return
+	}
 	if denseAsm(dst, x, w, m, n, k, fast) {
 		return
 	}

@@ -12,9 +12,9 @@ import (
 // denseShapes are the (m, n, k) of the dense matmul tests: m = 1, 2, 7, 33
 // and one past denseRB; n odd, below, at and past a tile of sixteen and a
 // group of four; k below, at and past the eight-value block and the
-// denseKC panel, and not multiples of 8.
+// denseKC panel, and not multiples of 8, and k = 0 (empty sums).
 var denseShapes = [][3]int{
-	{1, 1, 1}, {1, 3, 7}, {1, 16, 8}, {1, 17, 13}, {1, 48, 64}, {1, 33, 300}, {1, 64, 576},
+	{1, 1, 1}, {1, 3, 7}, {2, 17, 0}, {1, 16, 0}, {1, 16, 8}, {1, 17, 13}, {1, 48, 64}, {1, 33, 300}, {1, 64, 576},
 	{2, 5, 9}, {2, 16, 256}, {2, 31, 257}, {7, 16, 40}, {7, 21, 37}, {7, 49, 520},
 	{33, 16, 24}, {33, 35, 100}, {33, 64, 263}, {70, 19, 65}, {70, 64, 128},
 }
