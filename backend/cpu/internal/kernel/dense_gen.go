@@ -20,7 +20,9 @@
 //     weight rows read in place (no panel: the few-row case, where the
 //     panel's store and reload would cost as much as the sums), each block
 //     of eight values of eight rows transposed in registers as in densePack
-//     and added at once, in order, with a separate multiply and add.
+//     and added at once, in order, with a separate multiply and add (the
+//     one-row bfloat16 kernel transposes at 16 bits instead, two blocks of
+//     eight rows per register: refV1BF16).
 //   - denseFast{1,2}{F32,BF16,F16}: one or two rows of x against four
 //     weight rows read in place, eight values a step, one FMA accumulator
 //     per (row, weight row) holding lane l's partial sum of values ≡ l mod 8,
@@ -379,6 +381,103 @@ func refV(rows, dt int) {
 	p("")
 }
 
+// refV1BF16 writes denseRefV1BF16, refV's one-row kernel for bfloat16
+// weights, transposing at 16 bits: YMM r holds eight values of weight row
+// r in its low lane and of row 8+r in its high lane; two unpack stages
+// (words, then dwords) leave rows 0-3 (and 8-11) of two values in one
+// register, and an unpack with zero widens each value to float32 (its bits
+// shifted up by 16). Accumulator Y15 holds outputs 0-3 | 8-11 and Y14
+// outputs 4-7 | 12-15, each lane its output's in-order sum; one broadcast
+// of x serves both. The lanes are put in column order when stored.
+func refV1BF16() {
+	name := "denseRefV1BF16"
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	p("\tLEAQ (R8)(R9*8), R13")
+	const zero, accLo, accHi = 13, 15, 14
+	p("\tVPXOR Y%d, Y%d, Y%d", zero, zero, zero)
+	p("\tVXORPS Y%d, Y%d, Y%d", accLo, accLo, accLo)
+	p("\tVXORPS Y%d, Y%d, Y%d", accHi, accHi, accHi)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop:", name)
+	free := regs{8, 9, 10, 11, 12}
+	for r := range 8 {
+		p("\tVMOVDQU %s, X%d", wrowAt("R8", r, 0), r)
+		p("\tVINSERTI128 $1, %s, Y%d, Y%d", wrowAt("R13", r, 0), r, r)
+	}
+	// Stage 1: lo[q] rows 2q, 2q+1 at values 0-3, hi[q] at values 4-7.
+	var lo, hi [4]int
+	for q := range 4 {
+		a, b := 2*q, 2*q+1
+		lo[q] = free.get()
+		p("\tVPUNPCKLWD Y%d, Y%d, Y%d", b, a, lo[q])
+		p("\tVPUNPCKHWD Y%d, Y%d, Y%d", b, a, b)
+		hi[q] = b
+		free.put(a)
+	}
+	// Stage 2: q[h][u] rows 4h..4h+3 at values 2u, 2u+1.
+	var q [2][4]int
+	for h := range 2 {
+		for s, src := range [][4]int{lo, hi} {
+			a, b := src[2*h], src[2*h+1]
+			q[h][2*s] = free.get()
+			p("\tVPUNPCKLDQ Y%d, Y%d, Y%d", b, a, q[h][2*s])
+			p("\tVPUNPCKHDQ Y%d, Y%d, Y%d", b, a, b)
+			q[h][2*s+1] = b
+			free.put(a)
+		}
+	}
+	acc := [2]int{accLo, accHi}
+	for u := range 4 {
+		for half := range 2 { // value 2u, then 2u+1
+			var w [2]int
+			for h := range 2 {
+				w[h] = free.get()
+				op := "VPUNPCKLWD"
+				if half == 1 {
+					op = "VPUNPCKHWD"
+				}
+				p("\t%s Y%d, Y%d, Y%d", op, q[h][u], zero, w[h])
+			}
+			bc := free.get()
+			p("\tVBROADCASTSS %d(SI), Y%d", 4*(2*u+half), bc)
+			for h := range 2 {
+				pr := free.get()
+				p("\tVMULPS Y%d, Y%d, Y%d", w[h], bc, pr)
+				p("\tVADDPS Y%d, Y%d, Y%d", pr, acc[h], acc[h])
+				free.put(pr)
+				free.put(w[h])
+			}
+			free.put(bc)
+		}
+		free.put(q[0][u])
+		free.put(q[1][u])
+	}
+	p("\tADDQ $16, R8")
+	p("\tADDQ $16, R13")
+	p("\tADDQ $32, SI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_store:", name)
+	p("\tVPERM2F128 $0x20, Y%d, Y%d, Y0", accHi, accLo)
+	p("\tVPERM2F128 $0x31, Y%d, Y%d, Y1", accHi, accLo)
+	p("\tVMOVUPS Y0, (DI)")
+	p("\tVMOVUPS Y1, 32(DI)")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "output file (default standard output)")
 	flag.Parse()
@@ -390,7 +489,11 @@ func main() {
 		ref(rows)
 	}
 	for dt := range dts {
-		refV(1, dt)
+		if dt == 1 {
+			refV1BF16()
+		} else {
+			refV(1, dt)
+		}
 		refV(2, dt)
 	}
 	for dt := range dts {
