@@ -183,53 +183,66 @@ func densePack(panel []float32, w Vec, j0, cols, l0, kc, k int) {
 	}
 }
 
-// denseRefAVX is the reference precision on the AVX2 kernels: per tile of
-// sixteen weight rows (split across the pool) and block of up to denseRB
-// rows of x, the accumulators start at +0 and each panel of denseKC
-// values adds its terms in order, so every output is the in-order loop's.
+// denseRefAVX is the reference precision on the AVX2 kernels, tiles of
+// sixteen weight rows split across the pool: one or two rows of x run
+// denseRefFew on the full tiles, everything else denseRefPanel.
 func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
 	tiles := (n + 15) / 16
 	parallelFor(tiles, denseMinChunk(16, m, k), func(lo, hi int) {
-		var panel [denseKC * 16]float32
-		var acc [denseRB * 16]float32
-		var a denseArgs
-		a.astr = uintptr(4 * k)
-		for t := lo; t < hi; t++ {
-			j0 := 16 * t
-			cols := min(16, n-j0)
-			if cols == 16 && m <= 2 {
-				denseRefFew(dst, x, w, m, n, k, j0)
-				continue
+		if m <= 2 {
+			full := max(lo, min(hi, n/16))
+			for t := lo; t < full; t++ {
+				denseRefFew(dst, x, w, m, n, k, 16*t)
 			}
-			for r0 := 0; r0 < m; r0 += denseRB {
-				rows := min(denseRB, m-r0)
-				clear(acc[:rows*16])
-				for l0 := 0; l0 < k; l0 += denseKC {
-					kc := min(denseKC, k-l0)
-					densePack(panel[:], w, j0, cols, l0, kc, k)
-					a.p = unsafe.Pointer(&panel[0])
-					a.n = kc
-					for i := 0; i < rows; i += 4 {
-						a.a = unsafe.Pointer(&x[(r0+i)*k+l0])
-						a.out = unsafe.Pointer(&acc[16*i])
-						switch min(4, rows-i) {
-						case 1:
-							denseRef1(&a)
-						case 2:
-							denseRef2(&a)
-						case 3:
-							denseRef3(&a)
-						default:
-							denseRef4(&a)
-						}
-					}
-				}
-				for i := range rows {
-					copy(dst[(r0+i)*n+j0:(r0+i)*n+j0+cols], acc[16*i:16*i+cols])
-				}
-			}
+			lo = full
+		}
+		if lo < hi {
+			denseRefPanel(dst, x, w, m, n, k, lo, hi)
 		}
 	})
+}
+
+// denseRefPanel runs tiles lo..hi-1 of sixteen weight rows: per tile and
+// block of up to denseRB rows of x the accumulators start at +0, and each
+// panel of denseKC values (densePack) adds its terms in order, up to four
+// rows of x at a time (denseRef1..4), so every output is the in-order
+// loop's.
+func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
+	var panel [denseKC * 16]float32
+	var acc [denseRB * 16]float32
+	var a denseArgs
+	a.astr = uintptr(4 * k)
+	for t := lo; t < hi; t++ {
+		j0 := 16 * t
+		cols := min(16, n-j0)
+		for r0 := 0; r0 < m; r0 += denseRB {
+			rows := min(denseRB, m-r0)
+			clear(acc[:rows*16])
+			for l0 := 0; l0 < k; l0 += denseKC {
+				kc := min(denseKC, k-l0)
+				densePack(panel[:], w, j0, cols, l0, kc, k)
+				a.p = unsafe.Pointer(&panel[0])
+				a.n = kc
+				for i := 0; i < rows; i += 4 {
+					a.a = unsafe.Pointer(&x[(r0+i)*k+l0])
+					a.out = unsafe.Pointer(&acc[16*i])
+					switch min(4, rows-i) {
+					case 1:
+						denseRef1(&a)
+					case 2:
+						denseRef2(&a)
+					case 3:
+						denseRef3(&a)
+					default:
+						denseRef4(&a)
+					}
+				}
+			}
+			for i := range rows {
+				copy(dst[(r0+i)*n+j0:(r0+i)*n+j0+cols], acc[16*i:16*i+cols])
+			}
+		}
+	}
 }
 
 // denseRefFew is denseRefAVX's tile of sixteen weight rows from j0 for one
