@@ -15,11 +15,13 @@ import (
 //
 //   - reference: every output is Σ_l x[i,l]·W[j,l] accumulated in order
 //     over l in float32, a separate multiply and add per term (no FMA): the
-//     bits of the plain loop (DenseMatmulTRef, and the backend's matmulRef). The
-//     AVX2 form (dense_amd64.go) packs sixteen weight rows at a time into a
-//     transposed panel (eight values a row converted and transposed in
-//     registers) and runs up to four rows of x against it, one output per
-//     vector lane, so every lane performs its output's scalar loop.
+//     bits of the plain loop (DenseMatmulTRef, and the backend's
+//     matmulRef). The AVX2 form (dense_amd64.go) takes sixteen weight rows
+//     at a time, converts blocks of eight values of eight rows to float32
+//     and transposes them in registers, so that each vector lane holds one
+//     output and performs its scalar loop: for one or two rows of x
+//     (decode) straight from the weights, for more rows (prefill) through a
+//     transposed panel that up to four rows of x at a time reuse.
 //   - fast: FMA and any order; the AVX2 form reads four weight rows in place
 //     and accumulates eight partial sums per output along k. Its error is
 //     bounded by DenseFastBound.

@@ -6,7 +6,7 @@
 // dense_gen.go -o dense_amd64.s); without -o it writes to standard output
 // (TestGenerated compares that output with the committed file).
 //
-// Three kinds of kernel, each taking one *denseArgs (offsets fixed below):
+// Four kinds of kernel, each taking one *denseArgs (offsets fixed below):
 //
 //   - densePack{F32,BF16,F16}: eight weight rows, converted to float32 eight
 //     values at a time and transposed in registers (unpack, shuffle, 128-bit
