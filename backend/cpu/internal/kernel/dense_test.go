@@ -170,9 +170,11 @@ func TestDenseFastUsesFMA(t *testing.T) {
 	}
 }
 
-// BenchmarkDense: GEMV (m = 1) at SmolLM2-135M's MLP shape (k 576, n 1536)
-// and a 2048×8192 one, and GEMM (m = 64), per weight dtype and precision;
-// the bytes are the weights read once, so GB/s is the weight stream.
+// BenchmarkDense: GEMV (m = 1) at a shape whose weights stay in L2 (k 256,
+// n 512: the kernels' arithmetic rate), SmolLM2-135M's MLP shape (k 576, n
+// 1536) and a 2048×8192 one, and GEMM (m = 64) at the last two, per weight
+// dtype and precision; the bytes are the weights read once, so MB/s is the
+// weight stream.
 func BenchmarkDense(b *testing.B) {
 	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 8192, 2048}, {64, 1536, 576}, {64, 8192, 2048}} {
 		for _, dt := range []string{"f32", "bf16", "f16"} {
