@@ -173,17 +173,20 @@ func TestDenseFastUsesFMA(t *testing.T) {
 // BenchmarkDense: GEMV (m = 1) at a shape whose weights stay in L2 (k 256,
 // n 512: the kernels' arithmetic rate), SmolLM2-135M's MLP shape (k 576, n
 // 1536) and a 2048×8192 one, and GEMM (m = 64) at the last two, per weight
-// dtype and precision; the bytes are the weights read once, so MB/s is the
-// weight stream.
+// dtype and precision, and the portable loop (the vector kernels off: the
+// backend's matmulNT before them); the bytes are the weights read once, so
+// MB/s is the weight stream.
 func BenchmarkDense(b *testing.B) {
 	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 8192, 2048}, {64, 1536, 576}, {64, 8192, 2048}} {
 		for _, dt := range []string{"f32", "bf16", "f16"} {
-			for _, fast := range []bool{false, true} {
-				prec := "ref"
-				if fast {
-					prec = "fast"
-				}
-				b.Run(fmt.Sprintf("m%d_k%d_n%d/%s/%s", sz.m, sz.k, sz.n, dt, prec), func(b *testing.B) {
+			for _, mode := range []struct {
+				name      string
+				fast, vec bool
+			}{{"ref", false, true}, {"fast", true, true}, {"portable", false, false}} {
+				fast := mode.fast
+				b.Run(fmt.Sprintf("m%d_k%d_n%d/%s/%s", sz.m, sz.k, sz.n, dt, mode.name), func(b *testing.B) {
+					defer func(on bool) { denseOn = on }(denseOn)
+					denseOn = mode.vec
 					r := newRand(1)
 					var w Vec
 					es := 2
