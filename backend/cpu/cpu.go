@@ -19,7 +19,7 @@ var _ backend.Backend = (*Backend)(nil)
 // (Eval has nothing left to do) and is not safe for concurrent use.
 type Backend struct {
 	high    bool // Precision "high": float64 accumulation
-	fast    bool // Precision "fast": int8 activations in the quantized matmul
+	fast    bool // Precision "fast": int8 activations in the quantized matmul, FMA in the dense one
 	threads int  // worker goroutines for Matmul
 	closed  bool
 

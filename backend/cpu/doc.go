@@ -26,7 +26,10 @@
 // with transposed weights (every linear layer) quantizes its activations to
 // int8 per block of 32 with a float32 scale and multiplies them with the
 // integer codes in integer arithmetic (after llama.cpp's Q8_0 activations);
-// the group sums Σx of the bias term stay exact. Results differ from
+// the group sums Σx of the bias term stay exact; and the dense matmul with
+// transposed weights (unquantized linear layers, a tied dense head) fuses
+// and reorders its float32 sums (FMA, eight partial sums along k: within
+// kernel.DenseFastBound, about (k/8)·2^-24 of Σ|x·w|). Results differ from
 // "reference" by the activation rounding (relative error of order 2^-8 per
 // element); it is judged by greedy-token agreement and a KL bound against
 // the oracle (conformance TestFastPrecision), never by exact values.

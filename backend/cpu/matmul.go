@@ -18,8 +18,9 @@ import (
 // Output rows are split across the backend's worker goroutines; the result
 // is identical to the single-goroutine matmulRef. A b that is the
 // transposed view of a row-major matrix W (Matmul(x, Transpose(W)), as
-// nn.Dense computes) is read row by row in place (matmulNT), in the same
-// order, without materialising Wᵀ.
+// nn.Dense and the tied head compute) is read in place (matmulNT), in the
+// same order, without materialising Wᵀ; in Precision "fast" that product
+// may fuse and reorder its sums (kernel.DenseFastBound).
 func (b *Backend) Matmul(x, y backend.Array) backend.Array {
 	xa, ya := b.use2("Matmul", x, y)
 	p, err := planMatmul(xa, ya)
@@ -34,7 +35,7 @@ func (b *Backend) Matmul(x, y backend.Array) backend.Array {
 	}
 	dst := b.pool.getF32(p.outShape.Size())
 	if w, ok := b.transposedRows(ya, p); ok {
-		matmulNT(dst, b.f32In(xa, p.dt), w, p, b.threads)
+		matmulNT(dst, b.f32In(xa, p.dt), w, p, b.fast)
 	} else {
 		matmulPar(dst, b.f32In(xa, p.dt), b.f32In(ya, p.dt), p, b.threads)
 	}
@@ -63,47 +64,31 @@ func (b *Backend) transposedRows(y *Array, p mmPlan) (kernel.Vec, bool) {
 }
 
 // matmulNT computes what matmulPar computes for b = Wᵀ, W [n, k] row-major
-// in w: dst[i, j] = Σ_l a[i, l]·W[j, l], accumulated in order over l (the
-// same float32 operations in the same order as matmulRef, so the same
-// bits), without materialising Wᵀ. Each worker takes a range of output
-// columns and converts one row of W at a time; the rows of a are the
-// batches' rows (b is not batched).
-func matmulNT(dst, a []float32, w kernel.Vec, p mmPlan, threads int) {
+// in w: dst[i, j] = Σ_l a[i, l]·W[j, l], without materialising Wᵀ, on
+// kernel.DenseMatmulT (vector kernels where the CPU has them, split across
+// the kernel package's worker pool; W read in place). In the reference
+// precision (fast false) every output is accumulated in order over l in
+// float32, a separate multiply and add per term: the same float32
+// operations in the same order as matmulRef, so the same bits. With fast
+// true (Precision "fast") the sums may be fused and reordered, within
+// kernel.DenseFastBound. The rows of a are the batches' rows (b is not
+// batched, so they are contiguous).
+func matmulNT(dst, a []float32, w kernel.Vec, p mmPlan, fast bool) {
 	rows := p.batch.Size() * p.m
 	if rows == 0 || p.n == 0 {
 		return
 	}
-	work := func(lo, hi int) {
-		row := make([]float32, p.k)
-		for j := lo; j < hi; j++ {
-			wr := kernel.VecRow(w, j*p.k, row)
+	for bi, ab := range p.aBatch {
+		if ab != bi { // never for a 2-D b; kept so a future caller cannot misread a
+			x := make([]float32, rows*p.k)
 			for r := range rows {
-				bi, i := r/p.m, r%p.m
-				ar := a[p.aBatch[bi]*p.aMatrix+i*p.k:][:p.k]
-				var s float32
-				for l, av := range ar {
-					s += float32(av * wr[l]) // explicit conversion: no FMA
-				}
-				dst[r*p.n+j] = s
+				copy(x[r*p.k:(r+1)*p.k], a[p.aBatch[r/p.m]*p.aMatrix+(r%p.m)*p.k:][:p.k])
 			}
+			a = x
+			break
 		}
 	}
-	minCols := max(1, 65536/max(1, p.k*rows))
-	workers := min(threads, (p.n+minCols-1)/minCols)
-	if workers <= 1 {
-		work(0, p.n)
-		return
-	}
-	var wg sync.WaitGroup
-	for t := range workers {
-		lo, hi := t*p.n/workers, (t+1)*p.n/workers
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			work(lo, hi)
-		}()
-	}
-	wg.Wait()
+	kernel.DenseMatmulT(dst, a, w, rows, p.n, p.k, fast)
 }
 
 // mmPlan is the shape bookkeeping of one Matmul.

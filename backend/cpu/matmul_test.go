@@ -2,10 +2,12 @@ package cpu
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -103,41 +105,87 @@ func TestMatmulParMatchesRef(t *testing.T) {
 }
 
 // TestMatmulTransposedWeight: Matmul(x, Transpose(W)) reads W's rows in
-// place (matmulNT) and gives the bits of the product with the transposed
-// weight materialised, for F32, raw BF16 and BF16 values weights.
+// place (matmulNT, on kernel.DenseMatmulT) and gives the bits of the
+// product with the transposed weight materialised (matmulPar, matmulRef's
+// bits), for F32, raw BF16, BF16 values and raw F16 weights, at shapes that
+// take each path of the kernels: one and two rows of x (weights read in
+// place), more rows (the panel), K past a panel and not a multiple of 8,
+// N not a multiple of 16.
 func TestMatmulTransposedWeight(t *testing.T) {
 	for _, c := range []struct {
 		dt     tensor.DType
 		values bool // W is an op result (float32 values), not FromHost bytes
 	}{{tensor.F32, true}, {tensor.BF16, false}, {tensor.BF16, true}, {tensor.F16, false}} {
-		t.Run(name(c.dt, c.values), func(t *testing.T) {
-			b := open(t)
-			rng := rand.New(rand.NewPCG(3, 5))
-			randn := func(shape ...int) backend.Array {
-				v := make([]float64, tensor.Shape(shape).Size())
-				for i := range v {
-					v[i] = rng.NormFloat64()
+		for _, sz := range []struct{ batch, m, k, n int }{{2, 3, 37, 21}, {1, 1, 300, 64}, {1, 2, 40, 32}, {2, 33, 263, 35}} {
+			t.Run(name(c.dt, c.values, sz.batch, sz.m, sz.k, sz.n), func(t *testing.T) {
+				b := open(t)
+				rng := rand.New(rand.NewPCG(3, 5))
+				w, x := transposedOperands(b, rng, c.dt, c.values, sz.batch, sz.m, sz.k, sz.n)
+				if got := w.(*Array).buf.values; got != c.values {
+					t.Fatalf("W holds values: %v, want %v", got, c.values)
 				}
-				return arr(b, c.dt, shape, v...)
-			}
-			const K, N = 37, 21
-			w := randn(N, K)
-			if c.values {
-				w = b.Binary(backend.Multiply, w, randn(K))
-			}
-			if got := w.(*Array).buf.values; got != c.values {
-				t.Fatalf("W holds values: %v, want %v", got, c.values)
-			}
-			x := randn(2, 3, K)
-			wt := b.Transpose(w)
-			if _, ok := b.transposedRows(wt.(*Array), mmPlan{dt: c.dt, k: K, n: N}); !ok {
-				t.Fatalf("Transpose(W) not recognised as W's rows")
-			}
-			got, _ := b.ToHost(b.Matmul(x, wt))
-			want, _ := b.ToHost(b.Matmul(x, b.Reshape(wt, K, N))) // a contiguous copy
-			if !got.Shape.Equal(tensor.Shape{2, 3, N}) || !bytes.Equal(got.Data, want.Data) {
-				t.Errorf("Matmul(x, Wᵀ) differs from the product with a materialised Wᵀ")
-			}
-		})
+				wt := b.Transpose(w)
+				if _, ok := b.transposedRows(wt.(*Array), mmPlan{dt: c.dt, k: sz.k, n: sz.n}); !ok {
+					t.Fatalf("Transpose(W) not recognised as W's rows")
+				}
+				got, _ := b.ToHost(b.Matmul(x, wt))
+				want, _ := b.ToHost(b.Matmul(x, b.Reshape(wt, sz.k, sz.n))) // a contiguous copy
+				if !got.Shape.Equal(tensor.Shape{sz.batch, sz.m, sz.n}) || !bytes.Equal(got.Data, want.Data) {
+					t.Errorf("Matmul(x, Wᵀ) differs from the product with a materialised Wᵀ")
+				}
+			})
+		}
+	}
+}
+
+// transposedOperands returns a random W [n, k] (values storage when values,
+// else FromHost bytes) and x [batch, m, k] of dtype dt.
+func transposedOperands(b *Backend, rng *rand.Rand, dt tensor.DType, values bool, batch, m, k, n int) (w, x backend.Array) {
+	randn := func(shape ...int) backend.Array {
+		v := make([]float64, tensor.Shape(shape).Size())
+		for i := range v {
+			v[i] = rng.NormFloat64()
+		}
+		return arr(b, dt, shape, v...)
+	}
+	w = randn(n, k)
+	if values {
+		w = b.Binary(backend.Multiply, w, randn(k))
+	}
+	return w, randn(batch, m, k)
+}
+
+// TestMatmulTransposedWeightFast: in Precision "fast" Matmul(x,
+// Transpose(W)) may fuse and reorder its sums; every output is within
+// kernel.DenseFastBound of the exact sum of the same (dtype) inputs, plus
+// one rounding to the dtype (the unit roundoff u of the value: 2^-24,
+// 2^-8 or 2^-11 for F32, BF16 and F16).
+func TestMatmulTransposedWeightFast(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+		u := map[tensor.DType]float64{tensor.F32: 0x1p-24, tensor.BF16: 0x1p-8, tensor.F16: 0x1p-11}[dt]
+		for _, sz := range []struct{ batch, m, k, n int }{{1, 1, 576, 48}, {1, 2, 37, 21}, {2, 33, 263, 35}} {
+			t.Run(name(dt, sz.batch, sz.m, sz.k, sz.n), func(t *testing.T) {
+				b := openWith(t, backend.Options{Precision: "fast"})
+				rng := rand.New(rand.NewPCG(4, 6))
+				w, x := transposedOperands(b, rng, dt, false, sz.batch, sz.m, sz.k, sz.n)
+				got := vals(t, b, b.Matmul(x, b.Transpose(w)))
+				wv, xv := vals(t, b, w), vals(t, b, x)
+				for r := range sz.batch * sz.m {
+					for j := range sz.n {
+						var sum, abs float64
+						for l := range sz.k {
+							p := xv[r*sz.k+l] * wv[j*sz.k+l]
+							sum += p
+							abs += math.Abs(p)
+						}
+						bound := kernel.DenseFastBound(sz.k, abs)
+						bound += u*(math.Abs(sum)+bound) + 0x1p-50*abs
+						if e := math.Abs(got[r*sz.n+j] - sum); !(e <= bound) {
+							t.Fatalf("output (%d, %d) = %v, exact %v: error %g over the bound %g", r, j, got[r*sz.n+j], sum, e, bound)
+						}
+					}
+				}
+			})
+		}
 	}
 }

@@ -17,6 +17,7 @@ func TestGenerated(t *testing.T) {
 		{"sdpa_gen.go", "sdpa_amd64.s"},
 		{"qmv_avx2_gen.go", "qmv_avx2_amd64.s"},
 		{"vec_avx2_gen.go", "vec_avx2_amd64.s"},
+		{"dense_gen.go", "dense_amd64.s"},
 	} {
 		t.Run(c.gen, func(t *testing.T) {
 			fresh, err := exec.Command("go", "run", c.gen).Output()

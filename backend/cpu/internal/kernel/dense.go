@@ -1,0 +1,119 @@
+package kernel
+
+import (
+	"math"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// The dense (unquantized) matmul with transposed weights: y = x·Wᵀ for a
+// row-major weight matrix W [n, k] of float32, bfloat16 or float16 values,
+// read in place (never converted whole), and x [m, k] float32. This is
+// nn.Dense's Matmul(x, Transpose(W)) and the tied head's Embedding.AsLinear.
+//
+// Two precisions:
+//
+//   - reference: every output is Σ_l x[i,l]·W[j,l] accumulated in order
+//     over l in float32, a separate multiply and add per term (no FMA): the
+//     bits of the plain loop (DenseMatmulTRef, and the backend's
+//     matmulRef). The AVX2 form (dense_amd64.go) takes sixteen weight rows
+//     at a time, converts blocks of eight values of eight rows to float32
+//     and transposes them in registers, so that each vector lane holds one
+//     output and performs its scalar loop: for one or two rows of x
+//     (decode) straight from the weights, for more rows (prefill) through a
+//     transposed panel that up to four rows of x at a time reuse.
+//   - fast: FMA and any order; the AVX2 form reads four weight rows in place
+//     and accumulates eight partial sums per output along k. Its error is
+//     bounded by DenseFastBound.
+//
+// Both split the output columns across the worker pool; without AVX2 (or
+// float16 weights without F16C) they run the portable loop denseGo, which
+// gives the reference bits.
+
+// DenseMatmulT sets dst[i·n+j] = Σ_l x[i·k+l]·W[j·k+l] for i < m, j < n,
+// W the n×k values of w. With fast false the result is the in-order
+// float32 loop's, bit for bit; with fast true the sum may be fused and
+// reordered (within DenseFastBound of the exact sum).
+func DenseMatmulT(dst, x []float32, w Vec, m, n, k int, fast bool) {
+	need("DenseMatmulT", "dst", len(dst), m*n)
+	need("DenseMatmulT", "x", len(x), m*k)
+	need("DenseMatmulT", "w", w.Len(), n*k)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 { // empty sums
+		clear(dst[:m*n])
+		return
+	}
+	if denseAsm(dst, x, w, m, n, k, fast) {
+		return
+	}
+	denseGo(dst, x, w, m, n, k)
+}
+
+// denseMinChunk is the number of work units (weight rows, or tiles of
+// them) that gives one pool chunk about 64k multiply-adds.
+func denseMinChunk(unit, m, k int) int { return max(1, 65536/max(1, unit*m*k)) }
+
+// denseGo is the portable loop: for each weight row (split across the
+// pool) the row converted to float32 once, then every row of x against it,
+// in order, a separate multiply and add.
+func denseGo(dst, x []float32, w Vec, m, n, k int) {
+	parallelFor(n, denseMinChunk(1, m, k), func(lo, hi int) {
+		row := make([]float32, k)
+		for j := lo; j < hi; j++ {
+			wr := VecRow(w, j*k, row)
+			for i := range m {
+				xr := x[i*k : i*k+k]
+				var s float32
+				for l, xv := range xr {
+					s += float32(xv * wr[l]) // explicit conversion: no FMA
+				}
+				dst[i*n+j] = s
+			}
+		}
+	})
+}
+
+// DenseMatmulTRef is the single-goroutine definition of DenseMatmulT's
+// reference precision, the twin the tests hold every kernel to: for each
+// output the in-order float32 loop, a separate multiply and add per term.
+func DenseMatmulTRef(dst, x []float32, w Vec, m, n, k int) {
+	for i := range m {
+		for j := range n {
+			var s float32
+			for l := range k {
+				s += float32(x[i*k+l] * vecAt(w, j*k+l))
+			}
+			dst[i*n+j] = s
+		}
+	}
+}
+
+// vecAt returns value i of v as float32.
+func vecAt(v Vec, i int) float32 {
+	switch {
+	case v.F32 != nil:
+		return v.F32[i]
+	case v.F16:
+		return tensor.F16ToFloat32(v.U16[i])
+	}
+	return math.Float32frombits(uint32(v.U16[i]) << 16)
+}
+
+// DenseFastBound returns the bound the fast precision of DenseMatmulT is held to for one
+// output of a k-long dot product whose terms have absolute sum abs:
+// γ(k/8 + 12)·abs, γ(n) = n·u/(1 - n·u), u = 2⁻²⁴. The fast kernel sums
+// each of eight lanes over at most ⌊k/8⌋ + 1 terms with FMA (one rounding
+// per step, the products exact), adds the lanes in a tree (three
+// roundings) and then the k mod 8 tail terms one by one (a rounded product
+// and an add each, at most seven): every term passes through at most
+// k/8 + 11 roundings, so by the standard summation bound the result is
+// within γ(k/8+11)·abs of the exact sum. The reference loop's own
+// guarantee is γ(k)·abs, so for k ≥ 14 the fast bound is the tighter one,
+// and far inside the conformance table's float32 rows (within twice MLX's
+// own error against float64).
+func DenseFastBound(k int, abs float64) float64 {
+	nu := (float64(k)/8 + 12) * 0x1p-24
+	return nu / (1 - nu) * abs
+}

@@ -1,0 +1,398 @@
+package kernel
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+//go:generate go run dense_gen.go -o dense_amd64.s
+
+// denseArgs are the arguments of the dense kernels (field offsets fixed in
+// dense_gen.go): w the first weight row and wstr the bytes between weight
+// rows; a the first row of x (float32) and astr the bytes between its rows;
+// p the panel (written by densePack, read by denseRef1..4); out the
+// accumulators of denseRef1..4 (sixteen float32 a row, rows contiguous), or
+// the first output of denseRefV and denseFast with ostr the bytes between
+// their output rows; n the values of k (denseRef1..4) or the blocks of
+// eight values (the others).
+type denseArgs struct {
+	w    unsafe.Pointer // 0
+	wstr uintptr        // 8
+	a    unsafe.Pointer // 16
+	astr uintptr        // 24
+	p    unsafe.Pointer // 32
+	out  unsafe.Pointer // 40
+	ostr uintptr        // 48
+	n    int            // 56
+}
+
+// densePackF32 writes, for a.n blocks of eight values of eight consecutive
+// float32 weight rows (a.w, a.wstr), value l of row r to a.p + 64·l + 4·r:
+// the rows transposed in registers, exactly.
+//
+//go:noescape
+func densePackF32(a *denseArgs)
+
+// densePackBF16 is densePackF32 for bfloat16 weight rows (widened exactly).
+//
+//go:noescape
+func densePackBF16(a *denseArgs)
+
+// densePackF16 is densePackF32 for float16 weight rows (VCVTPH2PS, exact).
+//
+//go:noescape
+func densePackF16(a *denseArgs)
+
+// denseRef1 adds, for l < a.n in order, x[l]·panel[l][c] to the sixteen
+// accumulators a.out[c], x the row at a.a and panel[l] the sixteen float32
+// at a.p + 64·l: a float32 multiply, then a float32 add, per lane and step
+// (the reference loop's operations, so its bits).
+//
+//go:noescape
+func denseRef1(a *denseArgs)
+
+// denseRef2 is denseRef1 for two rows of x (a.astr bytes apart) and two
+// rows of accumulators (64 bytes apart).
+//
+//go:noescape
+func denseRef2(a *denseArgs)
+
+// denseRef3 is denseRef2 for three rows.
+//
+//go:noescape
+func denseRef3(a *denseArgs)
+
+// denseRef4 is denseRef2 for four rows.
+//
+//go:noescape
+func denseRef4(a *denseArgs)
+
+// denseFast1F32 writes to a.out[c], c < 4, the dot product of the row of x
+// at a.a with float32 weight row c (a.w + c·a.wstr) over a.n blocks of
+// eight values: eight FMA partial sums (values ≡ lane mod 8), added in a
+// tree.
+//
+//go:noescape
+func denseFast1F32(a *denseArgs)
+
+// denseFast2F32 is denseFast1F32 for two rows of x (a.astr bytes apart),
+// writing the second row's four outputs a.ostr bytes after the first's.
+//
+//go:noescape
+func denseFast2F32(a *denseArgs)
+
+// denseFast1BF16 is denseFast1F32 for bfloat16 weights.
+//
+//go:noescape
+func denseFast1BF16(a *denseArgs)
+
+// denseFast2BF16 is denseFast2F32 for bfloat16 weights.
+//
+//go:noescape
+func denseFast2BF16(a *denseArgs)
+
+// denseFast1F16 is denseFast1F32 for float16 weights (F16C).
+//
+//go:noescape
+func denseFast1F16(a *denseArgs)
+
+// denseFast2F16 is denseFast2F32 for float16 weights (F16C).
+//
+//go:noescape
+func denseFast2F16(a *denseArgs)
+
+// denseAVX is set when the CPU has AVX2 and FMA; denseF16 when it also has
+// F16C. denseOn switches the kernels on (tests compare with them off).
+var denseAVX, denseF16, denseOn = false, false, true
+
+func init() {
+	denseAVX = cpu.X86.HasAVX && cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	denseF16 = denseAVX && hasF16C()
+}
+
+// denseCovers reports whether the AVX2 kernels take weights like w on
+// this CPU.
+func denseCovers(w Vec) bool {
+	return denseOn && denseAVX && (w.F32 != nil || !w.F16 || denseF16)
+}
+
+const (
+	denseKC = 256 // values of k per panel (16 KiB of float32)
+	denseRB = 64  // rows of x per accumulator block
+)
+
+// denseAsm runs DenseMatmulT on the AVX2 kernels, reporting false when
+// they do not cover the CPU or the dtype.
+func denseAsm(dst, x []float32, w Vec, m, n, k int, fast bool) bool {
+	if !denseCovers(w) {
+		return false
+	}
+	if fast {
+		denseFastAVX(dst, x, w, m, n, k)
+	} else {
+		denseRefAVX(dst, x, w, m, n, k)
+	}
+	return true
+}
+
+// denseBase returns the address of w's first value and its bytes per value.
+func denseBase(w Vec) (unsafe.Pointer, int) {
+	if w.F32 != nil {
+		return unsafe.Pointer(unsafe.SliceData(w.F32)), 4
+	}
+	return unsafe.Pointer(unsafe.SliceData(w.U16)), 2
+}
+
+// densePack packs value l0..l0+kc of weight rows j0..j0+cols into panel
+// (panel[l][c] at 16·l + c; columns past cols zero): sixteen rows by the
+// assembly in blocks of eight values, the rest (the k mod 8 tail, or a
+// last tile of fewer than sixteen rows) converted one value at a time.
+func densePack(panel []float32, w Vec, j0, cols, l0, kc, k int) {
+	nb := 0
+	if cols == 16 {
+		nb = kc / 8
+		base, es := denseBase(w)
+		var a denseArgs
+		a.wstr = uintptr(k * es)
+		a.n = nb
+		if nb > 0 {
+			for h := range 2 {
+				a.w = unsafe.Add(base, ((j0+8*h)*k+l0)*es)
+				a.p = unsafe.Pointer(&panel[8*h])
+				switch { // direct calls: a function value would move a (and the panel) to the heap
+				case w.F32 != nil:
+					densePackF32(&a)
+				case w.F16:
+					densePackF16(&a)
+				default:
+					densePackBF16(&a)
+				}
+			}
+		}
+	}
+	for l := 8 * nb; l < kc; l++ {
+		pr := panel[16*l : 16*l+16]
+		for c := range 16 {
+			if c < cols {
+				pr[c] = vecAt(w, (j0+c)*k+l0+l)
+			} else {
+				pr[c] = 0
+			}
+		}
+	}
+}
+
+// denseRefAVX is the reference precision on the AVX2 kernels, tiles of
+// sixteen weight rows split across the pool: one or two rows of x run
+// denseRefFew on the full tiles, everything else denseRefPanel.
+func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
+	tiles := (n + 15) / 16
+	parallelFor(tiles, denseMinChunk(16, m, k), func(lo, hi int) {
+		if m <= 2 {
+			full := max(lo, min(hi, n/16))
+			for t := lo; t < full; t++ {
+				denseRefFew(dst, x, w, m, n, k, 16*t)
+			}
+			lo = full
+		}
+		if lo < hi {
+			denseRefPanel(dst, x, w, m, n, k, lo, hi)
+		}
+	})
+}
+
+// denseRefPanel runs tiles lo..hi-1 of sixteen weight rows: per tile and
+// block of up to denseRB rows of x the accumulators start at +0, and each
+// panel of denseKC values (densePack) adds its terms in order, up to four
+// rows of x at a time (denseRef1..4), so every output is the in-order
+// loop's.
+func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
+	var panel [denseKC * 16]float32
+	var acc [denseRB * 16]float32
+	var a denseArgs
+	a.astr = uintptr(4 * k)
+	for t := lo; t < hi; t++ {
+		j0 := 16 * t
+		cols := min(16, n-j0)
+		for r0 := 0; r0 < m; r0 += denseRB {
+			rows := min(denseRB, m-r0)
+			clear(acc[:rows*16])
+			for l0 := 0; l0 < k; l0 += denseKC {
+				kc := min(denseKC, k-l0)
+				densePack(panel[:], w, j0, cols, l0, kc, k)
+				a.p = unsafe.Pointer(&panel[0])
+				a.n = kc
+				for i := 0; i < rows; i += 4 {
+					a.a = unsafe.Pointer(&x[(r0+i)*k+l0])
+					a.out = unsafe.Pointer(&acc[16*i])
+					switch min(4, rows-i) {
+					case 1:
+						denseRef1(&a)
+					case 2:
+						denseRef2(&a)
+					case 3:
+						denseRef3(&a)
+					default:
+						denseRef4(&a)
+					}
+				}
+			}
+			for i := range rows {
+				copy(dst[(r0+i)*n+j0:(r0+i)*n+j0+cols], acc[16*i:16*i+cols])
+			}
+		}
+	}
+}
+
+// denseRefFew is denseRefAVX's tile of sixteen weight rows from j0 for one
+// or two rows of x: the kernel reads the rows in place (no panel) for the
+// k/8 blocks of eight values and writes the sums to dst; the k mod 8 last
+// terms are then added in order, a separate multiply and add each.
+func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
+	base, es := denseBase(w)
+	var a denseArgs
+	a.w = unsafe.Add(base, j0*k*es)
+	a.wstr = uintptr(k * es)
+	a.a = unsafe.Pointer(&x[0])
+	a.astr = uintptr(4 * k)
+	a.out = unsafe.Pointer(&dst[j0])
+	a.ostr = uintptr(4 * n)
+	a.n = k / 8
+	switch {
+	case w.F32 != nil && m == 2:
+		denseRefV2F32(&a)
+	case w.F32 != nil:
+		denseRefV1F32(&a)
+	case w.F16 && m == 2:
+		denseRefV2F16(&a)
+	case w.F16:
+		denseRefV1F16(&a)
+	case m == 2:
+		denseRefV2BF16(&a)
+	default:
+		denseRefV1BF16(&a)
+	}
+	for l := 8 * (k / 8); l < k; l++ {
+		for i := range m {
+			xv := x[i*k+l]
+			d := dst[i*n+j0 : i*n+j0+16]
+			for c := range d {
+				d[c] += float32(xv * vecAt(w, (j0+c)*k+l)) // explicit conversion: no FMA
+			}
+		}
+	}
+}
+
+// denseRefV1F32 writes to a.out[c], c < 16, the in-order float32 sum
+// (a multiply, then an add, per term) of x[l]·W[c][l] over a.n blocks of
+// eight values, x the row at a.a and W sixteen float32 rows from a.w,
+// a.wstr bytes apart, read in place: each block of eight values of eight
+// rows is transposed in registers, one output per lane.
+//
+//go:noescape
+func denseRefV1F32(a *denseArgs)
+
+// denseRefV2F32 is denseRefV1F32 for two rows of x (a.astr bytes apart),
+// the second row's sixteen outputs a.ostr bytes after the first's.
+//
+//go:noescape
+func denseRefV2F32(a *denseArgs)
+
+// denseRefV1BF16 is denseRefV1F32 for bfloat16 weights.
+//
+//go:noescape
+func denseRefV1BF16(a *denseArgs)
+
+// denseRefV2BF16 is denseRefV2F32 for bfloat16 weights.
+//
+//go:noescape
+func denseRefV2BF16(a *denseArgs)
+
+// denseRefV1F16 is denseRefV1F32 for float16 weights (F16C).
+//
+//go:noescape
+func denseRefV1F16(a *denseArgs)
+
+// denseRefV2F16 is denseRefV2F32 for float16 weights (F16C).
+//
+//go:noescape
+func denseRefV2F16(a *denseArgs)
+
+// denseFastAVX is the fast precision on the AVX2 kernels: per group of four
+// weight rows (split across the pool), one or two rows of x at a time,
+// the k mod 8 tail terms added after the kernel's sums; the n mod 4 last
+// rows run a plain loop.
+func denseFastAVX(dst, x []float32, w Vec, m, n, k int) {
+	base, es := denseBase(w)
+	nb := k / 8
+	k8 := 8 * nb
+	dt := 0 // 0 float32, 1 bfloat16, 2 float16
+	switch {
+	case w.F32 != nil:
+	case w.F16:
+		dt = 2
+	default:
+		dt = 1
+	}
+	groups := n / 4
+	parallelFor(groups, denseMinChunk(4, m, k), func(lo, hi int) {
+		var a denseArgs
+		a.wstr = uintptr(k * es)
+		a.astr = uintptr(4 * k)
+		a.ostr = uintptr(4 * n)
+		a.n = nb
+		for r0 := 0; r0 < m; r0 += denseRB {
+			rows := min(denseRB, m-r0)
+			for g := lo; g < hi; g++ {
+				j := 4 * g
+				a.w = unsafe.Add(base, j*k*es)
+				for i := r0; i < r0+rows; i += 2 {
+					a.a = unsafe.Pointer(&x[i*k])
+					a.out = unsafe.Pointer(&dst[i*n+j])
+					denseFastCall(&a, dt, i+1 < r0+rows)
+				}
+				if k8 < k {
+					for i := r0; i < r0+rows; i++ {
+						for c := range 4 {
+							s := dst[i*n+j+c]
+							for l := k8; l < k; l++ {
+								s += x[i*k+l] * vecAt(w, (j+c)*k+l)
+							}
+							dst[i*n+j+c] = s
+						}
+					}
+				}
+			}
+		}
+	})
+	for j := 4 * groups; j < n; j++ {
+		for i := range m {
+			var s float32
+			for l := range k {
+				s += x[i*k+l] * vecAt(w, j*k+l)
+			}
+			dst[i*n+j] = s
+		}
+	}
+}
+
+// denseFastCall runs the fast kernel of weight dtype dt (0 float32, 1
+// bfloat16, 2 float16) on one or two rows of x, by direct calls (a function
+// value would move a to the heap).
+func denseFastCall(a *denseArgs, dt int, two bool) {
+	switch {
+	case dt == 0 && two:
+		denseFast2F32(a)
+	case dt == 0:
+		denseFast1F32(a)
+	case dt == 1 && two:
+		denseFast2BF16(a)
+	case dt == 1:
+		denseFast1BF16(a)
+	case two:
+		denseFast2F16(a)
+	default:
+		denseFast1F16(a)
+	}
+}

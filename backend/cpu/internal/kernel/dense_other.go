@@ -1,0 +1,13 @@
+//go:build !amd64
+
+package kernel
+
+// denseOn switches the vector kernels on where there are any (tests
+// compare with them off); this platform has none.
+var denseOn = true
+
+// denseCovers reports false: no assembly kernels on this platform.
+func denseCovers(w Vec) bool { return false }
+
+// denseAsm reports false: no assembly kernels on this platform.
+func denseAsm(dst, x []float32, w Vec, m, n, k int, fast bool) bool { return false }

@@ -1,0 +1,216 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// denseShapes are the (m, n, k) of the dense matmul tests: m = 1, 2, 7, 33
+// and one past denseRB; n odd, below, at and past a tile of sixteen and a
+// group of four; k below, at and past the eight-value block and the
+// denseKC panel, and not multiples of 8, and k = 0 (empty sums).
+var denseShapes = [][3]int{
+	{1, 1, 1}, {1, 3, 7}, {2, 17, 0}, {1, 16, 0}, {1, 16, 8}, {1, 17, 13}, {1, 48, 64}, {1, 33, 300}, {1, 64, 576},
+	{2, 5, 9}, {2, 16, 256}, {2, 31, 257}, {7, 16, 40}, {7, 21, 37}, {7, 49, 520},
+	{33, 16, 24}, {33, 35, 100}, {33, 64, 263}, {70, 19, 65}, {70, 64, 128},
+}
+
+// denseWeights returns n·k random weights rounded to the dtype, as a Vec
+// whose storage has NaN guards on both sides (a kernel reading past the
+// matrix turns an output into NaN), and the float32 values.
+func denseWeights(t *testing.T, dt string, seed uint64, n, k int) (Vec, []float32) {
+	t.Helper()
+	r := newRand(seed)
+	switch dt {
+	case "f32":
+		inner, _ := guarded(n * k)
+		copy(inner, randVec(r, n*k, 0.5, Identity))
+		return F32Vec(inner), inner
+	case "bf16", "f16":
+		vals := make([]float32, n*k)
+		bits := make([]uint16, n*k+2*guardN)
+		nan := uint16(0x7fc1)
+		if dt == "f16" {
+			nan = 0x7e01
+		}
+		for i := range bits {
+			bits[i] = nan
+		}
+		in := bits[guardN : guardN+n*k]
+		for i := range in {
+			f := float32(r.NormFloat64() * 0.5)
+			if dt == "f16" {
+				in[i] = tensor.Float32ToF16(f)
+				vals[i] = tensor.F16ToFloat32(in[i])
+			} else {
+				in[i] = tensor.Float32ToBF16(f)
+				vals[i] = math.Float32frombits(uint32(in[i]) << 16)
+			}
+		}
+		if dt == "f16" {
+			return F16Vec(in), vals
+		}
+		return BF16Vec(in), vals
+	}
+	t.Fatalf("unknown dtype %s", dt)
+	return Vec{}, nil
+}
+
+// runDense runs DenseMatmulT on guard-padded x and dst, checking dst's
+// guards, with the vector kernels on or off.
+func runDense(t *testing.T, x []float32, w Vec, m, n, k int, fast, vec bool) []float32 {
+	t.Helper()
+	defer func(on bool) { denseOn = on }(denseOn)
+	denseOn = vec
+	xin, _ := guarded(m * k)
+	copy(xin, x)
+	dst, whole := guarded(m * n)
+	DenseMatmulT(dst, xin, w, m, n, k, fast)
+	checkGuards(t, whole, "dst")
+	return dst
+}
+
+// TestDenseReference: the reference precision, on the vector kernels and
+// on the portable loop, gives the bits of DenseMatmulTRef (the in-order loop) for
+// every dtype and shape; a kernel that read past x or W would meet a NaN
+// guard.
+func TestDenseReference(t *testing.T) {
+	for _, dt := range []string{"f32", "bf16", "f16"} {
+		w0, _ := denseWeights(t, dt, 1, 1, 1)
+		t.Logf("%s: vector kernels cover it on this CPU (%s): %v", dt, runtime.GOARCH, denseCovers(w0))
+		for si, s := range denseShapes {
+			m, n, k := s[0], s[1], s[2]
+			t.Run(fmt.Sprintf("%s/m%d_n%d_k%d", dt, m, n, k), func(t *testing.T) {
+				w, _ := denseWeights(t, dt, uint64(10+si), n, k)
+				x := randVec(newRand(uint64(100+si)), m*k, 1, Identity)
+				want := make([]float32, m*n)
+				DenseMatmulTRef(want, x, w, m, n, k)
+				for _, vec := range []bool{true, false} {
+					got := runDense(t, x, w, m, n, k, false, vec)
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("vector %v: output %d (row %d, col %d) = %v (%#x), want %v (%#x)", vec, i, i/n, i%n, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestDenseFast: the fast precision is within DenseFastBound of the exact
+// sum (float64 over the same float32 products, exact to 2^-53 relative per
+// term and added with a 2^-50·Σ|x·w| allowance) for every dtype and shape,
+// and a row of x run alone gives the bits it gets among the others (so
+// chunked prefill and decode agree with one-shot evaluation).
+func TestDenseFast(t *testing.T) {
+	worst := 0.0
+	for _, dt := range []string{"f32", "bf16", "f16"} {
+		for si, s := range denseShapes {
+			m, n, k := s[0], s[1], s[2]
+			t.Run(fmt.Sprintf("%s/m%d_n%d_k%d", dt, m, n, k), func(t *testing.T) {
+				w, wv := denseWeights(t, dt, uint64(10+si), n, k)
+				x := randVec(newRand(uint64(100+si)), m*k, 1, Identity)
+				got := runDense(t, x, w, m, n, k, true, true)
+				for i := 0; i < m && m > 1; i += 3 { // a row alone gives the bits it gets among many
+					one := runDense(t, x[i*k:(i+1)*k], w, 1, n, k, true, true)
+					for j := range n {
+						if math.Float32bits(one[j]) != math.Float32bits(got[i*n+j]) {
+							t.Fatalf("row %d alone: output %d = %v, among %d rows %v", i, j, one[j], m, got[i*n+j])
+						}
+					}
+				}
+				for i := range m {
+					for j := range n {
+						var sum, abs float64
+						for l := range k {
+							p := float64(x[i*k+l]) * float64(wv[j*k+l])
+							sum += p
+							abs += math.Abs(p)
+						}
+						bound := DenseFastBound(k, abs) + 0x1p-50*abs
+						err := math.Abs(float64(got[i*n+j]) - sum)
+						if !(err <= bound) {
+							t.Fatalf("output (%d, %d) = %v, exact %v: error %g over the bound %g", i, j, got[i*n+j], sum, err, bound)
+						}
+						if bound > 0 {
+							worst = max(worst, err/bound)
+						}
+					}
+				}
+			})
+		}
+	}
+	t.Logf("worst error: %.3f of the bound", worst)
+}
+
+// TestDenseFastUsesFMA: on a CPU the vector kernels cover, the fast
+// precision runs them: on k = 1000 terms whose in-order float32 sum loses
+// bits, its results differ from the reference's somewhere.
+func TestDenseFastUsesFMA(t *testing.T) {
+	w, _ := denseWeights(t, "f32", 7, 16, 1000)
+	if !denseCovers(w) {
+		t.Skipf("SKIPPED: no vector dense kernels on this CPU (%s)", runtime.GOARCH)
+	}
+	x := randVec(newRand(8), 2*1000, 1, Identity)
+	ref := runDense(t, x, w, 2, 16, 1000, false, true)
+	fast := runDense(t, x, w, 2, 16, 1000, true, true)
+	diff := 0
+	for i := range ref {
+		if ref[i] != fast[i] {
+			diff++
+		}
+	}
+	if diff == 0 {
+		t.Errorf("fast precision gave the reference's bits on all %d outputs: the fast kernel did not run", len(ref))
+	}
+}
+
+// BenchmarkDense: GEMV (m = 1) at a shape whose weights stay in L2 (k 256,
+// n 512: the kernels' arithmetic rate), SmolLM2-135M's MLP shape (k 576, n
+// 1536) and a 2048×8192 one, and GEMM (m = 64) at the last two, per weight
+// dtype and precision, and the portable loop (the vector kernels off: the
+// backend's matmulNT before them); the bytes are the weights read once, so
+// MB/s is the weight stream.
+func BenchmarkDense(b *testing.B) {
+	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 8192, 2048}, {64, 1536, 576}, {64, 8192, 2048}} {
+		for _, dt := range []string{"f32", "bf16", "f16"} {
+			for _, mode := range []struct {
+				name      string
+				fast, vec bool
+			}{{"ref", false, true}, {"fast", true, true}, {"portable", false, false}} {
+				fast := mode.fast
+				b.Run(fmt.Sprintf("m%d_k%d_n%d/%s/%s", sz.m, sz.k, sz.n, dt, mode.name), func(b *testing.B) {
+					defer func(on bool) { denseOn = on }(denseOn)
+					denseOn = mode.vec
+					r := newRand(1)
+					var w Vec
+					es := 2
+					switch dt {
+					case "f32":
+						w, es = F32Vec(randVec(r, sz.n*sz.k, 0.5, Identity)), 4
+					case "bf16":
+						u := make([]uint16, sz.n*sz.k)
+						Float32sToBF16(u, randVec(r, sz.n*sz.k, 0.5, Identity))
+						w = BF16Vec(u)
+					default:
+						u := make([]uint16, sz.n*sz.k)
+						Float32sToF16(u, randVec(r, sz.n*sz.k, 0.5, Identity))
+						w = F16Vec(u)
+					}
+					x := randVec(r, sz.m*sz.k, 1, Identity)
+					dst := make([]float32, sz.m*sz.n)
+					b.SetBytes(int64(sz.n * sz.k * es))
+					b.ResetTimer()
+					for b.Loop() {
+						DenseMatmulT(dst, x, w, sz.m, sz.n, sz.k, fast)
+					}
+				})
+			}
+		}
+	}
+}
