@@ -102,7 +102,7 @@ func (f *sampleFlags) register(fs *flag.FlagSet, maxTokens int) {
 	fs.Uint64Var(&f.seed, "seed", 0, "random seed (mx.random.seed) for sampling")
 	fs.IntVar(&f.prefillStep, "prefill-step", 2048, "prompt tokens per prefill chunk (>= 1)")
 	fs.StringVar(&f.backend, "backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
-	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference (MLX's), high (float64 accumulation; cpu only) or fast (int8 activations in quantized matmuls, approximate; cpu only)")
+	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference (MLX's), high (float64 accumulation; cpu only) or fast (int8 activations in quantized matmuls, FMA in dense ones; approximate; cpu only)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 }
 
