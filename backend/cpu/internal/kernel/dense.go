@@ -1,11 +1,5 @@
 package kernel
 
-import (
-	"math"
-
-	"github.com/mlxgo/mlxgo/tensor"
-)
-
 // The dense (unquantized) matmul with transposed weights: y = x·Wᵀ for a
 // row-major weight matrix W [n, k] of float32, bfloat16 or float16 values,
 // read in place (never converted whole), and x [m, k] float32. This is
@@ -83,22 +77,11 @@ func DenseMatmulTRef(dst, x []float32, w Vec, m, n, k int) {
 		for j := range n {
 			var s float32
 			for l := range k {
-				s += float32(x[i*k+l] * vecAt(w, j*k+l))
+				s += float32(x[i*k+l] * w.At(j*k+l))
 			}
 			dst[i*n+j] = s
 		}
 	}
-}
-
-// vecAt returns value i of v as float32.
-func vecAt(v Vec, i int) float32 {
-	switch {
-	case v.F32 != nil:
-		return v.F32[i]
-	case v.F16:
-		return tensor.F16ToFloat32(v.U16[i])
-	}
-	return math.Float32frombits(uint32(v.U16[i]) << 16)
 }
 
 // DenseFastBound returns the bound the fast precision of DenseMatmulT is held to for one

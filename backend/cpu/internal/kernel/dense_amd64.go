@@ -175,7 +175,7 @@ func densePack(panel []float32, w Vec, j0, cols, l0, kc, k int) {
 		pr := panel[16*l : 16*l+16]
 		for c := range 16 {
 			if c < cols {
-				pr[c] = vecAt(w, (j0+c)*k+l0+l)
+				pr[c] = w.At((j0+c)*k + l0 + l)
 			} else {
 				pr[c] = 0
 			}
@@ -278,7 +278,7 @@ func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
 			xv := x[i*k+l]
 			d := dst[i*n+j0 : i*n+j0+16]
 			for c := range d {
-				d[c] += float32(xv * vecAt(w, (j0+c)*k+l)) // explicit conversion: no FMA
+				d[c] += float32(xv * w.At((j0+c)*k+l)) // explicit conversion: no FMA
 			}
 		}
 	}
@@ -357,7 +357,7 @@ func denseFastAVX(dst, x []float32, w Vec, m, n, k int) {
 						for c := range 4 {
 							s := dst[i*n+j+c]
 							for l := k8; l < k; l++ {
-								s += x[i*k+l] * vecAt(w, (j+c)*k+l)
+								s += x[i*k+l] * w.At((j+c)*k+l)
 							}
 							dst[i*n+j+c] = s
 						}
@@ -370,7 +370,7 @@ func denseFastAVX(dst, x []float32, w Vec, m, n, k int) {
 		for i := range m {
 			var s float32
 			for l := range k {
-				s += x[i*k+l] * vecAt(w, j*k+l)
+				s += x[i*k+l] * w.At(j*k+l)
 			}
 			dst[i*n+j] = s
 		}
