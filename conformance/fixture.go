@@ -61,6 +61,9 @@ func Load(dir string) ([]*Case, error) {
 	}
 	cases := make([]*Case, 0, len(idx.Cases))
 	for _, e := range idx.Cases {
+		if !filepath.IsLocal(e.File) {
+			return nil, fmt.Errorf("conformance: %s: case %q: file %q is not a path inside %s", ipath, e.Name, e.File, dir)
+		}
 		c, err := LoadCase(filepath.Join(dir, e.File))
 		if err != nil {
 			return nil, err
@@ -92,8 +95,12 @@ func LoadCase(path string) (*Case, error) {
 		return nil, fmt.Errorf("conformance: %s: kind %q, want \"op\" or \"model\"", path, c.Kind)
 	case c.ArraysFile == "":
 		return nil, fmt.Errorf("conformance: %s: missing field \"arrays\"", path)
+	case !filepath.IsLocal(c.ArraysFile):
+		return nil, fmt.Errorf("conformance: %s: arrays %q is not a path inside the case's directory", path, c.ArraysFile)
 	case c.Kind == "model" && c.Checkpoint == "":
 		return nil, fmt.Errorf("conformance: %s: model case without \"checkpoint\"", path)
+	case c.Checkpoint != "" && c.Checkpoint != ".." && !filepath.IsLocal(c.Checkpoint):
+		return nil, fmt.Errorf("conformance: %s: checkpoint %q is neither \"..\" (the directory above the case's) nor a path inside the case's directory", path, c.Checkpoint)
 	}
 	return c, nil
 }
