@@ -3106,6 +3106,16 @@ TEXT ·avxStageF32(SB), NOSPLIT, $0-32
 	LEAQ (R9)(R9*2), R10
 	LEAQ (R9)(R9*4), R11
 	LEAQ (R10)(R9*4), R12
+	MOVQ R9, R13
+	SHLQ $6, R13
+	ADDQ R8, R13
+	MOVQ R9, R14
+	SHLQ $3, R14
+stageF32_pf:
+	PREFETCHT0 (R13)
+	ADDQ $64, R13
+	SUBQ $64, R14
+	JGT stageF32_pf
 	TESTQ CX, CX
 	JZ stageF32_done
 stageF32_loop:
@@ -3166,6 +3176,16 @@ TEXT ·avxStageBF16(SB), NOSPLIT, $0-32
 	LEAQ (R9)(R9*2), R10
 	LEAQ (R9)(R9*4), R11
 	LEAQ (R10)(R9*4), R12
+	MOVQ R9, R13
+	SHLQ $6, R13
+	ADDQ R8, R13
+	MOVQ R9, R14
+	SHLQ $3, R14
+stageBF16_pf:
+	PREFETCHT0 (R13)
+	ADDQ $64, R13
+	SUBQ $64, R14
+	JGT stageBF16_pf
 	TESTQ CX, CX
 	JZ stageBF16_done
 stageBF16_loop:
@@ -3234,6 +3254,16 @@ TEXT ·avxStageF16(SB), NOSPLIT, $0-32
 	LEAQ (R9)(R9*2), R10
 	LEAQ (R9)(R9*4), R11
 	LEAQ (R10)(R9*4), R12
+	MOVQ R9, R13
+	SHLQ $6, R13
+	ADDQ R8, R13
+	MOVQ R9, R14
+	SHLQ $3, R14
+stageF16_pf:
+	PREFETCHT0 (R13)
+	ADDQ $64, R13
+	SUBQ $64, R14
+	JGT stageF16_pf
 	TESTQ CX, CX
 	JZ stageF16_done
 stageF16_loop:

@@ -652,6 +652,19 @@ func stage(kind string, size int) {
 	p("\tLEAQ (R9)(R9*2), R10")
 	p("\tLEAQ (R9)(R9*4), R11")
 	p("\tLEAQ (R10)(R9*4), R12")
+	// Prefetch the same eight rows of the tile 64 rows on (the driver
+	// stages 64 rows at a time, then runs the kernels on them: the
+	// hardware prefetcher loses the scales' stream in between).
+	p("\tMOVQ R9, R13")
+	p("\tSHLQ $6, R13")
+	p("\tADDQ R8, R13")
+	p("\tMOVQ R9, R14")
+	p("\tSHLQ $3, R14")
+	p("stage%s_pf:", kind)
+	p("\tPREFETCHT0 (R13)")
+	p("\tADDQ $64, R13")
+	p("\tSUBQ $64, R14")
+	p("\tJGT stage%s_pf", kind)
 	p("\tTESTQ CX, CX")
 	p("\tJZ stage%s_done", kind)
 	p("stage%s_loop:", kind)
