@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,38 @@ func TestLoadConfinesPaths(t *testing.T) {
 			_, err := Load(dir)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestRandomParamsChecked: random_split and random_uniform cases with a
+// count or shape out of range are errors naming the case, checked before
+// anything is allocated or read (a nil Arrays is never touched).
+func TestRandomParamsChecked(t *testing.T) {
+	cases := []struct {
+		op     string
+		params map[string]any
+		want   string
+	}{
+		{"random_split", map[string]any{"num": -3.0}, "num = -3, want an integer in [1, "},
+		{"random_split", map[string]any{"num": 0.0}, "num = 0, want"},
+		{"random_split", map[string]any{"num": 1e15}, "want an integer in [1, "},
+		{"random_uniform", map[string]any{"shape": []any{-1.0}, "low": 0.0, "high": 1.0}, "shape[0] = -1, want an integer in [0, "},
+		{"random_uniform", map[string]any{"shape": []any{2.5}, "low": 0.0, "high": 1.0}, "shape[0] = 2.5, want"},
+		{"random_uniform", map[string]any{"shape": []any{1e12}, "low": 0.0, "high": 1.0}, "shape[0] = 1e+12, want"},
+		{"random_uniform", map[string]any{"shape": []any{4096.0, 4096.0, 4096.0}, "low": 0.0, "high": 1.0}, "holds more than"},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s/%v", tc.op, tc.params), func(t *testing.T) {
+			c := &Case{Name: "bad", Op: tc.op, Params: tc.params}
+			run := runRandomSplit
+			if tc.op == "random_uniform" {
+				run = runRandomUniform
+			}
+			_, err := run(nil, c, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "case bad") {
+				t.Errorf("got %v, want an error naming case bad and containing %q", err, tc.want)
 			}
 		})
 	}

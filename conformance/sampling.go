@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/generate"
@@ -28,8 +29,14 @@ func init() {
 	}))
 	register("apply_top_k", rowRunner("logprobs", func(c *Case, x []float32, dt tensor.DType) error {
 		k, err := c.Int("top_k")
+		if err != nil {
+			return err
+		}
+		if k <= 0 || k >= len(x) {
+			return fmt.Errorf("case %s: top_k = %d, want an integer in (0, %d) for rows of %d values", c.Name, k, len(x), len(x))
+		}
 		generate.ApplyTopK(x, k)
-		return err
+		return nil
 	}))
 	register("temperature", rowRunner("logprobs", func(c *Case, x []float32, dt tensor.DType) error {
 		t, err := c.Float("temp")
@@ -186,12 +193,20 @@ func runRandomKey(_ backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Den
 	return map[string]*tensor.Dense{"key": tensor.FromUint32(tensor.Shape{2}, k[:])}, nil
 }
 
+// maxRandomValues caps what a random_split or random_uniform case may ask
+// for (a fixture is a few kilobytes; its parameters are checked before
+// anything is allocated).
+const maxRandomValues = 1 << 22
+
 func runRandomSplit(_ backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense, error) {
-	key, err := keyInput(a)
+	n, err := c.Int("num")
 	if err != nil {
 		return nil, err
 	}
-	n, err := c.Int("num")
+	if n < 1 || n > maxRandomValues/2 {
+		return nil, fmt.Errorf("case %s: num = %d, want an integer in [1, %d]", c.Name, n, maxRandomValues/2)
+	}
+	key, err := keyInput(a)
 	if err != nil {
 		return nil, err
 	}
@@ -199,21 +214,21 @@ func runRandomSplit(_ backend.Backend, c *Case, a *Arrays) (map[string]*tensor.D
 }
 
 func runRandomUniform(_ backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense, error) {
-	key, err := keyInput(a)
-	if err != nil {
-		return nil, err
-	}
 	raw, ok := c.Params["shape"].([]any)
 	if !ok {
 		return nil, fmt.Errorf("case %s: param shape = %v, want a list", c.Name, c.Params["shape"])
 	}
 	shape := make(tensor.Shape, len(raw))
+	size := 1
 	for i, v := range raw {
 		f, ok := v.(float64)
-		if !ok {
-			return nil, fmt.Errorf("case %s: shape[%d] = %v, want an integer", c.Name, i, v)
+		if !ok || f != math.Trunc(f) || f < 0 || f > maxRandomValues {
+			return nil, fmt.Errorf("case %s: shape[%d] = %v, want an integer in [0, %d]", c.Name, i, v, maxRandomValues)
 		}
 		shape[i] = int(f)
+		if size *= shape[i]; size > maxRandomValues {
+			return nil, fmt.Errorf("case %s: shape %v holds more than %d values", c.Name, raw, maxRandomValues)
+		}
 	}
 	lo, err := c.Float("low")
 	if err != nil {
@@ -225,6 +240,10 @@ func runRandomUniform(_ backend.Backend, c *Case, a *Arrays) (map[string]*tensor
 	}
 	if lo != 0 || hi != 1 {
 		return nil, fmt.Errorf("case %s: uniform on [%v, %v); only [0, 1) is implemented", c.Name, lo, hi)
+	}
+	key, err := keyInput(a)
+	if err != nil {
+		return nil, err
 	}
 	return map[string]*tensor.Dense{"u": tensor.FromFloat32(shape, generate.Uniform(key, shape.Size()))}, nil
 }
