@@ -1,6 +1,10 @@
 package kernel
 
-import "math"
+import (
+	"math"
+	"slices"
+	"sync"
+)
 
 // RoPEParams parameterise rotary position embedding (mx.fast.rope).
 type RoPEParams struct {
@@ -31,6 +35,59 @@ func invFreqs(p RoPEParams) []float32 {
 		inv[i] = float32(math.Exp2(float64(-d * lb)))
 	}
 	return inv
+}
+
+// ropeTable is the cos and sin of every pair at l consecutive positions
+// from off: cos[t·Dims/2 + i] is pair i at position off + t.
+type ropeTable struct {
+	p       RoPEParams
+	off, l  int
+	cos, sn []float32
+}
+
+// ropeMemo keeps the last table RoPE computed. A decode step rotates the
+// queries and keys of every layer at the same position, so all but the
+// first of its 2·layers calls find their table here (the same values: it
+// is what they would compute).
+type ropeMemo struct {
+	mu   sync.Mutex
+	last *ropeTable
+}
+
+var ropeTables ropeMemo
+
+// get returns the table for (p, off, l), computing it (its positions split
+// across workers) unless it is the last one computed. Tables are never
+// changed once made, so a caller may read one after another call replaced it.
+func (m *ropeMemo) get(p RoPEParams, off, l int) (cos, sin []float32) {
+	m.mu.Lock()
+	t := m.last
+	m.mu.Unlock()
+	if t != nil && t.off == off && t.l == l && sameRoPE(t.p, p) {
+		return t.cos, t.sn
+	}
+	inv := invFreqs(p)
+	half := len(inv)
+	t = &ropeTable{p: p, off: off, l: l, cos: make([]float32, l*half), sn: make([]float32, l*half)}
+	t.p.Freqs = slices.Clone(p.Freqs)
+	parallelFor(l, max(1, 4096/half), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			for j, f := range inv {
+				t.cos[i*half+j], t.sn[i*half+j] = ropeAngle(p.Scale, i+off, f)
+			}
+		}
+	})
+	m.mu.Lock()
+	m.last = t
+	m.mu.Unlock()
+	return t.cos, t.sn
+}
+
+// sameRoPE reports whether a and b give the same angles (Freqs compared by
+// value).
+func sameRoPE(a, b RoPEParams) bool {
+	return a.Dims == b.Dims && a.Base == b.Base && a.Scale == b.Scale &&
+		(a.Freqs == nil) == (b.Freqs == nil) && slices.Equal(a.Freqs, b.Freqs)
 }
 
 // ropeAngle returns cos θ and sin θ for θ = (Scale·pos)·inv in float32.
@@ -106,24 +163,16 @@ func RoPERef(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int, roun
 // each product and sum in float32, rounded once to the dtype. Features past
 // Dims are copied. (MLX's CPU fallback instead rounds cos/sin to the dtype
 // and rounds after every op; the two differ by about one ulp.) Scratch: the
-// cos/sin table of one batch row, 2·l·Dims/2 floats; rows of l·d are split
-// across workers.
+// cos/sin table of one batch row, 2·l·Dims/2 floats, kept for the next call
+// (see ropeMemo); rows of l·d are split across workers.
 func RoPE(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int, round Rounder) {
 	checkRoPE(dst, x, b, h, l, d, p, offsets)
 	round = roundOr(round)
-	inv := invFreqs(p)
-	half := len(inv)
+	half := p.Dims / 2
 	kind := roundKind(round)
-	cs, sn := make([]float32, l*half), make([]float32, l*half)
 	for bi := range b {
 		off := rowOffset(offsets, bi)
-		parallelFor(l, max(1, 4096/half), func(lo, hi int) {
-			for t := lo; t < hi; t++ {
-				for i, f := range inv {
-					cs[t*half+i], sn[t*half+i] = ropeAngle(p.Scale, t+off, f)
-				}
-			}
-		})
+		cs, sn := ropeTables.get(p, off, l)
 		parallelFor(h*l, max(1, 8192/d), func(lo, hi int) {
 			for ht := lo; ht < hi; ht++ {
 				t := ht % l

@@ -134,3 +134,43 @@ func TestRoPEFastVsRef(t *testing.T) {
 		}
 	}
 }
+
+// TestRoPEMemo: RoPE keeps its last cos/sin table; a sequence of calls that
+// changes one parameter at a time (including Freqs changed in place in the
+// caller's slice) must each give what RoPERef gives.
+func TestRoPEMemo(t *testing.T) {
+	const b, h, l, d = 1, 2, 3, 8
+	freqs := []float32{1, 3, 9}
+	base := RoPEParams{Dims: 6, Base: 10000, Scale: 1}
+	steps := []struct {
+		name string
+		p    func() RoPEParams
+		off  int
+		l    int
+	}{
+		{"first", func() RoPEParams { return base }, 5, l},
+		{"same", func() RoPEParams { return base }, 5, l},
+		{"offset", func() RoPEParams { return base }, 6, l},
+		{"length", func() RoPEParams { return base }, 6, 1},
+		{"base", func() RoPEParams { q := base; q.Base = 500; return q }, 6, 1},
+		{"scale", func() RoPEParams { q := base; q.Scale = 0.25; return q }, 6, 1},
+		{"dims", func() RoPEParams { q := base; q.Dims = 4; return q }, 6, 1},
+		{"freqs", func() RoPEParams { q := base; q.Freqs = freqs; return q }, 6, 1},
+		{"freqs-changed-in-place", func() RoPEParams { freqs[1] = 4; q := base; q.Freqs = freqs; return q }, 6, 1},
+		{"back", func() RoPEParams { return base }, 5, l},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			p := st.p()
+			x := randVec(newRand(7), b*h*st.l*d, 1, Identity)
+			got, want := make([]float32, len(x)), make([]float32, len(x))
+			RoPE(got, x, b, h, st.l, d, p, []int{st.off}, Identity)
+			RoPERef(want, x, b, h, st.l, d, p, []int{st.off}, Identity)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("got %v, want %v (index %d)", got[i], want[i], i)
+				}
+			}
+		})
+	}
+}
