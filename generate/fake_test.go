@@ -43,6 +43,15 @@ func (c *fakeCache) State() []backend.Array {
 	return []backend.Array{c.tokens}
 }
 
+func (c *fakeCache) Offset() int { return c.offset }
+
+// Trim moves the offset back (the positions of later tokens follow it).
+func (c *fakeCache) Trim(n int) int {
+	n = max(0, min(n, c.offset))
+	c.offset -= n
+	return n
+}
+
 func (c *fakeCache) Release() {
 	c.b.Release(c.tokens)
 	c.tokens = nil

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -16,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/chat"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
@@ -248,106 +246,34 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// textModel is what generating from text needs besides the weights.
-type textModel struct {
-	tok      *tokenizer.Tokenizer
-	eos      []int32
-	template bool           // use the chat template
-	extra    map[string]any // template variables (enable_thinking)
-}
-
-// openText loads dir's tokenizer and stop tokens and checks the template
-// switches; raw skips the template, think/noThink set enable_thinking.
-func openText(dir string, cfg *checkpoint.Config, raw, think, noThink bool, system string, stderr io.Writer) (*textModel, error) {
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); errors.Is(err, fs.ErrNotExist) {
+// openText loads dir's tokenizer and stop tokens (chat.Load) and checks the
+// template switches; raw skips the template, think/noThink set
+// enable_thinking.
+func openText(dir string, cfg *checkpoint.Config, raw, think, noThink bool, system string, stderr io.Writer) (*chat.Text, error) {
+	tm, err := chat.Load(dir, cfg)
+	if errors.Is(err, chat.ErrNoTokenizer) {
 		return nil, usagef("%s has no tokenizer.json, which text prompts need: copy tokenizer.json and tokenizer_config.json from the model's Hugging Face repo into it (mlxgo convert writes them for GGUF files), or give the prompt as --prompt-ids", dir)
 	}
-	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return nil, err
 	}
-	tm := &textModel{tok: tok, template: !raw}
-	tm.eos, err = eosIDs(dir, cfg, tok)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := tok.Config().ChatTemplate
-	if !raw && tmpl == "" {
+	if !raw && !tm.Template {
 		if think || noThink || system != "" {
 			return nil, usagef("%s/tokenizer_config.json has no chat_template, so --system, --think and --no-think cannot apply", dir)
 		}
 		fmt.Fprintf(stderr, "note: %s/tokenizer_config.json has no chat_template; the prompt is encoded as it is (as with --raw)\n", dir)
-		tm.template = false
+	}
+	if raw {
+		tm.Template = false
 	}
 	if think || noThink {
-		if !strings.Contains(tmpl, "enable_thinking") {
+		if !tm.HasThinkingSwitch() {
 			flagName := map[bool]string{true: "--think", false: "--no-think"}[think]
 			return nil, usagef("%s: the chat template of %s has no enable_thinking switch (only templates that mention enable_thinking, e.g. MiniCPM5's or Qwen3's, have one)", flagName, dir)
 		}
-		tm.extra = map[string]any{"enable_thinking": think}
+		tm.Extra = map[string]any{"enable_thinking": think}
 	}
 	return tm, nil
-}
-
-// render returns the token ids of a conversation: the chat template with
-// the assistant's generation prompt, encoded without the tokenizer's own
-// special tokens (the template has them), as mlx_lm does; or, without the
-// template, the last message's text encoded with them.
-func (tm *textModel) render(msgs []tokenizer.Message) ([]int32, error) {
-	if !tm.template {
-		return tm.tok.Encode(msgs[len(msgs)-1].Content), nil
-	}
-	text, err := tm.tok.ApplyChatTemplate(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, Extra: tm.extra})
-	if err != nil {
-		return nil, err
-	}
-	return tm.tok.EncodeSpecial(text, false), nil
-}
-
-// eosIDs gathers the stop tokens: tokenizer_config.json's eos_token,
-// config.json's eos_token_id and generation_config.json's eos_token_id
-// (a number or a list).
-func eosIDs(dir string, cfg *checkpoint.Config, tok *tokenizer.Tokenizer) ([]int32, error) {
-	var ids []int32
-	add := func(id int32) {
-		if !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
-	}
-	if id, ok := tok.EOS(); ok {
-		add(id)
-	}
-	for _, id := range cfg.EOSTokenIDs {
-		add(int32(id))
-	}
-	path := filepath.Join(dir, "generation_config.json")
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return ids, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var gc struct {
-		EOS json.RawMessage `json:"eos_token_id"`
-	}
-	if err := json.Unmarshal(data, &gc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(gc.EOS) == 0 || string(gc.EOS) == "null" {
-		return ids, nil
-	}
-	var one int32
-	var list []int32
-	if err := json.Unmarshal(gc.EOS, &one); err == nil {
-		list = []int32{one}
-	} else if err := json.Unmarshal(gc.EOS, &list); err != nil {
-		return nil, fmt.Errorf("%s: eos_token_id is %s, want a token id or a list of them", path, gc.EOS)
-	}
-	for _, id := range list {
-		add(id)
-	}
-	return ids, nil
 }
 
 // readPrompt returns --prompt, or stdin without one trailing newline for "-".
@@ -401,7 +327,7 @@ func openModel(f *sampleFlags, stdout io.Writer) (backend.Backend, *minicpm5.Mod
 }
 
 func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
-	var tm *textModel
+	var tm *chat.Text
 	var prompt string
 	if f.ids == nil {
 		// The tokenizer and the prompt come before the weights, so that a
@@ -421,7 +347,7 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			msgs = append(msgs, tokenizer.Message{Role: "system", Content: f.system})
 		}
 		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
-		if f.ids, err = tm.render(msgs); err != nil {
+		if f.ids, err = tm.Render(msgs); err != nil {
 			return err
 		}
 		if len(f.ids) == 0 {
@@ -456,8 +382,8 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 		}
 		res, err = streamTokens(m, f.ids, opts, stdout)
 	} else {
-		opts.EOS = tm.eos
-		res, err = streamText(m, tm.tok, f.ids, opts, stdout)
+		opts.EOS = tm.EOS
+		res, err = streamText(m, tm.Tok, f.ids, opts, stdout)
 	}
 	if err != nil {
 		return err
