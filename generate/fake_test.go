@@ -52,6 +52,15 @@ func (c *fakeCache) Trim(n int) int {
 	return n
 }
 
+// Fork is a copy holding a view of the same tokens.
+func (c *fakeCache) Fork() *fakeCache {
+	f := &fakeCache{b: c.b, offset: c.offset}
+	if c.tokens != nil {
+		f.tokens = c.b.Slice(c.tokens, []int{0, 0}, c.tokens.Shape())
+	}
+	return f
+}
+
 func (c *fakeCache) Release() {
 	c.b.Release(c.tokens)
 	c.tokens = nil
