@@ -180,7 +180,7 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 			}
 			scalars[j] = n
 		default:
-			return nil, fmt.Errorf("metadata key %q: want 0.<key>, 1.<layer> or 2.<scalar>", k)
+			return nil, fmt.Errorf("metadata key %q: not a prompt cache file (mlx_lm's metadata keys are 0.<key>, 1.<layer> and 2.<scalar>)", k)
 		}
 	}
 	if len(classes) == 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/promptcache"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -40,8 +41,17 @@ tokenizer_config.json's eos_token, config.json's and generation_config.json's
 eos_token_id. A load-time line comes first and a statistics line (prompt and
 generation tokens per second, peak memory) last.
 
+--prompt-cache-file FILE (made by mlxgo cache-prompt or mlx_lm.cache_prompt)
+starts from the cached tokens, as mlx_lm.generate does: with a chat template,
+only the text from the start of the user message's content on is encoded (the
+cache holds the template's part before it, and the cached prompt's text), so
+the prompt continues the cached one; --model defaults to the model the file
+was made with and must be that model. A cache of another model (layers, kv
+heads, head_dim or dtype) is an error naming what differs.
+
 Examples:
   mlxgo generate --model smollm2-mlx --prompt "What is the capital of France?"
+  mlxgo generate --prompt-cache-file manual.safetensors --prompt "How do I reset it?"
   mlxgo generate --model HuggingFaceTB/SmolLM2-135M-Instruct --prompt "Write a haiku." --temp 0.7 --seed 1
   echo "Summarise: ..." | mlxgo generate --model DIR --prompt - --system "You are terse." --max-tokens 100
   mlxgo generate --model DIR --prompt "2+2=" --raw --max-tokens 8
@@ -69,6 +79,8 @@ type generateFlags struct {
 	promptIDs, prompt, system string
 	raw, think, noThink       bool
 	ids                       []int32
+	cacheFile                 string            // --prompt-cache-file
+	cache                     *promptcache.File // its contents
 }
 
 // usageError is a bad flag or argument: exit status 2.
@@ -163,6 +175,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	fs.BoolVar(&f.raw, "raw", false, "encode --prompt as it is, without the chat template")
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
+	fs.StringVar(&f.cacheFile, "prompt-cache-file", "", "a prompt cache (mlxgo cache-prompt, mlx_lm.cache_prompt) whose tokens the prompt continues; --model defaults to the one it was made with")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, generateUsage)
@@ -177,6 +190,11 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if f.cacheFile != "" {
+		if err := f.readCache(); err != nil {
+			return nil, err
+		}
+	}
 	if err := f.check(); err != nil {
 		return nil, err
 	}
@@ -203,8 +221,14 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 			return nil, err
 		}
 	}
+	given := f.model
 	if f.model, err = resolveModel(f.model); err != nil {
 		return nil, err
+	}
+	if f.cache != nil {
+		if err := sameModel(given, f.model, f.cache, f.cacheFile); err != nil {
+			return nil, err
+		}
 	}
 	return f, nil
 }
@@ -347,7 +371,7 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			msgs = append(msgs, tokenizer.Message{Role: "system", Content: f.system})
 		}
 		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
-		if f.ids, err = tm.Render(msgs); err != nil {
+		if f.ids, err = renderPrompt(tm, msgs, f.cache != nil); err != nil {
 			return err
 		}
 		if len(f.ids) == 0 {
@@ -374,16 +398,27 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			return usagef("--prompt-ids: item %d is %d, out of the vocabulary (vocab_size %d in %s/config.json)", i, id, cfg.VocabSize, f.model)
 		}
 	}
+	gen := func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error) {
+		return generate.Generate(m, ids, opts, onToken)
+	}
+	if f.cache != nil {
+		s, err := resumeCache(m, f.cache, f.cacheFile, stdout)
+		if err != nil {
+			return err
+		}
+		defer s.Release()
+		gen = s.Generate
+	}
 	opts := f.options()
 	var res generate.Result
 	if tm == nil {
 		for _, e := range cfg.EOSTokenIDs {
 			opts.EOS = append(opts.EOS, int32(e))
 		}
-		res, err = streamTokens(m, f.ids, opts, stdout)
+		res, err = streamTokens(gen, f.ids, opts, stdout)
 	} else {
 		opts.EOS = tm.EOS
-		res, err = streamText(m, tm.Tok, f.ids, opts, stdout)
+		res, err = streamText(gen, tm.Tok, f.ids, opts, stdout)
 	}
 	if err != nil {
 		return err
@@ -410,11 +445,15 @@ func (n slowNotes) print(b backend.Backend, w io.Writer) {
 	}
 }
 
+// genFunc is a generation: generate.Generate on a model, or a session's
+// Generate.
+type genFunc func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error)
+
 // streamText generates, printing the text as it becomes final (mlx_lm's
 // streaming detokenizer), then a newline.
-func streamText(m *minicpm5.Model, tok *tokenizer.Tokenizer, ids []int32, opts generate.Options, w io.Writer) (generate.Result, error) {
+func streamText(gen genFunc, tok *tokenizer.Tokenizer, ids []int32, opts generate.Options, w io.Writer) (generate.Result, error) {
 	st := tok.NewStream(false)
-	res, err := generate.Generate(m, ids, opts, func(t generate.Token) bool {
+	res, err := gen(ids, opts, func(t generate.Token) bool {
 		io.WriteString(w, st.Push(t.ID))
 		return true
 	})
@@ -434,9 +473,9 @@ func loadModel(b backend.Backend, dir string) (m *minicpm5.Model, err error) {
 }
 
 // streamTokens generates, printing each id as it comes ("generated: 1 2 3").
-func streamTokens(m *minicpm5.Model, ids []int32, opts generate.Options, w io.Writer) (generate.Result, error) {
+func streamTokens(gen genFunc, ids []int32, opts generate.Options, w io.Writer) (generate.Result, error) {
 	fmt.Fprint(w, "generated:")
-	res, err := generate.Generate(m, ids, opts, func(t generate.Token) bool {
+	res, err := gen(ids, opts, func(t generate.Token) bool {
 		fmt.Fprintf(w, " %d", t.ID)
 		return true
 	})
