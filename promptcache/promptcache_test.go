@@ -262,6 +262,37 @@ func TestMLXInterop(t *testing.T) {
 		}
 	}
 
+	// A backend that runs MLX's own kernels (OracleExact) computes
+	// mlx_lm's arrays bit for bit.
+	for _, name := range backend.Names() {
+		t.Run("exact/"+name, func(t *testing.T) {
+			b, err := backend.Open(name, backend.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if !b.OracleExact() {
+				t.Skipf("the %s backend is held to tolerances, not to MLX's bits (its continuation is checked below)", name)
+			}
+			var bm *minicpm5.Model
+			if err := b.Do(func() (err error) { bm, err = minicpm5.Load(b, checkpointDir(t, ckpt)); return err }); err != nil {
+				t.Fatal(err)
+			}
+			defer b.Do(func() error { return bm.Close() })
+			p := filepath.Join(t.TempDir(), "exact.safetensors")
+			save(t, bm, p, nil)
+			e, err := promptcache.Read(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range e.Layers {
+				if d := res.Mine[i]; d.Keys != sum(l.Keys) || d.Values != sum(l.Values) || d.Offset != l.Offset {
+					t.Errorf("layer %d: mlx_lm computed %+v, the %s backend keys %s values %s offset %d", i, d, name, sum(l.Keys), sum(l.Values), l.Offset)
+				}
+			}
+		})
+	}
+
 	// Each continues the other's cache with mlx_lm's tokens.
 	if got := resume(t, m, mine, 6); !slices.Equal(got, res.MineTok) {
 		t.Errorf("continuing mlx_lm's cache: got %v, mlx_lm gets %v", got, res.MineTok)
