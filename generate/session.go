@@ -32,9 +32,11 @@ const Unknown int32 = -1
 //
 // A session is not safe for concurrent use. Its methods run on the
 // backend's thread (Backend.Do) and may be called from any goroutine, but
-// not from inside a Generate callback of the same session. A generation or
-// Append that fails leaves the caches invalid: the session releases them
-// and is then empty (Len 0), ready for a new sequence.
+// not from inside a Generate callback of the same session. Bad options or
+// an empty prompt are reported before anything runs and leave the session
+// as it was; a generation or Append that fails in the model leaves the
+// caches invalid, so the session releases them and is then empty (Len 0),
+// ready for a new sequence.
 type Session[C Cache] struct {
 	m      Model[C]
 	b      backend.Backend

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
-	"github.com/mlxgo/mlxgo/backend/cpu"
+	_ "github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
@@ -15,19 +15,25 @@ import (
 
 // loadTiny loads a fixture checkpoint on a fresh CPU backend.
 func loadTiny(t *testing.T, name string) (*minicpm5.Model, backend.Backend) {
+	return loadTinyOn(t, "cpu", name)
+}
+
+// loadTinyOn loads a fixture checkpoint on a fresh backend of that name.
+func loadTinyOn(t *testing.T, be, name string) (*minicpm5.Model, backend.Backend) {
 	t.Helper()
 	dir := fixtureDir() + "/models/" + name
 	testenv.Need(t, dir+"/config.json", "the oracle's tiny checkpoints; run `make oracle`")
-	b, err := cpu.New(backend.Options{})
+	b, err := backend.Open(be, backend.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := minicpm5.Load(b, dir)
+	var m *minicpm5.Model
+	err = b.Do(func() (err error) { m, err = minicpm5.Load(b, dir); return err })
 	if err != nil {
 		b.Close()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close(); b.Close() })
+	t.Cleanup(func() { b.Do(func() error { return m.Close() }); b.Close() })
 	return m, b
 }
 
@@ -48,14 +54,17 @@ func ids(n, seed int) []int32 {
 	return p
 }
 
-// TestSessionModel runs sessions on the tiny f32 checkpoints (CPU backend):
+// TestSessionModel runs sessions on the tiny f32 checkpoints (every backend
+// compiled in):
 // a continued, trimmed or forked session must generate exactly what a
 // generation of the whole sequence from an empty cache generates, a fork's
 // writes must not reach the session it came from (copy on write), and
 // releasing every session must leave no live array.
 func TestSessionModel(t *testing.T) {
-	for _, ckpt := range []string{"optiq-f32", "fp-f32"} {
-		m, b := loadTiny(t, ckpt)
+	for _, tc := range sessionCases() {
+		be, ckpt := tc[0], tc[1]
+		m, b := loadTinyOn(t, be, ckpt)
+		ckpt = be + "/" + ckpt
 		opts := generate.Options{MaxTokens: 6, PrefillStepSize: 4}
 		p1, p2, p3 := ids(9, 1), ids(3, 2), ids(5, 3)
 		live := b.Stats().LiveArrays
@@ -132,6 +141,17 @@ func TestSessionModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sessionCases are the (backend, checkpoint) pairs of TestSessionModel.
+func sessionCases() [][2]string {
+	var out [][2]string
+	for _, be := range backend.Names() {
+		for _, ckpt := range []string{"optiq-f32", "fp-f32"} {
+			out = append(out, [2]string{be, ckpt})
+		}
+	}
+	return out
 }
 
 // TestSessionAppendMatchesGenerate: Append then Generate of the last token
