@@ -315,10 +315,9 @@ func (g *generator[C]) resolve(out backend.Array) (int32, error) {
 	return tok, nil
 }
 
-// run generates after the caches' tokens; all receives every resolved
-// token, a final EOS included.
-func (g *generator[C]) run(onToken func(Token) bool, all *[]int32) (res Result, err error) {
-	start := time.Now()
+// run generates after the caches' tokens, timing from start; all receives
+// every resolved token, a final EOS included.
+func (g *generator[C]) run(start time.Time, onToken func(Token) bool, all *[]int32) (res Result, err error) {
 	res.Stats.PromptTokens = len(g.prompt)
 	defer func() {
 		res.Stats.PeakBytes = g.b.Stats().PeakBytes

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -131,13 +132,14 @@ func (s *Session[C]) generate(prompt []int32, opts Options, onToken func(Token) 
 	g.complete = complete
 	var res Result
 	var all []int32
+	start := time.Now()
 	err = s.b.Do(func() (err error) {
 		defer g.close()
 		if err := s.ensureCache(); err != nil {
 			return err
 		}
 		g.cache = s.cache
-		res, err = g.run(onToken, &all)
+		res, err = g.run(start, onToken, &all)
 		return err
 	})
 	if err != nil {
