@@ -212,3 +212,40 @@ func TestLoadNoTokenizer(t *testing.T) {
 		t.Errorf("got %v, want an error naming tokenizer.json", err)
 	}
 }
+
+// TestRenderErrors: a conversation the template cannot continue or cut is
+// an error saying why.
+func TestRenderErrors(t *testing.T) {
+	tm := loadText(t)
+	user := []tokenizer.Message{{Role: "user", Content: "Hi"}}
+	if _, err := tm.RenderContinue(nil); err == nil {
+		t.Error("RenderContinue(nil): got no error")
+	}
+	if _, err := tm.RenderAfter(nil); err == nil {
+		t.Error("RenderAfter(nil): got no error")
+	}
+	for _, tc := range []struct {
+		name, template string
+		call           func(*chat.Text) error
+		want           string
+	}{
+		{"continue/no-content", "{{ 'fixed' }}", func(c *chat.Text) error { _, err := c.RenderContinue(user); return err }, "never reads a message's content"},
+		{"continue/dropped", "{% for m in messages %}{% if m.content == 'x' %}{{ m.content }}{% endif %}{% endfor %}", func(c *chat.Text) error { _, err := c.RenderContinue(user); return err }, "does not appear"},
+		{"after/dropped", "{% for m in messages %}{% if m.content == 'x' %}{{ m.content }}{% endif %}{% endfor %}", func(c *chat.Text) error { _, err := c.RenderAfter(user); return err }, "drops the last message's content"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tj, err := os.ReadFile(filepath.Join(tokDir, "tokenizer.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, _ := json.Marshal(map[string]any{"chat_template": tc.template, "eos_token": "<|im_end|>"})
+			tok, err := tokenizer.New(tj, cfg, "tokenizer.json", "tokenizer_config.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.call(&chat.Text{Tok: tok, Template: true}); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}

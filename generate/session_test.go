@@ -199,3 +199,26 @@ func TestResumeSession(t *testing.T) {
 		t.Errorf("got %v, want an offset mismatch error", err)
 	}
 }
+
+// TestSessionSetTokens: a caller that appended through Caches records the
+// tokens; a count other than the caches' offset is refused.
+func TestSessionSetTokens(t *testing.T) {
+	m := newFake(t)
+	s, _ := NewSession(m)
+	defer s.Release()
+	if err := s.SetTokens([]int32{1}); err == nil || !strings.Contains(err.Error(), "1 tokens for caches holding 0") {
+		t.Errorf("empty session: got %v, want a count error", err)
+	}
+	if err := s.Append([]int32{1, 2}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Append(idsArray(m.b, []int32{3}), s.Caches()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetTokens([]int32{1, 2}); err == nil || !strings.Contains(err.Error(), "2 tokens for caches holding 3") {
+		t.Errorf("got %v, want a count error", err)
+	}
+	if err := s.SetTokens([]int32{1, 2, 3}); err != nil || !slices.Equal(s.Tokens(), []int32{1, 2, 3}) {
+		t.Errorf("got %v, tokens %v; want nil, [1 2 3]", err, s.Tokens())
+	}
+}
