@@ -35,6 +35,17 @@
 // ([backend.CacheClearer]) is called where generate_step calls it: after
 // each prefill chunk and after the generated tokens 0, 256, 512, ...
 //
+// # Sessions
+//
+// A [Session] is one sequence held by the caller across generations: its
+// caches and the tokens they hold. Session.Generate continues it (only the
+// new tokens are prefilled), Append adds known tokens without sampling,
+// Trim and Reuse (longest common prefix with a new prompt, at least one
+// token left to run) cut it back, Fork copies it (copy on write for
+// nn.FullKVCache) and Release frees it. [Generate] is a fresh session
+// released on return. Chunked prefill is one function, [Prefill], used by
+// both and by models/minicpm5's PrefillLast.
+//
 // # Processors' context
 //
 // The processors see a token history: the prompt, then every generated
@@ -77,5 +88,5 @@
 // releases the buffers it replaces, per nn.KVCache), and the step's output is
 // released once its token is read. A long generation therefore holds a
 // constant number of live arrays. Generate releases its caches before it
-// returns.
+// returns; a Session's caches live until Session.Release.
 package generate

@@ -43,6 +43,24 @@ func (c *fakeCache) State() []backend.Array {
 	return []backend.Array{c.tokens}
 }
 
+func (c *fakeCache) Offset() int { return c.offset }
+
+// Trim moves the offset back (the positions of later tokens follow it).
+func (c *fakeCache) Trim(n int) int {
+	n = max(0, min(n, c.offset))
+	c.offset -= n
+	return n
+}
+
+// Fork is a copy holding a view of the same tokens.
+func (c *fakeCache) Fork() *fakeCache {
+	f := &fakeCache{b: c.b, offset: c.offset}
+	if c.tokens != nil {
+		f.tokens = c.b.Slice(c.tokens, []int{0, 0}, c.tokens.Shape())
+	}
+	return f
+}
+
 func (c *fakeCache) Release() {
 	c.b.Release(c.tokens)
 	c.tokens = nil

@@ -11,11 +11,16 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// Cache is what Generate needs from a layer's KV cache (nn.KVCache has it):
-// the arrays it holds, to evaluate after each prefill chunk, to keep out of
-// each step's scope and to release at the end.
+// Cache is what generation needs from a layer's KV cache (nn.KVCache has
+// it): the arrays it holds (State), to evaluate after each prefill chunk and
+// to keep out of each step's scope; the number of tokens it holds (Offset);
+// Trim, to forget the last tokens (a Session's Trim and prefix reuse); and
+// Release.
 type Cache interface {
 	State() []backend.Array
+	Offset() int
+	Trim(n int) int
+	Release()
 }
 
 // Model is what Generate needs from a language model. C is the model's cache
@@ -121,6 +126,10 @@ type Result struct {
 // each token as soon as it is known; onToken returning false stops
 // generation. See the package doc for the loop, its numerics and its memory.
 //
+// Generate is a fresh [Session] released on return, except that it never
+// runs the last token it returns through the model (nothing would use it);
+// a Session's Generate does, so that the session holds every token.
+//
 // The whole loop runs on the backend's thread, in one Backend.Do, as
 // generate_step runs on Python's one thread: a backend that does its work on
 // a thread of its own (mlx) then pays no hand-over between threads per
@@ -130,17 +139,12 @@ type Result struct {
 // backend's thread. A panic in onToken stops generation, releases the
 // caches and reaches the caller as Backend.Do reports it.
 func Generate[C Cache](m Model[C], prompt []int32, opts Options, onToken func(Token) bool) (Result, error) {
-	g, err := newGenerator(m, prompt, opts)
+	s, err := NewSession(m)
 	if err != nil {
 		return Result{}, err
 	}
-	var res Result
-	err = g.b.Do(func() (err error) {
-		defer g.close()
-		res, err = g.run(onToken)
-		return err
-	})
-	return res, err
+	defer s.Release()
+	return s.generate(prompt, opts, onToken, false)
 }
 
 type generator[C Cache] struct {
@@ -152,6 +156,12 @@ type generator[C Cache] struct {
 	cache   []C
 	context []int32 // the processors' token history
 	device  bool    // greedy without processors: argmax on the backend
+	// complete: run the last token returned (or the final EOS) through the
+	// model too, so that the caches hold every token (a Session).
+	complete bool
+	// fed counts the generated tokens run through the model: always the
+	// first fed of the tokens resolved, in order.
+	fed int
 	// held are the last two scheduled outputs, the only ones that can be
 	// unresolved (current and next step); close releases them again, which
 	// the Backend contract allows for arrays already released.
@@ -166,7 +176,7 @@ func newGenerator[C Cache](m Model[C], prompt []int32, opts Options) (*generator
 		opts.MaxTokens = 256
 	}
 	if opts.PrefillStepSize == 0 {
-		opts.PrefillStepSize = 2048
+		opts.PrefillStepSize = DefaultPrefillStep
 	}
 	if opts.PrefillStepSize < 0 {
 		return nil, fmt.Errorf("generate: prefill step size is %d, want a positive number (0 = 2048)", opts.PrefillStepSize)
@@ -181,93 +191,28 @@ func newGenerator[C Cache](m Model[C], prompt []int32, opts Options) (*generator
 	if err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	b := m.Backend()
-	if b == nil {
-		return nil, errors.New("generate: the model has no backend")
-	}
-	g := &generator[C]{m: m, b: b, prompt: prompt, opts: opts, sampler: s}
+	g := &generator[C]{m: m, b: m.Backend(), prompt: prompt, opts: opts, sampler: s}
 	g.device = s.Greedy() && !opts.Processors.Enabled()
 	return g, nil
 }
 
-// close releases the outstanding step outputs and the cache, on the
-// backend's thread.
+// close releases the outstanding step outputs, on the backend's thread.
 func (g *generator[C]) close() {
 	_ = g.b.Do(func() (err error) {
 		defer backend.Recover(&err)
 		g.b.Release(g.held[:]...)
-		for _, c := range g.cache {
-			g.b.Release(c.State()...)
-			if r, ok := any(c).(interface{ Release() }); ok {
-				r.Release()
-			}
-		}
 		return nil
 	})
 	g.held = [2]backend.Array{}
-	g.cache = nil
 }
 
-func (g *generator[C]) states() []backend.Array {
-	var out []backend.Array
-	for _, c := range g.cache {
-		out = append(out, c.State()...)
-	}
-	return out
-}
+func (g *generator[C]) states() []backend.Array { return states(g.cache) }
 
 // do runs fn on the backend's thread inside a scope, turning an op's
 // *backend.OpError panic into an error. fn keeps what must outlive the scope.
-func (g *generator[C]) do(fn func(sc backend.Scope) error) error {
-	return g.b.Do(func() (err error) {
-		defer backend.Recover(&err)
-		sc := g.b.Scope()
-		defer sc.Close()
-		return fn(sc)
-	})
-}
+func (g *generator[C]) do(fn func(sc backend.Scope) error) error { return do(g.b, fn) }
 
-func (g *generator[C]) ids(tokens []int32) backend.Array {
-	return g.b.FromHost(tensor.FromInt32(tensor.Shape{1, len(tokens)}, tokens))
-}
-
-// prefill runs all but the last prompt token through the model in chunks of
-// PrefillStepSize, evaluating the cache after each, as generate_step does
-// (while more than one token remains, take min(step, remaining-1)).
-func (g *generator[C]) prefill() error {
-	p := g.prompt
-	for len(p) > 1 {
-		n := min(g.opts.PrefillStepSize, len(p)-1)
-		chunk := p[:n]
-		err := g.do(func(sc backend.Scope) error {
-			if err := g.m.Append(g.ids(chunk), g.cache); err != nil {
-				return err
-			}
-			st := g.states()
-			sc.Keep(st...)
-			return g.b.Eval(st...)
-		})
-		if err != nil {
-			return fmt.Errorf("generate: prefill at prompt token %d: %w", len(g.prompt)-len(p), err)
-		}
-		p = p[n:]
-		g.clearCache()
-	}
-	return nil
-}
-
-// clearCache returns a caching backend's freed buffers to the system, as
-// generate_step calls mx.clear_cache: after each prefill chunk, and after
-// the generated tokens 0, 256, 512, ... are handed out.
-func (g *generator[C]) clearCache() {
-	if c, ok := g.b.(backend.CacheClearer); ok {
-		_ = g.b.Do(func() (err error) {
-			defer backend.Recover(&err)
-			c.ClearCache()
-			return nil
-		})
-	}
-}
+func (g *generator[C]) ids(tokens []int32) backend.Array { return idsArray(g.b, tokens) }
 
 // schedule builds one decode step on ids (the processors having seen the
 // context) and starts its evaluation. It returns the argmax token (device
@@ -308,7 +253,29 @@ func (g *generator[C]) schedule(ids func() backend.Array) (out backend.Array, er
 		return nil, fmt.Errorf("generate: decode step: %w", err)
 	}
 	g.held = [2]backend.Array{g.held[1], out}
+	g.fed++
 	return out, nil
+}
+
+// feed runs the last token through the model without logits (complete
+// mode), starting the caches' evaluation.
+func (g *generator[C]) feed(ids func() backend.Array) error {
+	err := g.do(func(sc backend.Scope) error {
+		if err := g.m.Append(ids(), g.cache); err != nil {
+			return err
+		}
+		st := g.states()
+		sc.Keep(st...)
+		if a, ok := g.b.(backend.AsyncEvaler); ok {
+			return a.AsyncEval(st...)
+		}
+		return g.b.Eval(st...)
+	})
+	if err != nil {
+		return fmt.Errorf("generate: appending the last token: %w", err)
+	}
+	g.fed++
+	return nil
 }
 
 // process applies the logits processors on the host and returns the new
@@ -348,16 +315,16 @@ func (g *generator[C]) resolve(out backend.Array) (int32, error) {
 	return tok, nil
 }
 
-func (g *generator[C]) run(onToken func(Token) bool) (res Result, err error) {
-	start := time.Now()
+// run generates after the caches' tokens, timing from start; all receives
+// every resolved token, a final EOS included.
+func (g *generator[C]) run(start time.Time, onToken func(Token) bool, all *[]int32) (res Result, err error) {
 	res.Stats.PromptTokens = len(g.prompt)
 	defer func() {
 		res.Stats.PeakBytes = g.b.Stats().PeakBytes
 		res.Stats.PeakRSSBytes = procmem.PeakRSS()
 	}()
 
-	g.cache = g.m.NewCache()
-	if err := g.prefill(); err != nil {
+	if err := Prefill(g.m, g.cache, g.prompt[:len(g.prompt)-1], g.opts.PrefillStepSize); err != nil {
 		return res, err
 	}
 	last := g.prompt[len(g.prompt)-1:]
@@ -372,6 +339,7 @@ func (g *generator[C]) run(onToken func(Token) bool) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	g.fed = 0 // the prompt's last token is not a generated one
 	var firstAt time.Time
 	for n := 0; ; n++ {
 		more := g.opts.MaxTokens < 0 || n+1 < g.opts.MaxTokens
@@ -380,9 +348,14 @@ func (g *generator[C]) run(onToken func(Token) bool) (res Result, err error) {
 		if g.device {
 			// Pipelined as generate_step: step n+1 is built on the lazy
 			// token n and started before token n is read back.
+			y := cur
+			lazy := func() backend.Array { return g.b.Reshape(y, 1, 1) }
 			if more {
-				y := cur
-				if next, err = g.schedule(func() backend.Array { return g.b.Reshape(y, 1, 1) }); err != nil {
+				if next, err = g.schedule(lazy); err != nil {
+					return res, err
+				}
+			} else if g.complete {
+				if err = g.feed(lazy); err != nil {
 					return res, err
 				}
 			}
@@ -395,16 +368,21 @@ func (g *generator[C]) run(onToken func(Token) bool) (res Result, err error) {
 			if tok, err = g.resolve(cur); err != nil {
 				return res, err
 			}
+			t := tok
 			if more && !slices.Contains(g.opts.EOS, tok) {
 				if g.opts.Processors.Enabled() {
 					g.context = append(g.context, tok)
 				}
-				t := tok
 				if next, err = g.schedule(func() backend.Array { return g.ids([]int32{t}) }); err != nil {
+					return res, err
+				}
+			} else if g.complete {
+				if err = g.feed(func() backend.Array { return g.ids([]int32{t}) }); err != nil {
 					return res, err
 				}
 			}
 		}
+		*all = append(*all, tok)
 		now := time.Now()
 		if n == 0 {
 			firstAt = now
@@ -427,7 +405,7 @@ func (g *generator[C]) run(onToken func(Token) bool) (res Result, err error) {
 			return res, nil
 		}
 		if n%256 == 0 {
-			g.clearCache()
+			clearCache(g.b)
 		}
 		if !more {
 			res.FinishReason = FinishLength

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -16,9 +13,11 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/chat"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/promptcache"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -42,8 +41,17 @@ tokenizer_config.json's eos_token, config.json's and generation_config.json's
 eos_token_id. A load-time line comes first and a statistics line (prompt and
 generation tokens per second, peak memory) last.
 
+--prompt-cache-file FILE (made by mlxgo cache-prompt or mlx_lm.cache_prompt)
+starts from the cached tokens, as mlx_lm.generate does: with a chat template,
+only the text from the start of the user message's content on is encoded (the
+cache holds the template's part before it, and the cached prompt's text), so
+the prompt continues the cached one; --model defaults to the model the file
+was made with and must be that model. A cache of another model (layers, kv
+heads, head_dim or dtype) is an error naming what differs.
+
 Examples:
   mlxgo generate --model smollm2-mlx --prompt "What is the capital of France?"
+  mlxgo generate --prompt-cache-file manual.safetensors --prompt "How do I reset it?"
   mlxgo generate --model HuggingFaceTB/SmolLM2-135M-Instruct --prompt "Write a haiku." --temp 0.7 --seed 1
   echo "Summarise: ..." | mlxgo generate --model DIR --prompt - --system "You are terse." --max-tokens 100
   mlxgo generate --model DIR --prompt "2+2=" --raw --max-tokens 8
@@ -71,6 +79,8 @@ type generateFlags struct {
 	promptIDs, prompt, system string
 	raw, think, noThink       bool
 	ids                       []int32
+	cacheFile                 string            // --prompt-cache-file
+	cache                     *promptcache.File // its contents
 }
 
 // usageError is a bad flag or argument: exit status 2.
@@ -165,6 +175,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	fs.BoolVar(&f.raw, "raw", false, "encode --prompt as it is, without the chat template")
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
+	fs.StringVar(&f.cacheFile, "prompt-cache-file", "", "a prompt cache (mlxgo cache-prompt, mlx_lm.cache_prompt) whose tokens the prompt continues; --model defaults to the one it was made with")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, generateUsage)
@@ -179,6 +190,11 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if f.cacheFile != "" {
+		if err := f.readCache(); err != nil {
+			return nil, err
+		}
+	}
 	if err := f.check(); err != nil {
 		return nil, err
 	}
@@ -205,8 +221,14 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 			return nil, err
 		}
 	}
+	given := f.model
 	if f.model, err = resolveModel(f.model); err != nil {
 		return nil, err
+	}
+	if f.cache != nil {
+		if err := sameModel(given, f.model, f.cache, f.cacheFile); err != nil {
+			return nil, err
+		}
 	}
 	return f, nil
 }
@@ -248,106 +270,34 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// textModel is what generating from text needs besides the weights.
-type textModel struct {
-	tok      *tokenizer.Tokenizer
-	eos      []int32
-	template bool           // use the chat template
-	extra    map[string]any // template variables (enable_thinking)
-}
-
-// openText loads dir's tokenizer and stop tokens and checks the template
-// switches; raw skips the template, think/noThink set enable_thinking.
-func openText(dir string, cfg *checkpoint.Config, raw, think, noThink bool, system string, stderr io.Writer) (*textModel, error) {
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); errors.Is(err, fs.ErrNotExist) {
+// openText loads dir's tokenizer and stop tokens (chat.Load) and checks the
+// template switches; raw skips the template, think/noThink set
+// enable_thinking.
+func openText(dir string, cfg *checkpoint.Config, raw, think, noThink bool, system string, stderr io.Writer) (*chat.Text, error) {
+	tm, err := chat.Load(dir, cfg)
+	if errors.Is(err, chat.ErrNoTokenizer) {
 		return nil, usagef("%s has no tokenizer.json, which text prompts need: copy tokenizer.json and tokenizer_config.json from the model's Hugging Face repo into it (mlxgo convert writes them for GGUF files), or give the prompt as --prompt-ids", dir)
 	}
-	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		return nil, err
 	}
-	tm := &textModel{tok: tok, template: !raw}
-	tm.eos, err = eosIDs(dir, cfg, tok)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := tok.Config().ChatTemplate
-	if !raw && tmpl == "" {
+	if !raw && !tm.Template {
 		if think || noThink || system != "" {
 			return nil, usagef("%s/tokenizer_config.json has no chat_template, so --system, --think and --no-think cannot apply", dir)
 		}
 		fmt.Fprintf(stderr, "note: %s/tokenizer_config.json has no chat_template; the prompt is encoded as it is (as with --raw)\n", dir)
-		tm.template = false
+	}
+	if raw {
+		tm.Template = false
 	}
 	if think || noThink {
-		if !strings.Contains(tmpl, "enable_thinking") {
+		if !tm.HasThinkingSwitch() {
 			flagName := map[bool]string{true: "--think", false: "--no-think"}[think]
 			return nil, usagef("%s: the chat template of %s has no enable_thinking switch (only templates that mention enable_thinking, e.g. MiniCPM5's or Qwen3's, have one)", flagName, dir)
 		}
-		tm.extra = map[string]any{"enable_thinking": think}
+		tm.Extra = map[string]any{"enable_thinking": think}
 	}
 	return tm, nil
-}
-
-// render returns the token ids of a conversation: the chat template with
-// the assistant's generation prompt, encoded without the tokenizer's own
-// special tokens (the template has them), as mlx_lm does; or, without the
-// template, the last message's text encoded with them.
-func (tm *textModel) render(msgs []tokenizer.Message) ([]int32, error) {
-	if !tm.template {
-		return tm.tok.Encode(msgs[len(msgs)-1].Content), nil
-	}
-	text, err := tm.tok.ApplyChatTemplate(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, Extra: tm.extra})
-	if err != nil {
-		return nil, err
-	}
-	return tm.tok.EncodeSpecial(text, false), nil
-}
-
-// eosIDs gathers the stop tokens: tokenizer_config.json's eos_token,
-// config.json's eos_token_id and generation_config.json's eos_token_id
-// (a number or a list).
-func eosIDs(dir string, cfg *checkpoint.Config, tok *tokenizer.Tokenizer) ([]int32, error) {
-	var ids []int32
-	add := func(id int32) {
-		if !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
-	}
-	if id, ok := tok.EOS(); ok {
-		add(id)
-	}
-	for _, id := range cfg.EOSTokenIDs {
-		add(int32(id))
-	}
-	path := filepath.Join(dir, "generation_config.json")
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return ids, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var gc struct {
-		EOS json.RawMessage `json:"eos_token_id"`
-	}
-	if err := json.Unmarshal(data, &gc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(gc.EOS) == 0 || string(gc.EOS) == "null" {
-		return ids, nil
-	}
-	var one int32
-	var list []int32
-	if err := json.Unmarshal(gc.EOS, &one); err == nil {
-		list = []int32{one}
-	} else if err := json.Unmarshal(gc.EOS, &list); err != nil {
-		return nil, fmt.Errorf("%s: eos_token_id is %s, want a token id or a list of them", path, gc.EOS)
-	}
-	for _, id := range list {
-		add(id)
-	}
-	return ids, nil
 }
 
 // readPrompt returns --prompt, or stdin without one trailing newline for "-".
@@ -401,7 +351,7 @@ func openModel(f *sampleFlags, stdout io.Writer) (backend.Backend, *minicpm5.Mod
 }
 
 func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
-	var tm *textModel
+	var tm *chat.Text
 	var prompt string
 	if f.ids == nil {
 		// The tokenizer and the prompt come before the weights, so that a
@@ -421,7 +371,7 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			msgs = append(msgs, tokenizer.Message{Role: "system", Content: f.system})
 		}
 		msgs = append(msgs, tokenizer.Message{Role: "user", Content: prompt})
-		if f.ids, err = tm.render(msgs); err != nil {
+		if f.ids, err = renderPrompt(tm, msgs, f.cache != nil); err != nil {
 			return err
 		}
 		if len(f.ids) == 0 {
@@ -448,16 +398,27 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			return usagef("--prompt-ids: item %d is %d, out of the vocabulary (vocab_size %d in %s/config.json)", i, id, cfg.VocabSize, f.model)
 		}
 	}
+	gen := func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error) {
+		return generate.Generate(m, ids, opts, onToken)
+	}
+	if f.cache != nil {
+		s, err := resumeCache(m, f.cache, f.cacheFile, stdout)
+		if err != nil {
+			return err
+		}
+		defer s.Release()
+		gen = s.Generate
+	}
 	opts := f.options()
 	var res generate.Result
 	if tm == nil {
 		for _, e := range cfg.EOSTokenIDs {
 			opts.EOS = append(opts.EOS, int32(e))
 		}
-		res, err = streamTokens(m, f.ids, opts, stdout)
+		res, err = streamTokens(gen, f.ids, opts, stdout)
 	} else {
-		opts.EOS = tm.eos
-		res, err = streamText(m, tm.tok, f.ids, opts, stdout)
+		opts.EOS = tm.EOS
+		res, err = streamText(gen, tm.Tok, f.ids, opts, stdout)
 	}
 	if err != nil {
 		return err
@@ -484,11 +445,15 @@ func (n slowNotes) print(b backend.Backend, w io.Writer) {
 	}
 }
 
+// genFunc is a generation: generate.Generate on a model, or a session's
+// Generate.
+type genFunc func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error)
+
 // streamText generates, printing the text as it becomes final (mlx_lm's
 // streaming detokenizer), then a newline.
-func streamText(m *minicpm5.Model, tok *tokenizer.Tokenizer, ids []int32, opts generate.Options, w io.Writer) (generate.Result, error) {
+func streamText(gen genFunc, tok *tokenizer.Tokenizer, ids []int32, opts generate.Options, w io.Writer) (generate.Result, error) {
 	st := tok.NewStream(false)
-	res, err := generate.Generate(m, ids, opts, func(t generate.Token) bool {
+	res, err := gen(ids, opts, func(t generate.Token) bool {
 		io.WriteString(w, st.Push(t.ID))
 		return true
 	})
@@ -508,9 +473,9 @@ func loadModel(b backend.Backend, dir string) (m *minicpm5.Model, err error) {
 }
 
 // streamTokens generates, printing each id as it comes ("generated: 1 2 3").
-func streamTokens(m *minicpm5.Model, ids []int32, opts generate.Options, w io.Writer) (generate.Result, error) {
+func streamTokens(gen genFunc, ids []int32, opts generate.Options, w io.Writer) (generate.Result, error) {
 	fmt.Fprint(w, "generated:")
-	res, err := generate.Generate(m, ids, opts, func(t generate.Token) bool {
+	res, err := gen(ids, opts, func(t generate.Token) bool {
 		fmt.Fprintf(w, " %d", t.ID)
 		return true
 	})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/chat"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -91,7 +92,7 @@ func TestGenerateTextStopsAtEOS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := eosIDs(dir, cfg, o.tok)
+	got, err := chat.StopTokens(dir, cfg, o.tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestGenerateTextStopsAtEOS(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(bad), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := eosIDs(dir, cfg, o.tok); err == nil || !strings.Contains(err.Error(), "generation_config.json") {
+		if _, err := chat.StopTokens(dir, cfg, o.tok); err == nil || !strings.Contains(err.Error(), "generation_config.json") {
 			t.Errorf("generation_config.json %s: got %v, want an error naming the file", bad, err)
 		}
 	}

@@ -21,6 +21,7 @@ Commands:
   (none)     run the embedded default: generate, check against mlx_lm, conformance summary
   generate   generate text (or tokens) from a model directory or Hugging Face repo id
   chat       interactive multi-turn chat with a model, keeping the KV cache between turns
+  cache-prompt  run a prompt through a model and save its KV cache (mlx_lm's prompt cache file)
   conform    run the conformance suite against the oracle's fixtures
   convert    convert a llama GGUF file into an MLX model directory
   synth      write a synthetic checkpoint (MiniCPM5-1B shapes, random weights) for benchmarks
@@ -43,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdGenerate(args[1:], stdout, stderr)
 	case "chat":
 		return cmdChat(args[1:], stdout, stderr)
+	case "cache-prompt":
+		return cmdCachePrompt(args[1:], stdout, stderr)
 	case "conform":
 		return cmdConform(args[1:], stdout, stderr)
 	case "convert":

@@ -5,6 +5,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -46,16 +47,15 @@ func (m *Model) Prefill(ids []int32, cache []nn.KVCache, chunk int) (backend.Arr
 // PrefillLast runs a prompt the way mlx_lm's generate_step does and returns
 // the logits of its last position, [1, 1, vocab]: every token but the last
 // goes through cache in chunks of at most chunk tokens without the head
-// (evaluating the caches' State after each chunk), then the last token alone.
+// (generate.Prefill: the caches' State evaluated after each chunk), then the
+// last token alone.
 func (m *Model) PrefillLast(ids []int32, cache []nn.KVCache, chunk int) (backend.Array, error) {
 	if err := m.checkPrompt(ids, cache, chunk); err != nil {
 		return nil, err
 	}
 	n := len(ids) - 1
-	for start := 0; start < n; start += chunk {
-		if _, err := m.chunk(ids[start:min(start+chunk, n)], cache, ForwardOptions{NoLogits: true}); err != nil {
-			return nil, err
-		}
+	if err := generate.Prefill[nn.KVCache](m, cache, ids[:n], chunk); err != nil {
+		return nil, err
 	}
 	return m.chunk(ids[n:], cache, ForwardOptions{})
 }
