@@ -30,12 +30,11 @@ func BenchmarkSDPAShapes(b *testing.B) {
 		dst := make([]float32, h*sh.l*d)
 		for _, path := range sdpaPaths() {
 			b.Run(fmt.Sprintf("%s/%s/%s", sh.name, dims(sh.l, sh.s), path.name), func(b *testing.B) {
-				if path.asm && !asmF32 {
-					b.Skip("SKIPPED: this CPU lacks AVX-512")
+				restore, ok := path.set()
+				if !ok {
+					b.Skipf("SKIPPED: this CPU lacks the instructions of the %s SDPA kernels", path.name)
 				}
-				old := asmF32
-				asmF32 = path.asm
-				defer func() { asmF32 = old }()
+				defer restore()
 				t0 := cpuTime()
 				for b.Loop() {
 					SDPAKV(dst, q, kk, vv, 1, h, hk, sh.l, sh.s, d, d, 0.088, Mask{Kind: MaskCausal}, tensor.RoundBF16, AccF32)
