@@ -79,3 +79,11 @@ func sdpa2MergeAcc(acc, c *float32, f1, f2 float32, n int)
 // sdpaAVX2 is set at start-up when the CPU has AVX2, FMA and F16C (and the
 // OS saves the YMM state); GODEBUG=cpu.avx2=off clears it.
 var sdpaAVX2 = cpu.X86.HasAVX && cpu.X86.HasAVX2 && cpu.X86.HasFMA && hasF16C()
+
+// sdpa2Prefetch prefetches (PREFETCHT0) the n bytes of each of rows rows at
+// p + r·stride: the next blocks of keys and values, which the hardware
+// prefetcher is slow to find when a decode step streams a cache that the
+// matmuls have evicted.
+//
+//go:noescape
+func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int)

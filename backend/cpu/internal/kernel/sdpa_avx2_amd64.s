@@ -1333,3 +1333,24 @@ merge_done:
 	VZEROUPPER
 	RET
 
+// func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int)
+TEXT ·sdpa2Prefetch(SB), NOSPLIT, $0-32
+	MOVQ p+0(FP), SI
+	MOVQ stride+8(FP), R8
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), R9
+	TESTQ CX, CX
+	JLE pf_done
+pf_row:
+	XORQ DX, DX
+pf_line:
+	PREFETCHT0 (SI)(DX*1)
+	ADDQ $64, DX
+	CMPQ DX, R9
+	JLT pf_line
+	ADDQ R8, SI
+	DECQ CX
+	JNZ pf_row
+pf_done:
+	RET
+

@@ -622,6 +622,33 @@ func genMerge() {
 	p("")
 }
 
+// sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int): PREFETCHT0
+// of the n bytes (n > 0) of each of rows rows at p + r·stride, one per
+// 64-byte line.
+func genPrefetch() {
+	p("// func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int)")
+	p("TEXT ·sdpa2Prefetch(SB), NOSPLIT, $0-32")
+	p("\tMOVQ p+0(FP), SI")
+	p("\tMOVQ stride+8(FP), R8")
+	p("\tMOVQ rows+16(FP), CX")
+	p("\tMOVQ n+24(FP), R9")
+	p("\tTESTQ CX, CX")
+	p("\tJLE pf_done")
+	p("pf_row:")
+	p("\tXORQ DX, DX")
+	p("pf_line:")
+	p("\tPREFETCHT0 (SI)(DX*1)")
+	p("\tADDQ $64, DX")
+	p("\tCMPQ DX, R9")
+	p("\tJLT pf_line")
+	p("\tADDQ R8, SI")
+	p("\tDECQ CX")
+	p("\tJNZ pf_row")
+	p("pf_done:")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "write to this file instead of standard output")
 	flag.Parse()
@@ -637,6 +664,7 @@ func main() {
 	genOut()
 	genScale()
 	genMerge()
+	genPrefetch()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())
 		return

@@ -468,6 +468,15 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 			break
 		}
 		r0 := p0 * rep
+		if j.vk == sdpa256 {
+			// A decode step finds the cache evicted by the matmuls: ask
+			// for this block's values (read after the scores) and the keys
+			// two blocks on (sdpa2KT asks for the next block's).
+			sdpaPrefetchRows(j.v, bi, kh, j0, n, j.dv)
+			if k0 := j0 + 2*sdpaBK; k0 < j.s {
+				sdpaPrefetchRows(j.k, bi, kh, k0, min(sdpaBK, j.s-k0), j.d)
+			}
+		}
 		j.scores(w, bi, kh, j0, n, r0, rows)
 		for pi := p0; pi < np; pi++ {
 			nv := min(n, j.lim(i0+pi)-j0+1)
@@ -709,4 +718,11 @@ func sdpaPVGo(acc []float32, p []float32, f float32, vrow func(x int) []float32)
 	for x, e := range p {
 		axpy32(acc, e, vrow(x))
 	}
+}
+
+// sdpaPrefetchRows prefetches rows rows (at least 1) of width values of kv
+// from row0, all inside kv's storage.
+func sdpaPrefetchRows(kv *KV, bi, kh, row0, rows, width int) {
+	es := sdpaElemSize(kv.Vec)
+	sdpa2Prefetch(sdpaVecPtr(kv.Vec, kv.row(bi, kh, row0)), uintptr(kv.RowStride)*es, rows, width*int(es))
 }

@@ -71,3 +71,5 @@ func sdpa2Out(dst, acc *float32, l float32, n, bf16 int) { panic(sdpaNoAsm) }
 func sdpa2Scale(dst, src *float32, scale float32, n int) { panic(sdpaNoAsm) }
 
 func sdpa2MergeAcc(acc, c *float32, f1, f2 float32, n int) { panic(sdpaNoAsm) }
+
+func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int) { panic(sdpaNoAsm) }
