@@ -507,3 +507,29 @@ func TestSDPAAVX2Matrix(t *testing.T) {
 		}
 	}
 }
+
+// TestSDPAKVAllocs: a decode call (SmolLM2's shape, 2 workers) allocates at
+// most the job and its closures (3 objects) whether or not the keys are
+// split across workers (200 and 600 keys): the checks format messages only
+// when they fail, K, V and the mask are copied into the job, and the split's
+// states come from a pool.
+func TestSDPAKVAllocs(t *testing.T) {
+	const h, hk, d = 9, 3, 64
+	for _, s := range []int{200, 600} {
+		t.Run(fmt.Sprint(s), func(t *testing.T) {
+			r := newRand(1)
+			q := randVec(r, h*d, 1, tensor.RoundF16)
+			kk := DenseKV(randVec(r, hk*s*d, 1, tensor.RoundF16), hk, s, d)
+			vv := DenseKV(randVec(r, hk*s*d, 1, tensor.RoundF16), hk, s, d)
+			dst := make([]float32, h*d)
+			withThreads(2, func() {
+				n := testing.AllocsPerRun(100, func() {
+					SDPAKV(dst, q, kk, vv, 1, h, hk, 1, s, d, d, 0.125, Mask{Kind: MaskCausal}, tensor.RoundF16, AccF32)
+				})
+				if n > 3 {
+					t.Errorf("got %v allocations a call, want at most 3", n)
+				}
+			})
+		})
+	}
+}

@@ -99,7 +99,9 @@ func sdpaKind(v Vec) int {
 // sdpaJob is one call of the float32 SDPA.
 type sdpaJob struct {
 	dst, q                     []float32
-	k, v                       *KV
+	k, v                       *KV // &kk, &vv
+	kk, vv                     KV
+	mm                         Mask
 	b, h, hk, l, s, d, dv, rep int
 	scale                      float32
 	m                          *Mask
@@ -151,8 +153,16 @@ type sdpaWork struct {
 
 var sdpaPool = sync.Pool{New: func() any { return new(sdpaWork) }}
 
-// sdpaSplitPool holds the chunk states of runSplit.
-var sdpaSplitPool = sync.Pool{New: func() any { return new([]float32) }}
+// sdpaSplit is runSplit's scratch: the chunk states (on buf and n) and the
+// merge scratch of each item (x).
+type sdpaSplit struct {
+	buf, x []float32
+	n      []int
+	states []sdpaState
+}
+
+// sdpaSplitPool holds the scratch of runSplit.
+var sdpaSplitPool = sync.Pool{New: func() any { return new(sdpaSplit) }}
 
 func sdpaGrow(s []float32, n int) []float32 {
 	if cap(s) < n {
@@ -188,8 +198,9 @@ func sdpa32(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32
 	if b == 0 || l == 0 {
 		return
 	}
-	j := &sdpaJob{dst: dst, q: q, k: k, v: v, b: b, h: h, hk: hk, l: l, s: s, d: d, dv: dv, rep: h / hk,
-		scale: scale, m: m, round: round, kkind: sdpaKind(k.Vec), vkind: sdpaKind(v.Vec), rkind: roundKind(round)}
+	j := &sdpaJob{dst: dst, q: q, kk: *k, vv: *v, mm: *m, b: b, h: h, hk: hk, l: l, s: s, d: d, dv: dv, rep: h / hk,
+		scale: scale, round: round, kkind: sdpaKind(k.Vec), vkind: sdpaKind(v.Vec), rkind: roundKind(round)}
+	j.k, j.v, j.m = &j.kk, &j.vv, &j.mm // copies: the caller's values stay on its stack
 	j.lb = min(l, max(1, sdpaRows/j.rep))
 	j.nqb = (l + j.lb - 1) / j.lb
 	j.rmax = j.lb * j.rep
@@ -264,12 +275,18 @@ func (j *sdpaJob) runItem(w *sdpaWork, it int) {
 // them in order per item (the same operations as runItem).
 func (j *sdpaJob) runSplit(items, nch int) {
 	sl := sdpaStateLen(j.rpad, j.dv)
-	bp := sdpaSplitPool.Get().(*[]float32)
-	defer sdpaSplitPool.Put(bp)
-	*bp = sdpaGrow(*bp, items*nch*sl)
-	buf := *bp
-	states := make([]sdpaState, items*nch)
-	nbuf := make([]int, items*nch*j.rpad)
+	sp := sdpaSplitPool.Get().(*sdpaSplit)
+	defer sdpaSplitPool.Put(sp)
+	sp.buf = sdpaGrow(sp.buf, items*nch*sl)
+	xl := 2*j.rpad + 16
+	sp.x = sdpaGrow(sp.x, items*xl)
+	if cap(sp.n) < items*nch*j.rpad {
+		sp.n = make([]int, items*nch*j.rpad)
+	}
+	if cap(sp.states) < items*nch {
+		sp.states = make([]sdpaState, items*nch)
+	}
+	buf, nbuf, states := sp.buf, sp.n, sp.states[:items*nch]
 	for x := range states {
 		states[x] = newSDPAState(buf[x*sl:(x+1)*sl], nbuf[x*j.rpad:], j.rpad, j.dv)
 	}
@@ -294,8 +311,8 @@ func (j *sdpaJob) runSplit(items, nch int) {
 		}
 	})
 	parallelFor(items, 1, func(lo, hi int) {
-		x := make([]float32, 2*j.rpad+16)
 		for it := lo; it < hi; it++ {
+			x := sp.x[it*xl : (it+1)*xl]
 			bi, kh, qb := j.item(it)
 			i0, np := j.positions(qb)
 			st := &states[it*nch]
