@@ -443,7 +443,8 @@ func sdpaTestMask(r interface{ IntN(int) int }, kind MaskKind, b, h, l, s int, r
 // bf16, f16, read in place from a padded cache with NaN in the unused
 // parts), head sizes (64, 128, mixed, and 40, which falls back to the
 // portable loops), masks, GQA rep 1, 3 and 4, decode and prefill, into a
-// guard-padded output: within the bound of the reference; bit for bit the
+// guard-padded output: within the bound of the reference; the same bits
+// with 1 and 2 workers (keys split across workers or not); bit for bit the
 // portable path where the shape falls back; bit for bit the AVX-512 path
 // where the CPU has it.
 func TestSDPAAVX2Matrix(t *testing.T) {
@@ -470,7 +471,7 @@ func TestSDPAAVX2Matrix(t *testing.T) {
 							vv := toStorage(v, dt.name, b, hk, s, dd.dv, s+9, dd.dv+16)
 							m := sdpaTestMask(r, kind, b, h, l, s, dt.round)
 							scale := float32(1 / math.Sqrt(float64(dd.d)))
-							run := func(p sdpaPath) []float32 {
+							run := func(p sdpaPath, threads int) []float32 {
 								restore, ok := p.set()
 								if !ok {
 									return nil
@@ -484,20 +485,23 @@ func TestSDPAAVX2Matrix(t *testing.T) {
 									t.Fatalf("path %s: kernel set %s, want %s", p.name, sdpaSetNames[vk], sdpaSetNames[want])
 								}
 								got, whole := guarded(b * h * l * dd.dv)
-								withThreads(2, func() {
+								withThreads(threads, func() {
 									SDPAKV(got, q, kk, vv, b, h, hk, l, s, dd.d, dd.dv, scale, m, dt.round, AccF32)
 								})
 								checkGuards(t, whole, "dst")
 								return got
 							}
-							got := run(sdpaPath{"avx2", sdpa256})
+							got := run(sdpaPath{"avx2", sdpa256}, 2)
 							want := make([]float32, len(got))
 							SDPARef(want, q, k, v, b, h, hk, l, s, dd.d, dd.dv, scale, m, dt.round, AccF32)
 							checkSDPABound(t, got, want, q, k, v, b, h, hk, l, s, dd.d, dd.dv, scale, &m, dt.round)
 							if dd.d%16 != 0 {
-								expectSame(t, got, run(sdpaPath{"portable", sdpaGo}), "fallback vs portable")
+								expectSame(t, got, run(sdpaPath{"portable", sdpaGo}, 2), "fallback vs portable")
 							}
-							if w512 := run(sdpaPath{"avx512", sdpa512}); w512 != nil {
+							// One worker: no split of the keys (with two, a
+							// decode over 300 keys runs its two chunks apart).
+							expectSame(t, got, run(sdpaPath{"avx2", sdpa256}, 1), "2 workers vs 1")
+							if w512 := run(sdpaPath{"avx512", sdpa512}, 2); w512 != nil {
 								expectSame(t, got, w512, "avx2 vs avx512")
 							}
 						})
