@@ -56,10 +56,15 @@ func DenseKV(x []float32, hk, s, n int) KV {
 func (kv *KV) row(bi, h, j int) int { return bi*kv.BStride + h*kv.HStride + j*kv.RowStride }
 
 // checkKV panics unless kv holds b·hk rows of s positions of n values.
+// (The checks format their messages only when they fail: a decode step
+// calls this for every layer.)
 func checkKV(kernel, name string, kv *KV, b, hk, s, n int) {
-	check(kv.BStride >= 0 && kv.HStride >= 0 && kv.RowStride >= n, kernel,
-		"%s strides batch=%d head=%d row=%d, want >= 0, >= 0 and >= the row length %d", name, kv.BStride, kv.HStride, kv.RowStride, n)
-	check(kv.Vec.F32 == nil || kv.Vec.U16 == nil, kernel, "%s holds both float32 and 16-bit storage", name)
+	if !(kv.BStride >= 0 && kv.HStride >= 0 && kv.RowStride >= n) {
+		check(false, kernel, "%s strides batch=%d head=%d row=%d, want >= 0, >= 0 and >= the row length %d", name, kv.BStride, kv.HStride, kv.RowStride, n)
+	}
+	if kv.Vec.F32 != nil && kv.Vec.U16 != nil {
+		check(false, kernel, "%s holds both float32 and 16-bit storage", name)
+	}
 	if b > 0 {
 		need(kernel, name, kv.Vec.Len(), kv.row(b-1, hk-1, s-1)+n)
 	}
@@ -67,8 +72,12 @@ func checkKV(kernel, name string, kv *KV, b, hk, s, n int) {
 
 // checkSDPA panics unless the sizes, the slices, K, V and the mask fit.
 func checkSDPA(name string, dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, m *Mask) {
-	check(b >= 0 && l >= 0 && h > 0 && hk > 0 && s > 0 && d > 0 && dv > 0, name, "sizes b=%d h=%d hk=%d l=%d s=%d d=%d dv=%d", b, h, hk, l, s, d, dv)
-	check(h%hk == 0, name, "%d query heads is not a multiple of %d KV heads", h, hk)
+	if !(b >= 0 && l >= 0 && h > 0 && hk > 0 && s > 0 && d > 0 && dv > 0) {
+		check(false, name, "sizes b=%d h=%d hk=%d l=%d s=%d d=%d dv=%d", b, h, hk, l, s, d, dv)
+	}
+	if h%hk != 0 {
+		check(false, name, "%d query heads is not a multiple of %d KV heads", h, hk)
+	}
 	need(name, "q", len(q), b*h*l*d)
 	checkKV(name, "k", k, b, hk, s, d)
 	checkKV(name, "v", v, b, hk, s, dv)
@@ -77,7 +86,9 @@ func checkSDPA(name string, dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv in
 	case MaskNone, MaskCausal:
 	case MaskBool, MaskAdd:
 		for a, st := range m.Strides {
-			check(st >= 0, name, "mask stride %d is %d, want >= 0", a, st)
+			if st < 0 {
+				check(false, name, "mask stride %d is %d, want >= 0", a, st)
+			}
 		}
 		n := len(m.Bool)
 		if m.Kind == MaskAdd {
@@ -232,7 +243,9 @@ func SDPAKV(dst, q []float32, k, v KV, b, h, hk, l, s, d, dv int, scale float32,
 // sdpaKV runs the float64 or the float32 form on a validated call.
 func sdpaKV(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder, acc Acc) {
 	if acc == AccF64 {
-		sdpa[float64](dst, q, k, v, b, h, hk, l, s, d, dv, scale, m, round)
+		// Copies, so that only this path moves them to the heap.
+		kc, vc, mc := *k, *v, *m
+		sdpa[float64](dst, q, &kc, &vc, b, h, hk, l, s, d, dv, scale, &mc, round)
 	} else {
 		sdpa32(dst, q, k, v, b, h, hk, l, s, d, dv, scale, m, round)
 	}

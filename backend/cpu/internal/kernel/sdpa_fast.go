@@ -43,17 +43,40 @@ import (
 // score −Inf and are left out of the accumulation (runs of visible keys),
 // so their values never reach the row, as in the reference.
 //
-// With AVX-512 (asmF32) and d, dv multiples of 16 the steps run in the
-// assembly kernels of sdpa_amd64.s, the same code with or without
-// GOEXPERIMENT=simd; otherwise in Go loops (dot32, axpy32, ExpSlice: vector
-// code with AVX2, see vecops.go), which keep the structure (and so the
-// independence from l) but not the bits of the AVX-512 path.
+// With d, dv multiples of 16 the steps run in assembly kernels: those of
+// sdpa_amd64.s with AVX-512 (asmF32), the same code with or without
+// GOEXPERIMENT=simd, else those of sdpa_avx2_amd64.s with AVX2, FMA and
+// F16C (sdpaAVX2), which give every lane the same instructions in the same
+// order and so the same bits. Otherwise they run in Go loops (dot32,
+// axpy32, ExpSlice: vector code with AVX2, see vecops.go), which keep the
+// structure (and so the independence from l) but not the bits of the
+// assembly paths.
 
 const (
 	sdpaBK    = 32  // keys per block (the width of the vector kernels)
 	sdpaChunk = 256 // keys per chunk (a multiple of sdpaBK)
 	sdpaRows  = 128 // target query rows per item
 )
+
+// Kernel sets of the float32 SDPA (sdpaJob.vk).
+const (
+	sdpaGo  = iota // the portable Go loops
+	sdpa512        // the AVX-512 kernels of sdpa_amd64.s
+	sdpa256        // the AVX2 kernels of sdpa_avx2_amd64.s
+)
+
+// sdpaKernels picks the kernel set for head sizes d and dv.
+func sdpaKernels(d, dv int) int {
+	switch {
+	case !sdpaHaveAsm || d%16 != 0 || dv%16 != 0:
+		return sdpaGo
+	case asmF32:
+		return sdpa512
+	case sdpaAVX2:
+		return sdpa256
+	}
+	return sdpaGo
+}
 
 // Storage kinds of the assembly kernels.
 const (
@@ -76,14 +99,17 @@ func sdpaKind(v Vec) int {
 // sdpaJob is one call of the float32 SDPA.
 type sdpaJob struct {
 	dst, q                     []float32
-	k, v                       *KV
+	k, v                       *KV // &kk, &vv
+	kk, vv                     KV
+	mm                         Mask
 	b, h, hk, l, s, d, dv, rep int
 	scale                      float32
 	m                          *Mask
 	round                      Rounder
 	lb, nqb                    int  // query positions per item, query blocks
 	rmax, rpad                 int  // rows per item: lb·rep, rounded up to 4
-	asm                        bool // the AVX-512 kernels
+	vk                         int  // the kernel set: sdpaGo, sdpa512 or sdpa256
+	asm                        bool // vk is an assembly set
 	kkind, vkind               int
 	rkind                      byte // roundKind(round)
 }
@@ -127,8 +153,16 @@ type sdpaWork struct {
 
 var sdpaPool = sync.Pool{New: func() any { return new(sdpaWork) }}
 
-// sdpaSplitPool holds the chunk states of runSplit.
-var sdpaSplitPool = sync.Pool{New: func() any { return new([]float32) }}
+// sdpaSplit is runSplit's scratch: the chunk states (on buf and n) and the
+// merge scratch of each item (x).
+type sdpaSplit struct {
+	buf, x []float32
+	n      []int
+	states []sdpaState
+}
+
+// sdpaSplitPool holds the scratch of runSplit.
+var sdpaSplitPool = sync.Pool{New: func() any { return new(sdpaSplit) }}
 
 func sdpaGrow(s []float32, n int) []float32 {
 	if cap(s) < n {
@@ -164,13 +198,15 @@ func sdpa32(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32
 	if b == 0 || l == 0 {
 		return
 	}
-	j := &sdpaJob{dst: dst, q: q, k: k, v: v, b: b, h: h, hk: hk, l: l, s: s, d: d, dv: dv, rep: h / hk,
-		scale: scale, m: m, round: round, kkind: sdpaKind(k.Vec), vkind: sdpaKind(v.Vec), rkind: roundKind(round)}
+	j := &sdpaJob{dst: dst, q: q, kk: *k, vv: *v, mm: *m, b: b, h: h, hk: hk, l: l, s: s, d: d, dv: dv, rep: h / hk,
+		scale: scale, round: round, kkind: sdpaKind(k.Vec), vkind: sdpaKind(v.Vec), rkind: roundKind(round)}
+	j.k, j.v, j.m = &j.kk, &j.vv, &j.mm // copies: the caller's values stay on its stack
 	j.lb = min(l, max(1, sdpaRows/j.rep))
 	j.nqb = (l + j.lb - 1) / j.lb
 	j.rmax = j.lb * j.rep
 	j.rpad = (j.rmax + 3) &^ 3
-	j.asm = sdpaHaveAsm && asmF32 && d%16 == 0 && dv%16 == 0
+	j.vk = sdpaKernels(d, dv)
+	j.asm = j.vk != sdpaGo
 	items := b * hk * j.nqb
 	nch := (s + sdpaChunk - 1) / sdpaChunk
 	th := Threads()
@@ -230,7 +266,7 @@ func (j *sdpaJob) runItem(w *sdpaWork, it int) {
 		tmp := &w.st2
 		tmp.reset(rows, j.dv)
 		j.chunk(w, tmp, bi, kh, i0, np, c0, min(kEnd, c0+sdpaChunk))
-		sdpaMerge(st, tmp, rows, j.dv, j.asm, w.mx)
+		sdpaMerge(st, tmp, rows, j.dv, j.vk, w.mx)
 	}
 	j.output(st, bi, kh, i0, np)
 }
@@ -239,12 +275,18 @@ func (j *sdpaJob) runItem(w *sdpaWork, it int) {
 // them in order per item (the same operations as runItem).
 func (j *sdpaJob) runSplit(items, nch int) {
 	sl := sdpaStateLen(j.rpad, j.dv)
-	bp := sdpaSplitPool.Get().(*[]float32)
-	defer sdpaSplitPool.Put(bp)
-	*bp = sdpaGrow(*bp, items*nch*sl)
-	buf := *bp
-	states := make([]sdpaState, items*nch)
-	nbuf := make([]int, items*nch*j.rpad)
+	sp := sdpaSplitPool.Get().(*sdpaSplit)
+	defer sdpaSplitPool.Put(sp)
+	sp.buf = sdpaGrow(sp.buf, items*nch*sl)
+	xl := 2*j.rpad + 16
+	sp.x = sdpaGrow(sp.x, items*xl)
+	if cap(sp.n) < items*nch*j.rpad {
+		sp.n = make([]int, items*nch*j.rpad)
+	}
+	if cap(sp.states) < items*nch {
+		sp.states = make([]sdpaState, items*nch)
+	}
+	buf, nbuf, states := sp.buf, sp.n, sp.states[:items*nch]
 	for x := range states {
 		states[x] = newSDPAState(buf[x*sl:(x+1)*sl], nbuf[x*j.rpad:], j.rpad, j.dv)
 	}
@@ -269,13 +311,13 @@ func (j *sdpaJob) runSplit(items, nch int) {
 		}
 	})
 	parallelFor(items, 1, func(lo, hi int) {
-		x := make([]float32, 2*j.rpad+16)
 		for it := lo; it < hi; it++ {
+			x := sp.x[it*xl : (it+1)*xl]
 			bi, kh, qb := j.item(it)
 			i0, np := j.positions(qb)
 			st := &states[it*nch]
 			for c := 1; c < nch; c++ {
-				sdpaMerge(st, &states[it*nch+c], np*j.rep, j.dv, j.asm, x)
+				sdpaMerge(st, &states[it*nch+c], np*j.rep, j.dv, j.vk, x)
 			}
 			j.output(st, bi, kh, i0, np)
 		}
@@ -290,8 +332,12 @@ func (j *sdpaJob) loadQ(qs []float32, bi, kh, i0, np int) {
 			hq := kh*j.rep + g
 			src := j.q[((bi*j.h+hq)*j.l+i0+pi)*d:][:d]
 			dst := qs[(pi*j.rep+g)*d:][:d]
-			if j.asm {
+			switch j.vk {
+			case sdpa512:
 				sdpaScale(&dst[0], &src[0], j.scale, d)
+				continue
+			case sdpa256:
+				sdpa2Scale(&dst[0], &src[0], j.scale, d)
 				continue
 			}
 			for t, x := range src {
@@ -304,9 +350,9 @@ func (j *sdpaJob) loadQ(qs []float32, bi, kh, i0, np int) {
 
 // sdpaMerge merges chunk state c into st for rows [0, rows): with M =
 // max(m, c.m), f1 = exp(m − M) and f2 = exp(c.m − M) (1 when M is −Inf),
-// l·f1 + c.l·f2 and acc·f1 + c.acc·f2 (fused on the vector path). x is
-// scratch of 2·rows+16 values.
-func sdpaMerge(st, c *sdpaState, rows, dv int, asm bool, x []float32) {
+// l·f1 + c.l·f2 and acc·f1 + c.acc·f2 (fused with the kernel sets vk of
+// the assembly paths). x is scratch of 2·rows+16 values.
+func sdpaMerge(st, c *sdpaState, rows, dv, vk int, x []float32) {
 	n := (2*rows + 15) &^ 15
 	x = x[:n]
 	clear(x)
@@ -319,10 +365,10 @@ func sdpaMerge(st, c *sdpaState, rows, dv int, asm bool, x []float32) {
 			x[2*r], x[2*r+1] = st.m[r]-m, c.m[r]-m
 		}
 	}
-	if asm {
+	if vk == sdpa512 {
 		sdpaExp(&x[0], &x[0], n)
 	} else {
-		ExpSlice(x, x)
+		ExpSlice(x, x) // the same bits (mlxmath.Exp), vector code with AVX2
 	}
 	for r := range rows {
 		if c.n[r] == 0 {
@@ -337,8 +383,12 @@ func sdpaMerge(st, c *sdpaState, rows, dv int, asm bool, x []float32) {
 		f1, f2 := x[2*r], x[2*r+1]
 		st.m[r], st.n[r] = max(st.m[r], c.m[r]), st.n[r]+c.n[r]
 		st.l[r] = st.l[r]*f1 + c.l[r]*f2
-		if asm {
+		switch vk {
+		case sdpa512:
 			sdpaMergeAcc(&a[0], &ca[0], f1, f2, dv)
+			continue
+		case sdpa256:
+			sdpa2MergeAcc(&a[0], &ca[0], f1, f2, dv)
 			continue
 		}
 		for t := range a {
@@ -367,7 +417,11 @@ func (j *sdpaJob) output(st *sdpaState, bi, kh, i0, np int) {
 				if j.rkind == 'b' {
 					bf16 = 1
 				}
-				sdpaOut(&o[0], &a[0], l, dv, bf16)
+				if j.vk == sdpa512 {
+					sdpaOut(&o[0], &a[0], l, dv, bf16)
+				} else {
+					sdpa2Out(&o[0], &a[0], l, dv, bf16)
+				}
 				if j.rkind != 'b' {
 					roundSlice(o, j.round, j.rkind)
 				}
@@ -431,6 +485,15 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 			break
 		}
 		r0 := p0 * rep
+		if j.vk == sdpa256 {
+			// A decode step finds the cache evicted by the matmuls: ask
+			// for this block's values (read after the scores) and the keys
+			// two blocks on (sdpa2KT asks for the next block's).
+			sdpaPrefetchRows(j.v, bi, kh, j0, n, j.dv)
+			if k0 := j0 + 2*sdpaBK; k0 < j.s {
+				sdpaPrefetchRows(j.k, bi, kh, k0, min(sdpaBK, j.s-k0), j.d)
+			}
+		}
 		j.scores(w, bi, kh, j0, n, r0, rows)
 		for pi := p0; pi < np; pi++ {
 			nv := min(n, j.lim(i0+pi)-j0+1)
@@ -461,9 +524,12 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 				st.n[r] += cnt
 			}
 		}
-		if j.asm {
+		switch j.vk {
+		case sdpa512:
 			sdpaSoftmax(&w.sc[r0*sdpaBK], &st.m[r0], &st.l[r0], &st.f[r0], rows-r0)
-		} else {
+		case sdpa256:
+			sdpa2Softmax(&w.sc[r0*sdpaBK], &st.m[r0], &st.l[r0], &st.f[r0], rows-r0)
+		default:
 			sdpaSoftmaxGo(w.sc[r0*sdpaBK:rows*sdpaBK], st.m[r0:rows], st.l[r0:rows], st.f[r0:rows])
 		}
 		j.pv(w, st, bi, kh, i0, j0, n, p0, np)
@@ -479,18 +545,20 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 			es := sdpaElemSize(k.Vec)
 			src := sdpaVecPtr(k.Vec, k.row(bi, kh, j0))
 			stride := uintptr(k.RowStride) * es
-			sdpaKT(&w.kt[0], src, stride, d, j.kkind)
-			sdpaKT(&w.kt[16], unsafe.Add(src, 16*stride), stride, d, j.kkind)
+			j.kt(w.kt, src, stride, j.kkind)
 		} else {
 			// A partial block: convert its rows to float32 with zero rows
 			// after them, then transpose.
-			sdpaCvt(&w.kc[0], d, sdpaVecPtr(k.Vec, k.row(bi, kh, j0)), uintptr(k.RowStride)*sdpaElemSize(k.Vec), n, d, j.kkind)
+			j.cvt(w.kc, d, sdpaVecPtr(k.Vec, k.row(bi, kh, j0)), uintptr(k.RowStride)*sdpaElemSize(k.Vec), n, d, j.kkind)
 			clear(w.kc[n*d : sdpaBK*d])
-			sdpaKT(&w.kt[0], unsafe.Pointer(&w.kc[0]), uintptr(4*d), d, sdpaF32)
-			sdpaKT(&w.kt[16], unsafe.Pointer(&w.kc[16*d]), uintptr(4*d), d, sdpaF32)
+			j.kt(w.kt, unsafe.Pointer(&w.kc[0]), uintptr(4*d), sdpaF32)
 		}
 		ra := r0 &^ 3
-		sdpaScores(&w.sc[ra*sdpaBK], &w.qs[ra*d], &w.kt[0], j.rpadRows(rows)-ra, d)
+		if j.vk == sdpa512 {
+			sdpaScores(&w.sc[ra*sdpaBK], &w.qs[ra*d], &w.kt[0], j.rpadRows(rows)-ra, d)
+		} else {
+			sdpa2Scores(&w.sc[ra*sdpaBK], &w.qs[ra*d], &w.kt[0], j.rpadRows(rows)-ra, d)
+		}
 		return
 	}
 	for x := range n {
@@ -499,6 +567,26 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 			w.sc[r*sdpaBK+x] = dot32(w.qs[r*d:(r+1)*d], kr)
 		}
 	}
+}
+
+// kt transposes (and converts) the sdpaBK rows of a block of keys at src
+// into dst[t·32 + r].
+func (j *sdpaJob) kt(dst []float32, src unsafe.Pointer, stride uintptr, kind int) {
+	if j.vk == sdpa256 {
+		sdpa2KT(&dst[0], src, stride, j.d, kind)
+		return
+	}
+	sdpaKT(&dst[0], src, stride, j.d, kind)
+	sdpaKT(&dst[16], unsafe.Add(src, 16*stride), stride, j.d, kind)
+}
+
+// cvt converts rows of n values to float32 rows dstride apart in dst.
+func (j *sdpaJob) cvt(dst []float32, dstride int, src unsafe.Pointer, sstride uintptr, rows, n, kind int) {
+	if j.vk == sdpa256 {
+		sdpa2Cvt(&dst[0], dstride, src, sstride, rows, n, kind)
+		return
+	}
+	sdpaCvt(&dst[0], dstride, src, sstride, rows, n, kind)
 }
 
 // rpadRows rounds rows up to a multiple of 4.
@@ -515,7 +603,7 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 		if v.Vec.F32 != nil {
 			vp, vstride = sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*4
 		} else {
-			sdpaCvt(&w.vb[0], dv, sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*2, n, dv, j.vkind)
+			j.cvt(w.vb, dv, sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*2, n, dv, j.vkind)
 			vp, vstride = unsafe.Pointer(&w.vb[0]), uintptr(dv)*4
 		}
 	} else if v.Vec.F32 == nil {
@@ -546,9 +634,12 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 				for e < nv && j.visible(bi, hq, i0+pi, j0+e) {
 					e++
 				}
-				if j.asm {
+				switch j.vk {
+				case sdpa512:
 					sdpaPV1(&st.acc[r*dv], &w.sc[r*sdpaBK+x], unsafe.Add(vp, uintptr(x)*vstride), vstride, f, e-x, dv)
-				} else {
+				case sdpa256:
+					sdpa2PV1(&st.acc[r*dv], &w.sc[r*sdpaBK+x], unsafe.Add(vp, uintptr(x)*vstride), vstride, f, e-x, dv)
+				default:
 					sdpaPVGo(st.acc[r*dv:(r+1)*dv], w.sc[r*sdpaBK+x:r*sdpaBK+e], *f, func(y int) []float32 { return vrow(x + y) })
 				}
 				f = &one // the rescale applies once
@@ -557,19 +648,40 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 			r++
 			continue
 		}
-		// Four rows (heads of one position, or positions that see the
-		// whole block) with the same keys and no holes go together.
-		if j.asm && r+4 <= rows && nvis(r+3) == nv && !w.hole[r+1] && !w.hole[r+2] && !w.hole[r+3] {
-			sdpaPV4(&st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
-			r += 4
-			continue
-		}
+		// Up to four rows (heads of one position, or positions that see
+		// the whole block) with the same keys and no holes go together.
+		g := 1
 		if j.asm {
+			for g < 4 && r+g < rows && nvis(r+g) == nv && !w.hole[r+g] {
+				g++
+			}
+		}
+		switch {
+		case j.vk == sdpa512 && g == 4:
+			sdpaPV4(&st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+		case j.vk == sdpa512:
+			g = 1
 			sdpaPV1(&st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
-		} else {
+		case j.vk == sdpa256:
+			sdpa2PV(g, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+		default:
 			sdpaPVGo(st.acc[r*dv:(r+1)*dv], w.sc[r*sdpaBK:r*sdpaBK+nv], st.f[r], vrow)
 		}
-		r++
+		r += g
+	}
+}
+
+// sdpa2PV runs the AVX2 accumulation of g rows (1 to 4).
+func sdpa2PV(g int, acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	switch g {
+	case 4:
+		sdpa2PV4(acc, p, v, vstride, f, n, dv)
+	case 3:
+		sdpa2PV3(acc, p, v, vstride, f, n, dv)
+	case 2:
+		sdpa2PV2(acc, p, v, vstride, f, n, dv)
+	default:
+		sdpa2PV1(acc, p, v, vstride, f, n, dv)
 	}
 }
 
@@ -623,4 +735,11 @@ func sdpaPVGo(acc []float32, p []float32, f float32, vrow func(x int) []float32)
 	for x, e := range p {
 		axpy32(acc, e, vrow(x))
 	}
+}
+
+// sdpaPrefetchRows prefetches rows rows (at least 1) of width values of kv
+// from row0, all inside kv's storage.
+func sdpaPrefetchRows(kv *KV, bi, kh, row0, rows, width int) {
+	es := sdpaElemSize(kv.Vec)
+	sdpa2Prefetch(sdpaVecPtr(kv.Vec, kv.row(bi, kh, row0)), uintptr(kv.RowStride)*es, rows, width*int(es))
 }

@@ -36,3 +36,40 @@ func sdpaOut(dst, acc *float32, l float32, n, bf16 int) { panic(sdpaNoAsm) }
 func sdpaScale(dst, src *float32, scale float32, n int) { panic(sdpaNoAsm) }
 
 func sdpaMergeAcc(acc, c *float32, f1, f2 float32, n int) { panic(sdpaNoAsm) }
+
+// No AVX2 SDPA kernels either: sdpaAVX2 stays false.
+var sdpaAVX2 = false
+
+func sdpa2KT(dst *float32, src unsafe.Pointer, stride uintptr, d, kind int) { panic(sdpaNoAsm) }
+
+func sdpa2Cvt(dst *float32, dstride int, src unsafe.Pointer, sstride uintptr, rows, n, kind int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpa2Scores(s, q, kt *float32, rows, d int) { panic(sdpaNoAsm) }
+
+func sdpa2Softmax(s, m, l, f *float32, rows int) { panic(sdpaNoAsm) }
+
+func sdpa2PV4(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpa2PV3(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpa2PV2(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpa2PV1(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpa2Out(dst, acc *float32, l float32, n, bf16 int) { panic(sdpaNoAsm) }
+
+func sdpa2Scale(dst, src *float32, scale float32, n int) { panic(sdpaNoAsm) }
+
+func sdpa2MergeAcc(acc, c *float32, f1, f2 float32, n int) { panic(sdpaNoAsm) }
+
+func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int) { panic(sdpaNoAsm) }

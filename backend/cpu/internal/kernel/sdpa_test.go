@@ -274,26 +274,48 @@ func testSDPANaN(t *testing.T) {
 	}
 }
 
-// sdpaPath is one implementation of the float32 SDPA: the AVX-512 kernels
-// or the portable loops.
+// sdpaPath is one implementation of the float32 SDPA: the AVX-512 kernels,
+// the AVX2 kernels or the portable loops.
 type sdpaPath struct {
 	name string
-	asm  bool
+	vk   int // sdpa512, sdpa256 or sdpaGo
 }
 
 // sdpaPaths lists the float32 paths to test: the portable loops always, the
-// AVX-512 kernels too (skipped, loudly, on CPUs without AVX-512).
-func sdpaPaths() []sdpaPath { return []sdpaPath{{"asm", true}, {"portable", false}} }
+// AVX-512 and AVX2 kernels too (skipped, loudly, on CPUs without them).
+func sdpaPaths() []sdpaPath {
+	return []sdpaPath{{"avx512", sdpa512}, {"avx2", sdpa256}, {"portable", sdpaGo}}
+}
+
+// set selects the path (for shapes the kernels take) and returns the
+// function restoring the old selection; ok is false when this CPU cannot
+// run it.
+func (p sdpaPath) set() (restore func(), ok bool) {
+	old512, old2 := asmF32, sdpaAVX2
+	switch p.vk {
+	case sdpa512:
+		if !old512 || !sdpaHaveAsm {
+			return nil, false
+		}
+	case sdpa256:
+		if !old2 {
+			return nil, false
+		}
+		asmF32 = false
+	default:
+		asmF32, sdpaAVX2 = false, false
+	}
+	return func() { asmF32, sdpaAVX2 = old512, old2 }, true
+}
 
 // run runs fn with the path selected.
 func (p sdpaPath) run(t *testing.T, fn func()) {
 	t.Helper()
-	old := asmF32
-	if p.asm && !old {
-		t.Skip("SKIPPED: this CPU lacks AVX-512; the SDPA assembly kernels cannot run")
+	restore, ok := p.set()
+	if !ok {
+		t.Skipf("SKIPPED: this CPU lacks the instructions of the %s SDPA kernels", p.name)
 	}
-	asmF32 = p.asm
-	defer func() { asmF32 = old }()
+	defer restore()
 	fn()
 }
 
