@@ -56,7 +56,9 @@ type File struct {
 // Shape is what a cache must have to fit a model.
 type Shape struct {
 	Layers, KVHeads, HeadDim int
-	DType                    tensor.DType
+	// DTypes are the dtypes of each layer's keys and values: the dtype the
+	// model computes them in (minicpm5's CacheDTypes).
+	DTypes []tensor.DType
 }
 
 // Check returns an error naming what does not match s: the layer count,
@@ -78,8 +80,8 @@ func (f *File) Check(s Shape) error {
 				return fmt.Errorf("layer %d %s: %d kv heads, the model has %d (num_key_value_heads)", i, a.name, sh[1], s.KVHeads)
 			case sh[3] != s.HeadDim:
 				return fmt.Errorf("layer %d %s: head_dim %d, the model's is %d", i, a.name, sh[3], s.HeadDim)
-			case a.t.DType != s.DType:
-				return fmt.Errorf("layer %d %s: dtype %v, the model computes in %v", i, a.name, a.t.DType, s.DType)
+			case i < len(s.DTypes) && a.t.DType != s.DTypes[i]:
+				return fmt.Errorf("layer %d %s: dtype %v, the model computes them in %v", i, a.name, a.t.DType, s.DTypes[i])
 			}
 		}
 	}
@@ -321,7 +323,8 @@ func (f *File) Write(path string) error {
 }
 
 // ModelShape is the Shape of a model's caches: its config's layer count,
-// num_key_value_heads and head_dim, and its activation dtype.
-func ModelShape(cfg *checkpoint.Config, dt tensor.DType) Shape {
-	return Shape{Layers: cfg.NumHiddenLayers, KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, DType: dt}
+// num_key_value_heads and head_dim, and the dtypes its layers' caches hold
+// (minicpm5's CacheDTypes).
+func ModelShape(cfg *checkpoint.Config, dtypes []tensor.DType) Shape {
+	return Shape{Layers: cfg.NumHiddenLayers, KVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, DTypes: dtypes}
 }

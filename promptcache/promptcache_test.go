@@ -83,7 +83,7 @@ func resume(t *testing.T, m *minicpm5.Model, path string, n int) []int32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Check(promptcache.ModelShape(m.Config(), m.DType())); err != nil {
+	if err := f.Check(promptcache.ModelShape(m.Config(), cacheDTypes(t, m))); err != nil {
 		t.Fatal(err)
 	}
 	var caches []nn.KVCache
@@ -313,7 +313,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shape := promptcache.ModelShape(m.Config(), m.DType())
+	shape := promptcache.ModelShape(m.Config(), cacheDTypes(t, m))
 	if err := f.Check(shape); err != nil {
 		t.Fatalf("own file: %v", err)
 	}
@@ -325,7 +325,7 @@ func TestErrors(t *testing.T) {
 		{"layers", func(s *promptcache.Shape) { s.Layers = 4 }, "3 layers, the model 4"},
 		{"kv-heads", func(s *promptcache.Shape) { s.KVHeads = 4 }, "2 kv heads, the model has 4"},
 		{"head-dim", func(s *promptcache.Shape) { s.HeadDim = 64 }, "head_dim 32, the model's is 64"},
-		{"dtype", func(s *promptcache.Shape) { s.DType = tensor.BF16 }, "dtype F32, the model computes in BF16"},
+		{"dtype", func(s *promptcache.Shape) { s.DTypes = slices.Repeat([]tensor.DType{tensor.BF16}, s.Layers) }, "dtype F32, the model computes them in BF16"},
 	} {
 		t.Run("check/"+tc.name, func(t *testing.T) {
 			s := shape
@@ -390,4 +390,13 @@ func TestErrors(t *testing.T) {
 			t.Errorf("got %v, want the offset error", err)
 		}
 	})
+}
+
+func cacheDTypes(t *testing.T, m *minicpm5.Model) []tensor.DType {
+	t.Helper()
+	dts, err := m.CacheDTypes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dts
 }

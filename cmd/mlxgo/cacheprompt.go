@@ -247,12 +247,16 @@ func sameModel(given, dir string, pc *promptcache.File, file string) error {
 // resumeCache uploads a prompt cache after checking it fits m, and returns
 // the session holding it.
 func resumeCache(m *minicpm5.Model, pc *promptcache.File, file string, stdout io.Writer) (*generate.Session[nn.KVCache], error) {
-	if err := pc.Check(promptcache.ModelShape(m.Config(), m.DType())); err != nil {
+	dts, err := m.CacheDTypes()
+	if err != nil {
+		return nil, err
+	}
+	if err := pc.Check(promptcache.ModelShape(m.Config(), dts)); err != nil {
 		return nil, fmt.Errorf("--prompt-cache-file %s does not fit the model: %w", file, err)
 	}
 	b := m.Backend()
 	var caches []nn.KVCache
-	err := b.Do(func() (err error) {
+	err = b.Do(func() (err error) {
 		defer backend.Recover(&err)
 		caches, err = pc.Caches(b)
 		return err

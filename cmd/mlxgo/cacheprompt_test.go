@@ -116,7 +116,7 @@ func TestCachePromptErrors(t *testing.T) {
 		{"generate/missing-file", []string{"generate", "--prompt-cache-file", filepath.Join(dir, "none.safetensors"), "--prompt-ids", "1"}, 2, []string{"--prompt-cache-file", "none.safetensors"}},
 		{"generate/not-a-cache", []string{"generate", "--prompt-cache-file", filepath.Join(model, "model.safetensors"), "--prompt-ids", "1"}, 2, []string{"not a prompt cache file"}},
 		{"generate/other-model", []string{"generate", "--model", other, "--prompt-cache-file", file, "--prompt-ids", "1"}, 2, []string{"is not the model the prompt cache", model}},
-		{"generate/dtype", []string{"generate", "--prompt-cache-file", relabeled, "--prompt-ids", "1"}, 1, []string{"does not fit the model", "dtype F32, the model computes in BF16"}},
+		{"generate/dtype", []string{"generate", "--prompt-cache-file", relabeled, "--prompt-ids", "1"}, 1, []string{"does not fit the model", "dtype F32, the model computes them in BF16"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, _, stderr := mlxgo(append(tc.args, "--backend", "cpu")...)

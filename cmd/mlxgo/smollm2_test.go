@@ -131,3 +131,27 @@ func TestSmolLM2Chat(t *testing.T) {
 		t.Errorf("the first answer is not mlx_lm's %q", c.Text)
 	}
 }
+
+// TestSmolLM2PromptCache: the converted SmolLM2 keeps float32 norms beside
+// float16 scales, so it computes and caches float32 (MLX's promotion) while
+// its embedding is float16. cache-prompt of the capital prompt but its last
+// five tokens, then generate --prompt-cache-file with those five, answers
+// mlx_lm's greedy tokens for the whole prompt (the check of the cache's
+// dtypes once refused this file).
+func TestSmolLM2PromptCache(t *testing.T) {
+	dir, c := smolModel(t)
+	file := filepath.Join(t.TempDir(), "capital.safetensors")
+	cut := len(c.PromptIDs) - 5
+	rc, _, stderr := mlxgo("cache-prompt", "--model", dir, "--prompt-ids", joinIDs(c.PromptIDs[:cut]), "--prompt-cache-file", file)
+	if rc != 0 {
+		t.Fatalf("cache-prompt: exit %d, stderr:\n%s", rc, stderr)
+	}
+	rc, stdout, stderr := mlxgo("generate", "--prompt-cache-file", file, "--prompt-ids", joinIDs(c.PromptIDs[cut:]), "--max-tokens", "40")
+	if rc != 0 {
+		t.Fatalf("generate: exit %d, stderr:\n%s", rc, stderr)
+	}
+	want := c.Tokens[:len(c.Tokens)-1] // the oracle's tokens end with the EOS, which generate does not print
+	if got := generated(t, stdout); !slices.Equal(got, want) {
+		t.Errorf("got %v, want mlx_lm's %v", got, want)
+	}
+}
