@@ -1,0 +1,153 @@
+package generate_test
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu"
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/internal/testenv"
+	"github.com/mlxgo/mlxgo/models/minicpm5"
+)
+
+// batchCheckpoint loads a fixture checkpoint (models/<name>) on b.
+func batchCheckpoint(t *testing.T, b backend.Backend, name string) *minicpm5.Model {
+	t.Helper()
+	dir := filepath.Join(fixtureDir(), "models", name)
+	testenv.Need(t, filepath.Join(dir, "config.json"), "run `make oracle`")
+	m, err := minicpm5.Load(b, dir)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", dir, err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func cpuBackend(t *testing.T) backend.Backend {
+	t.Helper()
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// batchPrompts are prompts of lengths 1 to 21 (ids from a fixed formula).
+func batchPrompts(vocab int, lengths ...int) [][]int32 {
+	out := make([][]int32, len(lengths))
+	for i, n := range lengths {
+		for j := range n {
+			out[i] = append(out[i], int32((j*7919+i*104729+13)%vocab))
+		}
+	}
+	return out
+}
+
+// TestBatchRowsEqualAlone: on the CPU backend every row of a batch gives,
+// token for token, what Generate gives for that prompt alone, on the float32
+// checkpoints: greedy, and sampled with a seed of the row's own (the same
+// random state as Generate's), with prompts of different lengths prefilled
+// in chunks of 4 (so rows are right-padded, rolled, split off and joined to
+// the decoding rows while others decode: 2 prompts prefilled at a time, 3
+// decoding), different max tokens, and a stop token.
+func TestBatchRowsEqualAlone(t *testing.T) {
+	for _, name := range []string{"fp-f32", "optiq-f32", "q8g32-f32"} {
+		t.Run(name, func(t *testing.T) {
+			b := cpuBackend(t)
+			m := batchCheckpoint(t, b, name)
+			prompts := batchPrompts(m.VocabSize(), 5, 1, 12, 3, 9, 2)
+			maxTok := []int{8, 6, 10, 4, 7, 9}
+			seqs := make([]generate.SequenceOptions, len(prompts))
+			solo := make([]generate.Options, len(prompts))
+			for i := range prompts {
+				seqs[i].MaxTokens = maxTok[i]
+				solo[i] = generate.Options{MaxTokens: maxTok[i], PrefillStepSize: 4}
+				if i%2 == 1 {
+					seed := uint64(100 + i)
+					so := generate.SamplerOptions{Temp: 0.9, TopP: 0.95, Seed: seed}
+					seqs[i].Sampler, seqs[i].Seed = &so, &seed
+					solo[i].Sampler = so
+				}
+				if i == 4 {
+					po := generate.ProcessorOptions{RepetitionPenalty: 1.3}
+					seqs[i].Processors = &po
+					solo[i].Processors = po
+				}
+			}
+			// A stop token: the third token row 0 generates alone.
+			r0, err := generate.Generate(m, prompts[0], solo[0], nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := r0.Tokens[2]
+			for i := range solo {
+				solo[i].EOS = []int32{stop}
+			}
+			opts := generate.BatchOptions{StopTokens: []int32{stop}, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3}
+			got, _, err := generate.BatchGenerate(m, prompts, opts, seqs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stops := 0
+			for i, p := range prompts {
+				want, err := generate.Generate(m, p, solo[i], nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got[i].Tokens, want.Tokens) || got[i].FinishReason != want.FinishReason {
+					t.Errorf("row %d (prompt length %d): batch gave %v (%s), alone %v (%s)", i, len(p), got[i].Tokens, got[i].FinishReason, want.Tokens, want.FinishReason)
+				}
+				if want.FinishReason == generate.FinishStop {
+					stops++
+				}
+			}
+			if stops == 0 {
+				t.Errorf("no row stopped at the stop token %d: the test does not check stops", stop)
+			}
+		})
+	}
+}
+
+// TestBatchGeneratorErrors: bad input is an error naming it, and nothing is
+// queued.
+func TestBatchGeneratorErrors(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "fp-f32")
+	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxSequences: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	bad := -1.0
+	for _, c := range []struct {
+		name    string
+		prompts [][]int32
+		seqs    []generate.SequenceOptions
+		want    string
+	}{
+		{"empty", [][]int32{{1}, {}}, nil, "prompt 1: empty prompt"},
+		{"vocab", [][]int32{{1, 5000}}, nil, "prompt 0: token 1 is 5000, want 0 <= id < vocabulary size 1000"},
+		{"negative", [][]int32{{-2}}, nil, "token 0 is -2"},
+		{"max-tokens", [][]int32{{1}}, []generate.SequenceOptions{{MaxTokens: -1}}, "max tokens is -1"},
+		{"temp", [][]int32{{1}}, []generate.SequenceOptions{{Sampler: &generate.SamplerOptions{Temp: bad}}}, "temp is -1"},
+		{"count", [][]int32{{1}, {2}}, []generate.SequenceOptions{{}}, "1 sequence options for 2 prompts"},
+		{"limit", [][]int32{{1}, {2}, {3}, {4}}, nil, "4 sequences (0 held, 4 inserted) is over the configured limit of 3 (MaxSequences)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := g.Insert(c.prompts, c.seqs)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want an error containing %q", err, c.want)
+			}
+			if g.Len() != 0 {
+				t.Errorf("%d sequences queued after a failed Insert", g.Len())
+			}
+		})
+	}
+	if _, err := generate.NewBatchGenerator(m, generate.BatchOptions{PrefillBatchSize: -1}); err == nil {
+		t.Error("PrefillBatchSize -1: no error")
+	}
+}
