@@ -157,6 +157,24 @@ func TestBatchKVCacheRightPadding(t *testing.T) {
 	check("filter [0]", f, []int{0}, 2, row0)
 	f.Release()
 
+	s := build()
+	q, err := s.Split([]int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("split off [1]", q, []int{0}, 4, row1)
+	check("split rest [0]", s, []int{0}, 2, row0)
+	q.Release()
+	q, err = s.Split([]int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("split off all", q, []int{0}, 2, row0)
+	if s.Rows() != 0 || s.State() != nil {
+		t.Errorf("split off every row: %d rows and %d arrays left, want none", s.Rows(), len(s.State()))
+	}
+	q.Release()
+
 	f = build()
 	if err := f.Filter([]int{1, 0}); err != nil {
 		t.Fatal(err)
