@@ -103,7 +103,7 @@ type BatchToken struct {
 
 // BatchStats count a generator's work since it was made.
 type BatchStats struct {
-	PromptTokens     int           // prompt tokens prefilled (padding not counted)
+	PromptTokens     int           // prompt tokens prefilled: padding and each prompt's last token (the first decode input) not counted, as mlx_lm's prompt_tokens
 	PromptTime       time.Duration // time in prefill
 	GenerationTokens int           // tokens handed out by Next
 	GenerationTime   time.Duration // time in decode steps

@@ -21,6 +21,7 @@ Commands:
   (none)     run the embedded default: generate, check against mlx_lm, conformance summary
   generate   generate text (or tokens) from a model directory or Hugging Face repo id
   chat       interactive multi-turn chat with a model, keeping the KV cache between turns
+  batch      answer many prompts (a JSON Lines file) at once, decoding them together
   conform    run the conformance suite against the oracle's fixtures
   convert    convert a llama GGUF file into an MLX model directory
   synth      write a synthetic checkpoint (MiniCPM5-1B shapes, random weights) for benchmarks
@@ -43,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdGenerate(args[1:], stdout, stderr)
 	case "chat":
 		return cmdChat(args[1:], stdout, stderr)
+	case "batch":
+		return cmdBatch(args[1:], stdout, stderr)
 	case "conform":
 		return cmdConform(args[1:], stdout, stderr)
 	case "convert":
