@@ -26,7 +26,7 @@ func batchCheckpoint(t *testing.T, b backend.Backend, name string) *minicpm5.Mod
 	return m
 }
 
-func cpuBackend(t *testing.T) backend.Backend {
+func cpuBackend(t testing.TB) backend.Backend {
 	t.Helper()
 	b, err := cpu.New(backend.Options{})
 	if err != nil {
