@@ -95,6 +95,8 @@ type BatchToken struct {
 	Token int32
 	// Logprobs is the row of log-probabilities the token was sampled from
 	// (after the logits processors), [V], exactly the model dtype's values.
+	// It is a window on the step's [B, V] host buffer: copy it to keep one
+	// row without the others.
 	Logprobs []float32
 	// FinishReason is "" while the sequence goes on, else FinishStop or
 	// FinishLength; the sequence is then gone from the generator.

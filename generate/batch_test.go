@@ -151,3 +151,86 @@ func TestBatchGeneratorErrors(t *testing.T) {
 		t.Error("PrefillBatchSize -1: no error")
 	}
 }
+
+// TestBatchRemove: removing a generating sequence and a queued one leaves
+// the others' tokens as Generate gives them alone (greedy, CPU, float32),
+// hands out no token of the removed ones after the call, and Close gives
+// back every array the generator made.
+func TestBatchRemove(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "optiq-f32")
+	prompts := batchPrompts(m.VocabSize(), 6, 3, 9, 4, 2)
+	before := b.Stats().LiveArrays
+	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids, err := g.Insert(prompts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[int][]int32)
+	removed := map[int]bool{}
+	for step := 0; !g.Done(); step++ {
+		toks, err := g.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range toks {
+			if removed[tk.UID] {
+				t.Fatalf("step %d: token for removed sequence %d", step, tk.UID)
+			}
+			got[tk.UID] = append(got[tk.UID], tk.Token)
+		}
+		if step == 4 {
+			// uid 0 is generating by now; uid 4 is still queued.
+			if len(got[uids[0]]) == 0 {
+				t.Fatalf("sequence 0 has no tokens after 5 steps: the test does not remove a generating row")
+			}
+			if err := g.Remove(uids[0], uids[4], 999); err != nil {
+				t.Fatal(err)
+			}
+			removed[uids[0]], removed[uids[4]] = true, true
+		}
+	}
+	if len(got[uids[4]]) != 0 {
+		t.Errorf("queued sequence 4 generated %v before its removal", got[uids[4]])
+	}
+	for i := 1; i < 4; i++ {
+		want, err := generate.Generate(m, prompts[i], generate.Options{MaxTokens: 8, PrefillStepSize: 4}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got[uids[i]], want.Tokens) {
+			t.Errorf("sequence %d: got %v, alone %v", i, got[uids[i]], want.Tokens)
+		}
+	}
+	g.Close()
+	if after := b.Stats().LiveArrays; after != before {
+		t.Errorf("live arrays: %d after Close, %d before the generator", after, before)
+	}
+	if _, err := g.Next(); err == nil {
+		t.Error("Next after Close: no error")
+	}
+
+	// Closed mid-run, with rows prefilling, generating and queued.
+	g, err = generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Insert(prompts, nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := g.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.Stats().LiveArrays == before {
+		t.Fatal("no live arrays mid-run: the test does not check Close")
+	}
+	g.Close()
+	if after := b.Stats().LiveArrays; after != before {
+		t.Errorf("live arrays: %d after Close mid-run, %d before the generator", after, before)
+	}
+}
