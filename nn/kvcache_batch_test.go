@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu"
+	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -236,5 +237,51 @@ func TestBatchKVCacheUpdateRows(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "3 and 3 rows, the cache 2") {
 		t.Errorf("error %q does not name the row counts", err)
+	}
+}
+
+// TestRoPERowOffsets: ForwardOffset with one offset per row rotates each
+// row as Forward does with that row's offset alone (bit for bit on the CPU
+// backend), and dynamic NTK scaling, whose base depends on the offset,
+// refuses per-row offsets with an error.
+func TestRoPERowOffsets(t *testing.T) {
+	b := newCPUBackend(t)
+	r, err := nn.NewRoPE(b, bD+1, 10000, false, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B, H, L, D = 3, 2, 2, bD + 1
+	xs := make([]float32, B*H*L*D)
+	for i := range xs {
+		xs[i] = float32(i%7) - 2.5
+	}
+	x := b.FromHost(tensor.FromFloat32(tensor.Shape{B, H, L, D}, xs))
+	offs := []int32{5, 0, 17}
+	rows := b.FromHost(tensor.FromInt32(tensor.Shape{B}, offs))
+	got, err := b.ToHost(r.ForwardOffset(x, backend.Offset{Rows: rows}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, off := range offs {
+		xi := b.Slice(x, []int{i, 0, 0, 0}, []int{i + 1, H, L, D})
+		want, err := b.ToHost(r.Forward(xi, int(off)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := got.ToFloat32()[i*H*L*D : (i+1)*H*L*D]; !slices.Equal(g, want.ToFloat32()) {
+			t.Errorf("row %d (offset %d): got %v, want %v", i, off, g, want.ToFloat32())
+		}
+	}
+	dyn, err := nn.NewRoPE(b, D, 10000, false, &checkpoint.RopeScaling{Type: "dynamic", Factor: 2}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = func() (err error) {
+		defer backend.Recover(&err)
+		dyn.ForwardOffset(x, backend.Offset{Rows: rows})
+		return nil
+	}()
+	if err == nil || !strings.Contains(err.Error(), "dynamic needs a scalar offset") {
+		t.Errorf("dynamic RoPE with per-row offsets: got %v, want the scalar-offset error", err)
 	}
 }
