@@ -43,6 +43,22 @@ func BenchmarkBatchDecode(b *testing.B) {
 	}
 	defer m.Close()
 	const promptLen, steps = 16, 32
+	// "alone": Generate on one prompt, the rate the batch path is measured
+	// against (its GenerationTPS counts from the first token).
+	b.Run("alone", func(b *testing.B) {
+		p := batchPrompts(m.VocabSize(), promptLen)[0]
+		var rate float64
+		n := 0
+		for b.Loop() {
+			res, err := generate.Generate(m, p, generate.Options{MaxTokens: steps}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rate += res.Stats.GenerationTPS
+			n++
+		}
+		b.ReportMetric(rate/float64(n), "tok/s")
+	})
 	for _, B := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("b%d", B), func(b *testing.B) {
 			prompts := batchPrompts(m.VocabSize(), repeat(promptLen, B)...)
