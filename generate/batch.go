@@ -62,6 +62,9 @@ type BatchOptions struct {
 	// MaxSequences, when positive, bounds the sequences a generator holds
 	// (queued, prefilling and decoding): Insert fails rather than exceed it.
 	MaxSequences int
+	// ReturnCaches hands each finished sequence's cache to the caller
+	// (BatchToken.Cache, mlx_lm's prompt_cache of a finished response).
+	ReturnCaches bool
 }
 
 // SequenceOptions override BatchOptions for one inserted sequence (the
@@ -101,6 +104,13 @@ type BatchToken struct {
 	// FinishReason is "" while the sequence goes on, else FinishStop or
 	// FinishLength; the sequence is then gone from the generator.
 	FinishReason string
+	// Cache, with BatchOptions.ReturnCaches and a FinishReason, is the
+	// sequence's cache, one nn.FullKVCache per layer (BatchKVCache.Extract):
+	// its prompt and every token handed out, this one included, which a
+	// one-sequence generation can continue. It belongs to the caller, who
+	// releases it. (It may share memory with the batch's buffers until
+	// those are freed: slices on a lazy backend.)
+	Cache []nn.KVCache
 }
 
 // BatchStats count a generator's work since it was made.
@@ -146,7 +156,9 @@ func rate(n int, d time.Duration) float64 {
 // [B, V]; the generator always samples row by row (the single-row inverse
 // CDF), which is what mlx_lm does when each sequence has its own sampler.
 // Stop conditions are single tokens (mlx_lm also accepts multi-token stop
-// sequences). Caches of finished sequences are not returned.
+// sequences). Inserting sequences with caches of their own (insert's
+// caches) is not supported; finished sequences' caches are returned with
+// BatchOptions.ReturnCaches.
 //
 // A BatchGenerator is not safe for concurrent use. Its methods run their
 // backend work on the backend's thread (Backend.Do). Close releases it.
@@ -164,6 +176,7 @@ type BatchGenerator struct {
 	steps  int
 	stats  BatchStats
 	err    error // a failed forward leaves the caches invalid
+	handed []backend.Array // arrays of returned caches, kept out of the step's scope
 }
 
 // batchPart is a set of rows sharing batch caches (nil when it has none).
@@ -423,7 +436,11 @@ func (g *BatchGenerator) run(fn func() error) error {
 		defer backend.Recover(&err)
 		sc := g.b.Scope()
 		defer sc.Close()
-		defer func() { sc.Keep(g.states()...) }()
+		defer func() {
+			sc.Keep(g.states()...)
+			sc.Keep(g.handed...)
+			g.handed = nil
+		}()
 		return fn()
 	})
 }
@@ -665,6 +682,15 @@ func (g *BatchGenerator) decode() ([]BatchToken, error) {
 		}
 		if t.FinishReason == "" {
 			keep = append(keep, i)
+		} else if g.opts.ReturnCaches {
+			for _, c := range g.gen.cache {
+				e, err := c.Extract(i)
+				if err != nil {
+					return nil, err
+				}
+				t.Cache = append(t.Cache, e)
+				g.handed = append(g.handed, e.State()...)
+			}
 		}
 		out[i] = t
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // batchCheckpoint loads a fixture checkpoint (models/<name>) on b.
@@ -232,5 +234,81 @@ func TestBatchRemove(t *testing.T) {
 	g.Close()
 	if after := b.Stats().LiveArrays; after != before {
 		t.Errorf("live arrays: %d after Close mid-run, %d before the generator", after, before)
+	}
+}
+
+// TestBatchReturnCaches: a finished sequence's cache (ReturnCaches) holds
+// its prompt and every token handed out: one more token through it gives,
+// bit for bit on the CPU backend, the logits of the same token after a
+// fresh prefill of prompt + tokens. Releasing the caches and closing the
+// generator gives back every array.
+func TestBatchReturnCaches(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "optiq-f32")
+	prompts := batchPrompts(m.VocabSize(), 6, 1, 9)
+	before := b.Stats().LiveArrays
+	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 5, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 2, ReturnCaches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids, err := g.Insert(prompts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[int][]int32{}
+	caches := map[int][]nn.KVCache{}
+	for !g.Done() {
+		toks, err := g.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range toks {
+			tokens[tk.UID] = append(tokens[tk.UID], tk.Token)
+			if (tk.FinishReason != "") != (tk.Cache != nil) {
+				t.Fatalf("sequence %d: finish %q with %d cache layers", tk.UID, tk.FinishReason, len(tk.Cache))
+			}
+			if tk.Cache != nil {
+				caches[tk.UID] = tk.Cache
+			}
+		}
+	}
+	g.Close()
+	next := func(cache []nn.KVCache) []float32 {
+		x := b.FromHost(tensor.FromInt32(tensor.Shape{1, 1}, []int32{7}))
+		out, err := m.Forward(x, cache, minicpm5.ForwardOptions{})
+		b.Release(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := b.ToHost(out.Logits)
+		b.Release(out.Logits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.ToFloat32()
+	}
+	for i, u := range uids {
+		c := caches[u]
+		seq := append(slices.Clone(prompts[i]), tokens[u]...)
+		if len(c) != len(m.Layers) || c[0].Offset() != len(seq) {
+			t.Fatalf("sequence %d: %d cache layers at offset %d, want %d at %d", i, len(c), c[0].Offset(), len(m.Layers), len(seq))
+		}
+		got := next(c)
+		fresh := m.NewCache()
+		logits, err := m.Prefill(seq, fresh, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(logits)
+		want := next(fresh)
+		if !slices.Equal(got, want) {
+			t.Errorf("sequence %d: the returned cache's next logits differ from a fresh prefill's", i)
+		}
+		for _, l := range append(c, fresh...) {
+			l.Release()
+		}
+	}
+	if after := b.Stats().LiveArrays; after != before {
+		t.Errorf("live arrays: %d after releasing the caches, %d before", after, before)
 	}
 }
