@@ -175,7 +175,7 @@ type BatchGenerator struct {
 	ready  batchPart // split off the prefilling rows, joining the generating
 	steps  int
 	stats  BatchStats
-	err    error // a failed forward leaves the caches invalid
+	err    error           // a failed forward leaves the caches invalid
 	handed []backend.Array // arrays of returned caches, kept out of the step's scope
 }
 
