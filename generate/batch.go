@@ -343,7 +343,7 @@ func (g *BatchGenerator) Remove(uids ...int) error {
 		drop[u] = true
 	}
 	g.queue = slices.DeleteFunc(g.queue, func(s *batchSeq) bool { return drop[s.uid] })
-	return g.run(func() error {
+	err := g.run(func() error {
 		for _, p := range []*batchPart{&g.prompt, &g.gen} {
 			var keep []int
 			for i, s := range p.rows {
@@ -359,6 +359,10 @@ func (g *BatchGenerator) Remove(uids ...int) error {
 		}
 		return nil
 	})
+	if err != nil {
+		g.err = err
+	}
+	return err
 }
 
 // Next runs one step (see BatchGenerator) and returns the tokens it hands
