@@ -14,9 +14,9 @@ import (
 
 const bH, bD = 2, 3 // KV heads and head dim of the batch cache tests
 
-// kv returns keys [B, bH, L, bD] whose value at (r, h, l, d) is
+// batchKV returns keys [B, bH, L, bD] whose value at (r, h, l, d) is
 // base + 1000·r + 100·h + 10·l + d, and values the negation.
-func kv(b backend.Backend, B, L int, base float32) (k, v backend.Array) {
+func batchKV(b backend.Backend, B, L int, base float32) (k, v backend.Array) {
 	kh := make([]float32, B*bH*L*bD)
 	for r := range B {
 		for h := range bH {
@@ -35,8 +35,8 @@ func kv(b backend.Backend, B, L int, base float32) (k, v backend.Array) {
 	return b.FromHost(tensor.FromFloat32(s, kh)), b.FromHost(tensor.FromFloat32(s, vh))
 }
 
-// tokens returns the keys a one-row cache holds, [bH][offset·bD].
-func tokens(t *testing.T, b backend.Backend, c *nn.FullKVCache) []float32 {
+// batchTokens returns the keys a one-row cache holds, [bH][offset·bD].
+func batchTokens(t *testing.T, b backend.Backend, c *nn.FullKVCache) []float32 {
 	t.Helper()
 	st := c.State()
 	if st == nil {
@@ -50,8 +50,8 @@ func tokens(t *testing.T, b backend.Backend, c *nn.FullKVCache) []float32 {
 	return d.ToFloat32()
 }
 
-// rowKeys is what kv wrote for row r at positions from..to-1 of a chunk.
-func rowKeys(r, from, to int, base float32) []float32 {
+// batchRowKeys is what batchKV wrote for row r at positions from..to-1 of a chunk.
+func batchRowKeys(r, from, to int, base float32) []float32 {
 	var out []float32
 	for h := range bH {
 		for l := from; l < to; l++ {
@@ -63,7 +63,7 @@ func rowKeys(r, from, to int, base float32) []float32 {
 	return out
 }
 
-func newCPUBackend(t *testing.T) backend.Backend {
+func newBatchCPU(t *testing.T) backend.Backend {
 	t.Helper()
 	b, err := cpu.New(backend.Options{})
 	if err != nil {
@@ -73,22 +73,22 @@ func newCPUBackend(t *testing.T) backend.Backend {
 	return b
 }
 
-func extract(t *testing.T, b backend.Backend, c *nn.BatchKVCache, r int) []float32 {
+func batchExtract(t *testing.T, b backend.Backend, c *nn.BatchKVCache, r int) []float32 {
 	t.Helper()
 	e, err := c.Extract(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Release()
-	return tokens(t, b, e)
+	return batchTokens(t, b, e)
 }
 
 // TestBatchKVCacheMask: create_causal_mask(N=2, offset=3, left_padding=[1, 0])
 // written out: query i of row r sees key j iff j <= 3+i and j >= pad[r].
 func TestBatchKVCacheMask(t *testing.T) {
-	b := newCPUBackend(t)
+	b := newBatchCPU(t)
 	c := nn.NewBatchKVCache(b, []int{1, 0})
-	k, v := kv(b, 2, 3, 0)
+	k, v := batchKV(b, 2, 3, 0)
 	c.Update(k, v)
 	m, ok := c.Mask(2).(backend.ArrayMask)
 	if !ok {
@@ -122,18 +122,18 @@ func TestBatchKVCacheMask(t *testing.T) {
 // Then Filter each row alone, Extend, and Trim, checking every row's tokens
 // (Extract) against what was written.
 func TestBatchKVCacheRightPadding(t *testing.T) {
-	b := newCPUBackend(t)
+	b := newBatchCPU(t)
 	build := func() *nn.BatchKVCache {
 		c := nn.NewBatchKVCache(b, []int{0, 0})
 		if err := c.PrepareRightPadding([]int{2, 0}); err != nil {
 			t.Fatal(err)
 		}
-		k, v := kv(b, 2, 4, 0)
+		k, v := batchKV(b, 2, 4, 0)
 		c.Update(k, v)
 		c.Finalize()
 		return c
 	}
-	row0, row1 := rowKeys(0, 0, 2, 0), rowKeys(1, 0, 4, 0)
+	row0, row1 := batchRowKeys(0, 0, 2, 0), batchRowKeys(1, 0, 4, 0)
 	check := func(name string, c *nn.BatchKVCache, pad []int, idx int, rows ...[]float32) {
 		t.Helper()
 		if got := c.LeftPadding(); !slices.Equal(got, pad) {
@@ -143,7 +143,7 @@ func TestBatchKVCacheRightPadding(t *testing.T) {
 			t.Errorf("%s: write index %d, want %d", name, c.Offset(), idx)
 		}
 		for r, want := range rows {
-			if got := extract(t, b, c, r); !slices.Equal(got, want) {
+			if got := batchExtract(t, b, c, r); !slices.Equal(got, want) {
 				t.Errorf("%s: row %d holds %v, want %v", name, r, got, want)
 			}
 		}
@@ -185,12 +185,12 @@ func TestBatchKVCacheRightPadding(t *testing.T) {
 	// Extend a 2-row cache (index 4) with a 1-row cache of 7 tokens and
 	// with an empty 1-row cache.
 	o := nn.NewBatchKVCache(b, []int{0})
-	k, v := kv(b, 1, 7, 5000)
+	k, v := batchKV(b, 1, 7, 5000)
 	o.Update(k, v)
 	if err := f.Extend(o); err != nil {
 		t.Fatal(err)
 	}
-	row2 := rowKeys(0, 0, 7, 5000)
+	row2 := batchRowKeys(0, 0, 7, 5000)
 	check("extend", f, []int{3, 5, 0}, 7, row1, row0, row2)
 	if err := f.Extend(nn.NewBatchKVCache(b, []int{0})); err != nil {
 		t.Fatal(err)
@@ -198,13 +198,13 @@ func TestBatchKVCacheRightPadding(t *testing.T) {
 	check("extend empty", f, []int{3, 5, 0, 7}, 7, row1, row0, row2, nil)
 
 	// Append one token to every row, then trim it again.
-	k, v = kv(b, 4, 1, 9000)
+	k, v = batchKV(b, 4, 1, 9000)
 	f.Update(k, v)
 	if got, want := f.Offsets(), []int{5, 3, 8, 1}; !slices.Equal(got, want) {
 		t.Errorf("offsets after a step: got %v, want %v", got, want)
 	}
-	if got := extract(t, b, f, 3); !slices.Equal(got, rowKeys(3, 0, 1, 9000)) {
-		t.Errorf("step: row 3 holds %v, want %v", got, rowKeys(3, 0, 1, 9000))
+	if got := batchExtract(t, b, f, 3); !slices.Equal(got, batchRowKeys(3, 0, 1, 9000)) {
+		t.Errorf("step: row 3 holds %v, want %v", got, batchRowKeys(3, 0, 1, 9000))
 	}
 	if n := f.Trim(1); n != 1 {
 		t.Errorf("Trim(1): got %d", n)
@@ -224,9 +224,9 @@ func TestBatchKVCacheRightPadding(t *testing.T) {
 // TestBatchKVCacheUpdateRows: a batch of the wrong size panics with an
 // OpError (which Forward turns into an error), not an index panic.
 func TestBatchKVCacheUpdateRows(t *testing.T) {
-	b := newCPUBackend(t)
+	b := newBatchCPU(t)
 	c := nn.NewBatchKVCache(b, []int{0, 0})
-	k, v := kv(b, 3, 1, 0)
+	k, v := batchKV(b, 3, 1, 0)
 	err := func() (err error) {
 		defer backend.Recover(&err)
 		c.Update(k, v)
@@ -245,7 +245,7 @@ func TestBatchKVCacheUpdateRows(t *testing.T) {
 // backend), and dynamic NTK scaling, whose base depends on the offset,
 // refuses per-row offsets with an error.
 func TestRoPERowOffsets(t *testing.T) {
-	b := newCPUBackend(t)
+	b := newBatchCPU(t)
 	r, err := nn.NewRoPE(b, bD+1, 10000, false, nil, 0)
 	if err != nil {
 		t.Fatal(err)

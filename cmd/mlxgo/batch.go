@@ -318,9 +318,9 @@ func runBatch(f *batchFlags, stdout, stderr io.Writer) error {
 	for _, l := range lines {
 		text = text || l.PromptIDs == nil
 	}
-	var tm *textModel
+	var tm *batchText
 	if text || hasTokenizer(f.model) {
-		if tm, err = openText(f.model, cfg, f.raw, f.think, f.noThink, f.system, stderr); err != nil {
+		if tm, err = openBatchText(f, cfg, stderr); err != nil {
 			return err
 		}
 	}
@@ -438,6 +438,23 @@ func runBatch(f *batchFlags, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// batchText is what batch needs of the model's text side (openText's).
+type batchText struct {
+	tok      *tokenizer.Tokenizer
+	eos      []int32
+	template bool
+	render   func([]tokenizer.Message) ([]int32, error)
+}
+
+// openBatchText opens the text side with generate's rules (openText).
+func openBatchText(f *batchFlags, cfg *checkpoint.Config, stderr io.Writer) (*batchText, error) {
+	tm, err := openText(f.model, cfg, f.raw, f.think, f.noThink, f.system, stderr)
+	if err != nil {
+		return nil, err
+	}
+	return &batchText{tok: tm.tok, eos: tm.eos, template: tm.template, render: tm.render}, nil
+}
+
 // hasTokenizer reports whether dir has a tokenizer.json.
 func hasTokenizer(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, "tokenizer.json"))
@@ -445,7 +462,7 @@ func hasTokenizer(dir string) bool {
 }
 
 // ids returns the line's prompt tokens.
-func (l *batchLine) ids(tm *textModel, system string) ([]int32, error) {
+func (l *batchLine) ids(tm *batchText, system string) ([]int32, error) {
 	if l.PromptIDs != nil {
 		return l.PromptIDs, nil
 	}
