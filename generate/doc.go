@@ -55,6 +55,18 @@
 // history started with the last prompt token only and the repetition penalty
 // ignored the rest of the prompt: [LastPromptToken] reproduces that.
 //
+// # Batches
+//
+// A [BatchGenerator] decodes many sequences at once with mlx_lm's
+// BatchGenerator semantics: Insert queues prompts (each with its own max
+// tokens, sampler, seed, logits processors and stop tokens), Next runs one
+// step (a decode step of the generating rows, then prefill of queued
+// prompts, right-padded in chunks, which join the generating rows while
+// others decode), Remove drops sequences. The rows share an
+// nn.BatchKVCache (left padding, one RoPE offset per row, an explicit
+// mask). [BatchGenerate] is mlx_lm's batch_generate over it. On the MLX
+// backend its tokens and logprobs are mlx_lm's bit for bit.
+//
 // # Sampling on the host
 //
 // The sampler runs on the host over one [V] row of logprobs (one ToHost of V

@@ -21,6 +21,13 @@ func AttentionScale(headDim int) float32 {
 	return float32(math.Pow(float64(headDim), -0.5))
 }
 
+// RowOffsetter is a cache whose rows are at different positions (a
+// BatchKVCache): the attention layer rotates queries and keys by
+// RoPEOffset (one offset per row) instead of Offset.
+type RowOffsetter interface {
+	RoPEOffset() backend.Offset
+}
+
 // Forward attends x [B, L, dim] to itself and to what cache holds. mask comes
 // from the model (the first cache's Mask, once per forward). With a nil cache
 // positions start at 0 and nothing is stored.
@@ -42,13 +49,14 @@ func (a *Attention) ForwardTap(x backend.Array, mask backend.Mask, cache KVCache
 	k = b.Transpose(b.Reshape(k, B, L, a.NKVHeads, -1), 0, 2, 1, 3)
 	v = b.Transpose(b.Reshape(v, B, L, a.NKVHeads, -1), 0, 2, 1, 3)
 
-	if cache != nil {
-		q = a.RoPE.Forward(q, cache.Offset())
-		k = a.RoPE.Forward(k, cache.Offset())
-	} else {
-		q = a.RoPE.Forward(q, 0)
-		k = a.RoPE.Forward(k, 0)
+	off := backend.Offset{}
+	if r, ok := cache.(RowOffsetter); ok {
+		off = r.RoPEOffset()
+	} else if cache != nil {
+		off.Scalar = cache.Offset()
 	}
+	q = a.RoPE.ForwardOffset(q, off)
+	k = a.RoPE.ForwardOffset(k, off)
 	if tap != nil {
 		tap("q", q)
 		tap("k", k)

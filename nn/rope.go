@@ -100,14 +100,26 @@ func buildRoPE(dims int, base float64, traditional bool, scaling *checkpoint.Rop
 
 // Forward rotates x [..., L, D] for positions offset, offset+1, ...
 func (r *RoPE) Forward(x backend.Array, offset int) backend.Array {
+	return r.ForwardOffset(x, backend.Offset{Scalar: offset})
+}
+
+// ForwardOffset is Forward with a backend.Offset: a scalar, or one position
+// per batch row (Rows, a left-padded batch). Dynamic NTK scaling needs one
+// offset for the whole batch (its base depends on it; mlx_lm's
+// DynamicNTKScalingRoPE fails on an array offset too): with Rows it panics
+// with a *backend.OpError.
+func (r *RoPE) ForwardOffset(x backend.Array, offset backend.Offset) backend.Array {
+	if r.dynamic && offset.Rows != nil {
+		panic(backend.Errorf("RoPE", []backend.Array{x, offset.Rows}, "rope type dynamic needs a scalar offset, got one offset per row"))
+	}
 	if r.InputScale != 1 {
 		x = r.scaleInput(x)
 	}
 	p := r.Params
 	if r.dynamic {
-		p.Base = float32(r.DynamicBase(x.Shape()[len(x.Shape())-2], offset))
+		p.Base = float32(r.DynamicBase(x.Shape()[len(x.Shape())-2], offset.Scalar))
 	}
-	return r.b.RoPE(x, p, backend.Offset{Scalar: offset})
+	return r.b.RoPE(x, p, offset)
 }
 
 // DynamicBase is DynamicNTKScalingRoPE's base for L new tokens at offset:

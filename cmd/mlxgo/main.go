@@ -22,6 +22,7 @@ Commands:
   generate   generate text (or tokens) from a model directory or Hugging Face repo id
   chat       interactive multi-turn chat with a model, keeping the KV cache between turns
   cache-prompt  run a prompt through a model and save its KV cache (mlx_lm's prompt cache file)
+  batch      answer many prompts (a JSON Lines file) at once, decoding them together
   conform    run the conformance suite against the oracle's fixtures
   convert    convert a llama GGUF file into an MLX model directory
   synth      write a synthetic checkpoint (MiniCPM5-1B shapes, random weights) for benchmarks
@@ -46,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdChat(args[1:], stdout, stderr)
 	case "cache-prompt":
 		return cmdCachePrompt(args[1:], stdout, stderr)
+	case "batch":
+		return cmdBatch(args[1:], stdout, stderr)
 	case "conform":
 		return cmdConform(args[1:], stdout, stderr)
 	case "convert":

@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import mlx.core as mx  # noqa: E402
 
+import batch  # noqa: E402
 import common  # noqa: E402
 import models  # noqa: E402
 import ops  # noqa: E402
@@ -25,7 +26,7 @@ import tokenizer_fixtures  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="fixture directory to (re)write")
-    ap.add_argument("--only", choices=["ops", "models", "tokenizers", "real"], help="generate one part only (for development)")
+    ap.add_argument("--only", choices=["ops", "models", "tokenizers", "real", "batch"], help="generate one part only (for development)")
     args = ap.parse_args()
 
     mx.set_default_device(mx.cpu)
@@ -38,6 +39,10 @@ def main():
         shutil.rmtree(os.path.join(out, "models"), ignore_errors=True)
         entries += models.generate(os.path.join(out, "models"))
         taps.generate(os.path.join(out, "models"))  # one tap dump per checkpoint (not a case)
+    if args.only in (None, "batch"):
+        # Batch generation fixtures (batch.py) on the checkpoints above; not manifest cases.
+        shutil.rmtree(os.path.join(out, "batch"), ignore_errors=True)
+        batch.generate(os.path.join(out, "batch"), os.path.join(out, "models"))
     tokenizer_entries = []
     if args.only in (None, "tokenizers"):
         shutil.rmtree(os.path.join(out, "tokenizers"), ignore_errors=True)

@@ -1,0 +1,838 @@
+package generate
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// BatchModel is what the batch generator needs from a language model
+// (models/minicpm5 has it).
+type BatchModel interface {
+	// Backend is the backend the model's arrays live on.
+	Backend() backend.Backend
+	// VocabSize bounds token ids: 0 <= id < VocabSize.
+	VocabSize() int
+	// NewBatchCache returns an empty batch cache per layer, one row per
+	// entry of leftPadding.
+	NewBatchCache(leftPadding []int) []*nn.BatchKVCache
+	// BatchAppend runs ids (int32 [B, L]) through the model, appending them
+	// to cache, without the head: a prefill chunk.
+	BatchAppend(ids backend.Array, cache []*nn.BatchKVCache) error
+	// BatchLogits runs ids (int32 [B, L]) through the model, appending them
+	// to cache, and returns the logits of each row's last position, [B, V]
+	// or [B, 1, V], in the model's dtype (BF16, F16 or F32).
+	BatchLogits(ids backend.Array, cache []*nn.BatchKVCache) (backend.Array, error)
+	// Both may open scopes of their own; what they return, and the caches'
+	// new arrays, belong to the scope open when they are called.
+}
+
+// BatchOptions configure a BatchGenerator: mlx_lm's BatchGenerator
+// arguments plus the shared random seed. The zero value is greedy decoding
+// of up to 128 tokens per sequence with no stop tokens, 32 sequences
+// decoding at once and 8 prefilled at once, in chunks of 2048 tokens.
+type BatchOptions struct {
+	// MaxTokens is the default per-sequence limit; 0 means 128
+	// (BatchGenerator's max_tokens).
+	MaxTokens int
+	// StopTokens are the default stop tokens (the tokenizer's EOS ids).
+	StopTokens []int32
+	// Sampler is the default sampler; its Seed is ignored (see Seed).
+	Sampler SamplerOptions
+	// Processors are the default logits processors.
+	Processors ProcessorOptions
+	// Seed seeds the random state shared by every sequence that has no
+	// seed of its own, as mx.random.seed(Seed) before mlx_lm's run: each
+	// decode step draws one key per sampled row, in row order.
+	Seed uint64
+	// CompletionBatchSize is the most sequences decoding at once; more wait
+	// in a queue (completion_batch_size; 0 means 32). It is raised to
+	// PrefillBatchSize when smaller, as mlx_lm does.
+	CompletionBatchSize int
+	// PrefillBatchSize is the most prompts prefilled at once
+	// (prefill_batch_size; 0 means 8).
+	PrefillBatchSize int
+	// PrefillStepSize is the prompt chunk length (0 means 2048).
+	PrefillStepSize int
+	// MaxSequences, when positive, bounds the sequences a generator holds
+	// (queued, prefilling and decoding): Insert fails rather than exceed it.
+	MaxSequences int
+	// ReturnCaches hands each finished sequence's cache to the caller
+	// (BatchToken.Cache, mlx_lm's prompt_cache of a finished response).
+	ReturnCaches bool
+}
+
+// SequenceOptions override BatchOptions for one inserted sequence (the
+// per-sequence arguments of BatchGenerator.insert). The zero value takes
+// every default.
+type SequenceOptions struct {
+	// MaxTokens is this sequence's limit; 0 means BatchOptions.MaxTokens.
+	MaxTokens int
+	// Sampler, when not nil, replaces the default sampler; its Seed is
+	// ignored (see Seed).
+	Sampler *SamplerOptions
+	// Seed, when not nil, gives the sequence a random state of its own,
+	// seeded with *Seed, so its tokens do not depend on the other rows
+	// (and equal Generate's with that seed). nil draws from the shared
+	// state (BatchOptions.Seed), as every sampler does in mlx_lm.
+	Seed *uint64
+	// Processors, when not nil, replace the default logits processors.
+	Processors *ProcessorOptions
+	// StopTokens, when not nil, replace the default stop tokens (an empty
+	// non-nil slice: none).
+	StopTokens []int32
+}
+
+// BatchToken is one generated token of one sequence, as BatchGenerator's
+// responses carry it.
+type BatchToken struct {
+	// UID identifies the sequence (Insert returned it).
+	UID int
+	// Token is the token id. A token with FinishReason FinishStop is the
+	// stop token itself.
+	Token int32
+	// Logprobs is the row of log-probabilities the token was sampled from
+	// (after the logits processors), [V], exactly the model dtype's values.
+	// It is a window on the step's [B, V] host buffer: copy it to keep one
+	// row without the others.
+	Logprobs []float32
+	// FinishReason is "" while the sequence goes on, else FinishStop or
+	// FinishLength; the sequence is then gone from the generator.
+	FinishReason string
+	// Cache, with BatchOptions.ReturnCaches and a FinishReason, is the
+	// sequence's cache, one nn.FullKVCache per layer (BatchKVCache.Extract):
+	// its prompt and every token handed out, this one included, which a
+	// one-sequence generation can continue. It belongs to the caller, who
+	// releases it. (It may share memory with the batch's buffers until
+	// those are freed: slices on a lazy backend.)
+	Cache []nn.KVCache
+}
+
+// BatchStats count a generator's work since it was made.
+type BatchStats struct {
+	PromptTokens     int           // prompt tokens prefilled: padding and each prompt's last token (the first decode input) not counted, as mlx_lm's prompt_tokens
+	PromptTime       time.Duration // time in prefill
+	GenerationTokens int           // tokens handed out by Next
+	GenerationTime   time.Duration // time in decode steps
+	PeakBytes        int64         // the backend's peak live bytes
+}
+
+// PromptTPS is prompt tokens per second of prefill (0 if no time).
+func (s BatchStats) PromptTPS() float64 { return rate(s.PromptTokens, s.PromptTime) }
+
+// GenerationTPS is the aggregate decode rate, generated tokens of all
+// sequences per second of decode steps (0 if no time).
+func (s BatchStats) GenerationTPS() float64 { return rate(s.GenerationTokens, s.GenerationTime) }
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// BatchGenerator is continuous batching with mlx_lm's BatchGenerator
+// semantics: sequences are inserted (Insert) into a queue; each Next call
+// first runs one decode step of the sequences generating, then moves up to
+// PrefillBatchSize queued prompts into prefill (while fewer than
+// CompletionBatchSize generate), starts generating those whose prompt is
+// done, and prefills one chunk of the rest. Prompts of different lengths are
+// prefilled together right-padded (nn.BatchKVCache turns that into left
+// padding); sequences join the generating batch while others decode
+// (nn.BatchKVCache.Extend) and leave it when they finish or are removed
+// (Filter). A decode step runs the model on every generating row at once,
+// applies each row's logits processors, computes logprobs and samples each
+// row with its own sampler, in row order, one step ahead of the tokens Next
+// hands out (as GenerationBatch._step does).
+//
+// Sampling differs from mlx_lm in one case: when every sequence shares one
+// sampler object with temperature > 0 and more than one row generates,
+// mlx_lm samples all rows in one call, which uses Gumbel-max noise over
+// [B, V]; the generator always samples row by row (the single-row inverse
+// CDF), which is what mlx_lm does when each sequence has its own sampler.
+// Stop conditions are single tokens (mlx_lm also accepts multi-token stop
+// sequences). Inserting sequences with caches of their own (insert's
+// caches) is not supported; finished sequences' caches are returned with
+// BatchOptions.ReturnCaches.
+//
+// A BatchGenerator is not safe for concurrent use. Its methods run their
+// backend work on the backend's thread (Backend.Do). Close releases it.
+type BatchGenerator struct {
+	m      BatchModel
+	b      backend.Backend
+	opts   BatchOptions
+	vocab  int
+	rng    *RNG
+	uid    int
+	queue  []*batchSeq
+	prompt batchPart // prefilling
+	gen    batchPart // generating
+	ready  batchPart // split off the prefilling rows, joining the generating
+	steps  int
+	stats  BatchStats
+	err    error           // a failed forward leaves the caches invalid
+	handed []backend.Array // arrays of returned caches, kept out of the step's scope
+}
+
+// batchPart is a set of rows sharing batch caches (nil when it has none).
+type batchPart struct {
+	rows  []*batchSeq
+	cache []*nn.BatchKVCache
+}
+
+type batchSeq struct {
+	uid        int
+	rest       []int32 // prompt tokens not yet prefilled, the last excluded
+	last       int32   // the last prompt token: the first decode input
+	maxTokens  int
+	sampler    *Sampler
+	processors ProcessorOptions
+	stop       []int32
+	context    []int32 // the tokens in the cache (the processors' history)
+	n          int     // tokens handed out
+	next       int32   // the next decode input: last, then the token sampled and not yet handed out
+	nextLP     []float32
+}
+
+// NewBatchGenerator returns an empty generator for m. Invalid options are
+// an error naming the option.
+func NewBatchGenerator(m BatchModel, opts BatchOptions) (*BatchGenerator, error) {
+	if opts.MaxTokens == 0 {
+		opts.MaxTokens = 128
+	}
+	if opts.PrefillBatchSize == 0 {
+		opts.PrefillBatchSize = 8
+	}
+	if opts.CompletionBatchSize == 0 {
+		opts.CompletionBatchSize = 32
+	}
+	if opts.PrefillStepSize == 0 {
+		opts.PrefillStepSize = 2048
+	}
+	switch {
+	case opts.MaxTokens < 0:
+		return nil, fmt.Errorf("generate: batch max tokens is %d, want > 0 (0 = 128)", opts.MaxTokens)
+	case opts.PrefillBatchSize < 0:
+		return nil, fmt.Errorf("generate: prefill batch size is %d, want > 0 (0 = 8)", opts.PrefillBatchSize)
+	case opts.CompletionBatchSize < 0:
+		return nil, fmt.Errorf("generate: completion batch size is %d, want > 0 (0 = 32)", opts.CompletionBatchSize)
+	case opts.PrefillStepSize < 0:
+		return nil, fmt.Errorf("generate: prefill step size is %d, want > 0 (0 = 2048)", opts.PrefillStepSize)
+	case opts.MaxSequences < 0:
+		return nil, fmt.Errorf("generate: max sequences is %d, want >= 0 (0 = no limit)", opts.MaxSequences)
+	}
+	opts.CompletionBatchSize = max(opts.CompletionBatchSize, opts.PrefillBatchSize)
+	if err := opts.Processors.validate(); err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	if _, err := NewSampler(opts.Sampler); err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	b := m.Backend()
+	if b == nil {
+		return nil, errors.New("generate: the model has no backend")
+	}
+	return &BatchGenerator{m: m, b: b, opts: opts, vocab: m.VocabSize(), rng: NewRNG(opts.Seed)}, nil
+}
+
+// Insert queues prompts (token ids) and returns their uids, in order. seqs
+// is nil (every default) or holds one SequenceOptions per prompt. Nothing is
+// queued when any prompt or option is invalid: an empty prompt, a token
+// outside the vocabulary, a negative max tokens, a bad sampler or
+// processor setting, or more sequences than MaxSequences.
+func (g *BatchGenerator) Insert(prompts [][]int32, seqs []SequenceOptions) ([]int, error) {
+	if g.err != nil {
+		return nil, g.err
+	}
+	if seqs != nil && len(seqs) != len(prompts) {
+		return nil, fmt.Errorf("generate: %d sequence options for %d prompts", len(seqs), len(prompts))
+	}
+	if lim := g.opts.MaxSequences; lim > 0 {
+		if n := g.Len() + len(prompts); n > lim {
+			return nil, fmt.Errorf("generate: %d sequences (%d held, %d inserted) is over the configured limit of %d (MaxSequences)", n, g.Len(), len(prompts), lim)
+		}
+	}
+	pending := make([]*batchSeq, len(prompts))
+	for i, p := range prompts {
+		var o SequenceOptions
+		if seqs != nil {
+			o = seqs[i]
+		}
+		s, err := g.newSeq(p, o)
+		if err != nil {
+			return nil, fmt.Errorf("generate: prompt %d: %w", i, err)
+		}
+		pending[i] = s
+	}
+	uids := make([]int, len(pending))
+	for i, s := range pending {
+		s.uid = g.uid
+		uids[i] = g.uid
+		g.uid++
+	}
+	g.queue = append(g.queue, pending...)
+	return uids, nil
+}
+
+func (g *BatchGenerator) newSeq(p []int32, o SequenceOptions) (*batchSeq, error) {
+	if len(p) == 0 {
+		return nil, errors.New("empty prompt, want at least one token")
+	}
+	for i, id := range p {
+		if id < 0 || int(id) >= g.vocab {
+			return nil, fmt.Errorf("token %d is %d, want 0 <= id < vocabulary size %d", i, id, g.vocab)
+		}
+	}
+	s := &batchSeq{rest: slices.Clone(p[:len(p)-1]), last: p[len(p)-1], maxTokens: o.MaxTokens,
+		processors: g.opts.Processors, stop: g.opts.StopTokens}
+	switch {
+	case s.maxTokens == 0:
+		s.maxTokens = g.opts.MaxTokens
+	case s.maxTokens < 0:
+		return nil, fmt.Errorf("max tokens is %d, want > 0 (0 = the default %d)", o.MaxTokens, g.opts.MaxTokens)
+	}
+	if o.Processors != nil {
+		if err := o.Processors.validate(); err != nil {
+			return nil, err
+		}
+		s.processors = *o.Processors
+	}
+	if o.StopTokens != nil {
+		s.stop = slices.Clone(o.StopTokens)
+	}
+	so := g.opts.Sampler
+	if o.Sampler != nil {
+		so = *o.Sampler
+	}
+	sm, err := NewSampler(so)
+	if err != nil {
+		return nil, err
+	}
+	sm.rng = g.rng
+	if o.Seed != nil {
+		sm.rng = NewRNG(*o.Seed)
+	}
+	s.sampler = sm
+	return s, nil
+}
+
+// Len returns the number of sequences held: queued, prefilling or
+// generating.
+func (g *BatchGenerator) Len() int { return len(g.queue) + len(g.prompt.rows) + len(g.gen.rows) }
+
+// Stats returns the work counted so far.
+func (g *BatchGenerator) Stats() BatchStats {
+	s := g.stats
+	s.PeakBytes = g.b.Stats().PeakBytes
+	return s
+}
+
+// Remove drops the sequences uids wherever they are (queued, prefilling or
+// generating) and frees their rows of the caches; unknown uids are ignored.
+func (g *BatchGenerator) Remove(uids ...int) error {
+	if g.err != nil {
+		return g.err
+	}
+	drop := map[int]bool{}
+	for _, u := range uids {
+		drop[u] = true
+	}
+	g.queue = slices.DeleteFunc(g.queue, func(s *batchSeq) bool { return drop[s.uid] })
+	err := g.run(func() error {
+		for _, p := range []*batchPart{&g.prompt, &g.gen} {
+			var keep []int
+			for i, s := range p.rows {
+				if !drop[s.uid] {
+					keep = append(keep, i)
+				}
+			}
+			if len(keep) < len(p.rows) {
+				if err := g.filter(p, keep); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		g.err = err
+	}
+	return err
+}
+
+// Next runs one step (see BatchGenerator) and returns the tokens it hands
+// out, one per sequence that was generating, in row order; it is empty
+// while the first prompts are prefilled. Done reports when nothing is left.
+func (g *BatchGenerator) Next() ([]BatchToken, error) {
+	if g.err != nil {
+		return nil, g.err
+	}
+	var out []BatchToken
+	err := g.run(func() error {
+		var err error
+		out, _, err = g.next()
+		return err
+	})
+	if err != nil {
+		g.err = err
+		return nil, err
+	}
+	return out, nil
+}
+
+// NextGenerated calls Next until it hands out tokens or nothing is left
+// (mlx_lm's next_generated); an empty result means every sequence finished.
+func (g *BatchGenerator) NextGenerated() ([]BatchToken, error) {
+	if g.err != nil {
+		return nil, g.err
+	}
+	var out []BatchToken
+	err := g.run(func() error {
+		for {
+			toks, prompted, err := g.next()
+			if err != nil || len(toks) > 0 || !prompted {
+				out = toks
+				return err
+			}
+		}
+	})
+	if err != nil {
+		g.err = err
+		return nil, err
+	}
+	return out, nil
+}
+
+// Done reports whether no sequence is left.
+func (g *BatchGenerator) Done() bool { return g.Len() == 0 }
+
+// Close releases the caches. The generator cannot be used afterwards.
+func (g *BatchGenerator) Close() {
+	_ = g.b.Do(func() (err error) {
+		defer backend.Recover(&err)
+		for _, p := range []*batchPart{&g.prompt, &g.gen, &g.ready} {
+			release(p.cache)
+			*p = batchPart{}
+		}
+		return nil
+	})
+	g.queue = nil
+	if g.err == nil {
+		g.err = errors.New("generate: the batch generator is closed")
+	}
+}
+
+func release(cache []*nn.BatchKVCache) {
+	for _, c := range cache {
+		c.Release()
+	}
+}
+
+// run runs fn on the backend's thread inside a scope, turning an op's
+// panic into an error, and keeps the caches' arrays out of the scope.
+func (g *BatchGenerator) run(fn func() error) error {
+	return g.b.Do(func() (err error) {
+		defer backend.Recover(&err)
+		sc := g.b.Scope()
+		defer sc.Close()
+		defer func() {
+			sc.Keep(g.states()...)
+			sc.Keep(g.handed...)
+			g.handed = nil
+		}()
+		return fn()
+	})
+}
+
+func (g *BatchGenerator) states() []backend.Array {
+	var out []backend.Array
+	for _, p := range []*batchPart{&g.prompt, &g.gen, &g.ready} {
+		for _, c := range p.cache {
+			out = append(out, c.State()...)
+		}
+	}
+	return out
+}
+
+// next is BatchGenerator._next: it returns the generated tokens and whether
+// any prompt work happened (mlx_lm's prompt responses).
+func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
+	if len(g.gen.rows) > 0 {
+		start := time.Now()
+		if out, err = g.decode(); err != nil {
+			return nil, false, err
+		}
+		g.stats.GenerationTime += time.Since(start)
+		g.stats.GenerationTokens += len(out)
+		if g.steps++; g.steps%512 == 0 {
+			g.clearCache()
+		}
+	}
+	if len(g.gen.rows) >= g.opts.CompletionBatchSize {
+		return out, false, nil
+	}
+	start := time.Now()
+	defer func() { g.stats.PromptTime += time.Since(start) }()
+	n := min(g.opts.PrefillBatchSize-len(g.prompt.rows), g.opts.CompletionBatchSize-len(g.gen.rows), len(g.queue))
+	if n > 0 {
+		added := batchPart{rows: g.queue[:n:n], cache: g.m.NewBatchCache(make([]int, n))}
+		g.queue = g.queue[n:]
+		if err := g.extend(&g.prompt, added); err != nil {
+			return nil, false, err
+		}
+	}
+	var split []int
+	for i, s := range g.prompt.rows {
+		if len(s.rest) == 0 {
+			split = append(split, i)
+		}
+	}
+	if len(split) > 0 {
+		if g.ready, err = g.split(&g.prompt, split); err != nil {
+			return nil, false, err
+		}
+		for _, s := range g.ready.rows {
+			s.next = s.last
+		}
+		if err := g.forward(&g.ready); err != nil {
+			return nil, false, err
+		}
+		ready := g.ready
+		g.ready = batchPart{}
+		if err := g.extend(&g.gen, ready); err != nil {
+			return nil, false, err
+		}
+	}
+	if len(g.prompt.rows) > 0 {
+		chunks := make([][]int32, len(g.prompt.rows))
+		for i, s := range g.prompt.rows {
+			k := min(len(s.rest), g.opts.PrefillStepSize)
+			chunks[i], s.rest = s.rest[:k], s.rest[k:]
+		}
+		if err := g.prefill(chunks); err != nil {
+			return nil, false, err
+		}
+	}
+	return out, len(split) > 0 || len(g.prompt.rows) > 0, nil
+}
+
+// extend is _extend_cache plus the rows: p takes q's rows after its own.
+func (g *BatchGenerator) extend(p *batchPart, q batchPart) error {
+	if len(p.rows) == 0 {
+		release(p.cache)
+		*p = q
+		return nil
+	}
+	for i, c := range p.cache {
+		if err := c.Extend(q.cache[i]); err != nil {
+			return err
+		}
+	}
+	p.rows = append(p.rows, q.rows...)
+	return nil
+}
+
+// split moves the rows idx (ascending) of p into a part of their own.
+func (g *BatchGenerator) split(p *batchPart, idx []int) (batchPart, error) {
+	q := batchPart{cache: make([]*nn.BatchKVCache, len(p.cache))}
+	for _, i := range idx {
+		q.rows = append(q.rows, p.rows[i])
+	}
+	var keep []int
+	for i := range p.rows {
+		if !slices.Contains(idx, i) {
+			keep = append(keep, i)
+		}
+	}
+	for l, c := range p.cache {
+		var err error
+		if q.cache[l], err = c.Split(idx); err != nil {
+			return batchPart{}, err
+		}
+	}
+	// Split kept the other rows in p's caches (or released them).
+	if len(keep) == 0 {
+		*p = batchPart{}
+		return q, nil
+	}
+	rows := make([]*batchSeq, len(keep))
+	for i, k := range keep {
+		rows[i] = p.rows[k]
+	}
+	p.rows = rows
+	return q, nil
+}
+
+// filter keeps the rows keep of p (releasing its caches when none is kept).
+func (g *BatchGenerator) filter(p *batchPart, keep []int) error {
+	if len(keep) == 0 {
+		release(p.cache)
+		*p = batchPart{}
+		return nil
+	}
+	rows := make([]*batchSeq, len(keep))
+	for i, k := range keep {
+		rows[i] = p.rows[k]
+	}
+	for _, c := range p.cache {
+		if err := c.Filter(keep); err != nil {
+			return err
+		}
+	}
+	p.rows = rows
+	return nil
+}
+
+// prefill is PromptProcessingBatch.prompt for chunks no longer than the
+// step: right-padded to the longest, run through the model without the
+// head, the caches evaluated, the padding turned into left padding.
+func (g *BatchGenerator) prefill(chunks [][]int32) error {
+	L := 0
+	for _, c := range chunks {
+		L = max(L, len(c))
+	}
+	pad := make([]int, len(chunks))
+	ids := make([]int32, len(chunks)*L)
+	padded := false
+	for r, c := range chunks {
+		copy(ids[r*L:], c)
+		pad[r] = L - len(c)
+		padded = padded || pad[r] > 0
+		s := g.prompt.rows[r]
+		s.context = append(s.context, c...)
+		g.stats.PromptTokens += len(c)
+	}
+	if padded {
+		for _, c := range g.prompt.cache {
+			if err := c.PrepareRightPadding(pad); err != nil {
+				return err
+			}
+		}
+	}
+	if err := g.scoped(func() error {
+		x := g.b.FromHost(tensor.FromInt32(tensor.Shape{len(chunks), L}, ids))
+		return g.m.BatchAppend(x, g.prompt.cache)
+	}); err != nil {
+		return fmt.Errorf("generate: batch prefill: %w", err)
+	}
+	if err := g.evalCaches(); err != nil {
+		return err
+	}
+	if padded {
+		if err := g.scoped(func() error {
+			for _, c := range g.prompt.cache {
+				c.Finalize()
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		return g.evalCaches()
+	}
+	return nil
+}
+
+// scoped runs fn in a scope of its own that keeps the caches' arrays.
+func (g *BatchGenerator) scoped(fn func() error) error {
+	sc := g.b.Scope()
+	defer sc.Close()
+	defer func() { sc.Keep(g.states()...) }()
+	return fn()
+}
+
+func (g *BatchGenerator) evalCaches() error {
+	if err := g.b.Eval(g.states()...); err != nil {
+		return err
+	}
+	g.clearCache()
+	return nil
+}
+
+func (g *BatchGenerator) clearCache() {
+	if c, ok := g.b.(backend.CacheClearer); ok {
+		c.ClearCache()
+	}
+}
+
+// decode is GenerationBatch.next: one forward on the tokens sampled last
+// step, then those tokens are handed out and finished rows leave.
+func (g *BatchGenerator) decode() ([]BatchToken, error) {
+	type prev struct {
+		tok int32
+		lp  []float32
+	}
+	cur := make([]prev, len(g.gen.rows))
+	for i, s := range g.gen.rows {
+		cur[i] = prev{s.next, s.nextLP}
+	}
+	if err := g.forward(&g.gen); err != nil {
+		return nil, err
+	}
+	out := make([]BatchToken, len(g.gen.rows))
+	var keep []int
+	for i, s := range g.gen.rows {
+		t := BatchToken{UID: s.uid, Token: cur[i].tok, Logprobs: cur[i].lp}
+		s.n++
+		if s.n >= s.maxTokens {
+			t.FinishReason = FinishLength
+		}
+		if slices.Contains(s.stop, t.Token) {
+			t.FinishReason = FinishStop
+		}
+		if t.FinishReason == "" {
+			keep = append(keep, i)
+		} else if g.opts.ReturnCaches {
+			for _, c := range g.gen.cache {
+				e, err := c.Extract(i)
+				if err != nil {
+					return nil, err
+				}
+				t.Cache = append(t.Cache, e)
+				g.handed = append(g.handed, e.State()...)
+			}
+		}
+		out[i] = t
+	}
+	if len(keep) < len(g.gen.rows) {
+		if err := g.filter(&g.gen, keep); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// forward is GenerationBatch._step on part p: the rows' next tokens go
+// through the model, each row's processors and sampler give its new next
+// token (row order, so rows sharing the random state draw in that order).
+func (g *BatchGenerator) forward(p *batchPart) error {
+	B := len(p.rows)
+	in := make([]int32, B)
+	for i, s := range p.rows {
+		in[i] = s.next
+	}
+	for i, s := range p.rows {
+		s.context = append(s.context, in[i])
+	}
+	var lp *tensor.Dense
+	err := g.scoped(func() error {
+		x := g.b.FromHost(tensor.FromInt32(tensor.Shape{B, 1}, in))
+		logits, err := g.m.BatchLogits(x, p.cache)
+		if err != nil {
+			return err
+		}
+		s := logits.Shape()
+		if len(s) == 3 && s[0] == B && s[1] == 1 {
+			logits = g.b.Reshape(logits, B, s[2])
+		} else if len(s) != 2 || s[0] != B {
+			return fmt.Errorf("model logits are %v %v, want [%d, V] or [%d, 1, V]", logits.DType(), s, B, B)
+		}
+		if rounder(logits.DType()) == nil {
+			return fmt.Errorf("model logits are %v %v, want BF16, F16 or F32", logits.DType(), s)
+		}
+		if logits, err = g.process(p, logits); err != nil {
+			return err
+		}
+		out := g.b.Binary(backend.Subtract, logits, g.b.LogSumExp(logits, -1, true))
+		lp, err = g.b.ToHost(out)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("generate: batch decode step: %w", err)
+	}
+	rows := lp.ToFloat32()
+	V := lp.Shape[1]
+	for i, s := range p.rows {
+		row := rows[i*V : (i+1)*V : (i+1)*V]
+		tok, err := s.sampler.Sample(row, lp.DType)
+		if err != nil {
+			return fmt.Errorf("generate: sampling sequence %d: %w", s.uid, err)
+		}
+		s.next, s.nextLP = tok, row
+	}
+	return nil
+}
+
+// process applies the rows' logits processors on the host (rows without
+// any are left alone) and returns the logits on the backend.
+func (g *BatchGenerator) process(p *batchPart, logits backend.Array) (backend.Array, error) {
+	any := false
+	for _, s := range p.rows {
+		any = any || s.processors.Enabled()
+	}
+	if !any {
+		return logits, nil
+	}
+	h, err := g.b.ToHost(logits)
+	if err != nil {
+		return nil, err
+	}
+	all := h.ToFloat32()
+	V := h.Shape[1]
+	for i, s := range p.rows {
+		if s.processors.Enabled() {
+			if err := s.processors.Process(s.context, all[i*V:(i+1)*V], h.DType); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return g.b.FromHost(tensor.FromFloat32(h.Shape, all).Convert(h.DType)), nil
+}
+
+// BatchResult is one sequence's outcome of BatchGenerate.
+type BatchResult struct {
+	// Tokens are the generated tokens, a final stop token excluded (as
+	// batch_generate's token_ids).
+	Tokens []int32
+	// Logprobs holds, for each of Tokens, its log-probability.
+	Logprobs []float32
+	// FinishReason is FinishStop or FinishLength.
+	FinishReason string
+}
+
+// BatchGenerate runs every prompt to completion with a BatchGenerator, as
+// mlx_lm's batch_generate: seqs is nil or one SequenceOptions per prompt;
+// onToken (when not nil) sees every token as it is handed out, with the
+// index of its prompt. It returns one result per prompt, in prompt order,
+// and the generator's statistics.
+func BatchGenerate(m BatchModel, prompts [][]int32, opts BatchOptions, seqs []SequenceOptions, onToken func(prompt int, t BatchToken)) ([]BatchResult, BatchStats, error) {
+	g, err := NewBatchGenerator(m, opts)
+	if err != nil {
+		return nil, BatchStats{}, err
+	}
+	defer g.Close()
+	uids, err := g.Insert(prompts, seqs)
+	if err != nil {
+		return nil, BatchStats{}, err
+	}
+	index := make(map[int]int, len(uids))
+	for i, u := range uids {
+		index[u] = i
+	}
+	res := make([]BatchResult, len(prompts))
+	for {
+		toks, err := g.NextGenerated()
+		if err != nil {
+			return nil, g.Stats(), err
+		}
+		if len(toks) == 0 {
+			break
+		}
+		for _, t := range toks {
+			i := index[t.UID]
+			if onToken != nil {
+				onToken(i, t)
+			}
+			if t.FinishReason != FinishStop {
+				res[i].Tokens = append(res[i].Tokens, t.Token)
+				res[i].Logprobs = append(res[i].Logprobs, t.Logprobs[t.Token])
+			}
+			res[i].FinishReason = t.FinishReason
+		}
+	}
+	return res, g.Stats(), nil
+}

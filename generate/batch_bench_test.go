@@ -1,0 +1,96 @@
+package generate_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/synth"
+)
+
+// BenchmarkBatchDecode measures the aggregate decode rate (generated tokens
+// of all rows per second of decode steps, metric "tok/s") of the batch
+// generator on the CPU backend at batch 1, 2, 4 and 8: B prompts of 16
+// tokens prefilled together, then 32 greedy tokens each. The checkpoint is
+// the synth preset MLXGO_BENCH_PRESET (default smollm2-135m: SmolLM2-135M's
+// shapes, 4-bit), written once to a temporary directory, or the model
+// directory MLXGO_BENCH_MODEL.
+//
+//	go test ./generate/ -run '^$' -bench BatchDecode -benchtime 3x
+func BenchmarkBatchDecode(b *testing.B) {
+	dir := os.Getenv("MLXGO_BENCH_MODEL")
+	if dir == "" {
+		preset := os.Getenv("MLXGO_BENCH_PRESET")
+		if preset == "" {
+			preset = "smollm2-135m"
+		}
+		spec, ok := synth.Presets[preset]
+		if !ok {
+			b.Fatalf("MLXGO_BENCH_PRESET %q: want one of %v", preset, synth.PresetNames())
+		}
+		dir = filepath.Join(b.TempDir(), preset)
+		if err := synth.WriteMLX(dir, spec, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	be := cpuBackend(b)
+	m, err := minicpm5.Load(be, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	const promptLen, steps = 16, 32
+	// "alone": Generate on one prompt, the rate the batch path is measured
+	// against (its GenerationTPS counts from the first token).
+	b.Run("alone", func(b *testing.B) {
+		p := batchPrompts(m.VocabSize(), promptLen)[0]
+		var rate float64
+		n := 0
+		for b.Loop() {
+			res, err := generate.Generate(m, p, generate.Options{MaxTokens: steps}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			rate += res.Stats.GenerationTPS
+			n++
+		}
+		b.ReportMetric(rate/float64(n), "tok/s")
+	})
+	for _, B := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprintf("b%d", B), func(b *testing.B) {
+			prompts := batchPrompts(m.VocabSize(), repeat(promptLen, B)...)
+			var tokens int
+			var secs float64
+			for b.Loop() {
+				g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: steps, CompletionBatchSize: B, PrefillBatchSize: B})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := g.Insert(prompts, nil); err != nil {
+					b.Fatal(err)
+				}
+				for !g.Done() {
+					if _, err := g.Next(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				s := g.Stats()
+				tokens += s.GenerationTokens
+				secs += s.GenerationTime.Seconds()
+				g.Close()
+			}
+			b.ReportMetric(float64(tokens)/secs, "tok/s")
+		})
+	}
+}
+
+func repeat(n, times int) []int {
+	out := make([]int, times)
+	for i := range out {
+		out[i] = n
+	}
+	return out
+}

@@ -1,0 +1,314 @@
+package generate_test
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu"
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/internal/testenv"
+	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// batchCheckpoint loads a fixture checkpoint (models/<name>) on b.
+func batchCheckpoint(t *testing.T, b backend.Backend, name string) *minicpm5.Model {
+	t.Helper()
+	dir := filepath.Join(fixtureDir(), "models", name)
+	testenv.Need(t, filepath.Join(dir, "config.json"), "run `make oracle`")
+	m, err := minicpm5.Load(b, dir)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", dir, err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func cpuBackend(t testing.TB) backend.Backend {
+	t.Helper()
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// batchPrompts are prompts of lengths 1 to 21 (ids from a fixed formula).
+func batchPrompts(vocab int, lengths ...int) [][]int32 {
+	out := make([][]int32, len(lengths))
+	for i, n := range lengths {
+		for j := range n {
+			out[i] = append(out[i], int32((j*7919+i*104729+13)%vocab))
+		}
+	}
+	return out
+}
+
+// TestBatchRowsEqualAlone: on the CPU backend every row of a batch gives,
+// token for token, what Generate gives for that prompt alone, on the float32
+// checkpoints: greedy, and sampled with a seed of the row's own (the same
+// random state as Generate's), with prompts of different lengths prefilled
+// in chunks of 4 (so rows are right-padded, rolled, split off and joined to
+// the decoding rows while others decode: 2 prompts prefilled at a time, 3
+// decoding), different max tokens, and a stop token.
+func TestBatchRowsEqualAlone(t *testing.T) {
+	for _, name := range []string{"fp-f32", "optiq-f32", "q8g32-f32"} {
+		t.Run(name, func(t *testing.T) {
+			b := cpuBackend(t)
+			m := batchCheckpoint(t, b, name)
+			prompts := batchPrompts(m.VocabSize(), 5, 1, 12, 3, 9, 2)
+			maxTok := []int{8, 6, 10, 4, 7, 9}
+			seqs := make([]generate.SequenceOptions, len(prompts))
+			solo := make([]generate.Options, len(prompts))
+			for i := range prompts {
+				seqs[i].MaxTokens = maxTok[i]
+				solo[i] = generate.Options{MaxTokens: maxTok[i], PrefillStepSize: 4}
+				if i%2 == 1 {
+					seed := uint64(100 + i)
+					so := generate.SamplerOptions{Temp: 0.9, TopP: 0.95, Seed: seed}
+					seqs[i].Sampler, seqs[i].Seed = &so, &seed
+					solo[i].Sampler = so
+				}
+				if i == 4 {
+					po := generate.ProcessorOptions{RepetitionPenalty: 1.3}
+					seqs[i].Processors = &po
+					solo[i].Processors = po
+				}
+			}
+			// A stop token: the third token row 0 generates alone.
+			r0, err := generate.Generate(m, prompts[0], solo[0], nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := r0.Tokens[2]
+			for i := range solo {
+				solo[i].EOS = []int32{stop}
+			}
+			opts := generate.BatchOptions{StopTokens: []int32{stop}, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3}
+			got, _, err := generate.BatchGenerate(m, prompts, opts, seqs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stops := 0
+			for i, p := range prompts {
+				want, err := generate.Generate(m, p, solo[i], nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got[i].Tokens, want.Tokens) || got[i].FinishReason != want.FinishReason {
+					t.Errorf("row %d (prompt length %d): batch gave %v (%s), alone %v (%s)", i, len(p), got[i].Tokens, got[i].FinishReason, want.Tokens, want.FinishReason)
+				}
+				if want.FinishReason == generate.FinishStop {
+					stops++
+				}
+			}
+			if stops == 0 {
+				t.Errorf("no row stopped at the stop token %d: the test does not check stops", stop)
+			}
+		})
+	}
+}
+
+// TestBatchGeneratorErrors: bad input is an error naming it, and nothing is
+// queued.
+func TestBatchGeneratorErrors(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "fp-f32")
+	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxSequences: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	bad := -1.0
+	for _, c := range []struct {
+		name    string
+		prompts [][]int32
+		seqs    []generate.SequenceOptions
+		want    string
+	}{
+		{"empty", [][]int32{{1}, {}}, nil, "prompt 1: empty prompt"},
+		{"vocab", [][]int32{{1, 5000}}, nil, "prompt 0: token 1 is 5000, want 0 <= id < vocabulary size 1000"},
+		{"negative", [][]int32{{-2}}, nil, "token 0 is -2"},
+		{"max-tokens", [][]int32{{1}}, []generate.SequenceOptions{{MaxTokens: -1}}, "max tokens is -1"},
+		{"temp", [][]int32{{1}}, []generate.SequenceOptions{{Sampler: &generate.SamplerOptions{Temp: bad}}}, "temp is -1"},
+		{"count", [][]int32{{1}, {2}}, []generate.SequenceOptions{{}}, "1 sequence options for 2 prompts"},
+		{"limit", [][]int32{{1}, {2}, {3}, {4}}, nil, "4 sequences (0 held, 4 inserted) is over the configured limit of 3 (MaxSequences)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := g.Insert(c.prompts, c.seqs)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want an error containing %q", err, c.want)
+			}
+			if g.Len() != 0 {
+				t.Errorf("%d sequences queued after a failed Insert", g.Len())
+			}
+		})
+	}
+	if _, err := generate.NewBatchGenerator(m, generate.BatchOptions{PrefillBatchSize: -1}); err == nil {
+		t.Error("PrefillBatchSize -1: no error")
+	}
+}
+
+// TestBatchRemove: removing a generating sequence and a queued one leaves
+// the others' tokens as Generate gives them alone (greedy, CPU, float32),
+// hands out no token of the removed ones after the call, and Close gives
+// back every array the generator made.
+func TestBatchRemove(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "optiq-f32")
+	prompts := batchPrompts(m.VocabSize(), 6, 3, 9, 4, 2)
+	before := b.Stats().LiveArrays
+	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids, err := g.Insert(prompts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[int][]int32)
+	removed := map[int]bool{}
+	for step := 0; !g.Done(); step++ {
+		toks, err := g.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range toks {
+			if removed[tk.UID] {
+				t.Fatalf("step %d: token for removed sequence %d", step, tk.UID)
+			}
+			got[tk.UID] = append(got[tk.UID], tk.Token)
+		}
+		if step == 4 {
+			// uid 0 is generating by now; uid 4 is still queued.
+			if len(got[uids[0]]) == 0 {
+				t.Fatalf("sequence 0 has no tokens after 5 steps: the test does not remove a generating row")
+			}
+			if err := g.Remove(uids[0], uids[4], 999); err != nil {
+				t.Fatal(err)
+			}
+			removed[uids[0]], removed[uids[4]] = true, true
+		}
+	}
+	if len(got[uids[4]]) != 0 {
+		t.Errorf("queued sequence 4 generated %v before its removal", got[uids[4]])
+	}
+	for i := 1; i < 4; i++ {
+		want, err := generate.Generate(m, prompts[i], generate.Options{MaxTokens: 8, PrefillStepSize: 4}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got[uids[i]], want.Tokens) {
+			t.Errorf("sequence %d: got %v, alone %v", i, got[uids[i]], want.Tokens)
+		}
+	}
+	g.Close()
+	if after := b.Stats().LiveArrays; after != before {
+		t.Errorf("live arrays: %d after Close, %d before the generator", after, before)
+	}
+	if _, err := g.Next(); err == nil {
+		t.Error("Next after Close: no error")
+	}
+
+	// Closed mid-run, with rows prefilling, generating and queued.
+	g, err = generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Insert(prompts, nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := g.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b.Stats().LiveArrays == before {
+		t.Fatal("no live arrays mid-run: the test does not check Close")
+	}
+	g.Close()
+	if after := b.Stats().LiveArrays; after != before {
+		t.Errorf("live arrays: %d after Close mid-run, %d before the generator", after, before)
+	}
+}
+
+// TestBatchReturnCaches: a finished sequence's cache (ReturnCaches) holds
+// its prompt and every token handed out: one more token through it gives,
+// bit for bit on the CPU backend, the logits of the same token after a
+// fresh prefill of prompt + tokens. Releasing the caches and closing the
+// generator gives back every array.
+func TestBatchReturnCaches(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "optiq-f32")
+	prompts := batchPrompts(m.VocabSize(), 6, 1, 9)
+	before := b.Stats().LiveArrays
+	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 5, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 2, ReturnCaches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids, err := g.Insert(prompts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[int][]int32{}
+	caches := map[int][]nn.KVCache{}
+	for !g.Done() {
+		toks, err := g.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range toks {
+			tokens[tk.UID] = append(tokens[tk.UID], tk.Token)
+			if (tk.FinishReason != "") != (tk.Cache != nil) {
+				t.Fatalf("sequence %d: finish %q with %d cache layers", tk.UID, tk.FinishReason, len(tk.Cache))
+			}
+			if tk.Cache != nil {
+				caches[tk.UID] = tk.Cache
+			}
+		}
+	}
+	g.Close()
+	next := func(cache []nn.KVCache) []float32 {
+		x := b.FromHost(tensor.FromInt32(tensor.Shape{1, 1}, []int32{7}))
+		out, err := m.Forward(x, cache, minicpm5.ForwardOptions{})
+		b.Release(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := b.ToHost(out.Logits)
+		b.Release(out.Logits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.ToFloat32()
+	}
+	for i, u := range uids {
+		c := caches[u]
+		seq := append(slices.Clone(prompts[i]), tokens[u]...)
+		if len(c) != len(m.Layers) || c[0].Offset() != len(seq) {
+			t.Fatalf("sequence %d: %d cache layers at offset %d, want %d at %d", i, len(c), c[0].Offset(), len(m.Layers), len(seq))
+		}
+		got := next(c)
+		fresh := m.NewCache()
+		logits, err := m.Prefill(seq, fresh, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release(logits)
+		want := next(fresh)
+		if !slices.Equal(got, want) {
+			t.Errorf("sequence %d: the returned cache's next logits differ from a fresh prefill's", i)
+		}
+		for _, l := range append(c, fresh...) {
+			l.Release()
+		}
+	}
+	if after := b.Stats().LiveArrays; after != before {
+		t.Errorf("live arrays: %d after releasing the caches, %d before", after, before)
+	}
+}

@@ -1,0 +1,287 @@
+package nn_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu"
+	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+const bH, bD = 2, 3 // KV heads and head dim of the batch cache tests
+
+// batchKV returns keys [B, bH, L, bD] whose value at (r, h, l, d) is
+// base + 1000·r + 100·h + 10·l + d, and values the negation.
+func batchKV(b backend.Backend, B, L int, base float32) (k, v backend.Array) {
+	kh := make([]float32, B*bH*L*bD)
+	for r := range B {
+		for h := range bH {
+			for l := range L {
+				for d := range bD {
+					kh[((r*bH+h)*L+l)*bD+d] = base + float32(1000*r+100*h+10*l+d)
+				}
+			}
+		}
+	}
+	vh := make([]float32, len(kh))
+	for i, x := range kh {
+		vh[i] = -x
+	}
+	s := tensor.Shape{B, bH, L, bD}
+	return b.FromHost(tensor.FromFloat32(s, kh)), b.FromHost(tensor.FromFloat32(s, vh))
+}
+
+// batchTokens returns the keys a one-row cache holds, [bH][offset·bD].
+func batchTokens(t *testing.T, b backend.Backend, c *nn.FullKVCache) []float32 {
+	t.Helper()
+	st := c.State()
+	if st == nil {
+		return nil
+	}
+	k := b.Slice(st[0], []int{0, 0, 0, 0}, []int{1, bH, c.Offset(), bD})
+	d, err := b.ToHost(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.ToFloat32()
+}
+
+// batchRowKeys is what batchKV wrote for row r at positions from..to-1 of a chunk.
+func batchRowKeys(r, from, to int, base float32) []float32 {
+	var out []float32
+	for h := range bH {
+		for l := from; l < to; l++ {
+			for d := range bD {
+				out = append(out, base+float32(1000*r+100*h+10*l+d))
+			}
+		}
+	}
+	return out
+}
+
+func newBatchCPU(t *testing.T) backend.Backend {
+	t.Helper()
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func batchExtract(t *testing.T, b backend.Backend, c *nn.BatchKVCache, r int) []float32 {
+	t.Helper()
+	e, err := c.Extract(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Release()
+	return batchTokens(t, b, e)
+}
+
+// TestBatchKVCacheMask: create_causal_mask(N=2, offset=3, left_padding=[1, 0])
+// written out: query i of row r sees key j iff j <= 3+i and j >= pad[r].
+func TestBatchKVCacheMask(t *testing.T) {
+	b := newBatchCPU(t)
+	c := nn.NewBatchKVCache(b, []int{1, 0})
+	k, v := batchKV(b, 2, 3, 0)
+	c.Update(k, v)
+	m, ok := c.Mask(2).(backend.ArrayMask)
+	if !ok {
+		t.Fatalf("Mask(2) is %T, want backend.ArrayMask", c.Mask(2))
+	}
+	if got, want := m.A.Shape(), (tensor.Shape{2, 1, 2, 5}); !got.Equal(want) || m.A.DType() != tensor.Bool {
+		t.Fatalf("mask is %v %v, want Bool %v", m.A.DType(), got, want)
+	}
+	d, err := b.ToHost(m.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []byte{
+		0, 1, 1, 1, 0, // row 0, query 0 (position 3): keys 1..3
+		0, 1, 1, 1, 1, // row 0, query 1: keys 1..4
+		1, 1, 1, 1, 0, // row 1, query 0: keys 0..3
+		1, 1, 1, 1, 1,
+	}
+	if !slices.Equal(d.Data, want) {
+		t.Errorf("mask: got %v, want %v", d.Data, want)
+	}
+	if got := c.Offsets(); !slices.Equal(got, []int{2, 3}) {
+		t.Errorf("Offsets: got %v, want [2 3]", got)
+	}
+	c.Release()
+}
+
+// TestBatchKVCacheRightPadding: a chunk of 4 where row 0 has 2 real tokens
+// (right-padded by 2) and row 1 has 4; Finalize leaves row 0 left-padded by
+// 2 with its tokens just before the write index, as mlx_lm's finalize.
+// Then Filter each row alone, Extend, and Trim, checking every row's tokens
+// (Extract) against what was written.
+func TestBatchKVCacheRightPadding(t *testing.T) {
+	b := newBatchCPU(t)
+	build := func() *nn.BatchKVCache {
+		c := nn.NewBatchKVCache(b, []int{0, 0})
+		if err := c.PrepareRightPadding([]int{2, 0}); err != nil {
+			t.Fatal(err)
+		}
+		k, v := batchKV(b, 2, 4, 0)
+		c.Update(k, v)
+		c.Finalize()
+		return c
+	}
+	row0, row1 := batchRowKeys(0, 0, 2, 0), batchRowKeys(1, 0, 4, 0)
+	check := func(name string, c *nn.BatchKVCache, pad []int, idx int, rows ...[]float32) {
+		t.Helper()
+		if got := c.LeftPadding(); !slices.Equal(got, pad) {
+			t.Errorf("%s: left padding %v, want %v", name, got, pad)
+		}
+		if c.Offset() != idx {
+			t.Errorf("%s: write index %d, want %d", name, c.Offset(), idx)
+		}
+		for r, want := range rows {
+			if got := batchExtract(t, b, c, r); !slices.Equal(got, want) {
+				t.Errorf("%s: row %d holds %v, want %v", name, r, got, want)
+			}
+		}
+	}
+	c := build()
+	check("finalize", c, []int{2, 0}, 4, row0, row1)
+
+	f := build()
+	if err := f.Filter([]int{0}); err != nil {
+		t.Fatal(err)
+	}
+	check("filter [0]", f, []int{0}, 2, row0)
+	f.Release()
+
+	s := build()
+	q, err := s.Split([]int{1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("split off [1]", q, []int{0}, 4, row1)
+	check("split rest [0]", s, []int{0}, 2, row0)
+	q.Release()
+	q, err = s.Split([]int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("split off all", q, []int{0}, 2, row0)
+	if s.Rows() != 0 || s.State() != nil {
+		t.Errorf("split off every row: %d rows and %d arrays left, want none", s.Rows(), len(s.State()))
+	}
+	q.Release()
+
+	f = build()
+	if err := f.Filter([]int{1, 0}); err != nil {
+		t.Fatal(err)
+	}
+	check("filter [1 0]", f, []int{0, 2}, 4, row1, row0)
+
+	// Extend a 2-row cache (index 4) with a 1-row cache of 7 tokens and
+	// with an empty 1-row cache.
+	o := nn.NewBatchKVCache(b, []int{0})
+	k, v := batchKV(b, 1, 7, 5000)
+	o.Update(k, v)
+	if err := f.Extend(o); err != nil {
+		t.Fatal(err)
+	}
+	row2 := batchRowKeys(0, 0, 7, 5000)
+	check("extend", f, []int{3, 5, 0}, 7, row1, row0, row2)
+	if err := f.Extend(nn.NewBatchKVCache(b, []int{0})); err != nil {
+		t.Fatal(err)
+	}
+	check("extend empty", f, []int{3, 5, 0, 7}, 7, row1, row0, row2, nil)
+
+	// Append one token to every row, then trim it again.
+	k, v = batchKV(b, 4, 1, 9000)
+	f.Update(k, v)
+	if got, want := f.Offsets(), []int{5, 3, 8, 1}; !slices.Equal(got, want) {
+		t.Errorf("offsets after a step: got %v, want %v", got, want)
+	}
+	if got := batchExtract(t, b, f, 3); !slices.Equal(got, batchRowKeys(3, 0, 1, 9000)) {
+		t.Errorf("step: row 3 holds %v, want %v", got, batchRowKeys(3, 0, 1, 9000))
+	}
+	if n := f.Trim(1); n != 1 {
+		t.Errorf("Trim(1): got %d", n)
+	}
+	check("trim", f, []int{3, 5, 0, 7}, 7, row1, row0, row2, nil)
+	f.Release()
+	c.Release()
+
+	if err := c.Filter(nil); err == nil {
+		t.Error("Filter(nil): no error")
+	}
+	if err := build().Filter([]int{0, 0}); err == nil {
+		t.Error("Filter with a repeated row: no error")
+	}
+}
+
+// TestBatchKVCacheUpdateRows: a batch of the wrong size panics with an
+// OpError (which Forward turns into an error), not an index panic.
+func TestBatchKVCacheUpdateRows(t *testing.T) {
+	b := newBatchCPU(t)
+	c := nn.NewBatchKVCache(b, []int{0, 0})
+	k, v := batchKV(b, 3, 1, 0)
+	err := func() (err error) {
+		defer backend.Recover(&err)
+		c.Update(k, v)
+		return nil
+	}()
+	if err == nil {
+		t.Fatal("Update with 3 rows into a 2-row cache: no error")
+	}
+	if !strings.Contains(err.Error(), "3 and 3 rows, the cache 2") {
+		t.Errorf("error %q does not name the row counts", err)
+	}
+}
+
+// TestRoPERowOffsets: ForwardOffset with one offset per row rotates each
+// row as Forward does with that row's offset alone (bit for bit on the CPU
+// backend), and dynamic NTK scaling, whose base depends on the offset,
+// refuses per-row offsets with an error.
+func TestRoPERowOffsets(t *testing.T) {
+	b := newBatchCPU(t)
+	r, err := nn.NewRoPE(b, bD+1, 10000, false, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B, H, L, D = 3, 2, 2, bD + 1
+	xs := make([]float32, B*H*L*D)
+	for i := range xs {
+		xs[i] = float32(i%7) - 2.5
+	}
+	x := b.FromHost(tensor.FromFloat32(tensor.Shape{B, H, L, D}, xs))
+	offs := []int32{5, 0, 17}
+	rows := b.FromHost(tensor.FromInt32(tensor.Shape{B}, offs))
+	got, err := b.ToHost(r.ForwardOffset(x, backend.Offset{Rows: rows}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, off := range offs {
+		xi := b.Slice(x, []int{i, 0, 0, 0}, []int{i + 1, H, L, D})
+		want, err := b.ToHost(r.Forward(xi, int(off)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := got.ToFloat32()[i*H*L*D : (i+1)*H*L*D]; !slices.Equal(g, want.ToFloat32()) {
+			t.Errorf("row %d (offset %d): got %v, want %v", i, off, g, want.ToFloat32())
+		}
+	}
+	dyn, err := nn.NewRoPE(b, D, 10000, false, &checkpoint.RopeScaling{Type: "dynamic", Factor: 2}, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = func() (err error) {
+		defer backend.Recover(&err)
+		dyn.ForwardOffset(x, backend.Offset{Rows: rows})
+		return nil
+	}()
+	if err == nil || !strings.Contains(err.Error(), "dynamic needs a scalar offset") {
+		t.Errorf("dynamic RoPE with per-row offsets: got %v, want the scalar-offset error", err)
+	}
+}
