@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -301,8 +302,20 @@ func TestBatchReturnCaches(t *testing.T) {
 		}
 		b.Release(logits)
 		want := next(fresh)
-		if !slices.Equal(got, want) {
-			t.Errorf("sequence %d: the returned cache's next logits differ from a fresh prefill's", i)
+		// A left-padded row's keys sit at other lanes of the fast SDPA's
+		// 32-key blocks than the same keys alone, and its vector kernels
+		// (AVX2, AVX-512) sum their scores and weights in trees over the
+		// lanes (sdpa_fast.go), so the batch's cache holds K and V rounded
+		// differently in the last bits (the portable loops, which sum in
+		// order, give the same bits): the next logits agree to 1e-5 of
+		// their scale, the argmax exactly.
+		scale, diff := 0.0, 0.0
+		for j := range want {
+			scale = max(scale, math.Abs(float64(want[j])))
+			diff = max(diff, math.Abs(float64(got[j]-want[j])))
+		}
+		if diff > 1e-5*scale || argmax(got) != argmax(want) {
+			t.Errorf("sequence %d: the returned cache's next logits differ from a fresh prefill's by %g (scale %g), argmax %d vs %d", i, diff, scale, argmax(got), argmax(want))
 		}
 		for _, l := range append(c, fresh...) {
 			l.Release()
@@ -311,4 +324,14 @@ func TestBatchReturnCaches(t *testing.T) {
 	if after := b.Stats().LiveArrays; after != before {
 		t.Errorf("live arrays: %d after releasing the caches, %d before", after, before)
 	}
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
 }
