@@ -230,15 +230,23 @@ func configTemplate(v json.RawMessage) (string, error) {
 		return s, nil
 	}
 	var list []struct {
-		Name     string `json:"name"`
-		Template string `json:"template"`
+		Name     *string `json:"name"`
+		Template *string `json:"template"`
 	}
 	if err := json.Unmarshal(v, &list); err != nil {
 		return "", fmt.Errorf("want a string or a list of {\"name\", \"template\"}: %w", err)
 	}
-	for _, e := range list {
-		if e.Name == "default" {
-			return e.Template, nil
+	for i, e := range list {
+		if e.Name == nil {
+			return "", fmt.Errorf("entry %d has no \"name\"", i)
+		}
+		if *e.Name == "default" {
+			if e.Template == nil || *e.Template == "" {
+				// transformers indexes the entry's "template" and fails; running the prompt
+				// without a template would be a silent change of the model's input.
+				return "", fmt.Errorf("the entry named \"default\" has no \"template\"")
+			}
+			return *e.Template, nil
 		}
 	}
 	return "", fmt.Errorf("a list of %d named templates without one named \"default\"", len(list))
