@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/mlxgo/mlxgo/internal/safefile"
 )
 
 // Tokenizer encodes and decodes text with one Hugging Face tokenizer. It is safe for
@@ -75,13 +77,13 @@ func Load(dir string) (*Tokenizer, error) {
 
 // LoadFiles reads a tokenizer.json and a tokenizer_config.json (configPath may be "").
 func LoadFiles(tokenizerPath, configPath string) (*Tokenizer, error) {
-	data, err := os.ReadFile(tokenizerPath)
+	data, err := safefile.ReadFile(tokenizerPath, safefile.MaxTokenizerBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	var cfgData []byte
 	if configPath != "" {
-		if cfgData, err = os.ReadFile(configPath); err != nil {
+		if cfgData, err = safefile.ReadFile(configPath, safefile.MaxJSONBytes); err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
 	}
@@ -125,6 +127,10 @@ func New(tokenizerJSON, configJSON []byte, tokenizerName, configName string) (*T
 	return t, nil
 }
 
+// maxIDGap bounds the ids a tokenizer.json leaves unused (real ones leave none): the id table
+// is sized by the largest id, which a corrupt file could set to 2^31.
+const maxIDGap = 1 << 20
+
 func (t *Tokenizer) setAdded(raws []rawAdded) error {
 	t.addedByID = map[int32]*addedToken{}
 	t.tokenToID = map[string]int32{}
@@ -139,6 +145,9 @@ func (t *Tokenizer) setAdded(raws []rawAdded) error {
 		if int(r.ID) >= n {
 			n = int(r.ID) + 1
 		}
+	}
+	if int64(n) > int64(len(t.model.idToToken))+int64(len(raws))+maxIDGap {
+		return fmt.Errorf("added_tokens: id %d is far beyond the %d vocabulary and %d added tokens (ids may leave at most %d unused)", n-1, len(t.model.idToToken), len(raws), maxIDGap)
 	}
 	sort.SliceStable(raws, func(i, j int) bool { return raws[i].ID < raws[j].ID })
 	t.added = make([]addedToken, len(raws))
