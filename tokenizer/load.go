@@ -116,6 +116,10 @@ func New(tokenizerJSON, configJSON []byte, tokenizerName, configName string) (*T
 	if err := t.setAdded(raw.AddedTokens); err != nil {
 		return nil, errf(err)
 	}
+	if t.vocabSize == 0 {
+		// Every text would encode to no tokens (reported downstream as an empty prompt).
+		return nil, errf(errors.New("the vocabulary is empty (model.vocab and added_tokens hold no token)"))
+	}
 	if t.post, err = parsePostProcessor(raw.PostProcessor); err != nil {
 		return nil, errf(err)
 	}

@@ -71,6 +71,11 @@ func TestHugeTokenIDs(t *testing.T) {
 		{"added id", edit(func(d map[string]any) {
 			d["added_tokens"] = append(d["added_tokens"].([]any), map[string]any{"id": 2147483647, "content": "<big>", "special": true})
 		}), "added_tokens: id 2147483647 is far beyond"},
+		{"empty vocabulary", edit(func(d map[string]any) {
+			m := d["model"].(map[string]any)
+			m["vocab"], m["merges"] = map[string]any{}, []any{}
+			d["added_tokens"] = []any{}
+		}), "the vocabulary is empty"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
