@@ -186,3 +186,14 @@ func TestPanickingCaseFails(t *testing.T) {
 		t.Fatalf("got %v, want one failure naming the case and the panic", rs)
 	}
 }
+
+// TestFillShapeChecked: zeros and full cases with a huge or negative shape are errors naming
+// the case, before the backend is asked to allocate.
+func TestFillShapeChecked(t *testing.T) {
+	for _, shape := range [][]any{{1e6, 1e6}, {-1.0}, {1e12}} {
+		c := &Case{Name: "bad", Op: "zeros", DType: "float32", Params: map[string]any{"shape": shape}}
+		if _, err := runZeros(nil, c, nil); err == nil || !strings.Contains(err.Error(), "case bad") || !strings.Contains(err.Error(), "shape") {
+			t.Errorf("shape %v: got %v, want an error naming case bad and its shape", shape, err)
+		}
+	}
+}
