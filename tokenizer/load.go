@@ -127,6 +127,13 @@ func New(tokenizerJSON, configJSON []byte, tokenizerName, configName string) (*T
 		if t.config, err = parseConfig(configJSON); err != nil {
 			return nil, fmt.Errorf("tokenizer: %s: %w", configName, err)
 		}
+		// An eos_token the vocabulary lacks can never be generated, so generation would
+		// never stop on it (transformers adds it as a new token the model cannot produce).
+		if e := t.config.EOSToken; e != "" {
+			if _, ok := t.tokenToID[e]; !ok {
+				return nil, fmt.Errorf("tokenizer: %s: field \"eos_token\": %q is not in the vocabulary of %s", configName, e, tokenizerName)
+			}
+		}
 	}
 	return t, nil
 }

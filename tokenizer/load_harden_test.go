@@ -90,3 +90,27 @@ func TestHugeTokenIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestEOSTokenInVocabulary: an eos_token missing from the vocabulary was accepted, and
+// generation never stopped on it.
+func TestEOSTokenInVocabulary(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(fixtureDir, "bytelevel-gpt2", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(data, []byte(`{"eos_token": "<|no such token|>"}`), "tok.json", "cfg.json")
+	if err == nil || !strings.Contains(err.Error(), "cfg.json") || !strings.Contains(err.Error(), "eos_token") || !strings.Contains(err.Error(), "<|no such token|>") {
+		t.Fatalf("got %v, want an error naming cfg.json, eos_token and the token", err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(fixtureDir, "bytelevel-gpt2", "tokenizer_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := New(data, cfg, "tok.json", "cfg.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tok.EOS(); !ok {
+		t.Errorf("the fixture's eos_token %q is not found", tok.Config().EOSToken)
+	}
+}
