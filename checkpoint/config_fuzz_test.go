@@ -55,3 +55,27 @@ func FuzzLoadConfig(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseConfig is FuzzLoadConfig without files, for speed: any config.json bytes parse or
+// fail with an error naming the source.
+func FuzzParseConfig(f *testing.F) {
+	for _, dir := range []string{"../conformance/testdata/models/q4g64-bf16", "../conformance/testdata/models/llama3rope-f32",
+		"../conformance/testdata/models/optiq-bf16"} {
+		if cfg, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil {
+			f.Add(cfg)
+		}
+	}
+	f.Add([]byte(`{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128, "num_attention_heads": 4, "rms_norm_eps": 1e-5, "vocab_size": 100, "eos_token_id": [2, -7], "head_dim": 1073741824}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data, "fuzz/config.json")
+		if err != nil {
+			if !strings.Contains(err.Error(), "fuzz/config.json") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		if c.NumHiddenLayers > maxLayers || c.HeadDim > maxHeadDim || len(c.LayerTypes) != c.NumHiddenLayers {
+			t.Fatalf("accepted layers %d, head_dim %d, %d layer types", c.NumHiddenLayers, c.HeadDim, len(c.LayerTypes))
+		}
+	})
+}
