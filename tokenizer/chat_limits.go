@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -268,11 +269,88 @@ func emitFilter(_ *exec.Evaluator, in *exec.Value, _ *exec.VarArgs) *exec.Value 
 	if in.IsError() {
 		return in
 	}
+	if !in.IsString() {
+		// gonja prints a list or dict whole: bound it before it is built.
+		if err := g.size(valueSize(in, g.lim.MaxOutputBytes), "the text of a printed value"); err != nil {
+			return errValue(err)
+		}
+	}
 	if err := g.emit(len(in.String())); err != nil {
 		return errValue(err)
 	}
 	return in
 }
+
+// valueSize bounds the length of v's text form; it stops counting past limit (and treats
+// nesting deeper than maxJSONDepth as past it).
+func valueSize(v any, limit int) int {
+	total := 0
+	var walk func(x reflect.Value, depth int)
+	walk = func(x reflect.Value, depth int) {
+		if total > limit {
+			return
+		}
+		if depth > maxJSONDepth {
+			total = limit + 1
+			return
+		}
+		if !x.IsValid() {
+			total += 4
+			return
+		}
+		if x.Type() == reflect.TypeFor[*exec.Value]() {
+			if x.IsNil() {
+				total += 4
+				return
+			}
+			walk(x.Interface().(*exec.Value).Val, depth+1)
+			return
+		}
+		switch x.Kind() {
+		case reflect.Interface, reflect.Pointer:
+			if x.IsNil() {
+				total += 4
+				return
+			}
+			walk(x.Elem(), depth+1)
+		case reflect.String:
+			total += x.Len() + 2
+		case reflect.Slice, reflect.Array:
+			total += 2
+			for i := 0; i < x.Len() && total <= limit; i++ {
+				total += 2
+				walk(x.Index(i), depth+1)
+			}
+		case reflect.Map:
+			total += 2
+			for it := x.MapRange(); it.Next() && total <= limit; {
+				total += 4
+				walk(it.Key(), depth+1)
+				walk(it.Value(), depth+1)
+			}
+		case reflect.Struct:
+			for i := 0; i < x.NumField() && total <= limit; i++ {
+				if x.Type().Field(i).IsExported() {
+					walk(x.Field(i), depth+1)
+				}
+			}
+		default:
+			total += 24
+		}
+	}
+	if val, ok := v.(*exec.Value); ok {
+		walk(val.Val, 0)
+	} else {
+		walk(reflect.ValueOf(v), 0)
+	}
+	return total
+}
+
+// stringifyFilters are the filters that turn a list or dict input into its text first.
+var stringifyFilters = map[string]bool{"string": true, "pprint": true, "e": true, "escape": true,
+	"forceescape": true, "safe": true, "trim": true, "upper": true, "lower": true, "title": true,
+	"capitalize": true, "center": true, "indent": true, "replace": true, "truncate": true,
+	"wordwrap": true, "wordcount": true, "striptags": true, "urlencode": true, "urlize": true, "format": true}
 
 var opTokens = map[string]tokens.Type{
 	"+": tokens.Addition, "-": tokens.Subtraction, "*": tokens.Multiply, "/": tokens.Division,
@@ -316,6 +394,17 @@ func delegate(e *exec.Evaluator, node nodes.Expression, l, r *exec.Value) *exec.
 		},
 	}
 	return sub.Eval(node)
+}
+
+// textSize is the length of v's text form, bounded without building it for a list or dict.
+func textSize(v *exec.Value, g *renderGuard) int {
+	if v.IsString() {
+		return len(v.String())
+	}
+	if v.IsList() || v.IsDict() {
+		return valueSize(v, g.lim.MaxOutputBytes)
+	}
+	return len(v.String())
 }
 
 func isNumber(v *exec.Value) bool { return v.IsInteger() || v.IsFloat() || v.IsBool() }
@@ -366,12 +455,12 @@ func opFilter(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Val
 				return errValue(err)
 			}
 		} else if in.IsString() || right.IsString() {
-			if err := g.size(len(in.String())+len(right.String()), what); err != nil {
+			if err := g.size(textSize(in, g)+textSize(right, g), what); err != nil {
 				return errValue(err)
 			}
 		}
 	case "~":
-		if err := g.size(len(in.String())+len(right.String()), what); err != nil {
+		if err := g.size(textSize(in, g)+textSize(right, g), what); err != nil {
 			return errValue(err)
 		}
 	case "/", "//", "%":
@@ -705,16 +794,28 @@ func methodEstimate(name, self string, args *exec.VarArgs) int {
 		}
 	case "format", "format_map":
 		total := len(self) + digitsSum(self)
+		// A width taken from an argument ('{:>{}}'.format(x, w)): count integer arguments
+		// as widths.
+		nested := nestedWidth.MatchString(self)
 		for _, a := range args.Args {
 			total += len(a.String())
+			if nested && a.IsInteger() {
+				total += max(0, min(a.Integer(), 1<<40))
+			}
 		}
 		for _, a := range args.KwArgs {
 			total += len(a.String())
+			if nested && a.IsInteger() {
+				total += max(0, min(a.Integer(), 1<<40))
+			}
 		}
 		return total
 	}
 	return 0
 }
+
+// nestedWidth matches a replacement field whose format spec holds another field.
+var nestedWidth = regexp.MustCompile(`\{[^{}]*:[^{}]*\{`)
 
 // gonjaFilters are the filters of gonja v2.9.1 (a filter set cannot be listed).
 var gonjaFilters = []string{"abs", "attr", "batch", "capitalize", "center", "default", "d", "dictsort",
@@ -734,6 +835,11 @@ func guardFilter(name string, inner exec.FilterFunction) exec.FilterFunction {
 			return errValue(err)
 		}
 		what := "the result of filter " + name
+		if !in.IsError() && stringifyFilters[name] && (in.IsList() || in.IsDict()) {
+			if err := g.size(valueSize(in, g.lim.MaxOutputBytes), "the text of the input of filter "+name); err != nil {
+				return errValue(err)
+			}
+		}
 		if !in.IsError() {
 			if est, items := filterEstimate(name, in, params); items {
 				if err := g.items(est, what); err != nil {
@@ -848,6 +954,14 @@ func newChatEnvironment() *exec.Environment {
 	controls := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{}).Update(builtins.ControlStructures)
 	if parse, ok := controls.Get("macro"); ok {
 		_ = controls.Replace("macro", guardMacroParser(parse))
+	}
+	// {% block %} bodies live outside the syntax tree the hooks go into, and self.name()
+	// recurses into them without bound. Chat templates have no inheritance (transformers
+	// loads no other template), so blocks are refused.
+	if controls.Exists("block") {
+		_ = controls.Replace("block", func(p, args *parser.Parser) (nodes.ControlStructure, error) {
+			return nil, args.Error("{% block %} is not supported in chat templates", nil)
+		})
 	}
 	return &exec.Environment{
 		Context:           ctx,

@@ -36,6 +36,11 @@ func TestTemplateLimits(t *testing.T) {
 		{"filter replace", `{{ ('a' * 100000)|replace('', 'b' * 100000) }}`, TemplateLimits{}, "MaxOutputBytes"},
 		{"method ljust", `{{ 'x'.ljust(4000000000) }}`, TemplateLimits{}, "MaxOutputBytes"},
 		{"method replace", `{% set s = 'a' * 100000 %}{{ s.replace('a', 'b' * 100000, -1) }}`, TemplateLimits{}, "MaxOutputBytes"},
+		{"method format nested width", `{{ '{:>{}}'.format('a', 4000000000) }}`, TemplateLimits{}, "MaxOutputBytes"},
+		// 2000 references to one 1 MB string: printing it would build a 2 GB string.
+		{"printed list of big strings", `{% set ns = namespace(l=[]) %}{% set s = 'a' * 1000000 %}{% for i in range(2000) %}{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l }}`, small, "MaxOutputBytes"},
+		{"joined list of big strings", `{% set ns = namespace(l=[]) %}{% set s = 'a' * 100000 %}{% for i in range(100) %}{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l|join(',') }}`, small, "MaxOutputBytes"},
+		{"list concatenated to a string", `{% set ns = namespace(l=[]) %}{% set s = 'a' * 100000 %}{% for i in range(100) %}{% set ns.l = ns.l + [s] %}{% endfor %}{{ 'x' ~ ns.l }}`, small, "MaxOutputBytes"},
 		{"tojson indent", `{{ messages|tojson(indent=4000000000) }}`, TemplateLimits{}, "MaxOutputBytes"},
 		{"timeout", `{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`,
 			TemplateLimits{Timeout: 20 * time.Millisecond, MaxSteps: 1 << 40}, "Timeout"},
@@ -75,6 +80,7 @@ func TestTemplateRuntimeErrors(t *testing.T) {
 		{"include file", `{% include '/etc/passwd' %}`, "include, import and extends are not supported"},
 		{"include itself", `{% include 'chat_template' %}`, "include, import and extends are not supported"},
 		{"import", `{% import '/etc/hosts' as h %}`, "include, import and extends are not supported"},
+		{"recursive block", `{% block a %}x{{ self.a() }}{% endblock %}`, "{% block %} is not supported"},
 		{"namespace holding itself", `{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}`, "cannot contain itself"},
 		{"namespace holding itself in a list", `{% set ns = namespace(a=1) %}{% set ns.b = [1, {'x': ns}] %}{{ ns }}`, "cannot contain itself"},
 	}
