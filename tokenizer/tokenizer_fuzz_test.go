@@ -73,6 +73,10 @@ func FuzzChatTemplate(f *testing.F) {
 		`{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`,
 		`{{ 1/0 }}`, `{{ messages[-1]['content'] }}`, `{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}`,
 		`{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}`, `{% include 'x' %}`,
+		`{% block a %}x{{ self.a() }}{% endblock %}`, `{{ '{:>{}}'.format('a', 40) }}`,
+		`{% set ns = namespace(l=[]) %}{% for i in range(3) %}{% set ns.l = ns.l + [i ~ 'x'] %}{% endfor %}{{ ns.l }}{{ ns.l|join('-') }}`,
+		`{% macro m() %}{% call m() %}x{% endcall %}{% endmacro %}{{ m() }}`,
+		`{{ range(10)|batch(3)|list }}{{ range(10)|slice(3)|list }}{{ 'a b c'|wordwrap(2) }}{{ 'x'|indent(4, true) }}`,
 		`{{ messages|tojson(indent=2) }}{{ 'x'|center(80) }}{{ '%5d'|format(3) }}{{ messages[0].content|upper|replace('A', 'b') }}`,
 		`{% for m in messages %}{{ m.role ~ ': ' ~ m.content|trim }}{% if loop.last %}!{% endif %}{% endfor %}`,
 	} {
