@@ -98,6 +98,7 @@ type TemplateLimitError struct {
 	What string
 }
 
+// Error names what was counted, the limit's value and the TemplateLimits field.
 func (e *TemplateLimitError) Error() string {
 	return fmt.Sprintf("chat template: %s exceeds the limit of %d (%s)", e.What, e.Max, e.Limit)
 }
@@ -978,8 +979,11 @@ type guardedMacro struct {
 	Macro *nodes.Macro
 }
 
+// Position is the macro statement's.
 func (m *guardedMacro) Position() *tokens.Token { return m.Inner.Position() }
-func (m *guardedMacro) String() string          { return m.Inner.String() }
+
+// String is the macro statement's.
+func (m *guardedMacro) String() string { return m.Inner.String() }
 
 // Execute binds the macro's name to a depth-counting form of gonja's macro function.
 func (m *guardedMacro) Execute(r *exec.Renderer, tag *nodes.ControlStructureBlock) error {
@@ -1032,6 +1036,7 @@ type onlyRootLoader struct {
 	read bool
 }
 
+// Read serves the template's source once and refuses every other name.
 func (l *onlyRootLoader) Read(path string) (io.Reader, error) {
 	if path == "chat_template" && !l.read {
 		l.read = true
@@ -1040,8 +1045,10 @@ func (l *onlyRootLoader) Read(path string) (io.Reader, error) {
 	return nil, fmt.Errorf("chat template: cannot load %q: include, import and extends are not supported", path)
 }
 
+// Resolve returns path unchanged.
 func (l *onlyRootLoader) Resolve(path string) (string, error) { return path, nil }
 
+// Inherit returns the loader itself.
 func (l *onlyRootLoader) Inherit(string) (loaders.Loader, error) { return l, nil }
 
 // checkNesting rejects a source too large or nested too deeply for the parser's recursion.
