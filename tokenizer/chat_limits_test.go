@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +152,36 @@ func TestChatTemplateListForm(t *testing.T) {
 				t.Fatalf("got (%q, %v), want %q", cfg.ChatTemplate, err, c.want)
 			}
 		})
+	}
+}
+
+// TestConcurrentRenders: renderings from several goroutines (serialized by the guard's lock)
+// each get their own counters: a small limit in one does not leak into another.
+func TestConcurrentRenders(t *testing.T) {
+	src := `{% for i in range(n) %}{{ i }}{% endfor %}`
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			n := 50
+			lim := TemplateLimits{}
+			if g%2 == 1 {
+				n, lim = 5000, TemplateLimits{MaxSteps: 100}
+			}
+			out, err := RenderChatTemplate(src, nil, ChatOptions{Extra: map[string]any{"n": n}, Limits: lim}, nil)
+			var le *TemplateLimitError
+			switch {
+			case g%2 == 0 && (err != nil || !strings.HasPrefix(out, "0123")):
+				errs <- fmt.Errorf("goroutine %d: got (%.20q, %v), want the numbers", g, out, err)
+			case g%2 == 1 && (!errors.As(err, &le) || le.Limit != "MaxSteps"):
+				errs <- fmt.Errorf("goroutine %d: got %v, want MaxSteps", g, err)
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
