@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mlxgo/mlxgo/internal/safefile"
 )
 
 // Config mirrors mlx_lm's llama ModelArgs after __post_init__, with mlx_lm's
@@ -69,6 +71,9 @@ type RopeScaling struct {
 // maxLayers bounds num_hidden_layers.
 const maxLayers = 1 << 16
 
+// maxHeadDim bounds head_dim (real models use 64 to 512): RoPE tables are sized by it.
+const maxHeadDim = 1 << 16
+
 // ropeTypes is initialize_rope's accepted set (mlx_lm/models/rope_utils.py).
 var ropeTypes = map[string]bool{
 	"default": true, "linear": true, "dynamic": true, "llama3": true,
@@ -88,7 +93,7 @@ var modelTypes = map[string]string{
 // ignored, as mlx_lm does, with a warning).
 func LoadConfig(dir string) (*Config, error) {
 	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("read model config: %w", err)
 	}
@@ -98,12 +103,21 @@ func LoadConfig(dir string) (*Config, error) {
 	}
 	var warnings []string
 	genPath := filepath.Join(dir, "generation_config.json")
-	switch gen, err := os.ReadFile(genPath); {
+	switch gen, err := safefile.ReadFile(genPath, safefile.MaxJSONBytes); {
 	case err == nil:
 		genObj, err := decodeObject(gen)
 		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("%s: ignored, does not parse (%v); mlx_lm ignores it too", genPath, err))
 		} else if eos := genObj["eos_token_id"]; truthy(eos) {
+			// Checked here, so that a bad value is reported as generation_config.json's.
+			gf := fields{src: genPath, obj: genObj}
+			ids, err := gf.intList("eos_token_id")
+			if err != nil {
+				return nil, err
+			}
+			if err := checkTokenIDs(gf, "eos_token_id", ids); err != nil {
+				return nil, err
+			}
 			obj["eos_token_id"] = eos
 		}
 	case !errors.Is(err, fs.ErrNotExist):
@@ -218,6 +232,9 @@ func parseConfig(obj map[string]any, src string) (*Config, error) {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: head_dim absent and hidden_size %d is not a multiple of num_attention_heads %d; mlx_lm uses hidden_size // num_attention_heads = %d", src, c.HiddenSize, c.NumAttentionHeads, c.HeadDim))
 		}
 	}
+	if c.HeadDim > maxHeadDim {
+		return nil, f.errf("head_dim", "%d (given or hidden_size // num_attention_heads), more than the %d mlxgo accepts", c.HeadDim, maxHeadDim)
+	}
 	if c.MaxPositionEmbeddings, set, err = f.optInt("max_position_embeddings", 0); err != nil {
 		return nil, err
 	}
@@ -266,9 +283,20 @@ func parseConfig(obj map[string]any, src string) (*Config, error) {
 	if c.EOSTokenIDs, err = f.intList("eos_token_id"); err != nil {
 		return nil, err
 	}
+	if err := checkTokenIDs(f, "eos_token_id", c.EOSTokenIDs); err != nil {
+		return nil, err
+	}
+	for _, id := range c.EOSTokenIDs {
+		if id >= c.VocabSize {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("%s: eos_token_id %d is not below vocab_size %d: the model can never produce it", src, id, c.VocabSize))
+		}
+	}
 	if bos, set, err := f.optInt("bos_token_id", 0); err != nil {
 		return nil, err
 	} else if set {
+		if err := checkTokenIDs(f, "bos_token_id", []int{bos}); err != nil {
+			return nil, err
+		}
 		c.BOSTokenID = &bos
 	}
 
@@ -279,6 +307,17 @@ func parseConfig(obj map[string]any, src string) (*Config, error) {
 	c.Quantization = q
 	c.Warnings = append(c.Warnings, warnings...)
 	return c, nil
+}
+
+// checkTokenIDs rejects negative token ids (mlx_lm would accept eos_token_id -7 and never
+// stop on it).
+func checkTokenIDs(f fields, name string, ids []int) error {
+	for _, id := range ids {
+		if id < 0 || id > math.MaxInt32 {
+			return f.errf(name, "got %d, want a token id from 0 to 2^31-1", id)
+		}
+	}
+	return nil
 }
 
 func ropeParametersWarning(src string, rp any, thetaSet bool, theta float64) string {

@@ -51,17 +51,32 @@ func Check(b backend.Backend, c *Case) []Result { return CheckAs(b, c, nil) }
 // of the table than the ones the fixture names, such as the CPU backend's
 // "fast" precision, judged by KL divergence ("fast_logits") rather than per
 // logit. Renaming to InfoClass skips an output.
-func CheckAs(b backend.Backend, c *Case, classes map[string]string) []Result {
+//
+// Before running, the case is validated (Validate, and its arrays file against its
+// manifest); a panic anywhere in running or comparing it becomes a failure naming the case.
+// A case that checks no output is a failure too: it would pass on nothing.
+func CheckAs(b backend.Backend, c *Case, classes map[string]string) (results []Result) {
 	name := b.Name()
+	defer func() {
+		if r := recover(); r != nil {
+			results = []Result{failure(c.Name, name, "*", fmt.Errorf("conformance: case %s (%s) panicked: %v", c.Name, c.Path, r))}
+		}
+	}()
 	run, ok := runners[runnerKey(c)]
 	if !ok {
 		return []Result{failure(c.Name, name, "*", fmt.Errorf("no runner for %s op %q in this build", c.Kind, c.Op))}
+	}
+	if err := Validate(c); err != nil {
+		return []Result{failure(c.Name, name, "*", err)}
 	}
 	arrs, err := c.OpenArrays()
 	if err != nil {
 		return []Result{failure(c.Name, name, "*", err)}
 	}
 	defer arrs.Close()
+	if err := validateArrays(c, arrs); err != nil {
+		return []Result{failure(c.Name, name, "*", err)}
+	}
 
 	var got map[string]*tensor.Dense
 	err = b.Do(func() (err error) {
@@ -74,7 +89,6 @@ func CheckAs(b backend.Backend, c *Case, classes map[string]string) []Result {
 	if err != nil {
 		return []Result{failure(c.Name, name, "*", err)}
 	}
-	var results []Result
 	for _, out := range c.Outputs {
 		class := c.ToleranceOf(out)
 		if to, ok := classes[class]; ok {
@@ -114,6 +128,9 @@ func CheckAs(b backend.Backend, c *Case, classes map[string]string) []Result {
 			continue
 		}
 		results = append(results, compare(c.Name, name, out, g, want, ref, budget))
+	}
+	if len(results) == 0 {
+		return []Result{failure(c.Name, name, "*", fmt.Errorf("conformance: case %s checks no output (every output is %s)", c.Name, InfoClass))}
 	}
 	return results
 }

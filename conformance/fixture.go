@@ -3,11 +3,11 @@ package conformance
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -48,7 +48,7 @@ type index struct {
 // Every listed file must exist and parse, and name the case the index says.
 func Load(dir string) ([]*Case, error) {
 	ipath := filepath.Join(dir, "manifest.json")
-	data, err := os.ReadFile(ipath)
+	data, err := safefile.ReadFile(ipath, safefile.MaxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("conformance: reading fixture index: %w", err)
 	}
@@ -78,7 +78,7 @@ func Load(dir string) ([]*Case, error) {
 
 // LoadCase reads one case manifest.
 func LoadCase(path string) (*Case, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("conformance: %w", err)
 	}

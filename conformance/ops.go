@@ -476,6 +476,15 @@ func fillParams(c *Case) (tensor.Shape, tensor.DType, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	size := 1
+	for i, d := range shape {
+		if d < 0 || d > maxRandomValues {
+			return nil, 0, fmt.Errorf("case %s: shape[%d] = %d, want an integer in [0, %d]", c.Name, i, d, maxRandomValues)
+		}
+		if size *= d; size > maxRandomValues {
+			return nil, 0, fmt.Errorf("case %s: shape %v holds more than %d values", c.Name, shape, maxRandomValues)
+		}
+	}
 	dt, err := tensor.ParseDType(c.DType)
 	if err != nil {
 		return nil, 0, fmt.Errorf("case %s: %w", c.Name, err)

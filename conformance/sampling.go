@@ -193,7 +193,7 @@ func runRandomKey(_ backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Den
 	return map[string]*tensor.Dense{"key": tensor.FromUint32(tensor.Shape{2}, k[:])}, nil
 }
 
-// maxRandomValues caps what a random_split or random_uniform case may ask
+// maxRandomValues caps what a random_split, random_uniform, zeros or full case may ask
 // for (a fixture is a few kilobytes; its parameters are checked before
 // anything is allocated).
 const maxRandomValues = 1 << 22

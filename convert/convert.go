@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/gguf"
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -20,13 +24,20 @@ import (
 type Options struct {
 	// Requantize quantizes dequantized K-quant weight matrices again with
 	// MLX's affine algorithm (lossy; Note lists them). Bits and GroupSize
-	// default to 4 and 64 (mlx_lm convert's defaults).
+	// default to 4 and 64 (mlx_lm convert's defaults); otherwise Bits must be
+	// 2, 3, 4, 5, 6 or 8 and GroupSize 32, 64 or 128 (what MLX quantizes), and
+	// the file must have K-quant matrices to requantize.
 	Requantize      bool
 	Bits, GroupSize int
 	// Progress, when set, is called after each tensor is converted.
 	Progress func(done, total int, name string)
 	// ShardBytes bounds a safetensors shard; 0 means 4 GiB.
 	ShardBytes int64
+	// Check, when set, runs on the written model directory after the
+	// checkpoint check and before the files are installed; an error fails
+	// the conversion. The mlxgo command loads the tokenizer with it (this
+	// package cannot import tokenizer, whose tests use Convert).
+	Check func(dir string) error
 }
 
 // Result says what Convert did.
@@ -34,6 +45,9 @@ type Result struct {
 	Tensors int      // tensors written (quantized layers count their three parts)
 	Files   []string // files written, relative to the output directory
 	Notes   []string // things a user should know (dequantized or requantized tensors)
+	// Warnings are what the checkpoint loader says about the converted model
+	// (as generate would at load).
+	Warnings []string
 }
 
 // weightNames maps GGUF names (without ".weight"/".bias") to Hugging Face
@@ -82,14 +96,36 @@ func hfName(name string, layers int) (string, error) {
 	return "model.layers." + m[1] + "." + mod + "." + m[3], nil
 }
 
+// RequantizeBits and RequantizeGroupSizes are the values Options accepts for
+// Bits and GroupSize (MLX's affine quantization).
+var (
+	RequantizeBits       = []int{2, 3, 4, 5, 6, 8}
+	RequantizeGroupSizes = []int{32, 64, 128}
+)
+
 // Convert converts the GGUF file at src into an MLX model directory out
-// (created if needed; existing files of the same names are replaced).
-func Convert(src, out string, opts Options) (*Result, error) {
+// (created if needed). The model is written into a temporary directory
+// beside out and checked as generate checks it at load (checkpoint.Open and
+// tokenizer.Load); only then are its files moved into out, replacing files
+// of the same names and any other model*.safetensors or index there (which
+// would mix with the new shards). On any error nothing is left behind.
+func Convert(src, out string, opts Options) (res *Result, err error) {
 	if opts.Bits == 0 {
 		opts.Bits = 4
 	}
 	if opts.GroupSize == 0 {
 		opts.GroupSize = 64
+	}
+	if opts.Requantize {
+		if !slices.Contains(RequantizeBits, opts.Bits) {
+			return nil, fmt.Errorf("convert: requantize bits %d: want one of %v", opts.Bits, RequantizeBits)
+		}
+		if !slices.Contains(RequantizeGroupSizes, opts.GroupSize) {
+			return nil, fmt.Errorf("convert: requantize group size %d: want one of %v", opts.GroupSize, RequantizeGroupSizes)
+		}
+	}
+	if st, err := os.Stat(out); err == nil && !st.IsDir() {
+		return nil, fmt.Errorf("convert: output %s exists and is not a directory", out)
 	}
 	if opts.ShardBytes == 0 {
 		opts.ShardBytes = 4 << 30
@@ -138,11 +174,32 @@ func Convert(src, out string, opts Options) (*Result, error) {
 		plan = append(plan, planned{t, hf})
 	}
 	sort.Slice(plan, func(i, j int) bool { return plan[i].hf < plan[j].hf })
+	if opts.Requantize {
+		n := 0
+		for _, p := range plan {
+			if isKQuant(p.info.Type) && len(p.info.Shape) == 2 && p.info.Shape[1]%opts.GroupSize == 0 {
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("convert: requantize: gguf %s has no K-quant weight matrix whose rows divide into groups of %d; its weights convert exactly without requantizing", src, opts.GroupSize)
+		}
+	}
 
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	final := out
+	if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
 		return nil, fmt.Errorf("convert: %w", err)
 	}
-	res := &Result{}
+	out, err = os.MkdirTemp(filepath.Dir(final), "."+filepath.Base(final)+".converting-")
+	if err != nil {
+		return nil, fmt.Errorf("convert: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(out)
+		}
+	}()
+	res = &Result{}
 	var rq *requantizer
 	if opts.Requantize {
 		if rq, err = newRequantizer(opts.Bits, opts.GroupSize); err != nil {
@@ -291,6 +348,17 @@ func Convert(src, out string, opts Options) (*Result, error) {
 		}
 	}
 	res.Files = append(res.Files, "config.json", "tokenizer.json", "tokenizer_config.json")
+	warnings, err := checkOutput(out, opts.Check)
+	if err != nil {
+		// The temporary directory's name means nothing to the user: name the output.
+		return nil, fmt.Errorf("convert: gguf %s: the converted model does not load, so nothing was written to %s: %s", src, final, strings.ReplaceAll(err.Error(), out, final))
+	}
+	for _, w := range warnings {
+		res.Warnings = append(res.Warnings, strings.ReplaceAll(w, out, final))
+	}
+	if err := install(out, final, res.Files); err != nil {
+		return nil, err
+	}
 	if len(dequantized) > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d K-quant tensors were dequantized exactly to float32 and kept unquantized (--requantize would quantize them again, lossily): %v", len(dequantized), dequantized))
 	}
@@ -298,6 +366,62 @@ func Convert(src, out string, opts Options) (*Result, error) {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d K-quant tensors were dequantized and re-quantized to MLX affine %d-bit, group %d (lossy: not the file's exact values): %v", len(requantized), opts.Bits, opts.GroupSize, requantized))
 	}
 	return res, nil
+}
+
+// checkOutput loads the model in dir as generate does (checkpoint.Open, then
+// check when set), returning the loader's warnings.
+func checkOutput(dir string, check func(string) error) ([]string, error) {
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	warnings := ck.Warnings
+	ck.Close()
+	if check != nil {
+		if err := check(dir); err != nil {
+			return nil, err
+		}
+	}
+	return warnings, nil
+}
+
+// install moves the files of the temporary directory tmp into out: a rename of
+// the directory when out does not exist, else file by file after removing the
+// model*.safetensors and index files out holds.
+func install(tmp, out string, files []string) error {
+	if _, err := os.Stat(out); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Chmod(tmp, 0o755); err != nil {
+			return fmt.Errorf("convert: %w", err)
+		}
+		if err := os.Rename(tmp, out); err != nil {
+			return fmt.Errorf("convert: %w", err)
+		}
+		return nil
+	}
+	old, err := filepath.Glob(filepath.Join(out, "model*.safetensors"))
+	if err != nil {
+		return fmt.Errorf("convert: %w", err)
+	}
+	for _, p := range append(old, filepath.Join(out, tensor.IndexFileName)) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("convert: removing the old %s: %w", p, err)
+		}
+	}
+	for _, f := range files {
+		if err := os.Rename(filepath.Join(tmp, f), filepath.Join(out, f)); err != nil {
+			return fmt.Errorf("convert: %w", err)
+		}
+	}
+	return os.RemoveAll(tmp)
+}
+
+// isKQuant reports whether t is a K-quant type, which Convert dequantizes.
+func isKQuant(t gguf.Type) bool {
+	switch t {
+	case gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K:
+		return true
+	}
+	return false
 }
 
 func isSupported(t gguf.Type) bool {

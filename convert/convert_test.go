@@ -88,7 +88,7 @@ func floats(rng *rand.Rand, typ gguf.Type, n int, one bool) []byte {
 }
 
 // tinyGGUF writes the tiny model; edit may change its metadata and tensors.
-func tinyGGUF(t *testing.T, edit func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor)) string {
+func tinyGGUF(t testing.TB, edit func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor)) string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(7, 8))
 	toks, types, merges := tinyTokens()

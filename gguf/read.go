@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/mlxgo/mlxgo/internal/mmap"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 )
 
 // Magic is the four bytes every GGUF file starts with.
@@ -82,15 +82,11 @@ type File struct {
 // Open reads and checks the header, metadata and tensor infos of path and
 // memory-maps it.
 func Open(path string) (*File, error) {
-	fh, err := os.Open(path)
+	fh, st, err := safefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
 	defer fh.Close()
-	st, err := fh.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("gguf %s: %w", path, err)
-	}
 	if st.Size() < 4 {
 		return nil, fmt.Errorf("gguf %s: file is %d bytes, too short for the magic %q", path, st.Size(), Magic)
 	}

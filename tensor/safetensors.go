@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/internal/atomicfile"
 	"github.com/mlxgo/mlxgo/internal/mmap"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 )
 
 // MaxHeaderLen bounds a safetensors JSON header, as the Rust safetensors crate
@@ -70,15 +70,11 @@ func tensorErr(path, name, format string, args ...any) error {
 // into memory. Every problem is reported as an error naming the file and,
 // where there is one, the tensor.
 func OpenSafetensors(path string) (*SafetensorsFile, error) {
-	f, err := os.Open(path)
+	f, st, err := safefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
 	size := st.Size()
 	if size < 8 {
 		return nil, fileErr(path, "file is %d bytes, shorter than the 8-byte header length", size)

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/mlxgo/mlxgo/internal/safefile"
 )
 
 // IndexFileName is the index of a sharded checkpoint, mapping tensor names to shard files.
@@ -65,7 +67,7 @@ func OpenSafetensorsDir(dir string) (*SafetensorsSet, error) {
 // checkIndex cross-checks the index file, if any, against the shards.
 func (s *SafetensorsSet) checkIndex() error {
 	ipath := filepath.Join(s.dir, IndexFileName)
-	raw, err := os.ReadFile(ipath)
+	raw, err := safefile.ReadFile(ipath, safefile.MaxJSONBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

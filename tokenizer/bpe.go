@@ -82,6 +82,9 @@ func parseModel(raw json.RawMessage) (*bpe, error) {
 		}
 		maxID = max(maxID, id)
 	}
+	if int64(maxID) >= int64(len(b.vocab))+maxIDGap {
+		return nil, fmt.Errorf("model (BPE): vocab id %d is far beyond the %d tokens (ids may leave at most %d unused)", maxID, len(b.vocab), maxIDGap)
+	}
 	b.idToToken = make([]string, maxID+1)
 	for tok, id := range b.vocab {
 		b.idToToken[id] = tok

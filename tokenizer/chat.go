@@ -1,7 +1,7 @@
 package tokenizer
 
 import (
-	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -11,11 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nikolalohinski/gonja/v2"
-	"github.com/nikolalohinski/gonja/v2/builtins"
 	"github.com/nikolalohinski/gonja/v2/config"
 	"github.com/nikolalohinski/gonja/v2/exec"
-	"github.com/nikolalohinski/gonja/v2/loaders"
 )
 
 // Message is one chat message.
@@ -33,6 +30,8 @@ type ChatOptions struct {
 	Tools []map[string]any
 	// Extra holds further template variables, e.g. {"enable_thinking": false}.
 	Extra map[string]any
+	// Limits bound the rendering (zero fields take the defaults).
+	Limits TemplateLimits
 }
 
 // TemplateError is an error raised by the template itself through raise_exception.
@@ -60,17 +59,27 @@ func (t *Tokenizer) ApplyChatTemplate(messages []Message, opts ChatOptions) (str
 }
 
 // RenderChatTemplate renders a Jinja chat template with the variables of ApplyChatTemplate;
-// vars adds more (the special tokens).
+// vars adds more (the special tokens). The rendering is bounded by opts.Limits: a template
+// that recurses, loops or grows past them gets a *TemplateLimitError naming the limit.
+// Renderings are serialized (see chat_limits.go).
 func RenderChatTemplate(template string, messages []Message, opts ChatOptions, vars map[string]any) (out string, err error) {
+	tpl, err := compileTemplate(template)
+	if err != nil {
+		return "", err
+	}
+	lim := opts.Limits.withDefaults()
+	g := &renderGuard{lim: lim, deadline: time.Now().Add(lim.Timeout)}
+	renderMu.Lock()
+	activeGuard = g
+	defer func() {
+		activeGuard = nil
+		renderMu.Unlock()
+	}()
 	defer func() { // the template engine is third-party code; its panics become errors
 		if r := recover(); r != nil {
 			out, err = "", fmt.Errorf("chat template: renderer failed: %v", r)
 		}
 	}()
-	tpl, err := compileTemplate(template)
-	if err != nil {
-		return "", err
-	}
 	msgs := make([]any, len(messages))
 	for i, m := range messages {
 		msgs[i] = map[string]any{"role": m.Role, "content": m.Content}
@@ -101,6 +110,9 @@ func RenderChatTemplate(template string, messages []Message, opts ChatOptions, v
 	if raised != nil {
 		return "", raised
 	}
+	if g.err != nil {
+		return "", g.err
+	}
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
 	}
@@ -113,44 +125,39 @@ var (
 	chatEnv       = newChatEnvironment()
 )
 
-func newChatEnvironment() *exec.Environment {
-	filters := exec.NewFilterSet(map[string]exec.FilterFunction{}).Update(builtins.Filters)
-	if err := filters.Replace("tojson", pyToJSON); err != nil {
-		panic(err) // gonja always has tojson; a version without it is a build problem
-	}
-	return &exec.Environment{
-		Context:           gonja.DefaultContext,
-		Filters:           filters,
-		Tests:             builtins.Tests,
-		ControlStructures: builtins.ControlStructures,
-		Methods:           builtins.Methods,
-	}
-}
+// maxCachedTemplates bounds the compiled-template cache (a process sees one or two).
+const maxCachedTemplates = 16
 
-func compileTemplate(src string) (*exec.Template, error) {
+func compileTemplate(src string) (tpl *exec.Template, err error) {
 	templateMu.Lock()
 	defer templateMu.Unlock()
 	if tpl, ok := templateCache[src]; ok {
 		return tpl, nil
 	}
+	defer func() { // the parser is third-party code too
+		if r := recover(); r != nil {
+			tpl, err = nil, fmt.Errorf("chat template: cannot parse: parser failed: %v", r)
+		}
+	}()
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
-	fsLoader, err := loaders.NewFileSystemLoader("")
-	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
+	if err := checkNesting(src, cfg); err != nil {
+		return nil, err
 	}
-	loader, err := loaders.NewShiftedLoader("chat_template", bytes.NewReader([]byte(src)), fsLoader)
-	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
-	}
-	tpl, err := exec.NewTemplate("chat_template", cfg, loader, chatEnv)
+	tpl, err = exec.NewTemplate("chat_template", cfg, &onlyRootLoader{src: src}, chatEnv)
 	if err != nil {
 		msg := err.Error()
 		if i := strings.LastIndex(msg, "': "); i >= 0 { // gonja repeats the whole source first
 			msg = msg[i+3:]
 		}
 		return nil, fmt.Errorf("chat template: cannot parse: %s", msg)
+	}
+	if err := rewriteTemplate(tpl.Root()); err != nil {
+		return nil, err
+	}
+	if len(templateCache) >= maxCachedTemplates {
+		clear(templateCache)
 	}
 	templateCache[src] = tpl
 	return tpl, nil
@@ -168,16 +175,40 @@ func pyToJSON(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Val
 	} else if len(params.Args) > 0 && !params.Args[0].IsNil() {
 		indent = params.Args[0].Integer()
 	}
+	limit := DefaultTemplateMaxOutputBytes
+	if activeGuard != nil {
+		limit = activeGuard.lim.MaxOutputBytes
+	}
 	var sb strings.Builder
-	if err := writePyJSON(&sb, in.Interface(), indent, 0); err != nil {
+	err := error(nil)
+	if indent > limit {
+		err = errTooBig
+	} else {
+		err = writePyJSON(&sb, in.Interface(), indent, 0, limit)
+	}
+	if errors.Is(err, errTooBig) && activeGuard != nil {
+		return exec.AsValue(activeGuard.size(-1, "the result of tojson"))
+	}
+	if err != nil {
 		return exec.AsValue(fmt.Errorf("tojson: %w", err))
 	}
 	return exec.AsValue(sb.String())
 }
 
-func writePyJSON(sb *strings.Builder, v any, indent, depth int) error {
+var errTooBig = errors.New("the result is too large")
+
+// maxJSONDepth bounds tojson's nesting (a namespace can hold itself).
+const maxJSONDepth = 512
+
+func writePyJSON(sb *strings.Builder, v any, indent, depth, limit int) error {
+	if depth > maxJSONDepth {
+		return fmt.Errorf("the value nests deeper than %d levels", maxJSONDepth)
+	}
+	if sb.Len() > limit {
+		return errTooBig
+	}
 	newline := func(d int) {
-		if indent >= 0 {
+		if indent >= 0 && sb.Len()+indent*d <= limit {
 			sb.WriteByte('\n')
 			sb.WriteString(strings.Repeat(" ", indent*d))
 		}
@@ -191,7 +222,7 @@ func writePyJSON(sb *strings.Builder, v any, indent, depth int) error {
 		sb.WriteString("null")
 		return nil
 	case *exec.Value:
-		return writePyJSON(sb, x.Interface(), indent, depth)
+		return writePyJSON(sb, x.Interface(), indent, depth, limit)
 	case string:
 		writePyString(sb, x)
 		return nil
@@ -221,7 +252,7 @@ func writePyJSON(sb *strings.Builder, v any, indent, depth int) error {
 			newline(depth + 1)
 			writePyString(sb, p.Key.String())
 			sb.WriteString(keySep)
-			if err := writePyJSON(sb, p.Value, indent, depth+1); err != nil {
+			if err := writePyJSON(sb, p.Value, indent, depth+1, limit); err != nil {
 				return err
 			}
 		}
@@ -248,7 +279,7 @@ func writePyJSON(sb *strings.Builder, v any, indent, depth int) error {
 				sb.WriteString(itemSep)
 			}
 			newline(depth + 1)
-			if err := writePyJSON(sb, rv.Index(i).Interface(), indent, depth+1); err != nil {
+			if err := writePyJSON(sb, rv.Index(i).Interface(), indent, depth+1, limit); err != nil {
 				return err
 			}
 		}
@@ -276,7 +307,7 @@ func writePyJSON(sb *strings.Builder, v any, indent, depth int) error {
 			newline(depth + 1)
 			writePyString(sb, k)
 			sb.WriteString(keySep)
-			if err := writePyJSON(sb, vals[k], indent, depth+1); err != nil {
+			if err := writePyJSON(sb, vals[k], indent, depth+1, limit); err != nil {
 				return err
 			}
 		}
@@ -288,7 +319,7 @@ func writePyJSON(sb *strings.Builder, v any, indent, depth int) error {
 			sb.WriteString("null")
 			return nil
 		}
-		return writePyJSON(sb, rv.Elem().Interface(), indent, depth)
+		return writePyJSON(sb, rv.Elem().Interface(), indent, depth+1, limit)
 	}
 	return fmt.Errorf("cannot serialise a %T", v)
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/mlxgo/mlxgo/internal/safefile"
 )
 
 // Tokenizer encodes and decodes text with one Hugging Face tokenizer. It is safe for
@@ -75,13 +77,13 @@ func Load(dir string) (*Tokenizer, error) {
 
 // LoadFiles reads a tokenizer.json and a tokenizer_config.json (configPath may be "").
 func LoadFiles(tokenizerPath, configPath string) (*Tokenizer, error) {
-	data, err := os.ReadFile(tokenizerPath)
+	data, err := safefile.ReadFile(tokenizerPath, safefile.MaxTokenizerBytes)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
 	var cfgData []byte
 	if configPath != "" {
-		if cfgData, err = os.ReadFile(configPath); err != nil {
+		if cfgData, err = safefile.ReadFile(configPath, safefile.MaxJSONBytes); err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
 	}
@@ -114,6 +116,10 @@ func New(tokenizerJSON, configJSON []byte, tokenizerName, configName string) (*T
 	if err := t.setAdded(raw.AddedTokens); err != nil {
 		return nil, errf(err)
 	}
+	if t.vocabSize == 0 {
+		// Every text would encode to no tokens (reported downstream as an empty prompt).
+		return nil, errf(errors.New("the vocabulary is empty (model.vocab and added_tokens hold no token)"))
+	}
 	if t.post, err = parsePostProcessor(raw.PostProcessor); err != nil {
 		return nil, errf(err)
 	}
@@ -121,9 +127,20 @@ func New(tokenizerJSON, configJSON []byte, tokenizerName, configName string) (*T
 		if t.config, err = parseConfig(configJSON); err != nil {
 			return nil, fmt.Errorf("tokenizer: %s: %w", configName, err)
 		}
+		// An eos_token the vocabulary lacks can never be generated, so generation would
+		// never stop on it (transformers adds it as a new token the model cannot produce).
+		if e := t.config.EOSToken; e != "" {
+			if _, ok := t.tokenToID[e]; !ok {
+				return nil, fmt.Errorf("tokenizer: %s: field \"eos_token\": %q is not in the vocabulary of %s", configName, e, tokenizerName)
+			}
+		}
 	}
 	return t, nil
 }
+
+// maxIDGap bounds the ids a tokenizer.json leaves unused (real ones leave none): the id table
+// is sized by the largest id, which a corrupt file could set to 2^31.
+const maxIDGap = 1 << 20
 
 func (t *Tokenizer) setAdded(raws []rawAdded) error {
 	t.addedByID = map[int32]*addedToken{}
@@ -139,6 +156,9 @@ func (t *Tokenizer) setAdded(raws []rawAdded) error {
 		if int(r.ID) >= n {
 			n = int(r.ID) + 1
 		}
+	}
+	if int64(n) > int64(len(t.model.idToToken))+int64(len(raws))+maxIDGap {
+		return fmt.Errorf("added_tokens: id %d is far beyond the %d vocabulary and %d added tokens (ids may leave at most %d unused)", n-1, len(t.model.idToToken), len(raws), maxIDGap)
 	}
 	sort.SliceStable(raws, func(i, j int) bool { return raws[i].ID < raws[j].ID })
 	t.added = make([]addedToken, len(raws))
@@ -230,15 +250,23 @@ func configTemplate(v json.RawMessage) (string, error) {
 		return s, nil
 	}
 	var list []struct {
-		Name     string `json:"name"`
-		Template string `json:"template"`
+		Name     *string `json:"name"`
+		Template *string `json:"template"`
 	}
 	if err := json.Unmarshal(v, &list); err != nil {
 		return "", fmt.Errorf("want a string or a list of {\"name\", \"template\"}: %w", err)
 	}
-	for _, e := range list {
-		if e.Name == "default" {
-			return e.Template, nil
+	for i, e := range list {
+		if e.Name == nil {
+			return "", fmt.Errorf("entry %d has no \"name\"", i)
+		}
+		if *e.Name == "default" {
+			if e.Template == nil || *e.Template == "" {
+				// transformers indexes the entry's "template" and fails; running the prompt
+				// without a template would be a silent change of the model's input.
+				return "", fmt.Errorf("the entry named \"default\" has no \"template\"")
+			}
+			return *e.Template, nil
 		}
 	}
 	return "", fmt.Errorf("a list of %d named templates without one named \"default\"", len(list))

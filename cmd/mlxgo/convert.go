@@ -4,10 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/mlxgo/mlxgo/convert"
+	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
 const convertUsage = `usage: mlxgo convert --gguf FILE --out DIR [--requantize [--bits N] [--group-size G]]
@@ -66,6 +68,27 @@ func cmdConvert(args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr)
 		return 2
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, name := range []string{"bits", "group-size"} {
+		if set[name] && !opts.Requantize {
+			fmt.Fprintf(stderr, "mlxgo convert: --%s applies only with --requantize (the file's own quantization is kept exactly)\n\n", name)
+			printUsage(stderr)
+			return 2
+		}
+	}
+	if opts.Requantize {
+		if !slices.Contains(convert.RequantizeBits, opts.Bits) {
+			fmt.Fprintf(stderr, "mlxgo convert: --bits %d: want one of %v\n\n", opts.Bits, convert.RequantizeBits)
+			printUsage(stderr)
+			return 2
+		}
+		if !slices.Contains(convert.RequantizeGroupSizes, opts.GroupSize) {
+			fmt.Fprintf(stderr, "mlxgo convert: --group-size %d: want one of %v\n\n", opts.GroupSize, convert.RequantizeGroupSizes)
+			printUsage(stderr)
+			return 2
+		}
+	}
 	start := time.Now()
 	last := time.Time{}
 	if !*quiet {
@@ -79,6 +102,10 @@ func cmdConvert(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	opts.Check = func(dir string) error { // generate loads the tokenizer too
+		_, err := tokenizer.Load(dir)
+		return err
+	}
 	res, err := convert.Convert(*src, *out, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "mlxgo convert:", err)
@@ -87,6 +114,7 @@ func cmdConvert(args []string, stdout, stderr io.Writer) int {
 	for _, n := range res.Notes {
 		fmt.Fprintln(stderr, "note:", n)
 	}
+	PrintWarnings(stderr, res.Warnings)
 	fmt.Fprintf(stdout, "wrote %s (%d tensors; %s) in %.1fs\n", *out, res.Tensors, strings.Join(res.Files, ", "), time.Since(start).Seconds())
 	return 0
 }

@@ -63,8 +63,8 @@ func cmdDiff(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mlxgo diff: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if *worst < 0 {
-		fmt.Fprintf(stderr, "mlxgo diff: --worst %d, want >= 0\n", *worst)
+	if *worst < 1 { // debug.Options takes 0 for its default, so 0 would silently keep 5
+		fmt.Fprintf(stderr, "mlxgo diff: --worst %d, want >= 1\n", *worst)
 		return 2
 	}
 	switch *format {

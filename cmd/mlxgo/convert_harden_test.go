@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestConvertFlagsChecked: --bits and --group-size outside MLX's values, 0, or without
+// --requantize were accepted and had no effect (issue 19); each is a usage error now. The
+// flags are checked before the GGUF file is opened, so it need not exist.
+func TestConvertFlagsChecked(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bits 7", []string{"--requantize", "--bits", "7"}, "--bits 7: want one of [2 3 4 5 6 8]"},
+		{"group size 48", []string{"--requantize", "--group-size", "48"}, "--group-size 48: want one of [32 64 128]"},
+		{"zeros", []string{"--requantize", "--bits", "0", "--group-size", "0"}, "--bits 0"},
+		{"bits without requantize", []string{"--bits", "8"}, "--bits applies only with --requantize"},
+		{"group size without requantize", []string{"--group-size", "32"}, "--group-size applies only with --requantize"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"--gguf", "/nonexistent.gguf", "--out", t.TempDir() + "/out"}, c.args...)
+			rc := cmdConvert(args, &stdout, &stderr)
+			if rc != 2 || !strings.Contains(stderr.String(), c.want) {
+				t.Fatalf("rc %d, stderr %q; want 2 and %q", rc, stderr.String(), c.want)
+			}
+		})
+	}
+}
+
+// TestPrintWarnings: each distinct warning once, in order.
+func TestPrintWarnings(t *testing.T) {
+	var b bytes.Buffer
+	PrintWarnings(&b, []string{"a", "b", "a"})
+	if got, want := b.String(), "warning: a\nwarning: b\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
