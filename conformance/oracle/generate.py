@@ -18,6 +18,7 @@ import common  # noqa: E402
 import models  # noqa: E402
 import ops  # noqa: E402
 import smollm  # noqa: E402
+import speculative  # noqa: E402
 import taps  # noqa: E402
 import tokenizer_fixtures  # noqa: E402
 
@@ -38,6 +39,9 @@ def main():
         shutil.rmtree(os.path.join(out, "models"), ignore_errors=True)
         entries += models.generate(os.path.join(out, "models"))
         taps.generate(os.path.join(out, "models"))  # one tap dump per checkpoint (not a case)
+        # mlx_lm's speculative_generate_step on those checkpoints (not cases; see speculative.py).
+        shutil.rmtree(os.path.join(out, "speculative"), ignore_errors=True)
+        speculative.generate(os.path.join(out, "speculative"), os.path.join(out, "models"))
     tokenizer_entries = []
     if args.only in (None, "tokenizers"):
         shutil.rmtree(os.path.join(out, "tokenizers"), ignore_errors=True)
