@@ -1,6 +1,9 @@
 package generate
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // PromptLookup is a Drafter that needs no model: prompt lookup decoding
 // (llama.cpp's lookup example and its server's ngram-simple speculative
@@ -10,7 +13,7 @@ import "fmt"
 // end of the sequence (the last N tokens repeat with period p < the
 // tokens wanted), the proposal continues the period. No occurrence, or a
 // sequence of N tokens or fewer, proposes nothing: the step is then a plain
-// decode step.
+// decode step. Unknown tokens (a loaded prompt cache's) are never proposed.
 type PromptLookup struct {
 	n int
 }
@@ -32,6 +35,9 @@ func (p *PromptLookup) Lookup(history []int32, k int) []int32 {
 		return nil
 	}
 	key := history[L-N:]
+	if slices.Contains(key, Unknown) {
+		return nil
+	}
 	for i := L - N - 1; i >= 0; i-- {
 		if !equal(history[i:i+N], key) {
 			continue
@@ -45,6 +51,9 @@ func (p *PromptLookup) Lookup(history []int32, k int) []int32 {
 			j := i + N + t
 			for j >= L {
 				j -= period
+			}
+			if history[j] == Unknown { // a loaded cache's token: not a proposal
+				return out[:t]
 			}
 			out[t] = history[j]
 		}
@@ -61,6 +70,8 @@ func equal(a, b []int32) bool {
 	}
 	return len(a) == len(b)
 }
+
+func (p *PromptLookup) validate([]int32) error { return nil }
 
 func (p *PromptLookup) begin([]int32, *speculation) error { return nil }
 

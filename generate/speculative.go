@@ -29,6 +29,9 @@ type WindowModel[C Cache] interface {
 // Drafter proposes the tokens a speculative generation verifies: a draft
 // model ([NewDraftModel]) or prompt lookup ([NewPromptLookup]).
 type Drafter interface {
+	// validate checks, before anything runs, that the drafter can work on
+	// history (the session's tokens and the prompt).
+	validate(history []int32) error
 	// begin is called once per generation, on the backend's thread, with
 	// the whole sequence (the session's tokens and the prompt).
 	begin(history []int32, sp *speculation) error
@@ -199,6 +202,9 @@ func (s *Session[C]) GenerateSpeculative(prompt []int32, d Drafter, opts Specula
 	start := time.Now()
 	held := len(s.tokens)
 	history := append(slices.Clone(s.tokens), prompt...)
+	if err := d.validate(history); err != nil {
+		return res, fmt.Errorf("generate: drafter: %w", err)
+	}
 	sp.ctxBase = held
 	if g.opts.PromptContext == LastPromptToken {
 		sp.ctxBase = len(history) - 1

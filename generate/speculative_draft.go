@@ -8,7 +8,7 @@ import (
 // DraftModel is a Drafter that runs a second, smaller model with the same
 // vocabulary (mlx_lm's draft_model). It holds a Session of its own, kept
 // between generations so that a continued sequence only prefills the new
-// tokens; Release frees it.
+// tokens; Release frees it. A DraftModel serves one generation at a time.
 type DraftModel[D Cache] struct {
 	s *Session[D]
 	m WindowModel[D]
@@ -30,6 +30,15 @@ func (d *DraftModel[D]) Session() *Session[D] { return d.s }
 
 // Release frees the draft model's caches.
 func (d *DraftModel[D]) Release() { d.s.Release() }
+
+// validate refuses a sequence with Unknown tokens: the draft model would
+// have to run them.
+func (d *DraftModel[D]) validate(history []int32) error {
+	if i := slices.Index(history, Unknown); i >= 0 {
+		return fmt.Errorf("the sequence holds a token of unknown id at %d (from a prompt cache file), which the draft model cannot run", i)
+	}
+	return nil
+}
 
 // begin prefills everything but the last token of history, reusing what
 // the session already holds, as speculative_generate_step prefills the

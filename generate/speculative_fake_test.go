@@ -3,6 +3,7 @@ package generate
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -33,6 +34,7 @@ func (m *fakeModel) WindowLogits(ids backend.Array, cache []*fakeCache, n int) (
 // one right), to exercise rejection and the caches' trim.
 type wrongDrafter struct{ want []int32 } // the greedy continuation
 
+func (w *wrongDrafter) validate([]int32) error            { return nil }
 func (w *wrongDrafter) begin([]int32, *speculation) error { return nil }
 func (w *wrongDrafter) end()                              {}
 func (w *wrongDrafter) propose(history []int32, n int, _ *speculation) ([]int32, error) {
@@ -193,6 +195,10 @@ func TestPromptLookup(t *testing.T) {
 		// one token repeated: period 1.
 		{"run", []int32{5, 7, 7}, 1, 4, []int32{7, 7, 7, 7}},
 		{"k0", []int32{7, 7, 7}, 1, 0, nil},
+		// Unknown ids (a loaded cache's) are never matched nor proposed.
+		{"unknown-key", []int32{1, Unknown, 1, Unknown}, 1, 2, nil},
+		{"unknown-after", []int32{4, 5, Unknown, 9, 4, 5}, 2, 3, nil},
+		{"unknown-later", []int32{4, 5, 6, Unknown, 4, 5}, 2, 3, []int32{6}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := NewPromptLookup(tc.n)
@@ -203,5 +209,36 @@ func TestPromptLookup(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestDraftModelUnknown: a session resumed with tokens of unknown id
+// cannot be drafted for by a model (it would have to run them): an error
+// before anything runs, the session left as it was; prompt lookup works.
+func TestDraftModelUnknown(t *testing.T) {
+	m := newFake(t)
+	s, _ := NewSession(m)
+	defer s.Release()
+	if err := s.Append(fakePrompt(5), 0); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ResumeSession(m, s.Caches(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cache, s.tokens = nil, nil // r owns the caches now
+	defer r.Release()
+	d, _ := NewDraftModel[*fakeCache](m)
+	defer d.Release()
+	opts := SpeculativeOptions{Options: Options{MaxTokens: 4}}
+	if _, err := r.GenerateSpeculative([]int32{3}, d, opts, nil); err == nil || !strings.Contains(err.Error(), "unknown id at 0") {
+		t.Errorf("got %v, want an error naming the unknown token", err)
+	}
+	if r.Len() != 5 {
+		t.Fatalf("the session holds %d tokens after the error, want 5", r.Len())
+	}
+	lookup, _ := NewPromptLookup(1)
+	if _, err := r.GenerateSpeculative([]int32{3}, lookup, opts, nil); err != nil {
+		t.Errorf("prompt lookup on a resumed session: %v", err)
 	}
 }
