@@ -61,7 +61,10 @@ speculative type, --spec-type ngram-simple there): it finds the last N tokens
 earlier in the prompt and the text so far and proposes the tokens that
 followed; it pays off when the answer repeats the prompt (editing,
 extraction, code). The statistics line then says how many drafted tokens
-were accepted. A draft model with another vocabulary (config.json's
+were accepted. As in mlx_lm, --repetition-penalty then looks at the
+prompt's last token and the generated ones only, and sampling (--temp > 0)
+draws its random numbers in another order, so those runs can differ from
+runs without drafting. A draft model with another vocabulary (config.json's
 vocab_size or the tokenizer's tokens) is an error naming what differs.
 
 Examples:
@@ -73,7 +76,7 @@ Examples:
   mlxgo generate --model minicpm5-dir --prompt "Is 97 prime?" --no-think
   mlxgo generate --model conformance/testdata/models/optiq-f32 --prompt-ids 1,2,3
   mlxgo generate --model DIR --prompt-ids 5,6,7 --repetition-penalty 1.3 --backend cpu --precision high
-  mlxgo generate --model Qwen3-8B-4bit --draft-model Qwen3-0.6B-4bit --num-draft-tokens 4 --prompt "Explain DNS."
+  mlxgo generate --model smollm2-bf16 --draft-model smollm2-mlx --num-draft-tokens 4 --prompt "Explain DNS."
   mlxgo generate --model DIR --prompt-lookup 3 --num-draft-tokens 8 --prompt "Fix the typos: ..."
 
 Flags:

@@ -154,7 +154,7 @@ func TestGenerateSpeculativeHelpText(t *testing.T) {
 	if rc != 0 {
 		t.Fatalf("got exit %d, want 0", rc)
 	}
-	for _, w := range []string{"-draft-model", "-num-draft-tokens", "(default 3)", "-prompt-lookup", "--draft-model Qwen3-0.6B-4bit", "--prompt-lookup 3", "ngram-simple"} {
+	for _, w := range []string{"-draft-model", "-num-draft-tokens", "(default 3)", "-prompt-lookup", "--draft-model smollm2-mlx", "--prompt-lookup 3", "ngram-simple"} {
 		if !strings.Contains(stdout, w) {
 			t.Errorf("help does not contain %q", w)
 		}
