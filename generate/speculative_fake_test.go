@@ -242,3 +242,37 @@ func TestDraftModelUnknown(t *testing.T) {
 		t.Errorf("prompt lookup on a resumed session: %v", err)
 	}
 }
+
+// TestSpeculativeSampled: with a sampler that draws random numbers,
+// speculative decoding runs to MaxTokens, and a seeded run repeats itself
+// exactly (the draws come in a fixed order: the drafts', then one per
+// verified position).
+func TestSpeculativeSampled(t *testing.T) {
+	m := newFake(t)
+	opts := SpeculativeOptions{Options: Options{MaxTokens: 16, Sampler: SamplerOptions{Temp: 1, Seed: 11}}, NumDraftTokens: 3}
+	run := func(d Drafter) SpeculativeResult {
+		s, _ := NewSession(m)
+		defer s.Release()
+		res, err := s.GenerateSpeculative(fakePrompt(6), d, opts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Tokens) != 16 || res.FinishReason != FinishLength {
+			t.Fatalf("got %d tokens (%s), want 16 (length)", len(res.Tokens), res.FinishReason)
+		}
+		return res
+	}
+	d, _ := NewDraftModel[*fakeCache](m)
+	defer d.Release()
+	a, b := run(d), run(d)
+	if !slices.Equal(a.Tokens, b.Tokens) || !slices.Equal(a.FromDraft, b.FromDraft) {
+		t.Errorf("two seeded runs differ: %v %v / %v %v", a.Tokens, a.FromDraft, b.Tokens, b.FromDraft)
+	}
+	plain, err := Generate(m, fakePrompt(6), Options{MaxTokens: 16}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(a.Tokens, plain.Tokens) {
+		t.Errorf("a sampled run at temperature 1 gave the greedy tokens %v: the sampler was not used", a.Tokens)
+	}
+}
