@@ -46,6 +46,18 @@
 // released on return. Chunked prefill is one function, [Prefill], used by
 // both and by models/minicpm5's PrefillLast.
 //
+// # Speculative decoding
+//
+// Session.GenerateSpeculative follows mlx_lm's speculative_generate_step: a
+// [Drafter] proposes up to NumDraftTokens tokens, the model runs its
+// pending token and the drafts in one forward ([WindowModel]), picks a token
+// at each position and accepts drafts while they equal its picks; its own
+// pick after them comes next, and the caches are trimmed back. The drafters
+// are a second model ([DraftModel], with a session of its own) and prompt
+// lookup ([PromptLookup], n-gram matches in the sequence, as llama.cpp's).
+// Greedy decoding gives Generate's tokens; each token says whether it came
+// from the draft (Token.FromDraft, mlx_lm's from_draft).
+//
 // # Processors' context
 //
 // The processors see a token history: the prompt, then every generated

@@ -88,6 +88,9 @@ type Options struct {
 type Token struct {
 	ID    int32 // the token id
 	Index int   // 0 for the first generated token
+	// FromDraft: a draft token the target accepted (speculative decoding,
+	// mlx_lm's from_draft); always false for Generate.
+	FromDraft bool
 }
 
 // Stats are mlx_lm stream_generate's measurements plus process memory.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/promptcache"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -49,6 +51,22 @@ the prompt continues the cached one; --model defaults to the model the file
 was made with and must be that model. A cache of another model (layers, kv
 heads, head_dim or dtype) is an error naming what differs.
 
+Speculative decoding, as mlx_lm.generate's: --draft-model DIR (a smaller
+model with the same vocabulary, on the same backend) proposes
+--num-draft-tokens tokens (default 3) one at a time, the model checks them in
+one forward and keeps those that equal its own picks, so the output is what
+the model alone gives (greedy: the same tokens). --prompt-lookup N drafts
+without a second model (prompt lookup decoding, llama.cpp's ngram-simple
+speculative type, --spec-type ngram-simple there): it finds the last N tokens
+earlier in the prompt and the text so far and proposes the tokens that
+followed; it pays off when the answer repeats the prompt (editing,
+extraction, code). The statistics line then says how many drafted tokens
+were accepted. As in mlx_lm, --repetition-penalty then looks at the
+prompt's last token and the generated ones only, and sampling (--temp > 0)
+draws its random numbers in another order, so those runs can differ from
+runs without drafting. A draft model with another vocabulary (config.json's
+vocab_size or the tokenizer's tokens) is an error naming what differs.
+
 Examples:
   mlxgo generate --model smollm2-mlx --prompt "What is the capital of France?"
   mlxgo generate --prompt-cache-file manual.safetensors --prompt "How do I reset it?"
@@ -58,6 +76,8 @@ Examples:
   mlxgo generate --model minicpm5-dir --prompt "Is 97 prime?" --no-think
   mlxgo generate --model conformance/testdata/models/optiq-f32 --prompt-ids 1,2,3
   mlxgo generate --model DIR --prompt-ids 5,6,7 --repetition-penalty 1.3 --backend cpu --precision high
+  mlxgo generate --model smollm2-bf16 --draft-model smollm2-mlx --num-draft-tokens 4 --prompt "Explain DNS."
+  mlxgo generate --model DIR --prompt-lookup 3 --num-draft-tokens 8 --prompt "Fix the typos: ..."
 
 Flags:
 `
@@ -81,6 +101,9 @@ type generateFlags struct {
 	ids                       []int32
 	cacheFile                 string            // --prompt-cache-file
 	cache                     *promptcache.File // its contents
+	draftModel                string            // --draft-model, resolved to a directory
+	numDraft                  int               // --num-draft-tokens
+	promptLookup              int               // --prompt-lookup n-gram size; 0: off
 }
 
 // usageError is a bad flag or argument: exit status 2.
@@ -176,6 +199,9 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
 	fs.StringVar(&f.cacheFile, "prompt-cache-file", "", "a prompt cache (mlxgo cache-prompt, mlx_lm.cache_prompt) whose tokens the prompt continues; --model defaults to the one it was made with")
+	fs.StringVar(&f.draftModel, "draft-model", "", "a smaller model with the same vocabulary (directory or org/name) drafting tokens for speculative decoding")
+	fs.IntVar(&f.numDraft, "num-draft-tokens", 3, "tokens drafted per step with --draft-model or --prompt-lookup (>= 1)")
+	fs.IntVar(&f.promptLookup, "prompt-lookup", 0, "speculative decoding by prompt lookup: draft the tokens that followed the last N tokens earlier in the sequence (N >= 1; 0: off)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, generateUsage)
@@ -212,6 +238,14 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 		err = usagef("--think and --no-think are mutually exclusive")
 	case f.raw && (f.think || f.noThink || f.system != ""):
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
+	case f.draftModel != "" && set["prompt-lookup"]:
+		err = usagef("--draft-model and --prompt-lookup are mutually exclusive: draft with a model or by prompt lookup, not both")
+	case f.promptLookup < 0:
+		err = usagef("--prompt-lookup %d: want an n-gram size >= 1 (0: off)", f.promptLookup)
+	case f.numDraft < 1:
+		err = usagef("--num-draft-tokens %d: want >= 1", f.numDraft)
+	case set["num-draft-tokens"] && f.draftModel == "" && f.promptLookup == 0:
+		err = usagef("--num-draft-tokens applies to speculative decoding: give --draft-model DIR or --prompt-lookup N too")
 	}
 	if err != nil {
 		return nil, err
@@ -228,6 +262,11 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	if f.cache != nil {
 		if err := sameModel(given, f.model, f.cache, f.cacheFile); err != nil {
 			return nil, err
+		}
+	}
+	if f.draftModel != "" {
+		if f.draftModel, err = resolveModel(f.draftModel); err != nil {
+			return nil, fmt.Errorf("--draft-model: %w", err)
 		}
 	}
 	return f, nil
@@ -401,15 +440,39 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 	gen := func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error) {
 		return generate.Generate(m, ids, opts, onToken)
 	}
+	var sess *generate.Session[nn.KVCache]
 	if f.cache != nil {
 		s, err := resumeCache(m, f.cache, f.cacheFile, stdout)
 		if err != nil {
 			return err
 		}
 		defer s.Release()
-		gen = s.Generate
+		gen, sess = s.Generate, s
 	}
 	opts := f.options()
+	var spec *generate.SpeculativeResult
+	if f.draftModel != "" || f.promptLookup > 0 {
+		d, release, err := f.drafter(b, m, tm, stdout)
+		if err != nil {
+			return err
+		}
+		defer release()
+		if sess == nil {
+			if sess, err = generate.NewSession[nn.KVCache](m); err != nil {
+				return err
+			}
+			defer sess.Release()
+		}
+		// speculative_generate_step's processors see the last prompt token
+		// and the generated ones.
+		opts.PromptContext = generate.LastPromptToken
+		spec = &generate.SpeculativeResult{}
+		gen = func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error) {
+			var err error
+			*spec, err = sess.GenerateSpeculative(ids, d, generate.SpeculativeOptions{Options: opts, NumDraftTokens: f.numDraft}, onToken)
+			return spec.Result, err
+		}
+	}
 	var res generate.Result
 	if tm == nil {
 		for _, e := range cfg.EOSTokenIDs {
@@ -423,8 +486,91 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, statsLine(res))
+	line := statsLine(res)
+	if spec != nil {
+		line += " | " + draftLine(*spec)
+	}
+	fmt.Fprintln(stdout, line)
 	slowNotes{}.print(b, stderr)
+	return nil
+}
+
+// draftLine reports how the drafts fared.
+func draftLine(r generate.SpeculativeResult) string {
+	pct := 0.0
+	if r.Drafted > 0 {
+		pct = 100 * float64(r.Accepted) / float64(r.Drafted)
+	}
+	return fmt.Sprintf("draft: %d of %d drafted tokens accepted (%.0f%%), %d verify steps", r.Accepted, r.Drafted, pct, r.Steps)
+}
+
+// drafter returns the drafter of --draft-model or --prompt-lookup and the
+// function that frees it. The draft model loads on b, the model's backend,
+// after its vocabulary was checked against m's (tm: the model's tokenizer,
+// nil with --prompt-ids).
+func (f *generateFlags) drafter(b backend.Backend, m *minicpm5.Model, tm *chat.Text, stdout io.Writer) (generate.Drafter, func(), error) {
+	if f.promptLookup > 0 {
+		d, err := generate.NewPromptLookup(f.promptLookup)
+		return d, func() {}, err
+	}
+	dcfg, err := checkpoint.LoadConfig(f.draftModel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--draft-model %s: %w", f.draftModel, err)
+	}
+	if err := sameVocab(f.model, f.draftModel, m.Config(), dcfg, tm); err != nil {
+		return nil, nil, err
+	}
+	start := time.Now()
+	dm, err := loadModel(b, f.draftModel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--draft-model %s: %w", f.draftModel, err)
+	}
+	fmt.Fprintf(stdout, "loaded draft model %s in %s (%s, %d layers)\n", f.draftModel, ms(time.Since(start)), dm.DType().MLXName(), dcfg.NumHiddenLayers)
+	d, err := generate.NewDraftModel[nn.KVCache](dm)
+	if err != nil {
+		b.Do(func() error { return dm.Close() })
+		return nil, nil, err
+	}
+	return d, func() { d.Release(); b.Do(func() error { return dm.Close() }) }, nil
+}
+
+// sameVocab checks that the draft model shares the model's vocabulary:
+// config.json's vocab_size (the width of the logits) and, where both
+// directories have a tokenizer.json, the tokenizer (mlx_lm compares the
+// tokenizers' vocab_size; mlxgo compares every token too). tm is the
+// model's tokenizer when already loaded.
+func sameVocab(dir, draftDir string, cfg, dcfg *checkpoint.Config, tm *chat.Text) error {
+	if cfg.VocabSize != dcfg.VocabSize {
+		return usagef("--draft-model %s has another vocabulary: vocab_size %d in its config.json, %d in %s/config.json; the draft model must use the model's tokenizer", draftDir, dcfg.VocabSize, cfg.VocabSize, dir)
+	}
+	_, errA := os.Stat(filepath.Join(dir, "tokenizer.json"))
+	_, errB := os.Stat(filepath.Join(draftDir, "tokenizer.json"))
+	if errA != nil || errB != nil {
+		return nil // nothing more to compare (--prompt-ids with a bare checkpoint)
+	}
+	var tok *tokenizer.Tokenizer
+	if tm != nil {
+		tok = tm.Tok
+	} else {
+		var err error
+		if tok, err = tokenizer.Load(dir); err != nil {
+			return fmt.Errorf("--model %s: %w", dir, err)
+		}
+	}
+	dtok, err := tokenizer.Load(draftDir)
+	if err != nil {
+		return fmt.Errorf("--draft-model %s: %w", draftDir, err)
+	}
+	if tok.VocabSize() != dtok.VocabSize() {
+		return usagef("--draft-model %s has another tokenizer: %d tokens in its tokenizer.json, %d in %s/tokenizer.json", draftDir, dtok.VocabSize(), tok.VocabSize(), dir)
+	}
+	for id := range int32(tok.VocabSize()) {
+		a, okA := tok.IDToToken(id)
+		d, okD := dtok.IDToToken(id)
+		if a != d || okA != okD {
+			return usagef("--draft-model %s has another tokenizer: token %d is %q in its tokenizer.json, %q in %s/tokenizer.json", draftDir, id, d, a, dir)
+		}
+	}
 	return nil
 }
 

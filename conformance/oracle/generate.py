@@ -19,6 +19,7 @@ import common  # noqa: E402
 import models  # noqa: E402
 import ops  # noqa: E402
 import smollm  # noqa: E402
+import speculative  # noqa: E402
 import taps  # noqa: E402
 import tokenizer_fixtures  # noqa: E402
 
@@ -39,6 +40,9 @@ def main():
         shutil.rmtree(os.path.join(out, "models"), ignore_errors=True)
         entries += models.generate(os.path.join(out, "models"))
         taps.generate(os.path.join(out, "models"))  # one tap dump per checkpoint (not a case)
+        # mlx_lm's speculative_generate_step on those checkpoints (not cases; see speculative.py).
+        shutil.rmtree(os.path.join(out, "speculative"), ignore_errors=True)
+        speculative.generate(os.path.join(out, "speculative"), os.path.join(out, "models"))
     if args.only in (None, "batch"):
         # Batch generation fixtures (batch.py) on the checkpoints above; not manifest cases.
         shutil.rmtree(os.path.join(out, "batch"), ignore_errors=True)
