@@ -358,6 +358,15 @@ var opTokens = map[string]tokens.Type{
 	"//": tokens.FloorDivision, "%": tokens.Modulo, "**": tokens.Power, "~": tokens.Tilde,
 }
 
+// opByType is opTokens reversed.
+var opByType = func() map[tokens.Type]string {
+	m := map[tokens.Type]string{}
+	for op, typ := range opTokens {
+		m[typ] = op
+	}
+	return m
+}()
+
 // opNodes are gonja's own operators applied to two context variables, to which the checked
 // operator hands its operands.
 var opNodes = func() map[string]*nodes.BinaryExpression {
@@ -1168,10 +1177,13 @@ func (w *rewriter) replace(n nodes.Node) nodes.Node {
 			}
 		}
 	case *nodes.BinaryExpression:
-		if typ, ok := opTokens[x.Operator.Token.Val]; ok && x.Operator.Token.Type == typ {
+		// By the token's type, not its text: gonja's lexer skips bytes it
+		// cannot read, so "'a'\xcd* 4000000000" is a Multiply whose text is
+		// not "*", and matching the text let it run unchecked (4 GB).
+		if op, ok := opByType[x.Operator.Token.Type]; ok {
 			return &nodes.FilteredExpression{Expression: x.Left, Filters: []*nodes.FilterCall{{
 				Token: x.Operator.Token, Name: hookOp,
-				Args: []nodes.Expression{&nodes.String{Location: x.Operator.Token, Val: x.Operator.Token.Val}, x.Right},
+				Args: []nodes.Expression{&nodes.String{Location: x.Operator.Token, Val: op}, x.Right},
 			}}}
 		}
 	case *nodes.GetItem:

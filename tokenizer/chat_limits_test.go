@@ -25,6 +25,9 @@ func TestTemplateLimits(t *testing.T) {
 		{"recursive loop", `{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}`, small, "MaxDepth"},
 		{"string repeat", `{{ 'a' * 4000000000 }}`, TemplateLimits{}, "MaxOutputBytes"},
 		{"int times string", `{{ 4000000000 * 'a' }}`, TemplateLimits{}, "MaxOutputBytes"},
+		// Found by FuzzChatTemplate: an unreadable byte the lexer skips made the operator's text "\xcd*" (matched by text, it ran unchecked: 3.9 GB).
+		{"string repeat, unreadable byte", "{{ 'a'\xcd* 4000000000 }}", TemplateLimits{}, "MaxOutputBytes"},
+		{"string repeat, unreadable byte, not printed", "{% set s = 'a'\xcd* 100000000 %}{{ 1 }}", TemplateLimits{}, "MaxOutputBytes"},
 		{"string doubled 40 times", `{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}`, small, "MaxOutputBytes"},
 		{"string doubled with ~", `{% set ns = namespace(s='a') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}`, small, "MaxOutputBytes"},
 		{"nested loops", `{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}`, small, "MaxSteps"},
