@@ -232,10 +232,26 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		n8 = (n - 1) &^ 7
 	}
 	rk := roundKind(round)
+	// Two or more rows of x: the m-blocked kernels (qmm_avx2_amd64.go)
+	// where they cover the width, the same bits.
+	var gj *avxGemmJob
+	per := avxTileRows / 8
+	if kern, build, blk := avxGemmKind(bits, q8, gemm); avxGemmOn && m >= 2 && kern != nil {
+		avxInterleave(s, m, k, gpr, q8)
+		gj = &avxGemmJob{kern: kern, build: build, blk: blk, dst: dst, wq: wq, s: s,
+			x: ptr(x), xstr: uintptr(4 * k), m: m, n: n, k: k, wpr: wpr, gpr: gpr, gpad: gpad,
+			upg: gs * bits / 32, round: round, rk: rk}
+		switch {
+		case q8 && bits == 4:
+			gj.x, gj.xstr, gj.upg = ptr(s.xq), uintptr(k), gs/32
+		case q8:
+			gj.x, gj.xstr, gj.upg = ptr(s.x16), uintptr(2*k), gs/32
+		}
+		per = max(1, min(per, avxGemmPanelBytes/(k/32*blk)))
+	}
 	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
 		ws := avxPool.Get().(*avxState)
 		defer avxPool.Put(ws)
-		per := avxTileRows / 8
 		for t0 := lo; t0 < hi; t0 += per {
 			t1 := min(t0+per, hi)
 			j0, j1 := 8*t0, 8*t1
@@ -243,6 +259,10 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 			ws.row = grow(ws.row, 2*nv)
 			avxStage(ws.row[:nv], sc, j0, t1-t0, gpr, gpad)
 			avxStage(ws.row[nv:2*nv], bi, j0, t1-t0, gpr, gpad)
+			if gj != nil {
+				avxGemm(gj, ws, t0, t1, ws.row[:2*nv], nv)
+				continue
+			}
 			a := avxArgs{
 				w: ptr(wq[j0*wpr:]), wstr: uintptr(4 * wpr), ngrp: gpr, upg: upg, ntile: t1 - t0,
 				s: ptr(ws.row), b: ptr(ws.row[nv:]), gstr: uintptr(4 * gpad),
@@ -289,12 +309,14 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 
 // avxState is the pooled per-call scratch: the group sums of x, x
 // quantized (natural order, and in the kernels' layout), the block scales,
-// and a worker's float32 scales and biases.
+// a worker's float32 scales and biases, and the m-blocked kernels' data.
 type avxState struct {
 	xs, dx, row []float32
 	xqn, xq     []int8
 	x16         []int16
 	x32         []int32
+	gxs, gd     []float32 // the m-blocked kernels: group sums and block scales of x, interleaved (avxInterleave)
+	panel       []byte    // (per worker) the m-blocked kernels' panels
 }
 
 // avxKernels and avxKernelsQ8 are the kernels by width (avxBitsIndex),
