@@ -23,7 +23,11 @@ import "unsafe"
 // biases, gstr the bytes between tiles' staged values; ngrp groups of upg
 // blocks (int8) or words (float32: 4-bit 8 codes, else 4); out row 0's
 // output of the first tile (eight floats per tile), ostr the bytes between
-// output rows; ntile tiles. tmp is the kernels' scratch.
+// output rows; ntile tiles. The float32 kernels take x interleaved by rows
+// (avxInterleaveX) and run one chunk of groups per call: res and bias of
+// each tile and row start at zero (first) or from state (2·avxGR·8 floats
+// per tile) and go back there, or on the last chunk (last) to out. tmp is
+// the kernels' scratch.
 type avxGArgs struct {
 	panel unsafe.Pointer      // 0
 	pstr  uintptr             // 8
@@ -39,8 +43,11 @@ type avxGArgs struct {
 	out   unsafe.Pointer      // 88
 	ostr  uintptr             // 96
 	ntile int                 // 104
-	_     [2]uintptr          // 112
-	tmp   [avxGR * 32]float32 // 128
+	state unsafe.Pointer      // 112: float32 kernels: res and bias per tile and row between chunks
+	first int                 // 120: float32 kernels: 1 on the first chunk of groups
+	last  int                 // 128: float32 kernels: 1 on the last chunk
+	_     [3]uintptr          // 136
+	tmp   [avxGR * 32]float32 // 160
 }
 
 // avxGR is the most rows of x a kernel takes at once.
@@ -292,12 +299,14 @@ func avxGemmKind(bits int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, 
 // avxGemm is the m-blocked form of avxRun's tiles t0..t1-1 (eight weight
 // rows each, scales and biases already staged in row, nv floats each): it
 // builds the tiles' panels in ws.panel and runs every row of x against
-// them, up to avxGR rows at a time, then rounds the outputs. s holds x's
-// preparations (avxPrepQ8's layouts, and in gd and gxs the block scales
-// and group sums interleaved by avxInterleave).
+// them, up to avxGR rows at a time, then rounds the outputs. g.s holds x's
+// preparations (avxPrepQ8's layouts or x interleaved by avxInterleaveX,
+// and in gd and gxs the block scales and group sums interleaved by
+// avxInterleave). The float32 kernels go through the groups in chunks of
+// about avxGemmChunk codes, whose x stays in L1 across the tiles.
 func avxGemm(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32, nv int) {
 	kern, build, blk := g.kern, g.build, g.blk
-	nb, n, m := g.k/32, g.n, g.m
+	nb, n, m, gpr := g.k/32, g.n, g.m, g.gpr
 	pstr := nb * blk
 	ws.panel = grow(ws.panel, (t1-t0)*pstr+64)
 	panel := align64(ws.panel)
@@ -310,20 +319,73 @@ func avxGemm(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32, nv int) {
 	a := avxGArgs{
 		panel: panel, pstr: uintptr(pstr), xstr: g.xstr,
 		s: ptr(row), boff: uintptr(4 * nv), gstr: uintptr(4 * 8 * g.gpad),
-		ngrp: g.gpr, upg: g.upg, ostr: uintptr(4 * n), ntile: t1 - t0,
+		ngrp: gpr, upg: g.upg, ostr: uintptr(4 * n), ntile: t1 - t0, first: 1, last: 1,
 	}
+	cg := gpr // groups per call
+	if g.f32 {
+		cg = max(1, min(gpr, avxGemmChunk/g.gs))
+		ws.state = grow(ws.state, (t1-t0)*2*avxGR*8)
+		a.state = ptr(ws.state)
+	}
+	gb := g.gs / 32 * blk // panel bytes per group
 	for r0 := 0; r0 < m; r0 += avxGR {
 		rr := min(avxGR, m-r0)
-		a.x = unsafe.Add(g.x, uintptr(r0)*g.xstr)
-		a.xs = ptr(g.s.gxs[r0*g.gpr:])
+		a.out = ptr(g.dst[r0*n+j0:])
 		if len(g.s.gd) > 0 {
 			a.d = ptr(g.s.gd[r0*nb:])
 		}
-		a.out = ptr(g.dst[r0*n+j0:])
-		kern[rr-1](&a)
+		for g0 := 0; g0 < gpr; g0 += cg {
+			g1 := min(g0+cg, gpr)
+			a.panel = unsafe.Add(panel, g0*gb)
+			a.s = ptr(row[8*g0:])
+			a.xs = ptr(g.s.gxs[r0*gpr+g0*avxGR:])
+			a.ngrp = g1 - g0
+			if g.f32 {
+				a.x = unsafe.Add(g.x, 8*(r0*g.k+g0*g.gs*avxGR))
+				a.first, a.last = boolInt(g0 == 0), boolInt(g1 == gpr)
+			} else {
+				a.x = unsafe.Add(g.x, uintptr(r0)*g.xstr)
+			}
+			kern[rr-1](&a)
+		}
 	}
 	for r := range m {
 		roundSlice(g.dst[r*n+j0:r*n+j1], g.round, g.rk)
+	}
+}
+
+// boolInt is 1 for true, 0 for false.
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// avxGemmChunk is about how many codes of a row of x the float32 kernels
+// take per call (avxGR rows of them, 8 KiB as avxInterleaveX lays them
+// out, stay in L1 across the tiles).
+const avxGemmChunk = 256
+
+// avxInterleaveX writes the m rows of x (k floats each) for the float32
+// kernels: per set of avxGR rows, per word of the weights (wf floats: 8 for
+// 4-bit, 4 otherwise) the rows' wf values one row after the other, each
+// four values twice (the two halves of a register); the rows missing from
+// the last set are zero.
+func avxInterleaveX(s *avxState, x []float32, m, k, wf int) {
+	mr := (m + avxGR - 1) / avxGR * avxGR
+	s.xi = grow(s.xi, 2*mr*k)
+	clear(s.xi[2*m*k:])
+	for r := range m {
+		base := r / avxGR * avxGR * 2 * k
+		xr := x[r*k : (r+1)*k]
+		for c := 0; c < k; c += wf {
+			dst := s.xi[base+2*(c*avxGR+(r%avxGR)*wf):][:2*wf]
+			for h := 0; h < wf; h += 4 {
+				copy(dst[2*h:2*h+4], xr[c+h:c+h+4])
+				copy(dst[2*h+4:2*h+8], xr[c+h:c+h+4])
+			}
+		}
 	}
 }
 
@@ -338,6 +400,8 @@ type avxGemmJob struct {
 	x                            unsafe.Pointer
 	xstr                         uintptr
 	m, n, k, wpr, gpr, gpad, upg int
+	gs                           int
+	f32                          bool // the float32 kernels (x interleaved, chunks of groups)
 	round                        Rounder
 	rk                           byte
 }

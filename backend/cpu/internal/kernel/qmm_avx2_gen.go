@@ -277,7 +277,10 @@ const (
 	aOut   = 88
 	aOstr  = 96
 	aNtile = 104
-	aTmp   = 128
+	aState = 112
+	aFirst = 120
+	aLast  = 128
+	aTmp   = 160
 )
 
 // kernelHead writes the kernel's prologue and the start of its tile loop.
@@ -443,31 +446,52 @@ func intKernel(bits, rows int, gemm bool) {
 
 // f32Kernel writes the float32 kernel of bits (4 or 8; 8 also serves the
 // odd widths, whose panels hold chunks of four codes like 8-bit words) for
-// rows rows of x: per group and pair of weight rows, the one-row kernel's
-// four partial sums per row, a_j += c_j·x_j + c_{j+4}·x_{j+4} per word
-// (4-bit) or a_j += c_j·x_j (8-bit), word by word; at the group's end the
-// pairs' sums (stored in the arguments' scratch) reduced by three
-// horizontal adds to (a0+a1)+(a2+a3), res += s·dot and bias += b·xs;
-// out = res + bias. Separate multiplies and adds, never FMA: the portable
-// loop's (dotF32 + dotBias) bits.
+// rows rows of x, over one chunk of groups: per group and pair of weight
+// rows, the one-row kernel's four partial sums per row, a_j += c_j·x_j +
+// c_{j+4}·x_{j+4} per word (4-bit) or a_j += c_j·x_j (8-bit), word by word;
+// at the group's end the pairs' sums (stored in the arguments' scratch)
+// reduced by three horizontal adds to (a0+a1)+(a2+a3), res += s·dot and
+// bias += b·xs. res and bias start at zero (a.first) or from the tile's
+// state, and go back to it, or on the last chunk (a.last) out = res + bias.
+// Separate multiplies and adds, never FMA: the portable loop's (dotF32 +
+// dotBias) bits.
+//
+// x is interleaved by rows, each four values twice ([word][R][x0-3 x0-3
+// x4-7 x4-7] for 4-bit, [word][R][x0-3 x0-3] otherwise): the rows' words
+// are one stream that the chunk keeps in L1, and the multiplies take x
+// from memory.
 //
 // Registers: Y0.. the rows' partial sums of the current pair, Y4 and Y5
 // the pair's codes as float32, Y6 and Y7 scratch, Y8.. res, Y12.. bias;
-// R13 walks the panel and CX x within a pair's pass over the group.
+// R13 walks the panel and CX x within a pair's pass over the group; DX
+// the tile's state.
 func f32Kernel(bits, rows int) {
 	name := fmt.Sprintf("qgemmF32B%dR%d", bits, rows)
 	Acc := func(r int) string { return fmt.Sprintf("Y%d", r) }
 	Res := func(r int) string { return fmt.Sprintf("Y%d", 8+r) }
 	Bias := func(r int) string { return fmt.Sprintf("Y%d", 12+r) }
 	pair := func(r, pr int) string { return fmt.Sprintf("%d(AX)", aTmp+128*r+32*pr) }
-	wstep, xstep := 64, 32 // panel and x bytes per word
+	state := func(r, i int) string { return fmt.Sprintf("%d(DX)", 32*(2*r+i)) }
+	wstep, xstep := 64, 64 // panel bytes per word, x bytes per word and row
 	if bits != 4 {
-		wstep, xstep = 32, 16
+		wstep, xstep = 32, 32
 	}
 	kernelHead(name, false)
+	// DX = state + SI·2·R·32.
+	p("\tMOVQ SI, DX")
+	p("\tSHLQ $%d, DX", 8) // 2·R·32 = 256
+	p("\tADDQ %d(AX), DX", aState)
+	p("\tCMPQ %d(AX), $0", aFirst)
+	p("\tJEQ %s_load", name)
 	for r := range rows {
 		p("\tVXORPS %s, %s, %s", Res(r), Res(r), Res(r))
 		p("\tVXORPS %s, %s, %s", Bias(r), Bias(r), Bias(r))
+	}
+	p("\tJMP %s_group", name)
+	p("%s_load:", name)
+	for r := range rows {
+		p("\tVMOVUPS %s, %s", state(r, 0), Res(r))
+		p("\tVMOVUPS %s, %s", state(r, 1), Bias(r))
 	}
 	p("%s_group:", name)
 	for pr := range 4 {
@@ -480,7 +504,7 @@ func f32Kernel(bits, rows int) {
 			p("\tLEAQ %d(R8), R13", 8*pr)
 		}
 		p("\tMOVQ DI, CX")
-		p("\tMOVQ %d(AX), DX", aUpg)
+		p("\tMOVQ %d(AX), R10", aUpg)
 		p("%s_p%d:", name, pr)
 		p("\tVPMOVZXBD (R13), Y4")
 		p("\tVCVTDQ2PS Y4, Y4")
@@ -489,18 +513,16 @@ func f32Kernel(bits, rows int) {
 			p("\tVCVTDQ2PS Y5, Y5")
 		}
 		for r := range rows {
-			p("\tVBROADCASTF128 %s, Y6", xrow("CX", r, 0))
-			p("\tVMULPS Y4, Y6, Y6")
+			p("\tVMULPS %d(CX), Y4, Y6", xstep*r)
 			if bits == 4 {
-				p("\tVBROADCASTF128 %s, Y7", xrow("CX", r, 16))
-				p("\tVMULPS Y5, Y7, Y7")
+				p("\tVMULPS %d(CX), Y5, Y7", xstep*r+32)
 				p("\tVADDPS Y7, Y6, Y6")
 			}
 			p("\tVADDPS Y6, %s, %s", Acc(r), Acc(r))
 		}
 		p("\tADDQ $%d, R13", wstep)
-		p("\tADDQ $%d, CX", xstep)
-		p("\tDECQ DX")
+		p("\tADDQ $%d, CX", xstep*R)
+		p("\tDECQ R10")
 		p("\tJNZ %s_p%d", name, pr)
 		for r := range rows {
 			p("\tVMOVUPS %s, %s", Acc(r), pair(r, pr))
@@ -527,6 +549,15 @@ func f32Kernel(bits, rows int) {
 	p("\tADDQ $%d, R14", 4*R)
 	p("\tDECQ R11")
 	p("\tJNZ %s_group", name)
+	p("\tCMPQ %d(AX), $0", aLast)
+	p("\tJNE %s_last", name)
+	for r := range rows {
+		p("\tVMOVUPS %s, %s", Res(r), state(r, 0))
+		p("\tVMOVUPS %s, %s", Bias(r), state(r, 1))
+	}
+	p("\tINCQ SI")
+	p("\tJMP %s_tile", name)
+	p("%s_last:", name)
 	for r := range rows {
 		p("\tVADDPS %s, %s, %s", Bias(r), Res(r), Res(r))
 	}

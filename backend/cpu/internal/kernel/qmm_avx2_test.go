@@ -22,7 +22,7 @@ func TestAVX2GemmEqualsRows(t *testing.T) {
 		if c.bits != 4 && c.bits != 8 {
 			continue
 		}
-		for _, k := range []int{256, 576} {
+		for _, k := range []int{256, 576, 1536} {
 			if k%c.gs != 0 {
 				continue
 			}

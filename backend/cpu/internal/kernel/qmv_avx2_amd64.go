@@ -241,11 +241,19 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		gj = &avxGemmJob{kern: kern, build: build, blk: blk, dst: dst, wq: wq, s: s,
 			x: ptr(x), xstr: uintptr(4 * k), m: m, n: n, k: k, wpr: wpr, gpr: gpr, gpad: gpad,
 			upg: gs * bits / 32, round: round, rk: rk}
+		gj.gs = gs
 		switch {
 		case q8 && bits == 4:
 			gj.x, gj.xstr, gj.upg = ptr(s.xq), uintptr(k), gs/32
 		case q8:
 			gj.x, gj.xstr, gj.upg = ptr(s.x16), uintptr(2*k), gs/32
+		default:
+			wf := 4
+			if bits == 4 {
+				wf = 8
+			}
+			avxInterleaveX(s, x, m, k, wf)
+			gj.x, gj.f32 = ptr(s.xi), true
 		}
 		per = max(1, min(per, avxGemmPanelBytes/(k/32*blk)))
 	}
@@ -315,8 +323,9 @@ type avxState struct {
 	xqn, xq     []int8
 	x16         []int16
 	x32         []int32
-	gxs, gd     []float32 // the m-blocked kernels: group sums and block scales of x, interleaved (avxInterleave)
+	gxs, gd, xi []float32 // the m-blocked kernels: group sums, block scales and (float32) x, interleaved (avxInterleave, avxInterleaveX)
 	panel       []byte    // (per worker) the m-blocked kernels' panels
+	state       []float32 // (per worker) the float32 m-blocked kernels' sums between chunks
 }
 
 // avxKernels and avxKernelsQ8 are the kernels by width (avxBitsIndex),
