@@ -275,9 +275,11 @@ var avxGemmOn = true
 // (they stay in L2 while every row of x runs against them).
 const avxGemmPanelBytes = 256 << 10
 
-// avxGemmKind returns the m-blocked kernels (by rows of x - 1) and panel
-// builder for a combination, or nil: 4- and 8-bit weights in the three
-// forms (gemm: the int8 GEMM; q8: dotQ8; else dotF32).
+// avxGemmKind returns the m-blocked kernels (by rows of x - 1), panel
+// builder and panel bytes per block of 32 codes for a combination, or nil:
+// 4- and 8-bit weights in the three forms (gemm: the int8 GEMM; q8: dotQ8;
+// else dotF32), the widths 2, 3, 5 and 6 in the last two through the
+// 8-bit kernels.
 func avxGemmKind(bits int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, unsafe.Pointer, uintptr, int), int) {
 	switch {
 	case bits == 4 && gemm:
@@ -292,8 +294,58 @@ func avxGemmKind(bits int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, 
 		return &[avxGR]func(*avxGArgs){qgemmF32B4R1, qgemmF32B4R2, qgemmF32B4R3, qgemmF32B4R4}, avxPanelF4, 256
 	case bits == 8:
 		return &[avxGR]func(*avxGArgs){qgemmF32B8R1, qgemmF32B8R2, qgemmF32B8R3, qgemmF32B8R4}, avxPanelF8, 256
+	case !validBits(bits):
+	case q8 && !gemm:
+		return &[avxGR]func(*avxGArgs){qgemmQ8B8R1, qgemmQ8B8R2, qgemmQ8B8R3, qgemmQ8B8R4}, avxPanelOdd(bits, true), 512
+	case !q8:
+		return &[avxGR]func(*avxGArgs){qgemmF32B8R1, qgemmF32B8R2, qgemmF32B8R3, qgemmF32B8R4}, avxPanelOdd(bits, false), 256
 	}
 	return nil, nil, 0
+}
+
+// avxPanelOdd returns the panel builder of the widths 2, 3, 5 and 6, in
+// Go: with i16 avxPanelI8's layout (pairs of codes as int16, for the 8-bit
+// int8 kernels, which then serve these widths: the integer block sums are
+// exact in any order), else avxPanelF8's (chunks of four codes, the
+// generic loop of dotF32 being the 8-bit loop's steps on them).
+func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
+	return func(dst *byte, w unsafe.Pointer, wstr uintptr, nb int) {
+		wpr := int(wstr / 4)
+		var rows [8][]uint32
+		for r := range rows {
+			rows[r] = unsafe.Slice((*uint32)(unsafe.Add(w, uintptr(r)*wstr)), wpr)
+		}
+		blk := 256
+		if i16 {
+			blk = 512
+		}
+		out := unsafe.Slice(dst, nb*blk)
+		var c [8][32]uint8
+		for b := range nb {
+			for r := range 8 {
+				for i := range 32 {
+					c[r][i] = uint8(codeAt(rows[r], 32*b+i, bits))
+				}
+			}
+			o := out[b*blk : (b+1)*blk]
+			if i16 {
+				for v := range 16 { // pair of codes (2v, 2v+1), lanes in avxLanes order
+					for l, r := range avxLanes {
+						o[32*v+4*l] = c[r][2*v]
+						o[32*v+4*l+1] = 0
+						o[32*v+4*l+2] = c[r][2*v+1]
+						o[32*v+4*l+3] = 0
+					}
+				}
+				continue
+			}
+			for u := range 8 { // chunk of four codes, rows in order
+				for r := range 8 {
+					copy(o[32*u+4*r:32*u+4*r+4], c[r][4*u:4*u+4])
+				}
+			}
+		}
+	}
 }
 
 // avxGemm is the m-blocked form of avxRun's tiles t0..t1-1 (eight weight

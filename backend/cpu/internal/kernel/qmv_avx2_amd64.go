@@ -220,9 +220,15 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	if bits != 4 && bits != 8 {
 		upg = gs / 8 // chunks of eight codes
 	}
+	kern2, build, blk := avxGemmKind(bits, q8, gemm)
+	useGemm := avxGemmOn && m >= 2 && kern2 != nil
 	if q8 {
 		upg = gs / 32 // blocks of 32
-		avxPrepQ8(s, x, m*k, bits)
+		if useGemm && bits != 4 {
+			avxPrepQ8(s, x, m*k, 8) // the m-blocked kernels take x as int16 for every width but 4
+		} else {
+			avxPrepQ8(s, x, m*k, bits)
+		}
 	}
 	n8 := n &^ 7
 	if bits != 4 && bits != 8 {
@@ -236,11 +242,14 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	// where they cover the width, the same bits.
 	var gj *avxGemmJob
 	per := avxTileRows / 8
-	if kern, build, blk := avxGemmKind(bits, q8, gemm); avxGemmOn && m >= 2 && kern != nil {
+	if useGemm {
 		avxInterleave(s, m, k, gpr, q8)
-		gj = &avxGemmJob{kern: kern, build: build, blk: blk, dst: dst, wq: wq, s: s,
+		gj = &avxGemmJob{kern: kern2, build: build, blk: blk, dst: dst, wq: wq, s: s,
 			x: ptr(x), xstr: uintptr(4 * k), m: m, n: n, k: k, wpr: wpr, gpr: gpr, gpad: gpad,
-			upg: gs * bits / 32, round: round, rk: rk}
+			upg: gs / 4, round: round, rk: rk}
+		if bits == 4 {
+			gj.upg = gs / 8
+		}
 		gj.gs = gs
 		switch {
 		case q8 && bits == 4:
