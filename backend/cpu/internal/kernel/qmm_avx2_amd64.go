@@ -23,8 +23,8 @@ import "unsafe"
 // biases, gstr the bytes between tiles' staged values; ngrp groups of upg
 // blocks (int8) or words (float32: 4-bit 8 codes, else 4); out row 0's
 // output of the first tile (eight floats per tile), ostr the bytes between
-// output rows; ntile tiles. The float32 kernels take x interleaved by rows
-// (avxInterleaveX) and run one chunk of groups per call: res and bias of
+// output rows; ntile tiles. The float32 kernels run one chunk of groups
+// per call: res and bias of
 // each tile and row start at zero (first) or from state (2·avxGR·8 floats
 // per tile) and go back there, or on the last chunk (last) to out. tmp is
 // the kernels' scratch.
@@ -50,8 +50,12 @@ type avxGArgs struct {
 	tmp   [avxGR * 32]float32 // 160
 }
 
-// avxGR is the most rows of x a kernel takes at once.
-const avxGR = 4
+// avxGR is the most rows of x an int8 kernel takes at once, f32Set a
+// float32 kernel (qmm_avx2_gen.go's R and f32Set).
+const (
+	avxGR  = 4
+	f32Set = 3
+)
 
 // avxPanelI4 writes the int8 kernels' panel of nblk blocks of 32 4-bit
 // codes of the eight weight rows at w (wstr bytes apart): per block and
@@ -70,16 +74,14 @@ func avxPanelI4(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
 func avxPanelI8(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
 
 // avxPanelF4 writes the float32 kernels' panel of nblk blocks of 32 4-bit
-// codes: per block, word i and pair p of rows, 16 bytes at 64i + 16p, codes
-// 8i..8i+3 of row 2p, of row 2p+1, then codes 8i+4..8i+7 of row 2p and of
-// row 2p+1, one byte each; 256 bytes a block.
+// codes of the eight weight rows at w (wstr bytes apart): per block, code
+// c of the eight rows as float32 (exact) in the staging's lane order at
+// 32c; 1024 bytes a block.
 //
 //go:noescape
 func avxPanelF4(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
 
-// avxPanelF8 writes the float32 kernels' panel of nblk blocks of 32 8-bit
-// codes: per block and word i, the eight rows' four codes in row order at
-// 32i; 256 bytes a block.
+// avxPanelF8 is avxPanelF4 for 8-bit codes.
 //
 //go:noescape
 func avxPanelF8(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
@@ -94,10 +96,12 @@ func avxPanelF8(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
 // qgemmQ8B*R*: dotQ8 + dotBias's steps, per block a += d·float(I), per
 // group res += s·a and bias += b·xs, out = res + bias, as qavxQ8B4/8.
 //
-// qgemmF32B*R*: dotF32 + dotBias's steps, per group and row four partial
-// sums a_j += c_j·x_j + c_{j+4}·x_{j+4} (4-bit; 8-bit a_j += c_j·x_j) word
-// by word, then s·((a0+a1)+(a2+a3)) summed over the groups, Σ b·xs apart,
-// added last, as qavxF32B4/8.
+// qgemmF32B*R* (1 to 3 rows of x, float32 in natural order, xstr bytes
+// apart; the group sums interleaved by three): dotF32 + dotBias's steps,
+// per group and row four partial sums a_j += c_j·x_j + c_{j+4}·x_{j+4}
+// (4-bit; 8-bit a_j += c_j·x_j) word by word, then s·((a0+a1)+(a2+a3))
+// summed over the groups, Σ b·xs apart, added last, as qavxF32B4/8; one
+// register per partial sum, a lane per weight row.
 
 // qgemmG8B4R1 runs one row of x (int8, avxPrepQ8's layout) against a.ntile
 // tiles of 4-bit weight rows (avxPanelI4) in the int8 GEMM's steps
@@ -232,13 +236,6 @@ func qgemmF32B4R2(a *avxGArgs)
 //go:noescape
 func qgemmF32B4R3(a *avxGArgs)
 
-// qgemmF32B4R4 runs 4 rows of x (float32) against a.ntile tiles of
-// 4-bit weight rows (avxPanelF4) in dotF32 + dotBias's steps (as
-// qavxF32B4).
-//
-//go:noescape
-func qgemmF32B4R4(a *avxGArgs)
-
 // qgemmF32B8R1 runs one row of x (float32) against a.ntile tiles of
 // 8-bit weight rows (avxPanelF8) in dotF32 + dotBias's steps (as
 // qavxF32B8).
@@ -259,13 +256,6 @@ func qgemmF32B8R2(a *avxGArgs)
 //
 //go:noescape
 func qgemmF32B8R3(a *avxGArgs)
-
-// qgemmF32B8R4 runs 4 rows of x (float32) against a.ntile tiles of
-// 8-bit weight rows (avxPanelF8) in dotF32 + dotBias's steps (as
-// qavxF32B8).
-//
-//go:noescape
-func qgemmF32B8R4(a *avxGArgs)
 
 // avxGemmOn switches the m-blocked kernels on (tests and benchmarks
 // compare with the one-row kernels).
@@ -291,14 +281,14 @@ func avxGemmKind(bits int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, 
 	case bits == 8 && q8:
 		return &[avxGR]func(*avxGArgs){qgemmQ8B8R1, qgemmQ8B8R2, qgemmQ8B8R3, qgemmQ8B8R4}, avxPanelI8, 512
 	case bits == 4:
-		return &[avxGR]func(*avxGArgs){qgemmF32B4R1, qgemmF32B4R2, qgemmF32B4R3, qgemmF32B4R4}, avxPanelF4, 256
+		return &[avxGR]func(*avxGArgs){qgemmF32B4R1, qgemmF32B4R2, qgemmF32B4R3}, avxPanelF4, 1024
 	case bits == 8:
-		return &[avxGR]func(*avxGArgs){qgemmF32B8R1, qgemmF32B8R2, qgemmF32B8R3, qgemmF32B8R4}, avxPanelF8, 256
+		return &[avxGR]func(*avxGArgs){qgemmF32B8R1, qgemmF32B8R2, qgemmF32B8R3}, avxPanelF8, 1024
 	case !validBits(bits):
 	case q8 && !gemm:
 		return &[avxGR]func(*avxGArgs){qgemmQ8B8R1, qgemmQ8B8R2, qgemmQ8B8R3, qgemmQ8B8R4}, avxPanelOdd(bits, true), 512
 	case !q8:
-		return &[avxGR]func(*avxGArgs){qgemmF32B8R1, qgemmF32B8R2, qgemmF32B8R3, qgemmF32B8R4}, avxPanelOdd(bits, false), 256
+		return &[avxGR]func(*avxGArgs){qgemmF32B8R1, qgemmF32B8R2, qgemmF32B8R3}, avxPanelOdd(bits, false), 1024
 	}
 	return nil, nil, 0
 }
@@ -306,8 +296,8 @@ func avxGemmKind(bits int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, 
 // avxPanelOdd returns the panel builder of the widths 2, 3, 5 and 6, in
 // Go: with i16 avxPanelI8's layout (pairs of codes as int16, for the 8-bit
 // int8 kernels, which then serve these widths: the integer block sums are
-// exact in any order), else avxPanelF8's (chunks of four codes, the
-// generic loop of dotF32 being the 8-bit loop's steps on them).
+// exact in any order), else avxPanelF8's (the codes as float32; the
+// generic loop of dotF32 is the 8-bit loop's steps on chunks of four).
 func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
 	return func(dst *byte, w unsafe.Pointer, wstr uintptr, nb int) {
 		wpr := int(wstr / 4)
@@ -315,7 +305,7 @@ func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
 		for r := range rows {
 			rows[r] = unsafe.Slice((*uint32)(unsafe.Add(w, uintptr(r)*wstr)), wpr)
 		}
-		blk := 256
+		blk := 1024
 		if i16 {
 			blk = 512
 		}
@@ -339,9 +329,10 @@ func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
 				}
 				continue
 			}
-			for u := range 8 { // chunk of four codes, rows in order
-				for r := range 8 {
-					copy(o[32*u+4*r:32*u+4*r+4], c[r][4*u:4*u+4])
+			f := unsafe.Slice((*float32)(unsafe.Pointer(&o[0])), 256)
+			for i := range 32 { // code i of the rows as float32, lanes in avxLanes order
+				for l, r := range avxLanes {
+					f[8*i+l] = float32(c[r][i])
 				}
 			}
 		}
@@ -352,9 +343,8 @@ func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
 // rows each, scales and biases already staged in row, nv floats each): it
 // builds the tiles' panels in ws.panel and runs every row of x against
 // them, up to avxGR rows at a time, then rounds the outputs. g.s holds x's
-// preparations (avxPrepQ8's layouts or x interleaved by avxInterleaveX,
-// and in gd and gxs the block scales and group sums interleaved by
-// avxInterleave). The float32 kernels go through the groups in chunks of
+// preparations (avxPrepQ8's layouts, and in gd and gxs the block scales
+// and group sums interleaved by avxInterleave). The float32 kernels go through the groups in chunks of
 // about avxGemmChunk codes, whose x stays in L1 across the tiles.
 func avxGemm(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32, nv int) {
 	kern, build, blk := g.kern, g.build, g.blk
@@ -380,8 +370,8 @@ func avxGemm(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32, nv int) {
 		a.state = ptr(ws.state)
 	}
 	gb := g.gs / 32 * blk // panel bytes per group
-	for r0 := 0; r0 < m; r0 += avxGR {
-		rr := min(avxGR, m-r0)
+	for r0 := 0; r0 < m; r0 += g.set {
+		rr := min(g.set, m-r0)
 		a.out = ptr(g.dst[r0*n+j0:])
 		if len(g.s.gd) > 0 {
 			a.d = ptr(g.s.gd[r0*nb:])
@@ -390,10 +380,10 @@ func avxGemm(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32, nv int) {
 			g1 := min(g0+cg, gpr)
 			a.panel = unsafe.Add(panel, g0*gb)
 			a.s = ptr(row[8*g0:])
-			a.xs = ptr(g.s.gxs[r0*gpr+g0*avxGR:])
+			a.xs = ptr(g.s.gxs[r0*gpr+g0*g.set:])
 			a.ngrp = g1 - g0
 			if g.f32 {
-				a.x = unsafe.Add(g.x, 8*(r0*g.k+g0*g.gs*avxGR))
+				a.x = unsafe.Add(g.x, 4*(r0*g.k+g0*g.gs))
 				a.first, a.last = boolInt(g0 == 0), boolInt(g1 == gpr)
 			} else {
 				a.x = unsafe.Add(g.x, uintptr(r0)*g.xstr)
@@ -415,31 +405,8 @@ func boolInt(v bool) int {
 }
 
 // avxGemmChunk is about how many codes of a row of x the float32 kernels
-// take per call (avxGR rows of them, 8 KiB as avxInterleaveX lays them
-// out, stay in L1 across the tiles).
+// take per call (the chunk's panel of a tile, 32 KiB, and x stay in L1).
 const avxGemmChunk = 256
-
-// avxInterleaveX writes the m rows of x (k floats each) for the float32
-// kernels: per set of avxGR rows, per word of the weights (wf floats: 8 for
-// 4-bit, 4 otherwise) the rows' wf values one row after the other, each
-// four values twice (the two halves of a register); the rows missing from
-// the last set are zero.
-func avxInterleaveX(s *avxState, x []float32, m, k, wf int) {
-	mr := (m + avxGR - 1) / avxGR * avxGR
-	s.xi = grow(s.xi, 2*mr*k)
-	clear(s.xi[2*m*k:])
-	for r := range m {
-		base := r / avxGR * avxGR * 2 * k
-		xr := x[r*k : (r+1)*k]
-		for c := 0; c < k; c += wf {
-			dst := s.xi[base+2*(c*avxGR+(r%avxGR)*wf):][:2*wf]
-			for h := 0; h < wf; h += 4 {
-				copy(dst[2*h:2*h+4], xr[c+h:c+h+4])
-				copy(dst[2*h+4:2*h+8], xr[c+h:c+h+4])
-			}
-		}
-	}
-}
 
 // avxGemmJob is what avxGemm needs of the call.
 type avxGemmJob struct {
@@ -453,23 +420,24 @@ type avxGemmJob struct {
 	xstr                         uintptr
 	m, n, k, wpr, gpr, gpad, upg int
 	gs                           int
-	f32                          bool // the float32 kernels (x interleaved, chunks of groups)
+	set                          int  // rows of x per call (and of the interleaved group sums)
+	f32                          bool // the float32 kernels (chunks of groups)
 	round                        Rounder
 	rk                           byte
 }
 
 // avxInterleave writes the group sums of x (s.xs, gpr per row) and, for
-// the int8 kernels, the block scales (s.dx, k/32 per row) of every
-// avxGR rows interleaved, [group][avxGR] and [block][avxGR], into s.gxs
-// and s.gd (the lanes of the missing rows of the last set are zero).
-func avxInterleave(s *avxState, m, k, gpr int, q8 bool) {
-	mr := (m + avxGR - 1) / avxGR * avxGR
+// the int8 kernels, the block scales (s.dx, k/32 per row) of every set
+// rows interleaved, [group][set] and [block][set], into s.gxs and s.gd (the
+// lanes of the missing rows of the last set are zero).
+func avxInterleave(s *avxState, m, k, gpr, set int, q8 bool) {
+	mr := (m + set - 1) / set * set
 	s.gxs = grow(s.gxs, mr*gpr)
 	clear(s.gxs[m*gpr:])
 	for r := range m {
-		base := r / avxGR * avxGR * gpr
+		base := r / set * set * gpr
 		for g, v := range s.xs[r*gpr : (r+1)*gpr] {
-			s.gxs[base+g*avxGR+r%avxGR] = v
+			s.gxs[base+g*set+r%set] = v
 		}
 	}
 	s.gd = s.gd[:0]
@@ -480,9 +448,9 @@ func avxInterleave(s *avxState, m, k, gpr int, q8 bool) {
 	s.gd = grow(s.gd, mr*nb)
 	clear(s.gd[m*nb:])
 	for r := range m {
-		base := r / avxGR * avxGR * nb
+		base := r / set * set * nb
 		for t, v := range s.dx[r*nb : (r+1)*nb] {
-			s.gd[base+t*avxGR+r%avxGR] = v
+			s.gd[base+t*set+r%set] = v
 		}
 	}
 }

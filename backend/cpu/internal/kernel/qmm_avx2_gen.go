@@ -208,52 +208,32 @@ func panelI8() {
 	panelTail(name, 32, 512)
 }
 
-// panelF4 writes avxPanelF4, the float32 kernels' 4-bit panel: per block,
-// word i and pair of rows p, 16 bytes at 64i + 16p: codes 8i..8i+3 of row
-// 2p, of row 2p+1, then codes 8i+4..8i+7 of row 2p and of row 2p+1 (one
-// byte each): 256 bytes per block.
-func panelF4() {
-	name := "avxPanelF4"
+// panelF writes avxPanelF<bits> (4 or 8), the float32 kernels' panel: per
+// block, code c of the block (c = 0..31) of the eight rows as float32
+// (exact) in the staging's lane order at 32c: 1024 bytes per block.
+func panelF(bits int) {
+	name := fmt.Sprintf("avxPanelF%d", bits)
 	panelHead(name)
-	p("\tVMOVDQU gmNib<>(SB), Y15")
-	p("\tVMOVDQU gmPerm<>(SB), Y14")
-	transpose4(0, 8)
-	for i := range 4 {
-		w := 8 + i
-		// Rows back to natural order, nibbles to bytes in code order.
-		p("\tVPERMD Y%d, Y14, Y%d", w, w)
-		p("\tVPSRLW $4, Y%d, Y12", w)
-		p("\tVPAND Y15, Y%d, Y%d", w, w)
-		p("\tVPAND Y15, Y12, Y12")
-		p("\tVPUNPCKLBW Y12, Y%d, Y13", w) // [r0 c0..7, r1 c0..7 | r4, r5]
-		p("\tVPUNPCKHBW Y12, Y%d, Y12", w) // [r2, r3 | r6, r7]
-		// [rA c0-3, rB c0-3, rA c4-7, rB c4-7] per lane.
-		p("\tVPSHUFD $0xD8, Y13, Y13")
-		p("\tVPSHUFD $0xD8, Y12, Y12")
-		p("\tVPERM2I128 $0x20, Y12, Y13, Y%d", w) // pairs 0, 1
-		p("\tVPERM2I128 $0x31, Y12, Y13, Y12")    // pairs 2, 3
-		p("\tVMOVDQU Y%d, %d(DI)", w, 64*i)
-		p("\tVMOVDQU Y12, %d(DI)", 64*i+32)
-	}
-	panelTail(name, 16, 256)
-}
-
-// panelF8 writes avxPanelF8, the float32 kernels' 8-bit panel: per block
-// and word i, the eight rows' four codes (one byte each) in row order at
-// 32i: 256 bytes per block.
-func panelF8() {
-	name := "avxPanelF8"
-	panelHead(name)
-	p("\tVMOVDQU gmPerm<>(SB), Y14")
-	for half := range 2 {
+	p("\tVPCMPEQD Y15, Y15, Y15")
+	p("\tVPSRLD $%d, Y15, Y15", 32-bits) // the code mask in every dword
+	cpw := 32 / bits                     // codes per word
+	for half := range 32 / (4 * cpw) {   // 4-bit: one load of four words; 8-bit: two
 		transpose4(16*half, 8)
 		for i := range 4 {
-			w := 8 + i
-			p("\tVPERMD Y%d, Y14, Y%d", w, w)
-			p("\tVMOVDQU Y%d, %d(DI)", w, 32*(4*half+i))
+			word := 4*half + i
+			for v := range cpw {
+				src := fmt.Sprintf("Y%d", 8+i)
+				if v > 0 {
+					p("\tVPSRLD $%d, %s, Y12", bits*v, src)
+					src = "Y12"
+				}
+				p("\tVPAND Y15, %s, Y12", src)
+				p("\tVCVTDQ2PS Y12, Y12")
+				p("\tVMOVUPS Y12, %d(DI)", 32*(cpw*word+v))
+			}
 		}
 	}
-	panelTail(name, 32, 256)
+	panelTail(name, 4*bits, 1024)
 }
 
 // The kernels' arguments (avxGArgs, offsets below) and registers: AX the
@@ -445,124 +425,98 @@ func intKernel(bits, rows int, gemm bool) {
 }
 
 // f32Kernel writes the float32 kernel of bits (4 or 8; 8 also serves the
-// odd widths, whose panels hold chunks of four codes like 8-bit words) for
-// rows rows of x, over one chunk of groups: per group and pair of weight
-// rows, the one-row kernel's four partial sums per row, a_j += c_j·x_j +
-// c_{j+4}·x_{j+4} per word (4-bit) or a_j += c_j·x_j (8-bit), word by word;
-// at the group's end the pairs' sums (stored in the arguments' scratch)
-// reduced by three horizontal adds to (a0+a1)+(a2+a3), res += s·dot and
-// bias += b·xs. res and bias start at zero (a.first) or from the tile's
-// state, and go back to it, or on the last chunk (a.last) out = res + bias.
-// Separate multiplies and adds, never FMA: the portable loop's (dotF32 +
-// dotBias) bits.
+// odd widths, whose Go-built panels have the same layout) for rows rows of
+// x (at most 3), over one chunk of groups. Each register of sums holds one
+// of the one-row kernel's four partial sums a_j for the eight weight rows
+// (a lane per row): per word, a_j += c_j·x_j + c_{j+4}·x_{j+4} (4-bit) or
+// a_j += c_j·x_j (8-bit), the codes from the float32 panel and x_j
+// broadcast; at the group's end (a0+a1)+(a2+a3) by vertical adds, then
+// res += s·dot and bias += b·xs in the tile's state (zeroed on the first
+// chunk, a.first); on the last chunk (a.last) out = res + bias. Separate
+// multiplies and adds, never FMA: the portable loop's (dotF32 + dotBias)
+// bits.
 //
-// x is interleaved by rows, each four values twice ([word][R][x0-3 x0-3
-// x4-7 x4-7] for 4-bit, [word][R][x0-3 x0-3] otherwise): the rows' words
-// are one stream that the chunk keeps in L1, and the multiplies take x
-// from memory.
-//
-// Registers: Y0.. the rows' partial sums of the current pair, Y4 and Y5
-// the pair's codes as float32, Y6 and Y7 scratch, Y8.. res, Y12.. bias;
-// R13 walks the panel and CX x within a pair's pass over the group; DX
-// the tile's state.
+// Registers: Y(4r+j) the sums a_j of row r, Y12 and Y13 the codes, Y14
+// and Y15 scratch; x rows at DI (R9 apart); R10 the words left; DX the
+// tile's state (res then bias, 32 bytes each, per row).
 func f32Kernel(bits, rows int) {
 	name := fmt.Sprintf("qgemmF32B%dR%d", bits, rows)
-	Acc := func(r int) string { return fmt.Sprintf("Y%d", r) }
-	Res := func(r int) string { return fmt.Sprintf("Y%d", 8+r) }
-	Bias := func(r int) string { return fmt.Sprintf("Y%d", 12+r) }
-	pair := func(r, pr int) string { return fmt.Sprintf("%d(AX)", aTmp+128*r+32*pr) }
+	A := func(r, j int) string { return fmt.Sprintf("Y%d", 4*r+j) }
 	state := func(r, i int) string { return fmt.Sprintf("%d(DX)", 32*(2*r+i)) }
-	wstep, xstep := 64, 64 // panel bytes per word, x bytes per word and row
+	cpw := 32 / bits // codes per word (odd widths: chunks of four)
 	if bits != 4 {
-		wstep, xstep = 32, 32
+		cpw = 4
 	}
 	kernelHead(name, false)
-	// DX = state + SI·2·R·32.
 	p("\tMOVQ SI, DX")
-	p("\tSHLQ $%d, DX", 8) // 2·R·32 = 256
+	p("\tSHLQ $8, DX")
 	p("\tADDQ %d(AX), DX", aState)
 	p("\tCMPQ %d(AX), $0", aFirst)
-	p("\tJEQ %s_load", name)
+	p("\tJEQ %s_group", name)
+	p("\tVXORPS Y0, Y0, Y0")
 	for r := range rows {
-		p("\tVXORPS %s, %s, %s", Res(r), Res(r), Res(r))
-		p("\tVXORPS %s, %s, %s", Bias(r), Bias(r), Bias(r))
-	}
-	p("\tJMP %s_group", name)
-	p("%s_load:", name)
-	for r := range rows {
-		p("\tVMOVUPS %s, %s", state(r, 0), Res(r))
-		p("\tVMOVUPS %s, %s", state(r, 1), Bias(r))
+		p("\tVMOVUPS Y0, %s", state(r, 0))
+		p("\tVMOVUPS Y0, %s", state(r, 1))
 	}
 	p("%s_group:", name)
-	for pr := range 4 {
-		for r := range rows {
-			p("\tVXORPS %s, %s, %s", Acc(r), Acc(r), Acc(r))
-		}
-		if bits == 4 {
-			p("\tLEAQ %d(R8), R13", 16*pr)
-		} else {
-			p("\tLEAQ %d(R8), R13", 8*pr)
-		}
-		p("\tMOVQ DI, CX")
-		p("\tMOVQ %d(AX), R10", aUpg)
-		p("%s_p%d:", name, pr)
-		p("\tVPMOVZXBD (R13), Y4")
-		p("\tVCVTDQ2PS Y4, Y4")
-		if bits == 4 {
-			p("\tVPMOVZXBD 8(R13), Y5")
-			p("\tVCVTDQ2PS Y5, Y5")
-		}
-		for r := range rows {
-			p("\tVMULPS %d(CX), Y4, Y6", xstep*r)
-			if bits == 4 {
-				p("\tVMULPS %d(CX), Y5, Y7", xstep*r+32)
-				p("\tVADDPS Y7, Y6, Y6")
-			}
-			p("\tVADDPS Y6, %s, %s", Acc(r), Acc(r))
-		}
-		p("\tADDQ $%d, R13", wstep)
-		p("\tADDQ $%d, CX", xstep*R)
-		p("\tDECQ R10")
-		p("\tJNZ %s_p%d", name, pr)
-		for r := range rows {
-			p("\tVMOVUPS %s, %s", Acc(r), pair(r, pr))
+	for r := range rows {
+		for j := range 4 {
+			p("\tVXORPS %s, %s, %s", A(r, j), A(r, j), A(r, j))
 		}
 	}
-	// Group end: R8 and DI move past the group (R13 and CX are there).
-	p("\tLEAQ %d(R13), R8", -16*3*boolInt(bits == 4)-8*3*boolInt(bits != 4))
-	p("\tMOVQ CX, DI")
+	p("\tMOVQ %d(AX), R10", aUpg)
+	p("%s_word:", name)
+	for j := range 4 {
+		p("\tVMOVUPS %d(R8), Y12", 32*j)
+		if bits == 4 {
+			p("\tVMOVUPS %d(R8), Y13", 32*(j+4))
+		}
+		for r := range rows {
+			p("\tVBROADCASTSS %s, Y14", xrow("DI", r, 4*j))
+			p("\tVMULPS Y12, Y14, Y14")
+			if bits == 4 {
+				p("\tVBROADCASTSS %s, Y15", xrow("DI", r, 4*(j+4)))
+				p("\tVMULPS Y13, Y15, Y15")
+				p("\tVADDPS Y15, Y14, Y14")
+			}
+			p("\tVADDPS Y14, %s, %s", A(r, j), A(r, j))
+		}
+	}
+	p("\tADDQ $%d, R8", 32*cpw)
+	p("\tADDQ $%d, DI", 4*cpw)
+	p("\tDECQ R10")
+	p("\tJNZ %s_word", name)
 	for r := range rows {
-		p("\tVMOVUPS %s, Y0", pair(r, 0))
-		p("\tVMOVUPS %s, Y1", pair(r, 1))
-		p("\tVMOVUPS %s, Y2", pair(r, 2))
-		p("\tVMOVUPS %s, Y3", pair(r, 3))
-		p("\tVHADDPS Y1, Y0, Y4")
-		p("\tVHADDPS Y3, Y2, Y5")
-		p("\tVHADDPS Y5, Y4, Y4")
-		p("\tVMULPS (BX), Y4, Y4")
-		p("\tVADDPS Y4, %s, %s", Res(r), Res(r))
-		p("\tVBROADCASTSS %d(R14), Y5", 4*r)
-		p("\tVMULPS (BX)(R12*1), Y5, Y5")
-		p("\tVADDPS Y5, %s, %s", Bias(r), Bias(r))
+		p("\tVADDPS %s, %s, Y12", A(r, 1), A(r, 0))
+		p("\tVADDPS %s, %s, Y13", A(r, 3), A(r, 2))
+		p("\tVADDPS Y13, Y12, Y12")
+		p("\tVMULPS (BX), Y12, Y12")
+		p("\tVADDPS %s, Y12, Y12", state(r, 0))
+		p("\tVMOVUPS Y12, %s", state(r, 0))
+		p("\tVBROADCASTSS %d(R14), Y13", 4*r)
+		p("\tVMULPS (BX)(R12*1), Y13, Y13")
+		p("\tVADDPS %s, Y13, Y13", state(r, 1))
+		p("\tVMOVUPS Y13, %s", state(r, 1))
 	}
 	p("\tADDQ $32, BX")
-	p("\tADDQ $%d, R14", 4*R)
+	p("\tADDQ $%d, R14", 4*f32Set)
 	p("\tDECQ R11")
 	p("\tJNZ %s_group", name)
 	p("\tCMPQ %d(AX), $0", aLast)
 	p("\tJNE %s_last", name)
-	for r := range rows {
-		p("\tVMOVUPS %s, %s", Res(r), state(r, 0))
-		p("\tVMOVUPS %s, %s", Bias(r), state(r, 1))
-	}
 	p("\tINCQ SI")
 	p("\tJMP %s_tile", name)
 	p("%s_last:", name)
 	for r := range rows {
-		p("\tVADDPS %s, %s, %s", Bias(r), Res(r), Res(r))
+		p("\tVMOVUPS %s, Y%d", state(r, 0), 8+r)
+		p("\tVADDPS %s, Y%d, Y%d", state(r, 1), 8+r, 8+r)
 	}
 	kernelTail(name, rows, 8)
 }
+
+// f32Set is the most rows of x a float32 kernel takes (and the lanes per
+// group of the interleaved group sums it reads).
+const f32Set = 3
 
 func boolInt(v bool) int {
 	if v {
@@ -577,12 +531,14 @@ func main() {
 	header()
 	panelI4()
 	panelI8()
-	panelF4()
-	panelF8()
+	panelF(4)
+	panelF(8)
 	for _, bits := range []int{4, 8} {
 		for rows := 1; rows <= R; rows++ {
 			intKernel(bits, rows, true)
 			intKernel(bits, rows, false)
+		}
+		for rows := 1; rows <= f32Set; rows++ {
 			f32Kernel(bits, rows)
 		}
 	}

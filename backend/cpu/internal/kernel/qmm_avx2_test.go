@@ -12,29 +12,34 @@ import (
 
 // TestAVX2GemmEqualsRows holds the m-blocked kernels (qmm_avx2_amd64.s) to
 // the one-row kernels they replace (qavxF32B*, qavxQ8B*, qavxG8B*) bit for
-// bit: 2-, 3-, 4-, 5-, 6- and 8-bit weights, groups of 32, 64 and 128,
-// float32, bfloat16 and float16 scales, the three forms (reference, fast
-// one-row order, and for 4 and 8 bits the fast GEMM order), rows of x with
-// every remainder of four, x and the output inside NaN guards, rounded and
-// unrounded, 1 and 3 threads.
+// bit: 2-, 3-, 4-, 5-, 6- and 8-bit weights, groups of 32, 64 and 128, the
+// three forms (reference, fast one-row order, and for 4 and 8 bits the
+// fast GEMM order), rows of x with every remainder of four and of three,
+// float32, bfloat16 and float16 scales in turn over them (each dtype
+// meets several row counts), one and several chunks of groups, x and the
+// output inside NaN guards, rounded and unrounded, 1 and 3 threads.
 func TestAVX2GemmEqualsRows(t *testing.T) {
 	needAVX2(t)
-	for _, c := range avxCases() {
-		for _, k := range []int{256, 576, 1536} {
-			if k%c.gs != 0 {
-				continue
-			}
-			for _, form := range []string{"f32", "q8", "gemm"} {
-				if form == "gemm" && c.bits != 4 && c.bits != 8 {
-					continue // the int8 GEMM takes 4- and 8-bit weights
+	dts := []string{"f32", "bf16", "f16"}
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, gs := range []int{32, 64, 128} {
+			for _, k := range []int{576, 1536} {
+				if k%gs != 0 {
+					continue
 				}
-				for _, m := range []int{2, 3, 4, 5, 7, 8, 9, 17} {
-					n := 43
-					if m == 9 {
-						n = 136
+				for _, form := range []string{"f32", "q8", "gemm"} {
+					if form == "gemm" && bits != 4 && bits != 8 {
+						continue // the int8 GEMM takes 4- and 8-bit weights
 					}
-					name := fmt.Sprintf("b%dg%d/%s/%s/%s", c.bits, c.gs, c.dt, dims(m, n, k), form)
-					t.Run(name, func(t *testing.T) { noAVX512(func() { testAVX2GemmEqualsRows(t, c, m, n, k, form, name) }) })
+					for i, m := range []int{2, 3, 4, 5, 7, 8, 9, 17} {
+						n := 43
+						if m == 9 {
+							n = 136
+						}
+						c := avxCase{bits, gs, dts[(i+k/576)%3]}
+						name := fmt.Sprintf("b%dg%d/%s/%s/%s", c.bits, c.gs, c.dt, dims(m, n, k), form)
+						t.Run(name, func(t *testing.T) { noAVX512(func() { testAVX2GemmEqualsRows(t, c, m, n, k, form, name) }) })
+					}
 				}
 			}
 		}

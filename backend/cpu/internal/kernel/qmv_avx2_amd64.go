@@ -243,10 +243,14 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	var gj *avxGemmJob
 	per := avxTileRows / 8
 	if useGemm {
-		avxInterleave(s, m, k, gpr, q8)
+		set := avxGR
+		if !q8 {
+			set = f32Set
+		}
+		avxInterleave(s, m, k, gpr, set, q8)
 		gj = &avxGemmJob{kern: kern2, build: build, blk: blk, dst: dst, wq: wq, s: s,
 			x: ptr(x), xstr: uintptr(4 * k), m: m, n: n, k: k, wpr: wpr, gpr: gpr, gpad: gpad,
-			upg: gs / 4, round: round, rk: rk}
+			upg: gs / 4, set: set, round: round, rk: rk}
 		if bits == 4 {
 			gj.upg = gs / 8
 		}
@@ -257,12 +261,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		case q8:
 			gj.x, gj.xstr, gj.upg = ptr(s.x16), uintptr(2*k), gs/32
 		default:
-			wf := 4
-			if bits == 4 {
-				wf = 8
-			}
-			avxInterleaveX(s, x, m, k, wf)
-			gj.x, gj.f32 = ptr(s.xi), true
+			gj.f32 = true
 		}
 		per = max(1, min(per, avxGemmPanelBytes/(k/32*blk)))
 	}
@@ -332,7 +331,7 @@ type avxState struct {
 	xqn, xq     []int8
 	x16         []int16
 	x32         []int32
-	gxs, gd, xi []float32 // the m-blocked kernels: group sums, block scales and (float32) x, interleaved (avxInterleave, avxInterleaveX)
+	gxs, gd     []float32 // the m-blocked kernels: group sums and block scales of x, interleaved (avxInterleave)
 	panel       []byte    // (per worker) the m-blocked kernels' panels
 	state       []float32 // (per worker) the float32 m-blocked kernels' sums between chunks
 }
