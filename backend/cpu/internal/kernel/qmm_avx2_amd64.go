@@ -261,6 +261,11 @@ func qgemmF32B8R3(a *avxGArgs)
 // compare with the one-row kernels).
 var avxGemmOn = true
 
+// avxGemmOddRows is the fewest rows of x for which the widths 2, 3, 5 and
+// 6 take the m-blocked kernels: their panels are built in Go, at a few
+// nanoseconds a code, which only many rows of x repay (tests lower it).
+var avxGemmOddRows = 64
+
 // avxGemmPanelBytes bounds the panels a worker builds per chunk of tiles
 // (they stay in L2 while every row of x runs against them).
 const avxGemmPanelBytes = 256 << 10
