@@ -6,28 +6,29 @@ import "unsafe"
 
 // The m-blocked AVX2 kernels (qmm_avx2_amd64.s, written by qmm_avx2_gen.go)
 // for two or more rows of x: the codes of a tile of eight weight rows are
-// unpacked once per call into a panel, and up to four rows of x run
-// against it at a time, each loaded code vector serving all of them. Every
-// output keeps the float32 operations and order of the one-row kernels of
-// qmv_avx2_amd64.s (the integer block sums are exact in any order), so
-// the results are theirs bit for bit: dotF32 + dotBias (reference),
-// dotQ8 + dotBias (fast, one-row form) or q8BlockDot (fast, the GEMM).
+// unpacked once per call into a panel, and up to four (int8) or three
+// (float32) rows of x run against it at a time, each loaded code vector
+// serving all of them. Every output keeps the float32 operations and order
+// of the one-row kernels of qmv_avx2_amd64.s (the integer block sums are
+// exact in any order), so the results are theirs bit for bit: dotF32 +
+// dotBias (reference), dotQ8 + dotBias (fast, one-row form) or
+// q8BlockDot (fast, the GEMM).
 
 // avxGArgs are the arguments of the m-blocked kernels (offsets fixed in
 // qmm_avx2_gen.go): panel the first tile's panel, pstr the bytes between
 // tiles' panels; x row 0 of the rows of x (the int8 kernels: avxPrepQ8's
 // layout; float32 kernels: natural order), xstr the bytes between rows;
-// d and xs the block scales and group sums of the R rows interleaved
-// ([block][avxGR], [group][avxGR] float32); s the first tile's staged
-// scales (avxStage), boff the bytes from the staged scales to the staged
-// biases, gstr the bytes between tiles' staged values; ngrp groups of upg
-// blocks (int8) or words (float32: 4-bit 8 codes, else 4); out row 0's
-// output of the first tile (eight floats per tile), ostr the bytes between
-// output rows; ntile tiles. The float32 kernels run one chunk of groups
-// per call: res and bias of
-// each tile and row start at zero (first) or from state (2·avxGR·8 floats
-// per tile) and go back there, or on the last chunk (last) to out. tmp is
-// the kernels' scratch.
+// d and xs the block scales and group sums of the rows interleaved by
+// avxInterleave ([block][set], [group][set] float32); s the first tile's
+// staged scales (avxStage), boff the bytes from the staged scales to the
+// staged biases, gstr the bytes between tiles' staged values; ngrp groups
+// of upg blocks (int8) or words (float32: 4-bit 8 codes, else 4); out row
+// 0's output of the first tile (eight floats per tile), ostr the bytes
+// between output rows; ntile tiles. The float32 kernels run one chunk of
+// groups per call: the res and bias sums of each tile and row (in state,
+// 2·avxGR·8 floats per tile) start at zero on the first chunk (first) and
+// go to out, res + bias, on the last (last). tmp is the dotQ8-order
+// kernels' scratch (their bias sums).
 type avxGArgs struct {
 	panel unsafe.Pointer      // 0
 	pstr  uintptr             // 8

@@ -7,20 +7,18 @@
 // qmm_avx2_amd64.s); without -o it writes to standard output (TestGenerated
 // compares that output with the committed file).
 //
-// A tile of eight weight rows is first unpacked into a panel (one code per
-// byte, or per int16 for the 8-bit int8 kernels) in the layout its kernel
-// reads, once per call; the kernels then run up to four rows of x against
+// A tile of eight weight rows is first unpacked into a panel in the layout
+// its kernel reads, once per call (int8 kernels: one code per byte, or per
+// int16 for 8-bit weights; float32 kernels: the codes as float32); the
+// kernels then run up to four (int8) or three (float32) rows of x against
 // the panel, each code vector loaded once for all of them. Per output the
 // float32 operations are those of the one-row kernels of
 // qmv_avx2_amd64.s, in the same order (the same bits): the blocking only
-// shares the unpacking.
+// shares the unpacking, and the integer block sums are exact in any order.
 //
-// Lane order. The int8 panels put the eight rows of a tile in the lanes
-// r0 r2 r4 r6 r1 r3 r5 r7, the order in which the driver stages the scales
-// and biases (avxStage); the float32 panels keep the one-row kernels'
-// pairs of rows (row 2p in the low half of a register, 2p+1 in the high
-// half, four partial sums each), whose three horizontal adds end in the
-// same lane order. The results go back to row order with one VPERMPS.
+// Lane order. The panels put the eight rows of a tile in the lanes r0 r2
+// r4 r6 r1 r3 r5 r7, the order in which the driver stages the scales and
+// biases (avxStage); the results go back to row order with one VPERMPS.
 package main
 
 import (
@@ -260,7 +258,7 @@ const (
 	aState = 112
 	aFirst = 120
 	aLast  = 128
-	aTmp   = 160
+	aTmp   = 160 // the dotQ8-order kernels' bias sums, 32 bytes a row
 )
 
 // kernelHead writes the kernel's prologue and the start of its tile loop.
