@@ -208,7 +208,11 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	s := avxPool.Get().(*avxState)
 	defer avxPool.Put(s)
 	s.xs = grow(s.xs, m*gpr)
-	groupSums(s.xs, x, m, k, gs)
+	// The group sums, split across the workers by rows (each its own
+	// sequential loops: the same bits).
+	parallelFor(m, max(1, 8192/k), func(lo, hi int) {
+		groupSumsFlat(s.xs[lo*gpr:hi*gpr], x[lo*k:hi*k], (hi-lo)*gpr, gs)
+	})
 	kern := avxKernels[avxBitsIndex(bits)]
 	switch {
 	case gemm:
@@ -359,7 +363,7 @@ var avxPool = sync.Pool{New: func() any { return new(avxState) }}
 // block of 32 the 16 even codes then the 16 odd ones (the low and high
 // nibbles of the block's weight bytes) in s.xq; 8-bit, the codes as int16
 // in s.x16; other widths as int32 in s.x32. avxQuantQ8 does both in one
-// pass with the same bits.
+// pass with the same bits, the blocks split across the workers.
 func avxPrepQ8(s *avxState, x []float32, n, bits int) {
 	s.xqn, s.dx = grow(s.xqn, n), grow(s.dx, n/32)
 	nb := n / 32
@@ -367,17 +371,23 @@ func avxPrepQ8(s *avxState, x []float32, n, bits int) {
 		return
 	}
 	_ = x[nb*32-1]
+	var lay unsafe.Pointer
+	mode, esz := 32, 4 // the layout's mode and bytes per code
 	switch bits {
 	case 4:
 		s.xq = grow(s.xq, n)
-		avxQuantQ8(&x[0], &s.xqn[0], &s.dx[0], nb, unsafe.Pointer(&s.xq[0]), 4, q8Max(bits))
+		lay, mode, esz = unsafe.Pointer(&s.xq[0]), 4, 1
 	case 8:
 		s.x16 = grow(s.x16, n)
-		avxQuantQ8(&x[0], &s.xqn[0], &s.dx[0], nb, unsafe.Pointer(&s.x16[0]), 8, q8Max(bits))
+		lay, mode, esz = unsafe.Pointer(&s.x16[0]), 8, 2
 	default:
 		s.x32 = grow(s.x32, n)
-		avxQuantQ8(&x[0], &s.xqn[0], &s.dx[0], nb, unsafe.Pointer(&s.x32[0]), 32, q8Max(bits))
+		lay = unsafe.Pointer(&s.x32[0])
 	}
+	// Blocks are independent: split across the workers (the same bytes).
+	parallelFor(nb, 256, func(lo, hi int) {
+		avxQuantQ8(&x[32*lo], &s.xqn[32*lo], &s.dx[lo], hi-lo, unsafe.Add(lay, 32*lo*esz), mode, q8Max(bits))
+	})
 }
 
 // avxLanes are the weight rows of a tile in the kernels' lane order.
