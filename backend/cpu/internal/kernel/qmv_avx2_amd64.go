@@ -208,7 +208,11 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	s := avxPool.Get().(*avxState)
 	defer avxPool.Put(s)
 	s.xs = grow(s.xs, m*gpr)
-	groupSums(s.xs, x, m, k, gs)
+	// The group sums, split across the workers by rows (each its own
+	// sequential loops: the same bits).
+	parallelFor(m, max(1, 8192/k), func(lo, hi int) {
+		groupSumsFlat(s.xs[lo*gpr:hi*gpr], x[lo*k:hi*k], (hi-lo)*gpr, gs)
+	})
 	kern := avxKernels[avxBitsIndex(bits)]
 	switch {
 	case gemm:
@@ -220,9 +224,15 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	if bits != 4 && bits != 8 {
 		upg = gs / 8 // chunks of eight codes
 	}
+	kern2, build, blk := avxGemmKind(bits, q8, gemm)
+	useGemm := avxGemmOn && kern2 != nil && (m >= 2 && (bits == 4 || bits == 8) || m >= avxGemmOddRows)
 	if q8 {
 		upg = gs / 32 // blocks of 32
-		avxPrepQ8(s, x, m*k, bits)
+		if useGemm && bits != 4 {
+			avxPrepQ8(s, x, m*k, 8) // the m-blocked kernels take x as int16 for every width but 4
+		} else {
+			avxPrepQ8(s, x, m*k, bits)
+		}
 	}
 	n8 := n &^ 7
 	if bits != 4 && bits != 8 {
@@ -232,10 +242,36 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		n8 = (n - 1) &^ 7
 	}
 	rk := roundKind(round)
+	// Two or more rows of x: the m-blocked kernels (qmm_avx2_amd64.go)
+	// where they cover the width, the same bits.
+	var gj *avxGemmJob
+	per := avxTileRows / 8
+	if useGemm {
+		set := avxGR
+		if !q8 {
+			set = f32Set
+		}
+		avxInterleave(s, m, k, gpr, set, q8)
+		gj = &avxGemmJob{kern: kern2, build: build, blk: blk, dst: dst, wq: wq, s: s,
+			x: ptr(x), xstr: uintptr(4 * k), m: m, n: n, k: k, wpr: wpr, gpr: gpr, gpad: gpad,
+			upg: gs / 4, set: set, round: round, rk: rk}
+		if bits == 4 {
+			gj.upg = gs / 8
+		}
+		gj.gs = gs
+		switch {
+		case q8 && bits == 4:
+			gj.x, gj.xstr, gj.upg = ptr(s.xq), uintptr(k), gs/32
+		case q8:
+			gj.x, gj.xstr, gj.upg = ptr(s.x16), uintptr(2*k), gs/32
+		default:
+			gj.f32 = true
+		}
+		per = max(1, min(per, avxGemmPanelBytes/(k/32*blk)))
+	}
 	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
 		ws := avxPool.Get().(*avxState)
 		defer avxPool.Put(ws)
-		per := avxTileRows / 8
 		for t0 := lo; t0 < hi; t0 += per {
 			t1 := min(t0+per, hi)
 			j0, j1 := 8*t0, 8*t1
@@ -243,6 +279,10 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 			ws.row = grow(ws.row, 2*nv)
 			avxStage(ws.row[:nv], sc, j0, t1-t0, gpr, gpad)
 			avxStage(ws.row[nv:2*nv], bi, j0, t1-t0, gpr, gpad)
+			if gj != nil {
+				avxGemm(gj, ws, t0, t1, ws.row[:2*nv], nv)
+				continue
+			}
 			a := avxArgs{
 				w: ptr(wq[j0*wpr:]), wstr: uintptr(4 * wpr), ngrp: gpr, upg: upg, ntile: t1 - t0,
 				s: ptr(ws.row), b: ptr(ws.row[nv:]), gstr: uintptr(4 * gpad),
@@ -289,12 +329,15 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 
 // avxState is the pooled per-call scratch: the group sums of x, x
 // quantized (natural order, and in the kernels' layout), the block scales,
-// and a worker's float32 scales and biases.
+// a worker's float32 scales and biases, and the m-blocked kernels' data.
 type avxState struct {
 	xs, dx, row []float32
 	xqn, xq     []int8
 	x16         []int16
 	x32         []int32
+	gxs, gd     []float32 // the m-blocked kernels: group sums and block scales of x, interleaved (avxInterleave)
+	panel       []byte    // (per worker) the m-blocked kernels' panels
+	state       []float32 // (per worker) the float32 m-blocked kernels' sums between chunks
 }
 
 // avxKernels and avxKernelsQ8 are the kernels by width (avxBitsIndex),
@@ -320,7 +363,7 @@ var avxPool = sync.Pool{New: func() any { return new(avxState) }}
 // block of 32 the 16 even codes then the 16 odd ones (the low and high
 // nibbles of the block's weight bytes) in s.xq; 8-bit, the codes as int16
 // in s.x16; other widths as int32 in s.x32. avxQuantQ8 does both in one
-// pass with the same bits.
+// pass with the same bits, the blocks split across the workers.
 func avxPrepQ8(s *avxState, x []float32, n, bits int) {
 	s.xqn, s.dx = grow(s.xqn, n), grow(s.dx, n/32)
 	nb := n / 32
@@ -328,17 +371,23 @@ func avxPrepQ8(s *avxState, x []float32, n, bits int) {
 		return
 	}
 	_ = x[nb*32-1]
+	var lay unsafe.Pointer
+	mode, esz := 32, 4 // the layout's mode and bytes per code
 	switch bits {
 	case 4:
 		s.xq = grow(s.xq, n)
-		avxQuantQ8(&x[0], &s.xqn[0], &s.dx[0], nb, unsafe.Pointer(&s.xq[0]), 4, q8Max(bits))
+		lay, mode, esz = unsafe.Pointer(&s.xq[0]), 4, 1
 	case 8:
 		s.x16 = grow(s.x16, n)
-		avxQuantQ8(&x[0], &s.xqn[0], &s.dx[0], nb, unsafe.Pointer(&s.x16[0]), 8, q8Max(bits))
+		lay, mode, esz = unsafe.Pointer(&s.x16[0]), 8, 2
 	default:
 		s.x32 = grow(s.x32, n)
-		avxQuantQ8(&x[0], &s.xqn[0], &s.dx[0], nb, unsafe.Pointer(&s.x32[0]), 32, q8Max(bits))
+		lay = unsafe.Pointer(&s.x32[0])
 	}
+	// Blocks are independent: split across the workers (the same bytes).
+	parallelFor(nb, 256, func(lo, hi int) {
+		avxQuantQ8(&x[32*lo], &s.xqn[32*lo], &s.dx[lo], hi-lo, unsafe.Add(lay, 32*lo*esz), mode, q8Max(bits))
+	})
 }
 
 // avxLanes are the weight rows of a tile in the kernels' lane order.
