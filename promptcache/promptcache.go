@@ -17,10 +17,12 @@
 // "2.<j>.1" name the j-th scalar array and its kind ("scalar", "string" or
 // "none").
 //
-// mlx_lm 0.32.2's KVCache state is (keys, values, offset); other cache
-// classes (RotatingKVCache, QuantizedKVCache, ...) hold other states. mlxgo
-// has only the full KVCache ([nn.FullKVCache]): a file naming another class
-// is an error naming it.
+// mlx_lm 0.32.2's KVCache state is (keys, values, offset). Its
+// RotatingKVCache state ([nn.RotatingKVCache]) is (keys, values, offset,
+// keep, max_size, _idx): "i.0" and "i.1" the buffers [B, Hk, slots, D] in
+// slot order (rotated, not temporal), "i.2" to "i.5" 0-d int32 scalars,
+// each noted. Other classes (QuantizedKVCache, ...) hold other states: a
+// file naming one is an error naming it.
 package promptcache
 
 import (
@@ -40,10 +42,32 @@ import (
 // KVCacheClass is mlx_lm's class name of the full KV cache.
 const KVCacheClass = "KVCache"
 
-// Layer is one layer's cache state as stored: mlx_lm's KVCache.state.
+// RotatingKVCacheClass is mlx_lm's class name of the rotating KV cache.
+const RotatingKVCacheClass = "RotatingKVCache"
+
+// Layer is one layer's cache state as stored: mlx_lm's KVCache.state, or
+// RotatingKVCache.state when Class is RotatingKVCacheClass.
 type Layer struct {
+	// Class is KVCacheClass (or "", the same) or RotatingKVCacheClass.
+	Class        string
 	Keys, Values *tensor.Dense // [B, Hk, capacity, D]
-	Offset       int           // the tokens stored: slots [0, Offset)
+	// Offset is the tokens seen: for the full cache the tokens stored in
+	// slots [0, Offset).
+	Offset int
+	// Keep, MaxSize and Index are a rotating cache's keep, max_size and
+	// _idx (the write index); zero for the full cache.
+	Keep, MaxSize, Index int
+}
+
+// rotating reports whether l is a rotating cache's state.
+func (l *Layer) rotating() bool { return l.Class == RotatingKVCacheClass }
+
+// stateLen is the length of the layer's mlx_lm state tuple.
+func stateLen(class string) int {
+	if class == RotatingKVCacheClass {
+		return 6
+	}
+	return 3
 }
 
 // File is a prompt cache file's contents.
@@ -116,7 +140,13 @@ func (f *File) Caches(b backend.Backend) (caches []nn.KVCache, err error) {
 	}()
 	for i, l := range f.Layers {
 		k, v := b.FromHost(l.Keys), b.FromHost(l.Values)
-		c, err := nn.RestoreFullKVCache(b, k, v, l.Offset)
+		var c nn.KVCache
+		var err error
+		if l.rotating() {
+			c, err = nn.RestoreRotatingKVCache(b, k, v, l.Offset, l.Keep, l.MaxSize, l.Index)
+		} else {
+			c, err = nn.RestoreFullKVCache(b, k, v, l.Offset)
+		}
 		if err != nil {
 			b.Release(k, v)
 			return caches, fmt.Errorf("layer %d: %w", i, err)
@@ -192,24 +222,24 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 		if !ok {
 			return nil, fmt.Errorf("the metadata names cache classes of %d layers but not of layer %d", n, i)
 		}
-		if c != KVCacheClass {
-			return nil, fmt.Errorf("layer %d is a %s; mlxgo reads only mlx_lm's full %s", i, c, KVCacheClass)
+		if c != KVCacheClass && c != RotatingKVCacheClass {
+			return nil, fmt.Errorf("layer %d is a %s; mlxgo reads only mlx_lm's %s and %s", i, c, KVCacheClass, RotatingKVCacheClass)
 		}
 	}
 	for _, j := range slices.Sorted(maps.Keys(scalars)) {
 		if s := scalars[j]; s[1] != "scalar" {
-			return nil, fmt.Errorf("scalar note 2.%d: array %q is a %q, want a KVCache offset (\"scalar\")", j, s[0], s[1])
+			return nil, fmt.Errorf("scalar note 2.%d: array %q is a %q, want a cache's integer (\"scalar\")", j, s[0], s[1])
 		}
 	}
 	want := map[string]bool{}
 	for i := range n {
-		for _, p := range []string{"0", "1", "2"} {
-			want[fmt.Sprintf("%d.%s", i, p)] = true
+		for p := range stateLen(classes[i]) {
+			want[fmt.Sprintf("%d.%d", i, p)] = true
 		}
 	}
 	for _, name := range st.Names() {
 		if !want[name] {
-			return nil, fmt.Errorf("array %q is not part of a KVCache state (want <layer>.0 keys, .1 values, .2 offset for layers 0..%d)", name, n-1)
+			return nil, fmt.Errorf("array %q is not part of a cache state (want <layer>.0 keys, .1 values, .2 offset, and for a RotatingKVCache .3 keep, .4 max_size, .5 _idx, for layers 0..%d)", name, n-1)
 		}
 	}
 	noted := map[string]bool{}
@@ -224,7 +254,7 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 			}
 			return st.TensorCopy(name)
 		}
-		var l Layer
+		l := Layer{Class: classes[i]}
 		var err error
 		if l.Keys, err = get("0"); err != nil {
 			return nil, err
@@ -232,17 +262,26 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 		if l.Values, err = get("1"); err != nil {
 			return nil, err
 		}
-		off, err := get("2")
-		if err != nil {
-			return nil, err
+		var ints []float64
+		for p := 2; p < stateLen(l.Class); p++ {
+			name := fmt.Sprintf("%d.%d", i, p)
+			x, err := get(strconv.Itoa(p))
+			if err != nil {
+				return nil, err
+			}
+			if !noted[name] {
+				return nil, fmt.Errorf("layer %d: %s (%s) is not noted as a scalar in the metadata", i, name, stateNames[p])
+			}
+			if len(x.Shape) != 0 || (x.DType != tensor.I32 && x.DType != tensor.I64) {
+				return nil, fmt.Errorf("layer %d: %s %s is %v %v, want a 0-d integer", i, stateNames[p], name, x.DType, x.Shape)
+			}
+			v := x.ToFloat64()[0]
+			if v < 0 || v > 1<<40 {
+				return nil, fmt.Errorf("layer %d: %s %s is %v, want a non-negative integer", i, stateNames[p], name, v)
+			}
+			ints = append(ints, v)
 		}
-		if !noted[fmt.Sprintf("%d.2", i)] {
-			return nil, fmt.Errorf("layer %d: the offset %d.2 is not noted as a scalar in the metadata", i, i)
-		}
-		if len(off.Shape) != 0 || (off.DType != tensor.I32 && off.DType != tensor.I64) {
-			return nil, fmt.Errorf("layer %d: offset %d.2 is %v %v, want a 0-d integer", i, i, off.DType, off.Shape)
-		}
-		o := off.ToFloat64()[0]
+		o := ints[0]
 		ks, vs := l.Keys.Shape, l.Values.Shape
 		if len(ks) != 4 || len(vs) != 4 || ks[0] != vs[0] || ks[1] != vs[1] || ks[2] != vs[2] {
 			return nil, fmt.Errorf("layer %d: keys %v and values %v, want [B, Hk, capacity, D] with the same B, Hk and capacity", i, ks, vs)
@@ -250,14 +289,22 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 		if !l.Keys.DType.IsFloat() || l.Keys.DType != l.Values.DType {
 			return nil, fmt.Errorf("layer %d: keys %v, values %v, want one float dtype", i, l.Keys.DType, l.Values.DType)
 		}
-		if o < 0 || o > float64(ks[2]) {
+		l.Offset = int(o)
+		if l.rotating() {
+			l.Keep, l.MaxSize, l.Index = int(ints[1]), int(ints[2]), int(ints[3])
+			if err := nn.CheckRotatingState(ks[2], l.Offset, l.Keep, l.MaxSize, l.Index); err != nil {
+				return nil, fmt.Errorf("layer %d: RotatingKVCache state: %w", i, err)
+			}
+		} else if o > float64(ks[2]) {
 			return nil, fmt.Errorf("layer %d: offset %v, want 0 <= offset <= capacity %d", i, o, ks[2])
 		}
-		l.Offset = int(o)
 		f.Layers = append(f.Layers, l)
 	}
 	return f, nil
 }
+
+// stateNames names the integers of the state tuples by position.
+var stateNames = map[int]string{2: "offset", 3: "keep", 4: "max_size", 5: "_idx"}
 
 // index parses a non-negative decimal index of a metadata key.
 func index(s, key string) (int, error) {
@@ -269,16 +316,22 @@ func index(s, key string) (int, error) {
 }
 
 // FromCaches reads caches (one nn.KVCache per layer, each an
-// *nn.FullKVCache holding at least one token) back to the host as a File
-// with metadata. Call it on b's thread.
+// *nn.FullKVCache or *nn.RotatingKVCache holding at least one token) back
+// to the host as a File with metadata. Call it on b's thread.
 func FromCaches(b backend.Backend, caches []nn.KVCache, metadata map[string]string) (*File, error) {
 	f := &File{Metadata: maps.Clone(metadata)}
 	if f.Metadata == nil {
 		f.Metadata = map[string]string{}
 	}
 	for i, c := range caches {
-		if _, ok := c.(*nn.FullKVCache); !ok {
-			return nil, fmt.Errorf("layer %d: a %T cache; mlx_lm's prompt cache files hold the full KVCache only", i, c)
+		var l Layer
+		switch c := c.(type) {
+		case *nn.FullKVCache:
+			l.Class = KVCacheClass
+		case *nn.RotatingKVCache:
+			l = Layer{Class: RotatingKVCacheClass, Keep: c.Keep(), MaxSize: c.MaxSize(), Index: c.Index()}
+		default:
+			return nil, fmt.Errorf("layer %d: a %T cache; prompt cache files hold mlx_lm's KVCache and RotatingKVCache only", i, c)
 		}
 		st := c.State()
 		if len(st) != 2 {
@@ -292,14 +345,16 @@ func FromCaches(b backend.Backend, caches []nn.KVCache, metadata map[string]stri
 		if err != nil {
 			return nil, fmt.Errorf("layer %d values: %w", i, err)
 		}
-		f.Layers = append(f.Layers, Layer{Keys: k, Values: v, Offset: c.Offset()})
+		l.Keys, l.Values, l.Offset = k, v, c.Offset()
+		f.Layers = append(f.Layers, l)
 	}
 	return f, nil
 }
 
 // Write writes f to path as mlx_lm's save_prompt_cache does: the arrays
-// "<layer>.0", ".1", ".2" (keys, values, offset as a 0-d int32) and the
-// metadata "0.<key>" (user), "1.<layer>" ("KVCache") and the scalar notes.
+// "<layer>.0", ".1", ".2" (keys, values, offset as a 0-d int32; for a
+// rotating cache also ".3" keep, ".4" max_size, ".5" _idx) and the metadata
+// "0.<key>" (user), "1.<layer>" (the class) and the scalar notes.
 func (f *File) Write(path string) error {
 	if len(f.Layers) == 0 {
 		return errors.New("promptcache: no layers to write")
@@ -310,12 +365,23 @@ func (f *File) Write(path string) error {
 	}
 	var names []string
 	var ts []*tensor.Dense
+	j := 0
 	for i, l := range f.Layers {
-		meta[fmt.Sprintf("1.%d", i)] = KVCacheClass
-		meta[fmt.Sprintf("2.%d.0", i+1)] = fmt.Sprintf("%d.2", i)
-		meta[fmt.Sprintf("2.%d.1", i+1)] = "scalar"
-		names = append(names, fmt.Sprintf("%d.0", i), fmt.Sprintf("%d.1", i), fmt.Sprintf("%d.2", i))
-		ts = append(ts, l.Keys, l.Values, tensor.FromInt32(tensor.Shape{}, []int32{int32(l.Offset)}))
+		class, ints := KVCacheClass, []int{l.Offset}
+		if l.rotating() {
+			class, ints = RotatingKVCacheClass, []int{l.Offset, l.Keep, l.MaxSize, l.Index}
+		}
+		meta[fmt.Sprintf("1.%d", i)] = class
+		names = append(names, fmt.Sprintf("%d.0", i), fmt.Sprintf("%d.1", i))
+		ts = append(ts, l.Keys, l.Values)
+		for p, v := range ints {
+			j++
+			name := fmt.Sprintf("%d.%d", i, p+2)
+			meta[fmt.Sprintf("2.%d.0", j)] = name
+			meta[fmt.Sprintf("2.%d.1", j)] = "scalar"
+			names = append(names, name)
+			ts = append(ts, tensor.FromInt32(tensor.Shape{}, []int32{int32(v)}))
+		}
 	}
 	return tensor.WriteSafetensors(path, names, ts, meta)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/promptcache"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -81,6 +82,7 @@ type generateFlags struct {
 	ids                       []int32
 	cacheFile                 string            // --prompt-cache-file
 	cache                     *promptcache.File // its contents
+	maxKVSize                 int               // --max-kv-size
 }
 
 // usageError is a bad flag or argument: exit status 2.
@@ -176,6 +178,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
 	fs.StringVar(&f.cacheFile, "prompt-cache-file", "", "a prompt cache (mlxgo cache-prompt, mlx_lm.cache_prompt) whose tokens the prompt continues; --model defaults to the one it was made with")
+	fs.IntVar(&f.maxKVSize, "max-kv-size", 0, "keep at most this many tokens in the KV cache: the first 4 and the latest (mlx_lm's rotating cache; > 4; 0: keep every token)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, generateUsage)
@@ -190,6 +193,9 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if f.maxKVSize != 0 && f.cacheFile != "" {
+		return nil, usagef("--max-kv-size applies to a new cache, not to the caches of --prompt-cache-file")
+	}
 	if f.cacheFile != "" {
 		if err := f.readCache(); err != nil {
 			return nil, err
@@ -210,6 +216,8 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 		err = usagef("--raw, --system, --think and --no-think apply to --prompt text, not to --prompt-ids")
 	case f.think && f.noThink:
 		err = usagef("--think and --no-think are mutually exclusive")
+	case (nn.CacheOptions{MaxKVSize: f.maxKVSize}).Check() != nil:
+		err = usagef("--max-kv-size: %v", (nn.CacheOptions{MaxKVSize: f.maxKVSize}).Check())
 	case f.raw && (f.think || f.noThink || f.system != ""):
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
 	}
@@ -398,8 +406,12 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			return usagef("--prompt-ids: item %d is %d, out of the vocabulary (vocab_size %d in %s/config.json)", i, id, cfg.VocabSize, f.model)
 		}
 	}
+	view, err := m.WithCache(nn.CacheOptions{MaxKVSize: f.maxKVSize})
+	if err != nil {
+		return usagef("--max-kv-size: %v", err)
+	}
 	gen := func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error) {
-		return generate.Generate(m, ids, opts, onToken)
+		return generate.Generate(view, ids, opts, onToken)
 	}
 	if f.cache != nil {
 		s, err := resumeCache(m, f.cache, f.cacheFile, stdout)
