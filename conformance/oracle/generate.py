@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mlx.core as mx  # noqa: E402
 
 import common  # noqa: E402
+import kvcache  # noqa: E402
 import models  # noqa: E402
 import ops  # noqa: E402
 import smollm  # noqa: E402
@@ -38,6 +39,7 @@ def main():
         shutil.rmtree(os.path.join(out, "models"), ignore_errors=True)
         entries += models.generate(os.path.join(out, "models"))
         taps.generate(os.path.join(out, "models"))  # one tap dump per checkpoint (not a case)
+        entries += kvcache.generate(os.path.join(out, "models"))  # other KV caches (kvcache.py)
     tokenizer_entries = []
     if args.only in (None, "tokenizers"):
         shutil.rmtree(os.path.join(out, "tokenizers"), ignore_errors=True)

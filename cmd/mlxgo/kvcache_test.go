@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/conformance"
+)
+
+// TestGenerateMaxKVSize runs `mlxgo generate --max-kv-size` (the rotating
+// cache) with the prompts and settings of the oracle's rotating greedy
+// cases (conformance/oracle/kvcache.py: prompts longer than the window) on
+// the float32 checkpoints, and requires mlx_lm's tokens exactly.
+func TestGenerateMaxKVSize(t *testing.T) {
+	for _, ckpt := range []string{"q4g64-f32", "fp-f32"} {
+		t.Run(ckpt, func(t *testing.T) {
+			c, err := conformance.LoadCase(filepath.Join(fixtures, "models", ckpt, "cases", "model__"+ckpt+"__rotating__greedy.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := c.OpenArrays()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			in, err := a.Input("ids")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := a.Output("tokens")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []int32
+			for _, v := range out.ToFloat64() {
+				want = append(want, int32(v))
+			}
+			args := []string{"generate", "--model", filepath.Join(fixtures, "models", ckpt), "--prompt-ids", joinIDs(in.Int32s()), "--backend", "cpu"}
+			for _, p := range []struct{ flag, param string }{{"--max-tokens", "max_tokens"}, {"--prefill-step", "prefill_step_size"}, {"--max-kv-size", "max_kv_size"}} {
+				v, err := c.Int(p.param)
+				if err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, p.flag, strconv.Itoa(v))
+			}
+			rc, stdout, stderr := mlxgo(args...)
+			if rc != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", rc, stderr)
+			}
+			if got := generated(t, stdout); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("got tokens %v\nwant (mlx_lm, rotating cache) %v", got, want)
+			}
+		})
+	}
+}
+
+// TestGenerateMaxKVSizeBad: sizes the rotating cache cannot have, and the
+// flag with a prompt cache file, are usage errors naming the flag.
+func TestGenerateMaxKVSizeBad(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"negative", []string{"--max-kv-size", "-1"}, "--max-kv-size: max KV size -1"},
+		{"keep", []string{"--max-kv-size", "4"}, "--max-kv-size: max KV size 4"},
+		{"prompt-cache", []string{"--max-kv-size", "16", "--prompt-cache-file", "x.safetensors"}, "--max-kv-size applies to a new cache"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc, _, stderr := mlxgo(append([]string{"generate", "--model", model, "--prompt-ids", "1,2"}, tc.args...)...)
+			if rc != 2 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", rc, stderr, tc.want)
+			}
+		})
+	}
+}
