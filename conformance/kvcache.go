@@ -7,7 +7,8 @@ import (
 
 // cacheOptions are the KV cache options of a model case
 // (conformance/oracle/kvcache.py): max_kv_size selects mlx_lm's
-// RotatingKVCache; absent, the full cache.
+// RotatingKVCache; kv_bits (with kv_group_size and quantized_kv_start)
+// generate_step's KV quantization; both absent, the full cache.
 func cacheOptions(c *Case) (nn.CacheOptions, error) {
 	var o nn.CacheOptions
 	if _, ok := c.Params["max_kv_size"]; ok {
@@ -16,6 +17,18 @@ func cacheOptions(c *Case) (nn.CacheOptions, error) {
 			return o, err
 		}
 		o.MaxKVSize = n
+	}
+	if _, ok := c.Params["kv_bits"]; ok {
+		for _, p := range []struct {
+			key string
+			v   *int
+		}{{"kv_bits", &o.KVBits}, {"kv_group_size", &o.KVGroupSize}, {"quantized_kv_start", &o.QuantizedKVStart}} {
+			n, err := c.Int(p.key)
+			if err != nil {
+				return o, err
+			}
+			*p.v = n
+		}
 	}
 	return o, o.Check()
 }

@@ -295,6 +295,10 @@ type CacheOptions struct {
 	// MaxKVSize > 0 selects a RotatingKVCache of that many slots keeping
 	// RotatingKeep tokens (mlx_lm's max_kv_size, make_prompt_cache).
 	MaxKVSize int
+	// KVBits > 0 selects a QuantizedKVCache of that many bits (4 or 8,
+	// mlx_lm's kv_bits) in groups of KVGroupSize (32 or 64), quantizing
+	// once it holds QuantizedKVStart tokens (mlx_lm's default is 5000).
+	KVBits, KVGroupSize, QuantizedKVStart int
 }
 
 // Check returns an error naming the option that is out of range.
@@ -302,11 +306,24 @@ func (o CacheOptions) Check() error {
 	if o.MaxKVSize < 0 || (o.MaxKVSize > 0 && o.MaxKVSize <= RotatingKeep) {
 		return fmt.Errorf("max KV size %d: want 0 (keep every token) or more than %d (the rotating cache keeps the first %d tokens)", o.MaxKVSize, RotatingKeep, RotatingKeep)
 	}
-	return nil
+	if o.KVBits == 0 {
+		return nil
+	}
+	if o.MaxKVSize > 0 {
+		return fmt.Errorf("KV bits %d with max KV size %d: a rotating cache cannot be quantized (mlx_lm: RotatingKVCache Quantization NYI)", o.KVBits, o.MaxKVSize)
+	}
+	return checkKVQuant(o.KVBits, o.KVGroupSize, o.QuantizedKVStart)
 }
 
 // New returns an empty cache of the kind o selects; o must pass Check.
 func (o CacheOptions) New(b backend.Backend) KVCache {
+	if o.KVBits > 0 {
+		c, err := NewQuantizedKVCache(b, o.KVBits, o.KVGroupSize, o.QuantizedKVStart)
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
 	if o.MaxKVSize > 0 {
 		c, err := NewRotatingKVCache(b, o.MaxKVSize, RotatingKeep)
 		if err != nil {

@@ -83,6 +83,13 @@ type generateFlags struct {
 	cacheFile                 string            // --prompt-cache-file
 	cache                     *promptcache.File // its contents
 	maxKVSize                 int               // --max-kv-size
+	kvBits, kvGroupSize       int               // --kv-bits, --kv-group-size
+	quantizedKVStart          int               // --quantized-kv-start
+}
+
+// cacheOptions are the KV cache flags.
+func (f *generateFlags) cacheOptions() nn.CacheOptions {
+	return nn.CacheOptions{MaxKVSize: f.maxKVSize, KVBits: f.kvBits, KVGroupSize: f.kvGroupSize, QuantizedKVStart: f.quantizedKVStart}
 }
 
 // usageError is a bad flag or argument: exit status 2.
@@ -179,6 +186,9 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
 	fs.StringVar(&f.cacheFile, "prompt-cache-file", "", "a prompt cache (mlxgo cache-prompt, mlx_lm.cache_prompt) whose tokens the prompt continues; --model defaults to the one it was made with")
 	fs.IntVar(&f.maxKVSize, "max-kv-size", 0, "keep at most this many tokens in the KV cache: the first 4 and the latest (mlx_lm's rotating cache; > 4; 0: keep every token)")
+	fs.IntVar(&f.kvBits, "kv-bits", 0, "quantize the KV cache to this many bits, 4 or 8 (mlx_lm's kv_bits; 0: no quantization)")
+	fs.IntVar(&f.kvGroupSize, "kv-group-size", 64, "group size of the KV cache quantization, 32 or 64 (dividing head_dim)")
+	fs.IntVar(&f.quantizedKVStart, "quantized-kv-start", 5000, "with --kv-bits, quantize the KV cache once it holds this many tokens")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, generateUsage)
@@ -193,8 +203,8 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if f.maxKVSize != 0 && f.cacheFile != "" {
-		return nil, usagef("--max-kv-size applies to a new cache, not to the caches of --prompt-cache-file")
+	if (f.maxKVSize != 0 || f.kvBits != 0) && f.cacheFile != "" {
+		return nil, usagef("--max-kv-size and --kv-bits apply to a new cache, not to the caches of --prompt-cache-file")
 	}
 	if f.cacheFile != "" {
 		if err := f.readCache(); err != nil {
@@ -216,8 +226,8 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 		err = usagef("--raw, --system, --think and --no-think apply to --prompt text, not to --prompt-ids")
 	case f.think && f.noThink:
 		err = usagef("--think and --no-think are mutually exclusive")
-	case (nn.CacheOptions{MaxKVSize: f.maxKVSize}).Check() != nil:
-		err = usagef("--max-kv-size: %v", (nn.CacheOptions{MaxKVSize: f.maxKVSize}).Check())
+	case f.cacheOptions().Check() != nil:
+		err = usagef("--max-kv-size, --kv-bits, --kv-group-size, --quantized-kv-start: %v", f.cacheOptions().Check())
 	case f.raw && (f.think || f.noThink || f.system != ""):
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
 	}
@@ -406,9 +416,9 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			return usagef("--prompt-ids: item %d is %d, out of the vocabulary (vocab_size %d in %s/config.json)", i, id, cfg.VocabSize, f.model)
 		}
 	}
-	view, err := m.WithCache(nn.CacheOptions{MaxKVSize: f.maxKVSize})
+	view, err := m.WithCache(f.cacheOptions())
 	if err != nil {
-		return usagef("--max-kv-size: %v", err)
+		return usagef("--kv-group-size %d: %v", f.kvGroupSize, err)
 	}
 	gen := func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error) {
 		return generate.Generate(view, ids, opts, onToken)

@@ -57,18 +57,24 @@ func TestGenerateMaxKVSize(t *testing.T) {
 	}
 }
 
-// TestGenerateMaxKVSizeBad: sizes the rotating cache cannot have, and the
-// flag with a prompt cache file, are usage errors naming the flag.
-func TestGenerateMaxKVSizeBad(t *testing.T) {
+// TestGenerateKVCacheFlagsBad: sizes the rotating cache cannot have, bits,
+// group sizes and starts the quantized cache does not offer, and the flags
+// with a prompt cache file, are usage errors naming what is wrong.
+func TestGenerateKVCacheFlagsBad(t *testing.T) {
 	model := filepath.Join(fixtures, "models", "optiq-f32")
 	for _, tc := range []struct {
 		name string
 		args []string
 		want string
 	}{
-		{"negative", []string{"--max-kv-size", "-1"}, "--max-kv-size: max KV size -1"},
-		{"keep", []string{"--max-kv-size", "4"}, "--max-kv-size: max KV size 4"},
-		{"prompt-cache", []string{"--max-kv-size", "16", "--prompt-cache-file", "x.safetensors"}, "--max-kv-size applies to a new cache"},
+		{"negative", []string{"--max-kv-size", "-1"}, "max KV size -1"},
+		{"keep", []string{"--max-kv-size", "4"}, "max KV size 4"},
+		{"prompt-cache", []string{"--max-kv-size", "16", "--prompt-cache-file", "x.safetensors"}, "apply to a new cache"},
+		{"kv-bits", []string{"--kv-bits", "3"}, "KV bits 3: want one of [4 8]"},
+		{"kv-group-size", []string{"--kv-bits", "4", "--kv-group-size", "128"}, "KV group size 128"},
+		{"kv-start", []string{"--kv-bits", "4", "--quantized-kv-start", "-2"}, "quantized KV start -2"},
+		{"rotating-quantized", []string{"--kv-bits", "4", "--max-kv-size", "16"}, "cannot be quantized"},
+		{"head-dim", []string{"--kv-bits", "4", "--kv-group-size", "64"}, "does not divide the model's head_dim 32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, _, stderr := mlxgo(append([]string{"generate", "--model", model, "--prompt-ids", "1,2"}, tc.args...)...)

@@ -45,6 +45,9 @@ func (m *Model) WithCache(o nn.CacheOptions) (CacheView, error) {
 	if err := o.Check(); err != nil {
 		return CacheView{}, err
 	}
+	if o.KVBits > 0 && m.cfg.HeadDim%o.KVGroupSize != 0 {
+		return CacheView{}, fmt.Errorf("KV group size %d does not divide the model's head_dim %d", o.KVGroupSize, m.cfg.HeadDim)
+	}
 	return CacheView{Model: m, Options: o}, nil
 }
 
