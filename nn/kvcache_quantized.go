@@ -17,9 +17,12 @@ import (
 // and values are quantized on arrival (QuantizedKVCache.update_and_fetch)
 // and attention reads them through quantized matmuls (QuantizedSDPA).
 //
-// mlx_lm converts right after the forward pass; this cache converts at the
-// start of the next Update, before anything reads it, which stores the same
-// arrays.
+// mlx_lm converts right after the forward pass (before evaluating the
+// caches' state). This cache converts when it is next asked for its State
+// (which models/minicpm5's Forward does at its end), Trimmed or Updated,
+// whichever comes first: the same arrays, at the same point. An empty
+// cache never converts, so the first forward always runs on the full cache,
+// as in mlx_lm.
 type QuantizedKVCache struct {
 	b               backend.Backend
 	full            *FullKVCache // until converted
@@ -85,14 +88,13 @@ func (c *QuantizedKVCache) GroupSize() int { return c.groupSize }
 // convert is maybe_quantize_kv_cache for this cache: once it holds Start
 // tokens, quantize the full cache's whole buffer.
 func (c *QuantizedKVCache) convert() {
-	if c.quantized || c.full.Offset() < c.start {
+	if c.quantized || c.full.State() == nil || c.full.Offset() < c.start {
 		return
 	}
 	c.offset = c.full.Offset()
-	if st := c.full.State(); st != nil {
-		c.keys = c.b.Quantize(st[0], c.groupSize, c.bits)
-		c.values = c.b.Quantize(st[1], c.groupSize, c.bits)
-	}
+	st := c.full.State()
+	c.keys = c.b.Quantize(st[0], c.groupSize, c.bits)
+	c.values = c.b.Quantize(st[1], c.groupSize, c.bits)
 	c.full.Release()
 	c.full, c.quantized = nil, true
 }
@@ -217,8 +219,10 @@ func (c *QuantizedKVCache) Mask(L int) backend.Mask {
 }
 
 // State returns the arrays held: the full cache's buffers, or the quantized
-// keys' and values' W, scales and biases; nil when empty.
+// keys' and values' W, scales and biases; nil when empty. It first converts
+// the cache when due (see the type's doc).
 func (c *QuantizedKVCache) State() []backend.Array {
+	c.convert()
 	if !c.quantized {
 		return c.full.State()
 	}
@@ -230,6 +234,7 @@ func (c *QuantizedKVCache) State() []backend.Array {
 
 // Trim moves the offset back by up to n tokens and returns how many.
 func (c *QuantizedKVCache) Trim(n int) int {
+	c.convert()
 	if !c.quantized {
 		return c.full.Trim(n)
 	}

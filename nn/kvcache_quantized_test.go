@@ -25,7 +25,9 @@ func randArray(b backend.Backend, r *rand.Rand, shape ...int) backend.Array {
 // offset is 0, then 2, when they arrive); the third update finds offset 4 >=
 // 3 and quantizes the whole buffer (256 slots, as KVCache.to_quantized
 // does) before appending. The stored rows are what Quantize gives for each
-// token (quantization is per row and group), checked bit for bit.
+// token (quantization is per row and group), checked bit for bit. Then:
+// State converts (after a forward, as mlx_lm does), and an empty cache with
+// start 0 does not (mlx_lm's first forward runs on the full cache).
 func TestQuantizedKVCacheConversion(t *testing.T) {
 	b, err := cpu.New(backend.Options{})
 	if err != nil {
@@ -67,6 +69,22 @@ func TestQuantizedKVCacheConversion(t *testing.T) {
 				t.Fatalf("stored key %d: got %v, want %v (Quantize of the same rows)", j, gh.Float32s()[j], x)
 			}
 		}
+	}
+	for _, n := range []int{0, 4} {
+		d, err := nn.NewQuantizedKVCache(b, 4, 32, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			k, v := randArray(b, r, 1, 2, n, 32), randArray(b, r, 1, 2, n, 32)
+			keys, values := d.Update(k, v)
+			b.Release(k, v, keys, values)
+		}
+		st := d.State()
+		if want := n > 0; d.Quantized() != want || (want && len(st) != 6) {
+			t.Errorf("start 0, %d tokens, State: quantized %v with %d arrays, want %v", n, d.Quantized(), len(st), want)
+		}
+		d.Release()
 	}
 	if c.Offset() != 5 {
 		t.Errorf("offset: got %d, want 5", c.Offset())

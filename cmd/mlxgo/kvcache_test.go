@@ -10,50 +10,64 @@ import (
 	"github.com/mlxgo/mlxgo/conformance"
 )
 
-// TestGenerateMaxKVSize runs `mlxgo generate --max-kv-size` (the rotating
-// cache) with the prompts and settings of the oracle's rotating greedy
-// cases (conformance/oracle/kvcache.py: prompts longer than the window) on
-// the float32 checkpoints, and requires mlx_lm's tokens exactly.
-func TestGenerateMaxKVSize(t *testing.T) {
-	for _, ckpt := range []string{"q4g64-f32", "fp-f32"} {
-		t.Run(ckpt, func(t *testing.T) {
-			c, err := conformance.LoadCase(filepath.Join(fixtures, "models", ckpt, "cases", "model__"+ckpt+"__rotating__greedy.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := c.OpenArrays()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			in, err := a.Input("ids")
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := a.Output("tokens")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var want []int32
-			for _, v := range out.ToFloat64() {
-				want = append(want, int32(v))
-			}
-			args := []string{"generate", "--model", filepath.Join(fixtures, "models", ckpt), "--prompt-ids", joinIDs(in.Int32s()), "--backend", "cpu"}
-			for _, p := range []struct{ flag, param string }{{"--max-tokens", "max_tokens"}, {"--prefill-step", "prefill_step_size"}, {"--max-kv-size", "max_kv_size"}} {
-				v, err := c.Int(p.param)
-				if err != nil {
-					t.Fatal(err)
-				}
-				args = append(args, p.flag, strconv.Itoa(v))
-			}
-			rc, stdout, stderr := mlxgo(args...)
-			if rc != 0 {
-				t.Fatalf("exit %d, stderr:\n%s", rc, stderr)
-			}
-			if got := generated(t, stdout); fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Errorf("got tokens %v\nwant (mlx_lm, rotating cache) %v", got, want)
-			}
-		})
+// TestGenerateKVCaches runs `mlxgo generate --max-kv-size` (the rotating
+// cache) and `--kv-bits --kv-group-size --quantized-kv-start` (the
+// quantized cache) with the prompts and settings of the oracle's rotating
+// and quantized greedy cases (conformance/oracle/kvcache.py) on the float32
+// checkpoints, and requires mlx_lm's tokens exactly.
+func TestGenerateKVCaches(t *testing.T) {
+	for _, tc := range []struct {
+		kind  string
+		flags []struct{ flag, param string }
+	}{
+		{"rotating", []struct{ flag, param string }{{"--max-kv-size", "max_kv_size"}}},
+		{"quantized", []struct{ flag, param string }{{"--kv-bits", "kv_bits"}, {"--kv-group-size", "kv_group_size"}, {"--quantized-kv-start", "quantized_kv_start"}}},
+	} {
+		for _, ckpt := range []string{"q4g64-f32", "fp-f32"} {
+			t.Run(tc.kind+"/"+ckpt, func(t *testing.T) {
+				testGenerateCase(t, ckpt, "model__"+ckpt+"__"+tc.kind+"__greedy.json", tc.flags)
+			})
+		}
+	}
+}
+
+func testGenerateCase(t *testing.T, ckpt, file string, flags []struct{ flag, param string }) {
+	t.Helper()
+	c, err := conformance.LoadCase(filepath.Join(fixtures, "models", ckpt, "cases", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.OpenArrays()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	in, err := a.Input("ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.Output("tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int32
+	for _, v := range out.ToFloat64() {
+		want = append(want, int32(v))
+	}
+	args := []string{"generate", "--model", filepath.Join(fixtures, "models", ckpt), "--prompt-ids", joinIDs(in.Int32s()), "--backend", "cpu"}
+	for _, p := range append([]struct{ flag, param string }{{"--max-tokens", "max_tokens"}, {"--prefill-step", "prefill_step_size"}}, flags...) {
+		v, err := c.Int(p.param)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, p.flag, strconv.Itoa(v))
+	}
+	rc, stdout, stderr := mlxgo(args...)
+	if rc != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", rc, stderr)
+	}
+	if got := generated(t, stdout); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got tokens %v\nwant (mlx_lm) %v", got, want)
 	}
 }
 
