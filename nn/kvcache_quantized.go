@@ -321,3 +321,33 @@ func expandQ(b backend.Backend, q backend.QuantizedArray) backend.QuantizedArray
 	}
 	return out
 }
+
+// RestoreQuantizedKVCache returns a quantized cache holding keys and values
+// (W [B, Hk, capacity, D·bits/32] uint32, scales and biases [B, Hk,
+// capacity, D/groupSize]) whose first offset slots are the stored tokens:
+// mlx_lm's QuantizedKVCache.from_state. The cache takes the arrays over. A
+// state that does not fit is an error naming it; nothing is released then.
+func RestoreQuantizedKVCache(b backend.Backend, keys, values backend.QuantizedArray, offset int) (*QuantizedKVCache, error) {
+	if keys.Bits != values.Bits || keys.GroupSize != values.GroupSize {
+		return nil, fmt.Errorf("nn: restoring a quantized KV cache: keys are %d-bit groups of %d, values %d-bit groups of %d", keys.Bits, keys.GroupSize, values.Bits, values.GroupSize)
+	}
+	if err := checkKVQuant(keys.Bits, keys.GroupSize, 0); err != nil {
+		return nil, fmt.Errorf("nn: restoring a quantized KV cache: %w", err)
+	}
+	var capacity int
+	for i, a := range []backend.Array{keys.W, keys.Scales, keys.Biases, values.W, values.Scales, values.Biases} {
+		if a == nil || len(a.Shape()) != 4 {
+			return nil, fmt.Errorf("nn: restoring a quantized KV cache: array %d of (keys W, scales, biases, values W, scales, biases) is missing or not 4-D", i)
+		}
+		if i == 0 {
+			capacity = a.Shape()[2]
+		}
+		if a.Shape()[2] != capacity {
+			return nil, fmt.Errorf("nn: restoring a quantized KV cache: array %d has %d slots, keys W %d", i, a.Shape()[2], capacity)
+		}
+	}
+	if offset < 0 || offset > capacity {
+		return nil, fmt.Errorf("nn: restoring a quantized KV cache: offset %d, want 0 <= offset <= capacity %d", offset, capacity)
+	}
+	return &QuantizedKVCache{b: b, keys: keys, values: values, quantized: true, offset: offset, groupSize: keys.GroupSize, bits: keys.Bits}, nil
+}
