@@ -156,3 +156,37 @@ func TestQuantizedKVCacheOptions(t *testing.T) {
 		t.Errorf("4 bits, group 32: %v", err)
 	}
 }
+
+// TestRestoreQuantizedKVCacheErrors: states that do not fit are named
+// errors; a valid one restores quantized with its offset.
+func TestRestoreQuantizedKVCacheErrors(t *testing.T) {
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	q := func(bits, group int) backend.QuantizedArray {
+		return b.Quantize(randArray(b, r, 1, 2, 8, 64), group, bits)
+	}
+	for _, tc := range []struct {
+		name   string
+		k, v   backend.QuantizedArray
+		offset int
+	}{
+		{"bits differ", q(4, 32), q(8, 32), 3},
+		{"bits not offered", q(2, 32), q(2, 32), 3},
+		{"offset past capacity", q(4, 32), q(4, 32), 9},
+	} {
+		if _, err := nn.RestoreQuantizedKVCache(b, tc.k, tc.v, tc.offset); err == nil {
+			t.Errorf("%s: got no error", tc.name)
+		}
+	}
+	c, err := nn.RestoreQuantizedKVCache(b, q(8, 64), q(8, 64), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Quantized() || c.Offset() != 5 || c.Bits() != 8 || c.GroupSize() != 64 || len(c.State()) != 6 {
+		t.Errorf("restored: quantized %v offset %d bits %d group %d state %d arrays, want true 5 8 64 6", c.Quantized(), c.Offset(), c.Bits(), c.GroupSize(), len(c.State()))
+	}
+	c.Release()
+}
