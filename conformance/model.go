@@ -228,7 +228,11 @@ func runDecode(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense,
 		return nil, fmt.Errorf("case %s: out.tokens[0] is %v, want the last prompt token %d", c.Name, fed[0], ids[len(ids)-1])
 	}
 
-	cache := m.NewCache()
+	view, err := cacheView(m, c)
+	if err != nil {
+		return nil, err
+	}
+	cache := view.NewCache()
 	defer releaseCache(cache)
 	var logits, logprobs []backend.Array
 	tokens := []int32{ids[len(ids)-1]}
@@ -300,7 +304,11 @@ func runGreedy(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense,
 	if want.DType.IsFloat() {
 		return nil, fmt.Errorf("case %s: out.tokens is %v, want an integer dtype", c.Name, want.DType)
 	}
-	res, err := generate.Generate(m, ids, generate.Options{MaxTokens: maxTokens, PrefillStepSize: step}, nil)
+	view, err := cacheView(m, c)
+	if err != nil {
+		return nil, err
+	}
+	res, err := generate.Generate(view, ids, generate.Options{MaxTokens: maxTokens, PrefillStepSize: step}, nil)
 	if err != nil {
 		return nil, err
 	}

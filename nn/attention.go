@@ -62,11 +62,15 @@ func (a *Attention) ForwardTap(x backend.Array, mask backend.Mask, cache KVCache
 		tap("k", k)
 		tap("v", v)
 	}
-	if cache != nil {
-		k, v = cache.Update(k, v)
+	var o backend.Array
+	if qc, ok := cache.(*QuantizedKVCache); ok {
+		o = qc.attend(q, k, v, a.Scale, mask)
+	} else {
+		if cache != nil {
+			k, v = cache.Update(k, v)
+		}
+		o = b.ScaledDotProductAttention(q, k, v, a.Scale, mask)
 	}
-
-	o := b.ScaledDotProductAttention(q, k, v, a.Scale, mask)
 	if tap != nil {
 		tap("attn", o)
 	}

@@ -17,10 +17,15 @@
 // "2.<j>.1" name the j-th scalar array and its kind ("scalar", "string" or
 // "none").
 //
-// mlx_lm 0.32.2's KVCache state is (keys, values, offset); other cache
-// classes (RotatingKVCache, QuantizedKVCache, ...) hold other states. mlxgo
-// has only the full KVCache ([nn.FullKVCache]): a file naming another class
-// is an error naming it.
+// mlx_lm 0.32.2's KVCache state is (keys, values, offset). Its
+// RotatingKVCache state ([nn.RotatingKVCache]) is (keys, values, offset,
+// keep, max_size, _idx): "i.0" and "i.1" the buffers [B, Hk, slots, D] in
+// slot order (rotated, not temporal), "i.2" to "i.5" 0-d int32 scalars,
+// each noted. Its QuantizedKVCache state ([nn.QuantizedKVCache], once
+// quantized) is ((codes, scales, biases) of the keys, the same of the
+// values, offset, group_size, bits): "i.0.0" to "i.0.2" and "i.1.0" to
+// "i.1.2", then the integers "i.2" to "i.4". Other classes hold other
+// states: a file naming one is an error naming it.
 package promptcache
 
 import (
@@ -40,10 +45,74 @@ import (
 // KVCacheClass is mlx_lm's class name of the full KV cache.
 const KVCacheClass = "KVCache"
 
-// Layer is one layer's cache state as stored: mlx_lm's KVCache.state.
+// RotatingKVCacheClass is mlx_lm's class name of the rotating KV cache.
+const RotatingKVCacheClass = "RotatingKVCache"
+
+// QuantizedKVCacheClass is mlx_lm's class name of the quantized KV cache.
+const QuantizedKVCacheClass = "QuantizedKVCache"
+
+// Layer is one layer's cache state as stored: mlx_lm's KVCache.state, or
+// RotatingKVCache.state when Class is RotatingKVCacheClass.
 type Layer struct {
+	// Class is KVCacheClass (or "", the same) or RotatingKVCacheClass.
+	Class        string
 	Keys, Values *tensor.Dense // [B, Hk, capacity, D]
-	Offset       int           // the tokens stored: slots [0, Offset)
+	// Offset is the tokens seen: for the full cache the tokens stored in
+	// slots [0, Offset).
+	Offset int
+	// Keep, MaxSize and Index are a rotating cache's keep, max_size and
+	// _idx (the write index); zero for the other caches.
+	Keep, MaxSize, Index int
+	// For a quantized cache (QuantizedKVCacheClass) Keys and Values are
+	// the packed uint32 codes [B, Hk, capacity, D·Bits/32], these their
+	// scales and biases [B, Hk, capacity, D/GroupSize]; nil otherwise.
+	KeyScales, KeyBiases, ValueScales, ValueBiases *tensor.Dense
+	GroupSize, Bits                                int
+}
+
+// quantized reports whether l is a quantized cache's state.
+func (l *Layer) quantized() bool { return l.Class == QuantizedKVCacheClass }
+
+// headDim is the head_dim the layer's keys hold.
+func (l *Layer) headDim() int {
+	if l.quantized() && l.Bits > 0 {
+		return l.Keys.Shape[3] * 32 / l.Bits
+	}
+	return l.Keys.Shape[3]
+}
+
+// dtype is the activation dtype the layer holds.
+func (l *Layer) dtype() tensor.DType {
+	if l.quantized() {
+		return l.KeyScales.DType
+	}
+	return l.Keys.DType
+}
+
+// rotating reports whether l is a rotating cache's state.
+func (l *Layer) rotating() bool { return l.Class == RotatingKVCacheClass }
+
+// stateLen is the length of the layer's mlx_lm state tuple.
+func stateLen(class string) int {
+	switch class {
+	case RotatingKVCacheClass:
+		return 6
+	case QuantizedKVCacheClass:
+		return 5
+	}
+	return 3
+}
+
+// intName names the integer at position p (>= 2) of a class's state.
+func intName(class string, p int) string {
+	names := map[string][]string{
+		RotatingKVCacheClass:  {"offset", "keep", "max_size", "_idx"},
+		QuantizedKVCacheClass: {"offset", "group_size", "bits"},
+	}[class]
+	if names == nil {
+		names = []string{"offset"}
+	}
+	return names[p-2]
 }
 
 // File is a prompt cache file's contents.
@@ -78,10 +147,10 @@ func (f *File) Check(s Shape) error {
 				return fmt.Errorf("layer %d %s: batch size %d, want 1 (one sequence)", i, a.name, sh[0])
 			case sh[1] != s.KVHeads:
 				return fmt.Errorf("layer %d %s: %d kv heads, the model has %d (num_key_value_heads)", i, a.name, sh[1], s.KVHeads)
-			case sh[3] != s.HeadDim:
-				return fmt.Errorf("layer %d %s: head_dim %d, the model's is %d", i, a.name, sh[3], s.HeadDim)
-			case i < len(s.DTypes) && a.t.DType != s.DTypes[i]:
-				return fmt.Errorf("layer %d %s: dtype %v, the model computes them in %v", i, a.name, a.t.DType, s.DTypes[i])
+			case l.headDim() != s.HeadDim:
+				return fmt.Errorf("layer %d %s: head_dim %d, the model's is %d", i, a.name, l.headDim(), s.HeadDim)
+			case i < len(s.DTypes) && l.dtype() != s.DTypes[i]:
+				return fmt.Errorf("layer %d %s: dtype %v, the model computes them in %v", i, a.name, l.dtype(), s.DTypes[i])
 			}
 		}
 	}
@@ -118,7 +187,24 @@ func (f *File) Caches(b backend.Backend) (caches []nn.KVCache, err error) {
 	}()
 	for i, l := range f.Layers {
 		k, v := b.FromHost(l.Keys), b.FromHost(l.Values)
-		c, err := nn.RestoreFullKVCache(b, k, v, l.Offset)
+		var c nn.KVCache
+		var err error
+		switch {
+		case l.quantized():
+			// k and v are the codes.
+			q := func(w backend.Array, s, bi *tensor.Dense) backend.QuantizedArray {
+				return backend.QuantizedArray{W: w, Scales: b.FromHost(s), Biases: b.FromHost(bi), GroupSize: l.GroupSize, Bits: l.Bits}
+			}
+			qk, qv := q(k, l.KeyScales, l.KeyBiases), q(v, l.ValueScales, l.ValueBiases)
+			c, err = nn.RestoreQuantizedKVCache(b, qk, qv, l.Offset)
+			if err != nil {
+				b.Release(qk.Scales, qk.Biases, qv.Scales, qv.Biases)
+			}
+		case l.rotating():
+			c, err = nn.RestoreRotatingKVCache(b, k, v, l.Offset, l.Keep, l.MaxSize, l.Index)
+		default:
+			c, err = nn.RestoreFullKVCache(b, k, v, l.Offset)
+		}
 		if err != nil {
 			b.Release(k, v)
 			return caches, fmt.Errorf("layer %d: %w", i, err)
@@ -194,24 +280,30 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 		if !ok {
 			return nil, fmt.Errorf("the metadata names cache classes of %d layers but not of layer %d", n, i)
 		}
-		if c != KVCacheClass {
-			return nil, fmt.Errorf("layer %d is a %s; mlxgo reads only mlx_lm's full %s", i, c, KVCacheClass)
+		if c != KVCacheClass && c != RotatingKVCacheClass && c != QuantizedKVCacheClass {
+			return nil, fmt.Errorf("layer %d is a %s; mlxgo reads only mlx_lm's %s, %s and %s", i, c, KVCacheClass, RotatingKVCacheClass, QuantizedKVCacheClass)
 		}
 	}
 	for _, j := range slices.Sorted(maps.Keys(scalars)) {
 		if s := scalars[j]; s[1] != "scalar" {
-			return nil, fmt.Errorf("scalar note 2.%d: array %q is a %q, want a KVCache offset (\"scalar\")", j, s[0], s[1])
+			return nil, fmt.Errorf("scalar note 2.%d: array %q is a %q, want a cache's integer (\"scalar\")", j, s[0], s[1])
 		}
 	}
 	want := map[string]bool{}
 	for i := range n {
-		for _, p := range []string{"0", "1", "2"} {
-			want[fmt.Sprintf("%d.%s", i, p)] = true
+		for p := range stateLen(classes[i]) {
+			if classes[i] == QuantizedKVCacheClass && p < 2 {
+				for part := range 3 {
+					want[fmt.Sprintf("%d.%d.%d", i, p, part)] = true
+				}
+				continue
+			}
+			want[fmt.Sprintf("%d.%d", i, p)] = true
 		}
 	}
 	for _, name := range st.Names() {
 		if !want[name] {
-			return nil, fmt.Errorf("array %q is not part of a KVCache state (want <layer>.0 keys, .1 values, .2 offset for layers 0..%d)", name, n-1)
+			return nil, fmt.Errorf("array %q is not part of a cache state (want <layer>.0 keys, .1 values, .2 offset, and for a RotatingKVCache .3 keep, .4 max_size, .5 _idx, for a QuantizedKVCache .0.0-.0.2 and .1.0-.1.2 the keys' and values' codes, scales and biases, .3 group_size, .4 bits, for layers 0..%d)", name, n-1)
 		}
 	}
 	noted := map[string]bool{}
@@ -226,39 +318,96 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 			}
 			return st.TensorCopy(name)
 		}
-		var l Layer
+		l := Layer{Class: classes[i]}
 		var err error
-		if l.Keys, err = get("0"); err != nil {
-			return nil, err
+		if l.quantized() {
+			for j, d := range []**tensor.Dense{&l.Keys, &l.KeyScales, &l.KeyBiases, &l.Values, &l.ValueScales, &l.ValueBiases} {
+				if *d, err = get(fmt.Sprintf("%d.%d", j/3, j%3)); err != nil {
+					return nil, err
+				}
+			}
+		} else {
+			if l.Keys, err = get("0"); err != nil {
+				return nil, err
+			}
+			if l.Values, err = get("1"); err != nil {
+				return nil, err
+			}
 		}
-		if l.Values, err = get("1"); err != nil {
-			return nil, err
+		var ints []float64
+		for p := 2; p < stateLen(l.Class); p++ {
+			name := fmt.Sprintf("%d.%d", i, p)
+			x, err := get(strconv.Itoa(p))
+			if err != nil {
+				return nil, err
+			}
+			if !noted[name] {
+				return nil, fmt.Errorf("layer %d: %s (%s) is not noted as a scalar in the metadata", i, name, intName(l.Class, p))
+			}
+			if len(x.Shape) != 0 || (x.DType != tensor.I32 && x.DType != tensor.I64) {
+				return nil, fmt.Errorf("layer %d: %s %s is %v %v, want a 0-d integer", i, intName(l.Class, p), name, x.DType, x.Shape)
+			}
+			v := x.ToFloat64()[0]
+			if v < 0 || v > 1<<40 {
+				return nil, fmt.Errorf("layer %d: %s %s is %v, want a non-negative integer", i, intName(l.Class, p), name, v)
+			}
+			ints = append(ints, v)
 		}
-		off, err := get("2")
-		if err != nil {
-			return nil, err
-		}
-		if !noted[fmt.Sprintf("%d.2", i)] {
-			return nil, fmt.Errorf("layer %d: the offset %d.2 is not noted as a scalar in the metadata", i, i)
-		}
-		if len(off.Shape) != 0 || (off.DType != tensor.I32 && off.DType != tensor.I64) {
-			return nil, fmt.Errorf("layer %d: offset %d.2 is %v %v, want a 0-d integer", i, i, off.DType, off.Shape)
-		}
-		o := off.ToFloat64()[0]
+		o := ints[0]
 		ks, vs := l.Keys.Shape, l.Values.Shape
 		if len(ks) != 4 || len(vs) != 4 || ks[0] != vs[0] || ks[1] != vs[1] || ks[2] != vs[2] {
 			return nil, fmt.Errorf("layer %d: keys %v and values %v, want [B, Hk, capacity, D] with the same B, Hk and capacity", i, ks, vs)
 		}
+		l.Offset = int(o)
+		if l.quantized() {
+			l.GroupSize, l.Bits = int(ints[1]), int(ints[2])
+			if err := checkQuantized(&l); err != nil {
+				return nil, fmt.Errorf("layer %d: QuantizedKVCache state: %w", i, err)
+			}
+			f.Layers = append(f.Layers, l)
+			continue
+		}
 		if !l.Keys.DType.IsFloat() || l.Keys.DType != l.Values.DType {
 			return nil, fmt.Errorf("layer %d: keys %v, values %v, want one float dtype", i, l.Keys.DType, l.Values.DType)
 		}
-		if o < 0 || o > float64(ks[2]) {
+		if l.rotating() {
+			l.Keep, l.MaxSize, l.Index = int(ints[1]), int(ints[2]), int(ints[3])
+			if err := nn.CheckRotatingState(ks[2], l.Offset, l.Keep, l.MaxSize, l.Index); err != nil {
+				return nil, fmt.Errorf("layer %d: RotatingKVCache state: %w", i, err)
+			}
+		} else if o > float64(ks[2]) {
 			return nil, fmt.Errorf("layer %d: offset %v, want 0 <= offset <= capacity %d", i, o, ks[2])
 		}
-		l.Offset = int(o)
 		f.Layers = append(f.Layers, l)
 	}
 	return f, nil
+}
+
+// checkQuantized checks a quantized layer's arrays and integers.
+func checkQuantized(l *Layer) error {
+	if !slices.Contains(nn.KVBits, l.Bits) || !slices.Contains(nn.KVGroupSizes, l.GroupSize) {
+		return fmt.Errorf("%d bits in groups of %d: mlxgo offers bits %v and group sizes %v", l.Bits, l.GroupSize, nn.KVBits, nn.KVGroupSizes)
+	}
+	w := l.Keys.Shape
+	for _, x := range []*tensor.Dense{l.Keys, l.Values} {
+		if x.DType != tensor.U32 || len(x.Shape) != 4 || !x.Shape.Equal(w) {
+			return fmt.Errorf("codes %v %v, want uint32 [B, Hk, capacity, D·bits/32], keys and values alike", x.DType, x.Shape)
+		}
+	}
+	if len(w) != 4 {
+		return fmt.Errorf("codes %v, want 4-D", w)
+	}
+	d := w[3] * 32 / l.Bits
+	want := tensor.Shape{w[0], w[1], w[2], d / l.GroupSize}
+	for _, x := range []*tensor.Dense{l.KeyScales, l.KeyBiases, l.ValueScales, l.ValueBiases} {
+		if !x.DType.IsFloat() || x.DType != l.KeyScales.DType || !x.Shape.Equal(want) {
+			return fmt.Errorf("scales or biases %v %v, want %v %v", x.DType, x.Shape, l.KeyScales.DType, want)
+		}
+	}
+	if d%l.GroupSize != 0 || l.Offset > w[2] {
+		return fmt.Errorf("head_dim %d, group size %d, offset %d, capacity %d: want head_dim a multiple of the group size and offset <= capacity", d, l.GroupSize, l.Offset, w[2])
+	}
+	return nil
 }
 
 // index parses a non-negative decimal index of a metadata key.
@@ -271,18 +420,45 @@ func index(s, key string) (int, error) {
 }
 
 // FromCaches reads caches (one nn.KVCache per layer, each an
-// *nn.FullKVCache holding at least one token) back to the host as a File
-// with metadata. Call it on b's thread.
+// *nn.FullKVCache or *nn.RotatingKVCache holding at least one token) back
+// to the host as a File with metadata. Call it on b's thread.
 func FromCaches(b backend.Backend, caches []nn.KVCache, metadata map[string]string) (*File, error) {
 	f := &File{Metadata: maps.Clone(metadata)}
 	if f.Metadata == nil {
 		f.Metadata = map[string]string{}
 	}
 	for i, c := range caches {
-		if _, ok := c.(*nn.FullKVCache); !ok {
-			return nil, fmt.Errorf("layer %d: a %T cache; mlx_lm's prompt cache files hold the full KVCache only", i, c)
+		var l Layer
+		switch c := c.(type) {
+		case *nn.FullKVCache:
+			l.Class = KVCacheClass
+		case *nn.RotatingKVCache:
+			l = Layer{Class: RotatingKVCacheClass, Keep: c.Keep(), MaxSize: c.MaxSize(), Index: c.Index()}
+		case *nn.QuantizedKVCache:
+			// Not yet quantized, it is a full KVCache (as in mlx_lm,
+			// where the conversion replaces the cache object).
+			l.Class = KVCacheClass
+			if len(c.State()) == 6 {
+				l = Layer{Class: QuantizedKVCacheClass, GroupSize: c.GroupSize(), Bits: c.Bits()}
+			}
+		default:
+			return nil, fmt.Errorf("layer %d: a %T cache; prompt cache files hold mlx_lm's KVCache, RotatingKVCache and QuantizedKVCache only", i, c)
 		}
 		st := c.State()
+		if len(st) == 6 {
+			var hs [6]*tensor.Dense
+			for j, a := range st {
+				h, err := b.ToHost(a)
+				if err != nil {
+					return nil, fmt.Errorf("layer %d quantized keys and values: %w", i, err)
+				}
+				hs[j] = h
+			}
+			l.Keys, l.KeyScales, l.KeyBiases, l.Values, l.ValueScales, l.ValueBiases = hs[0], hs[1], hs[2], hs[3], hs[4], hs[5]
+			l.Offset = c.Offset()
+			f.Layers = append(f.Layers, l)
+			continue
+		}
 		if len(st) != 2 {
 			return nil, fmt.Errorf("layer %d: the cache is empty; there is nothing to save", i)
 		}
@@ -294,14 +470,18 @@ func FromCaches(b backend.Backend, caches []nn.KVCache, metadata map[string]stri
 		if err != nil {
 			return nil, fmt.Errorf("layer %d values: %w", i, err)
 		}
-		f.Layers = append(f.Layers, Layer{Keys: k, Values: v, Offset: c.Offset()})
+		l.Keys, l.Values, l.Offset = k, v, c.Offset()
+		f.Layers = append(f.Layers, l)
 	}
 	return f, nil
 }
 
 // Write writes f to path as mlx_lm's save_prompt_cache does: the arrays
-// "<layer>.0", ".1", ".2" (keys, values, offset as a 0-d int32) and the
-// metadata "0.<key>" (user), "1.<layer>" ("KVCache") and the scalar notes.
+// "<layer>.0", ".1", ".2" (keys, values, offset as a 0-d int32; for a
+// rotating cache also ".3" keep, ".4" max_size, ".5" _idx; a quantized one
+// has ".0.0"-".0.2" and ".1.0"-".1.2", the keys' and values' codes, scales
+// and biases, for ".0" and ".1", and ".3" group_size, ".4" bits) and the metadata
+// "0.<key>" (user), "1.<layer>" (the class) and the scalar notes.
 func (f *File) Write(path string) error {
 	if len(f.Layers) == 0 {
 		return errors.New("promptcache: no layers to write")
@@ -312,12 +492,33 @@ func (f *File) Write(path string) error {
 	}
 	var names []string
 	var ts []*tensor.Dense
+	j := 0
 	for i, l := range f.Layers {
-		meta[fmt.Sprintf("1.%d", i)] = KVCacheClass
-		meta[fmt.Sprintf("2.%d.0", i+1)] = fmt.Sprintf("%d.2", i)
-		meta[fmt.Sprintf("2.%d.1", i+1)] = "scalar"
-		names = append(names, fmt.Sprintf("%d.0", i), fmt.Sprintf("%d.1", i), fmt.Sprintf("%d.2", i))
-		ts = append(ts, l.Keys, l.Values, tensor.FromInt32(tensor.Shape{}, []int32{int32(l.Offset)}))
+		class, ints := KVCacheClass, []int{l.Offset}
+		switch {
+		case l.rotating():
+			class, ints = RotatingKVCacheClass, []int{l.Offset, l.Keep, l.MaxSize, l.Index}
+		case l.quantized():
+			class, ints = QuantizedKVCacheClass, []int{l.Offset, l.GroupSize, l.Bits}
+		}
+		meta[fmt.Sprintf("1.%d", i)] = class
+		if l.quantized() {
+			for p, x := range []*tensor.Dense{l.Keys, l.KeyScales, l.KeyBiases, l.Values, l.ValueScales, l.ValueBiases} {
+				names = append(names, fmt.Sprintf("%d.%d.%d", i, p/3, p%3))
+				ts = append(ts, x)
+			}
+		} else {
+			names = append(names, fmt.Sprintf("%d.0", i), fmt.Sprintf("%d.1", i))
+			ts = append(ts, l.Keys, l.Values)
+		}
+		for p, v := range ints {
+			j++
+			name := fmt.Sprintf("%d.%d", i, p+2)
+			meta[fmt.Sprintf("2.%d.0", j)] = name
+			meta[fmt.Sprintf("2.%d.1", j)] = "scalar"
+			names = append(names, name)
+			ts = append(ts, tensor.FromInt32(tensor.Shape{}, []int32{int32(v)}))
+		}
 	}
 	return tensor.WriteSafetensors(path, names, ts, meta)
 }

@@ -356,8 +356,8 @@ func TestErrors(t *testing.T) {
 		want string
 	}{
 		{"no-metadata", func(map[string]string) map[string]string { return nil }, "not a prompt cache file"},
-		{"rotating", func(m map[string]string) map[string]string { m["1.1"] = "RotatingKVCache"; return m }, "layer 1 is a RotatingKVCache"},
-		{"quantized", func(m map[string]string) map[string]string { m["1.0"] = "QuantizedKVCache"; return m }, "layer 0 is a QuantizedKVCache"},
+		{"rotating", func(m map[string]string) map[string]string { m["1.1"] = "RotatingKVCache"; return m }, `layer 1: array "1.3" missing`},
+		{"quantized", func(m map[string]string) map[string]string { m["1.0"] = "QuantizedKVCache"; return m }, `array "0.0" is not part of a cache state`},
 		{"string-scalar", func(m map[string]string) map[string]string { m["2.1.1"] = "string"; return m }, `is a "string"`},
 		{"missing-layer", func(m map[string]string) map[string]string { delete(m, "1.1"); m["1.3"] = "KVCache"; return m }, "not of layer 1"},
 	} {

@@ -16,6 +16,7 @@ import mlx.core as mx  # noqa: E402
 
 import batch  # noqa: E402
 import common  # noqa: E402
+import kvcache  # noqa: E402
 import models  # noqa: E402
 import ops  # noqa: E402
 import smollm  # noqa: E402
@@ -40,6 +41,7 @@ def main():
         shutil.rmtree(os.path.join(out, "models"), ignore_errors=True)
         entries += models.generate(os.path.join(out, "models"))
         taps.generate(os.path.join(out, "models"))  # one tap dump per checkpoint (not a case)
+        entries += kvcache.generate(os.path.join(out, "models"))  # other KV caches (kvcache.py)
         # mlx_lm's speculative_generate_step on those checkpoints (not cases; see speculative.py).
         shutil.rmtree(os.path.join(out, "speculative"), ignore_errors=True)
         speculative.generate(os.path.join(out, "speculative"), os.path.join(out, "models"))

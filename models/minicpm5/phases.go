@@ -20,6 +20,40 @@ func (m *Model) NewCache() []nn.KVCache {
 	return c
 }
 
+// NewCacheWith returns an empty cache per layer of the kind o selects (the
+// full cache for the zero value, a rotating one for o.MaxKVSize > 0, as
+// mlx_lm's make_prompt_cache(model, max_kv_size)). o must pass Check.
+func (m *Model) NewCacheWith(o nn.CacheOptions) []nn.KVCache {
+	c := make([]nn.KVCache, len(m.Layers))
+	for i := range c {
+		c[i] = o.New(m.b)
+	}
+	return c
+}
+
+// CacheView is a Model whose NewCache makes caches of the kind Options
+// select: what generate.Generate and generate sessions take to run on
+// other caches. It shares the Model's weights; close the Model, not it.
+type CacheView struct {
+	*Model
+	Options nn.CacheOptions
+}
+
+// WithCache returns m as a CacheView of o, or an error naming the option
+// out of range.
+func (m *Model) WithCache(o nn.CacheOptions) (CacheView, error) {
+	if err := o.Check(); err != nil {
+		return CacheView{}, err
+	}
+	if o.KVBits > 0 && m.cfg.HeadDim%o.KVGroupSize != 0 {
+		return CacheView{}, fmt.Errorf("KV group size %d does not divide the model's head_dim %d", o.KVGroupSize, m.cfg.HeadDim)
+	}
+	return CacheView{Model: m, Options: o}, nil
+}
+
+// NewCache returns an empty cache per layer of the kind v.Options select.
+func (v CacheView) NewCache() []nn.KVCache { return v.NewCacheWith(v.Options) }
+
 // Prefill runs one prompt through cache in chunks of at most chunk tokens
 // (mlx_lm's prefill_step_size), evaluating every cache's State and the
 // chunk's logits after each chunk, and returns the logits of every position,
