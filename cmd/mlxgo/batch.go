@@ -350,7 +350,7 @@ func runBatch(f *batchFlags, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stopProfile()
-	b, m, err := openModel(&f.sampleFlags, stderr)
+	b, m, err := openModel(&f.sampleFlags, stderr, stderr)
 	if err != nil {
 		return err
 	}

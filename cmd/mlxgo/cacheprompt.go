@@ -163,7 +163,7 @@ func runCachePrompt(f *cachePromptFlags, stdout, stderr io.Writer) error {
 		}
 	}
 	sf := sampleFlags{model: f.model, backend: f.backend, precision: f.precision}
-	b, m, err := openModel(&sf, stdout)
+	b, m, err := openModel(&sf, stdout, stderr)
 	if err != nil {
 		return err
 	}

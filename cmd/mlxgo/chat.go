@@ -120,7 +120,7 @@ func runChat(f *chatFlags, in io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stop()
-	b, m, err := openModel(&f.sampleFlags, stdout)
+	b, m, err := openModel(&f.sampleFlags, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -136,6 +136,14 @@ func runChat(f *chatFlags, in io.Reader, stdout, stderr io.Writer) error {
 	defer s.reset()
 	fmt.Fprintln(stdout, "Type a message and press Enter; /reset starts a new conversation, /exit (or end of input) quits.")
 	r := bufio.NewReader(in)
+	tried, failed := 0, 0
+	// done ends the conversation: an error when every message failed.
+	done := func() error {
+		if tried > 0 && failed == tried {
+			return fmt.Errorf("every message of the conversation failed (%d)", tried)
+		}
+		return nil
+	}
 	for {
 		fmt.Fprint(stdout, ">>> ")
 		line, err := r.ReadString('\n')
@@ -148,21 +156,31 @@ func runChat(f *chatFlags, in io.Reader, stdout, stderr io.Writer) error {
 		case "":
 			if eof {
 				fmt.Fprintln(stdout)
-				return nil
+				return done()
 			}
 			continue
 		case "/exit", "/quit":
-			return nil
+			return done()
 		case "/reset":
 			s.reset()
 			fmt.Fprintln(stdout, "(conversation reset)")
 			continue
 		}
+		if cmd := strings.TrimSpace(text); strings.HasPrefix(cmd, "/") && !strings.ContainsAny(cmd, " \t") {
+			// One word starting with "/" is a command, as in ollama.
+			fmt.Fprintf(stderr, "mlxgo chat: unknown command %s (the commands are /reset, /exit and /quit)\n", cmd)
+			if eof {
+				return done()
+			}
+			continue
+		}
+		tried++
 		if err := s.turn(text, stdout); err != nil {
+			failed++
 			fmt.Fprintf(stderr, "mlxgo chat: %v (the conversation is kept without this message; the cache was reset)\n", err)
 		}
 		if eof {
-			return nil
+			return done()
 		}
 	}
 }

@@ -301,3 +301,22 @@ func TestChatHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestChatUnknownCommandAndFailedTurns: a one-word line starting with "/"
+// that is not a command is refused on stderr and never reaches the model (as
+// in ollama); a conversation whose every message failed exits 1.
+func TestChatUnknownCommandAndFailedTurns(t *testing.T) {
+	dir := textFixture(t, chatML)
+	rc, stdout, stderr := runChatScript(t, "/help\nhello there\n", "--model", dir, "--backend", "cpu", "--max-tokens", "2")
+	if rc != 0 || !strings.Contains(stderr, "unknown command /help (the commands are /reset, /exit and /quit)") {
+		t.Errorf("got exit %d, stderr %q; want 0 and the unknown-command line", rc, stderr)
+	}
+	if notes, _ := chatTurns(stdout); len(notes) != 1 {
+		t.Errorf("got %d turns, want 1 (the command is not a message):\n%s", len(notes), stdout)
+	}
+	failing := textFixture(t, `{{ raise_exception('this template refuses every conversation') }}`)
+	rc, _, stderr = runChatScript(t, "hello\nagain\n", "--model", failing, "--backend", "cpu")
+	if rc != 1 || !strings.Contains(stderr, "every message of the conversation failed (2)") || !strings.Contains(stderr, "this template refuses every conversation") {
+		t.Errorf("got exit %d, stderr %q; want 1, each failure and the summary", rc, stderr)
+	}
+}

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,5 +42,39 @@ func TestPrintWarnings(t *testing.T) {
 	PrintWarnings(&b, []string{"a", "b", "a"})
 	if got, want := b.String(), "warning: a\nwarning: b\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestLoadWarningsPrinted: what the checkpoint loader notices reaches the
+// user once, on stderr, in every command that loads a model through
+// openModel (here a config whose eos_token_id the model can never produce).
+func TestLoadWarningsPrinted(t *testing.T) {
+	dir := t.TempDir()
+	linkFixtureModel(t, "optiq-f32", dir)
+	cfgPath := filepath.Join(dir, "config.json")
+	data, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["eos_token_id"] = cfg["vocab_size"].(float64) + 5
+	os.Remove(cfgPath)
+	writeJSONFile(t, cfgPath, cfg)
+	for _, args := range [][]string{
+		{"generate", "--model", dir, "--prompt-ids", "1,2", "--max-tokens", "1", "--backend", "cpu"},
+		{"cache-prompt", "--model", dir, "--prompt-ids", "1,2", "--prompt-cache-file", filepath.Join(t.TempDir(), "c.safetensors"), "--backend", "cpu"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			rc, _, stderr := mlxgo(args...)
+			if rc != 0 {
+				t.Fatalf("exit %d, stderr:\n%s", rc, stderr)
+			}
+			if n := strings.Count(stderr, "warning: "); n != 1 || !strings.Contains(stderr, "is not below vocab_size") {
+				t.Errorf("stderr %q: want the eos_token_id warning once", stderr)
+			}
+		})
 	}
 }

@@ -392,7 +392,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 }
 
 // openModel opens the backend and loads the model, printing the load line.
-func openModel(f *sampleFlags, stdout io.Writer) (backend.Backend, *minicpm5.Model, error) {
+func openModel(f *sampleFlags, stdout, stderr io.Writer) (backend.Backend, *minicpm5.Model, error) {
 	b, err := backend.Open(f.backend, backend.Options{Precision: f.precision})
 	if err != nil {
 		return nil, nil, usagef("--backend %s --precision %s: %v", f.backend, f.precision, err)
@@ -405,6 +405,7 @@ func openModel(f *sampleFlags, stdout io.Writer) (backend.Backend, *minicpm5.Mod
 	}
 	cfg := m.Config()
 	fmt.Fprintf(stdout, "loaded %s on %s in %s (%s, %d layers, vocab %d)\n", f.model, b.Name(), ms(time.Since(start)), m.DType().MLXName(), cfg.NumHiddenLayers, cfg.VocabSize)
+	PrintWarnings(stderr, m.Warnings())
 	return b, m, nil
 }
 
@@ -441,7 +442,7 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer stop()
-	b, m, err := openModel(&f.sampleFlags, stdout)
+	b, m, err := openModel(&f.sampleFlags, stdout, stderr)
 	if err != nil {
 		return err
 	}

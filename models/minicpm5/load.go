@@ -35,7 +35,7 @@ func New(b backend.Backend, ck *checkpoint.Checkpoint) (_ *Model, err error) {
 		return nil, err
 	}
 	cfg := ck.Config
-	m := &Model{b: b, cfg: cfg, dtype: ck.DType}
+	m := &Model{b: b, cfg: cfg, dtype: ck.DType, warnings: ck.Warnings}
 	defer func() {
 		if err != nil {
 			m.Close()

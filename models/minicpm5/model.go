@@ -69,6 +69,8 @@ type Model struct {
 	rope   *nn.RoPE
 	arrays []backend.Array        // borrowed weights, released by Close
 	ck     *checkpoint.Checkpoint // closed by Close when Load opened it
+	// warnings are the checkpoint's (checkpoint.Checkpoint.Warnings).
+	warnings []string
 }
 
 // ForwardOptions select what Forward returns.

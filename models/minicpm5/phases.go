@@ -129,17 +129,17 @@ func (m *Model) concatenate(parts []backend.Array) (logits backend.Array, err er
 
 func (m *Model) checkPrompt(ids []int32, cache []nn.KVCache, chunk int) error {
 	if len(ids) == 0 {
-		return fmt.Errorf("minicpm5: empty prompt")
+		return fmt.Errorf("model: empty prompt")
 	}
 	if chunk <= 0 {
-		return fmt.Errorf("minicpm5: prefill chunk size %d, want > 0", chunk)
+		return fmt.Errorf("model: prefill chunk size %d, want > 0", chunk)
 	}
 	if cache == nil {
-		return fmt.Errorf("minicpm5: prefill needs a cache (NewCache)")
+		return fmt.Errorf("model: prefill needs a cache (NewCache)")
 	}
 	for i, id := range ids {
 		if id < 0 || int(id) >= m.cfg.VocabSize {
-			return fmt.Errorf("minicpm5: prompt token %d is %d, want 0 <= id < vocab_size %d", i, id, m.cfg.VocabSize)
+			return fmt.Errorf("model: prompt token %d is %d, want 0 <= id < vocab_size %d", i, id, m.cfg.VocabSize)
 		}
 	}
 	return nil
@@ -148,25 +148,25 @@ func (m *Model) checkPrompt(ids []int32, cache []nn.KVCache, chunk int) error {
 func (m *Model) checkForward(ids backend.Array, cache []nn.KVCache, opts ForwardOptions) error {
 	s := ids.Shape()
 	if len(s) != 2 || s[0] < 1 || s[1] < 1 {
-		return fmt.Errorf("minicpm5: ids shape %v, want [B, L] with B, L >= 1", s)
+		return fmt.Errorf("model: ids shape %v, want [B, L] with B, L >= 1", s)
 	}
 	if d := ids.DType(); d.IsFloat() || d == tensor.Bool {
-		return fmt.Errorf("minicpm5: ids dtype %v, want an integer dtype", d)
+		return fmt.Errorf("model: ids dtype %v, want an integer dtype", d)
 	}
 	if cache != nil && len(cache) != len(m.Layers) {
-		return fmt.Errorf("minicpm5: %d caches for %d layers", len(cache), len(m.Layers))
+		return fmt.Errorf("model: %d caches for %d layers", len(cache), len(m.Layers))
 	}
 	for i, c := range cache {
 		if c == nil {
-			return fmt.Errorf("minicpm5: cache %d is nil", i)
+			return fmt.Errorf("model: cache %d is nil", i)
 		}
 	}
 	if opts.LogitsRows != nil && len(opts.LogitsRows) == 0 && !opts.NoLogits {
-		return fmt.Errorf("minicpm5: LogitsRows is empty; set NoLogits to skip the head")
+		return fmt.Errorf("model: LogitsRows is empty; set NoLogits to skip the head")
 	}
 	for i, r := range opts.LogitsRows {
 		if r < 0 || r >= s[1] {
-			return fmt.Errorf("minicpm5: LogitsRows[%d] is %d, want 0 <= row < L = %d", i, r, s[1])
+			return fmt.Errorf("model: LogitsRows[%d] is %d, want 0 <= row < L = %d", i, r, s[1])
 		}
 	}
 	return nil
@@ -174,6 +174,10 @@ func (m *Model) checkForward(ids backend.Array, cache []nn.KVCache, opts Forward
 
 // Config returns the checkpoint's config.
 func (m *Model) Config() *checkpoint.Config { return m.cfg }
+
+// Warnings returns what the checkpoint loader noticed and mlx_lm accepts
+// silently (config fields, weights' dtypes): commands print them once.
+func (m *Model) Warnings() []string { return m.warnings }
 
 // Backend returns the backend the model runs on.
 func (m *Model) Backend() backend.Backend { return m.b }

@@ -18,7 +18,7 @@ var _ generate.WindowModel[nn.KVCache] = (*Model)(nil)
 func (m *Model) WindowLogits(ids backend.Array, cache []nn.KVCache, n int) (backend.Array, error) {
 	s := ids.Shape()
 	if len(s) != 2 || n < 1 || n > s[1] {
-		return nil, fmt.Errorf("minicpm5: %d logits rows of ids %v, want 1 <= n <= L", n, s)
+		return nil, fmt.Errorf("model: %d logits rows of ids %v, want 1 <= n <= L", n, s)
 	}
 	var rows []int
 	if n < s[1] {
