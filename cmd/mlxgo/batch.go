@@ -125,23 +125,7 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 }
 
 func cmdBatch(args []string, stdout, stderr io.Writer) int {
-	f, err := parseBatchFlags(args, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "mlxgo batch: %v\nRun 'mlxgo batch --help' for the flags.\n", err)
-		return 2
-	}
-	if err := runBatch(f, stdout, stderr); err != nil {
-		fmt.Fprintln(stderr, "mlxgo batch:", err)
-		var u usageError
-		if errors.As(err, &u) {
-			return 2
-		}
-		return 1
-	}
-	return 0
+	return runCommand("batch", args, stdout, stderr, parseBatchFlags, runBatch)
 }
 
 // batchLine is one line of the prompts file.

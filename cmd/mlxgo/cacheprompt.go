@@ -111,23 +111,7 @@ func parseCachePromptFlags(args []string, stdout io.Writer) (*cachePromptFlags, 
 }
 
 func cmdCachePrompt(args []string, stdout, stderr io.Writer) int {
-	f, err := parseCachePromptFlags(args, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "mlxgo cache-prompt: %v\nRun 'mlxgo cache-prompt --help' for the flags.\n", err)
-		return 2
-	}
-	if err := runCachePrompt(f, stdout, stderr); err != nil {
-		fmt.Fprintln(stderr, "mlxgo cache-prompt:", err)
-		var u usageError
-		if errors.As(err, &u) {
-			return 2
-		}
-		return 1
-	}
-	return 0
+	return runCommand("cache-prompt", args, stdout, stderr, parseCachePromptFlags, runCachePrompt)
 }
 
 // tokenizerConfigMeta is the metadata "tokenizer_config" mlx_lm.cache_prompt

@@ -84,23 +84,7 @@ func parseChatFlags(args []string, stdout io.Writer) (*chatFlags, error) {
 }
 
 func cmdChat(args []string, stdout, stderr io.Writer) int {
-	f, err := parseChatFlags(args, stdout)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "mlxgo chat: %v\nRun 'mlxgo chat --help' for the flags.\n", err)
-		return 2
-	}
-	if err := runChat(f, stdin, stdout, stderr); err != nil {
-		fmt.Fprintln(stderr, "mlxgo chat:", err)
-		var u usageError
-		if errors.As(err, &u) {
-			return 2
-		}
-		return 1
-	}
-	return 0
+	return runCommand("chat", args, stdout, stderr, parseChatFlags, func(f *chatFlags, stdout, stderr io.Writer) error { return runChat(f, stdin, stdout, stderr) })
 }
 
 func runChat(f *chatFlags, in io.Reader, stdout, stderr io.Writer) error {

@@ -305,20 +305,22 @@ func parseIDs(s string) ([]int32, error) {
 	return ids, nil
 }
 
-// stdin is the standard input of --prompt - and of mlxgo chat (tests replace it).
-var stdin io.Reader = os.Stdin
-
-func cmdGenerate(args []string, stdout, stderr io.Writer) int {
-	f, err := parseGenerateFlags(args, stdout)
+// runCommand is a command's main: it parses args with parse and runs run,
+// printing an error as "mlxgo NAME: ..." (and, for a flag error, where to find
+// the flags), and returns the exit status: 0, 2 for a usage error, 1 for
+// any other failure.
+func runCommand[F any](name string, args []string, stdout, stderr io.Writer,
+	parse func([]string, io.Writer) (F, error), run func(F, io.Writer, io.Writer) error) int {
+	f, err := parse(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "mlxgo generate: %v\nRun 'mlxgo generate --help' for the flags.\n", err)
+		fmt.Fprintf(stderr, "mlxgo %s: %v\nRun 'mlxgo %s --help' for the flags.\n", name, err, name)
 		return 2
 	}
-	if err := runGenerate(f, stdout, stderr); err != nil {
-		fmt.Fprintln(stderr, "mlxgo generate:", err)
+	if err := run(f, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "mlxgo %s: %v\n", name, err)
 		var u usageError
 		if errors.As(err, &u) {
 			return 2
@@ -326,6 +328,13 @@ func cmdGenerate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// stdin is the standard input of --prompt - and of mlxgo chat (tests replace it).
+var stdin io.Reader = os.Stdin
+
+func cmdGenerate(args []string, stdout, stderr io.Writer) int {
+	return runCommand("generate", args, stdout, stderr, parseGenerateFlags, runGenerate)
 }
 
 // openText loads dir's tokenizer and stop tokens (chat.Load) and checks the
