@@ -89,30 +89,10 @@ func (c *BatchKVCache) Update(k, v backend.Array) (backend.Array, backend.Array)
 	if B := k.Shape()[0]; B != len(c.leftPadding) || v.Shape()[0] != B {
 		panic(backend.Errorf("BatchKVCache.Update", []backend.Array{k, v}, "keys and values have %d and %d rows, the cache %d", B, v.Shape()[0], len(c.leftPadding)))
 	}
-	prev := c.idx
-	L := k.Shape()[2]
-	if c.keys == nil || prev+L > c.keys.Shape()[2] {
-		n := (KVStep + L - 1) / KVStep * KVStep
-		newK := c.b.Zeros(slots(k.Shape(), n), k.DType())
-		newV := c.b.Zeros(slots(v.Shape(), n), v.DType())
-		if c.keys != nil {
-			if prev%KVStep != 0 {
-				c.keys = c.replace(c.keys, c.b.Slice(c.keys, zeros4, upTo(c.keys.Shape(), prev)))
-				c.values = c.replace(c.values, c.b.Slice(c.values, zeros4, upTo(c.values.Shape(), prev)))
-			}
-			c.keys = c.replace(c.keys, c.b.Concatenate(2, c.keys, newK))
-			c.values = c.replace(c.values, c.b.Concatenate(2, c.values, newV))
-			c.b.Release(newK, newV)
-		} else {
-			c.keys, c.values = newK, newV
-		}
-	}
-	c.idx += L
-	at := []int{0, 0, prev, 0}
-	c.keys = c.replace(c.keys, c.b.SliceUpdate(c.keys, k, at))
-	c.values = c.replace(c.values, c.b.SliceUpdate(c.values, v, at))
-	return c.b.Slice(c.keys, zeros4, upTo(c.keys.Shape(), c.idx)),
-		c.b.Slice(c.values, zeros4, upTo(c.values.Shape(), c.idx))
+	var keys, values backend.Array
+	c.keys, c.values, keys, values = appendKV(c.b, c.keys, c.values, k, v, c.idx)
+	c.idx += k.Shape()[2]
+	return keys, values
 }
 
 func (c *BatchKVCache) replace(old, next backend.Array) backend.Array {

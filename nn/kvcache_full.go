@@ -40,36 +40,45 @@ func (c *FullKVCache) Capacity() int {
 // returns the buffers themselves when full; a full-range slice has the same
 // values and keeps the returned arrays the caller's).
 func (c *FullKVCache) Update(k, v backend.Array) (backend.Array, backend.Array) {
-	prev := c.offset
-	L := k.Shape()[2]
-	if c.keys == nil || prev+L > c.keys.Shape()[2] {
-		n := (KVStep + L - 1) / KVStep * KVStep
-		newK := c.b.Zeros(slots(k.Shape(), n), k.DType())
-		newV := c.b.Zeros(slots(v.Shape(), n), v.DType())
-		if c.keys != nil {
-			if prev%KVStep != 0 {
-				c.keys = c.replace(c.keys, c.b.Slice(c.keys, zeros4, upTo(c.keys.Shape(), prev)))
-				c.values = c.replace(c.values, c.b.Slice(c.values, zeros4, upTo(c.values.Shape(), prev)))
-			}
-			c.keys = c.replace(c.keys, c.b.Concatenate(2, c.keys, newK))
-			c.values = c.replace(c.values, c.b.Concatenate(2, c.values, newV))
-			c.b.Release(newK, newV)
-		} else {
-			c.keys, c.values = newK, newV
-		}
-	}
-	c.offset += L
-	at := []int{0, 0, prev, 0}
-	c.keys = c.replace(c.keys, c.b.SliceUpdate(c.keys, k, at))
-	c.values = c.replace(c.values, c.b.SliceUpdate(c.values, v, at))
-	return c.b.Slice(c.keys, zeros4, upTo(c.keys.Shape(), c.offset)),
-		c.b.Slice(c.values, zeros4, upTo(c.values.Shape(), c.offset))
+	var keys, values backend.Array
+	c.keys, c.values, keys, values = appendKV(c.b, c.keys, c.values, k, v, c.offset)
+	c.offset += k.Shape()[2]
+	return keys, values
 }
 
-// replace releases old and returns next.
-func (c *FullKVCache) replace(old, next backend.Array) backend.Array {
-	c.b.Release(old)
-	return next
+// appendKV is the buffer arithmetic of mlx_lm's KVCache.update_and_fetch,
+// shared by the full and the batch cache: when k and v ([B, H, L, D]) do not
+// fit after index prev of the buffers keys and values (nil when empty), it
+// grows them by ceil(L/KVStep)·KVStep zero slots (cutting them to prev first
+// when prev is not a multiple of KVStep), then writes k and v at prev. It
+// releases the buffers it replaces and returns the new buffers and the
+// caller's views of them up to prev+L.
+func appendKV(b backend.Backend, keys, values, k, v backend.Array, prev int) (newKeys, newValues, outK, outV backend.Array) {
+	replace := func(old, next backend.Array) backend.Array {
+		b.Release(old)
+		return next
+	}
+	L := k.Shape()[2]
+	if keys == nil || prev+L > keys.Shape()[2] {
+		n := (KVStep + L - 1) / KVStep * KVStep
+		zk := b.Zeros(slots(k.Shape(), n), k.DType())
+		zv := b.Zeros(slots(v.Shape(), n), v.DType())
+		if keys != nil {
+			if prev%KVStep != 0 {
+				keys = replace(keys, b.Slice(keys, zeros4, upTo(keys.Shape(), prev)))
+				values = replace(values, b.Slice(values, zeros4, upTo(values.Shape(), prev)))
+			}
+			keys = replace(keys, b.Concatenate(2, keys, zk))
+			values = replace(values, b.Concatenate(2, values, zv))
+			b.Release(zk, zv)
+		} else {
+			keys, values = zk, zv
+		}
+	}
+	at := []int{0, 0, prev, 0}
+	keys = replace(keys, b.SliceUpdate(keys, k, at))
+	values = replace(values, b.SliceUpdate(values, v, at))
+	return keys, values, b.Slice(keys, zeros4, upTo(keys.Shape(), prev+L)), b.Slice(values, zeros4, upTo(values.Shape(), prev+L))
 }
 
 var zeros4 = []int{0, 0, 0, 0}
