@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/synth"
@@ -17,7 +19,8 @@ import (
 // tokens prefilled together, then 32 greedy tokens each. The checkpoint is
 // the synth preset MLXGO_BENCH_PRESET (default smollm2-135m: SmolLM2-135M's
 // shapes, 4-bit), written once to a temporary directory, or the model
-// directory MLXGO_BENCH_MODEL.
+// directory MLXGO_BENCH_MODEL; MLXGO_BENCH_PRECISION picks the CPU
+// backend's precision (reference by default, or fast).
 //
 //	go test ./generate/ -run '^$' -bench BatchDecode -benchtime 3x
 func BenchmarkBatchDecode(b *testing.B) {
@@ -36,7 +39,11 @@ func BenchmarkBatchDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	be := cpuBackend(b)
+	be, err := cpu.New(backend.Options{Precision: os.Getenv("MLXGO_BENCH_PRECISION")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
 	m, err := minicpm5.Load(be, dir)
 	if err != nil {
 		b.Fatal(err)

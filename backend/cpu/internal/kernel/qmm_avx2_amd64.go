@@ -267,6 +267,17 @@ var avxGemmOn = true
 // nanoseconds a code, which only many rows of x repay (tests lower it).
 var avxGemmOddRows = 64
 
+// avxGemmMinRows is the fewest rows of x for which the 4- and 8-bit
+// weights take the m-blocked kernels. Building a panel costs more than the
+// one-row kernels' second pass over a tile still in cache: per CPU-second
+// on MiniCPM5-1B's up (4-bit) and gate (8-bit) projections, one thread,
+// the one-row kernels against the m-blocked ones read 10.2/8.9 and 10.1/6.5
+// GMAC (reference), 31.6/35.6 and 20.8/15.0 (fast) at two rows; 9.6/12.1,
+// 11.8/12.9, 37.5/43.6 and 24.7/23.6 at four; the m-blocked ones ahead from
+// there (BenchmarkAVX2Prefill with MLXGO_BENCH_ROWS). In a two-row batched
+// decode step the panels took 58% of the samples. Tests lower it.
+var avxGemmMinRows = 4
+
 // avxGemmPanelBytes bounds the panels a worker builds per chunk of tiles
 // (they stay in L2 while every row of x runs against them).
 const avxGemmPanelBytes = 256 << 10

@@ -4,7 +4,9 @@ package kernel
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -20,8 +22,8 @@ import (
 // output inside NaN guards, rounded and unrounded, 1 and 3 threads.
 func TestAVX2GemmEqualsRows(t *testing.T) {
 	needAVX2(t)
-	defer func(v int) { avxGemmOddRows = v }(avxGemmOddRows)
-	avxGemmOddRows = 2
+	defer func(v, w int) { avxGemmOddRows, avxGemmMinRows = v, w }(avxGemmOddRows, avxGemmMinRows)
+	avxGemmOddRows, avxGemmMinRows = 2, 2
 	dts := []string{"f32", "bf16", "f16"}
 	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 		for _, gs := range []int{32, 64, 128} {
@@ -132,7 +134,12 @@ func BenchmarkAVX2Prefill(b *testing.B) {
 		{"minicpm_up_b4g64", 4608, 1536, 4, 64, "bf16"},
 		{"minicpm_gate_b8g64", 4608, 1536, 8, 64, "bf16"},
 	}
-	const m = 128
+	// MLXGO_BENCH_ROWS sets the rows of x (128 by default: a prefill chunk;
+	// 2 to 16 are batched decode steps).
+	m := 128
+	if v, err := strconv.Atoi(os.Getenv("MLXGO_BENCH_ROWS")); err == nil && v > 0 {
+		m = v
+	}
 	for _, sz := range shapes {
 		_, wq, sc, bi, sb, bb := qmvInputs(1, sz.n, sz.k, sz.gs, sz.bits)
 		scv, biv := avxVecs(sz.dt, sc, bi, sb, bb)
@@ -141,8 +148,8 @@ func BenchmarkAVX2Prefill(b *testing.B) {
 		for _, acc := range []Acc{AccF32, AccQ8} {
 			for _, impl := range []string{"rows", "gemm"} {
 				b.Run(fmt.Sprintf("%s/%s/acc%d/%s", sz.name, dims(m, sz.n, sz.k), acc, impl), func(b *testing.B) {
-					avxGemmOn = impl == "gemm"
-					defer func() { avxGemmOn = true }()
+					avxGemmOn, avxGemmMinRows = impl == "gemm", 2
+					defer func(v int) { avxGemmOn, avxGemmMinRows = true, v }(avxGemmMinRows)
 					withThreads(1, func() {
 						runtime.LockOSThread()
 						defer runtime.UnlockOSThread()
