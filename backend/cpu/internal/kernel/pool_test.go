@@ -95,3 +95,36 @@ func setThreads(t *testing.T, n int) {
 	SetThreads(n)
 	t.Cleanup(func() { SetThreads(old) })
 }
+
+// TestChunkStart: the chunks cover [0, n) in order; with w participants the
+// first w chunks share n - n/8 items within one of each other, and every
+// chunk parallelFor makes holds at least minChunk items.
+func TestChunkStart(t *testing.T) {
+	for _, tc := range []struct{ n, minChunk, threads int }{
+		{16, 1, 2}, {100, 1, 2}, {100, 7, 2}, {576, 7, 2}, {1536, 2, 2}, {130560, 10, 3}, {24, 7, 2}, {72, 7, 2},
+	} {
+		t.Run(fmt.Sprintf("n%d_min%d_t%d", tc.n, tc.minChunk, tc.threads), func(t *testing.T) {
+			chunks, w, split := chunkPlan(tc.n, tc.minChunk, tc.threads)
+			if !split {
+				w = 0
+			}
+			prev := chunkStart(0, chunks, tc.n, w)
+			if prev != 0 || chunkStart(chunks, chunks, tc.n, w) != tc.n {
+				t.Fatalf("chunks start at %d and end at %d, want 0 and %d", prev, chunkStart(chunks, chunks, tc.n, w), tc.n)
+			}
+			for i := 1; i <= chunks; i++ {
+				c := chunkStart(i, chunks, tc.n, w)
+				if c-prev < tc.minChunk {
+					t.Errorf("chunk %d of %d holds %d items, want >= %d (w %d)", i-1, chunks, c-prev, tc.minChunk, w)
+				}
+				prev = c
+			}
+			if w > 0 {
+				head := tc.n - tc.n/8
+				if got := chunkStart(w, chunks, tc.n, w); got != head {
+					t.Errorf("the %d large chunks end at %d, want %d", w, got, head)
+				}
+			}
+		})
+	}
+}
