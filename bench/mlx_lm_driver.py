@@ -133,6 +133,45 @@ def graph_build(model, steps):
             "build_us_median": times[len(times) // 2] * 1e6, "build_us_min": times[0] * 1e6}
 
 
+def batch_sweep(model_dir, ids, lens, sizes, args):
+    """The batch sweep of `mlxgo bench --batch-sizes`: for each batch size B, B prompts (row i is
+    ids[i:i+P]) through mlx_lm's BatchGenerator with greedy sampling and no stop tokens, each to
+    --decode-tokens tokens; a "batch" run records the generator's own counters over the run
+    (generation_tokens in decode_time, prompt_tokens in prompt_time), as the Go child does with
+    generate.BatchGenerator's."""
+    from mlx_lm.generate import BatchGenerator
+
+    if len(lens) != 1 or not sizes or min(sizes) < 1:
+        sys.exit("mlx_lm_driver: a batch sweep takes one prompt length and batch sizes >= 1")
+    n = lens[0]
+    if max(sizes) - 1 + n > len(ids):
+        sys.exit(f"mlx_lm_driver: batch {max(sizes)} of {n}-token prompts needs {max(sizes) - 1 + n} ids")
+    t0 = time.perf_counter()
+    model, _ = mlx_lm.load(model_dir)
+    load_s = time.perf_counter() - t0
+    device = str(mx.default_device())
+    log(f"loaded in {load_s:.2f}s on {device} ({memory_note()})")
+    runs = []
+    for b in sizes:
+        prompts = [ids[i:i + n] for i in range(b)]
+        for r in range(args.warmup + args.reps):
+            gen = BatchGenerator(model, stop_tokens=[], completion_batch_size=b, prefill_batch_size=b,
+                                 sampler=lambda lp: mx.argmax(lp, axis=-1))
+            with gen.stats() as st:
+                gen.insert(prompts, [args.decode_tokens] * b)
+                while gen.next_generated():
+                    pass
+            gen.close()
+            runs.append({"kind": "batch", "prompt": n, "batch": b, "warmup": r < args.warmup,
+                         "seconds": st.decode_time, "generated": st.generation_tokens,
+                         "prompt_seconds": st.prompt_time, "prompt_tokens": st.prompt_tokens})
+            rate = st.generation_tokens / st.decode_time if st.decode_time > 0 else 0.0
+            log(f"batch {b} {rep_name(r, args)}: {st.generation_tokens} tokens in {st.decode_time:.2f}s "
+                f"of decode steps ({rate:.1f} tok/s), prompts {st.prompt_time:.2f}s")
+            del gen
+    return {"engine": "mlx_lm", "device": device, "load_s": load_s, "runs": runs}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="model directory (as mlx_lm.load takes it)")
@@ -142,6 +181,8 @@ def main():
     ap.add_argument("--reps", type=int, help="timed repetitions per prompt length")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs before the timed ones")
     ap.add_argument("--device", choices=["default", "cpu", "gpu"], default="default")
+    ap.add_argument("--batch-sizes",
+                    help="instead: a batch sweep, comma-separated batch sizes (one prompt length)")
     ap.add_argument("--graph-steps", type=int, default=0,
                     help="instead: count one decode step's graph primitives and time building it N times")
     args = ap.parse_args()
@@ -162,6 +203,12 @@ def main():
         sys.exit("mlx_lm_driver: want --decode-tokens >= 3, --reps >= 1 and at least one prompt length")
     if any(n < 1 or n > len(ids) for n in lens):
         sys.exit(f"mlx_lm_driver: prompt lengths {lens} must be in 1..{len(ids)} (ids in {args.ids_file})")
+
+    if args.batch_sizes:
+        json.dump(batch_sweep(args.model, ids, lens, [int(x) for x in args.batch_sizes.split(",") if x], args),
+                  sys.stdout)
+        print()
+        return
 
     t0 = time.perf_counter()
     model, _ = mlx_lm.load(args.model)  # evaluates every parameter (not lazy)

@@ -66,6 +66,13 @@ type RunRecord struct {
 	Seconds float64   `json:"seconds,omitempty"`
 	TTFT    float64   `json:"ttft_s,omitempty"`
 	Tokens  []float64 `json:"token_s,omitempty"`
+	// Kind "batch" (a batch sweep): Batch rows of Prompt tokens, Generated
+	// tokens emitted by decode steps in Seconds of them, PromptTokens
+	// prefilled in PromptSeconds.
+	Batch         int     `json:"batch,omitempty"`
+	Generated     int     `json:"generated,omitempty"`
+	PromptTokens  int     `json:"prompt_tokens,omitempty"`
+	PromptSeconds float64 `json:"prompt_seconds,omitempty"`
 }
 
 // ChildReport is what a child process prints: one JSON object.

@@ -106,6 +106,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 1, "seed of the prompt ids")
 	results := fs.String("results", "bench/results", "directory of the JSON and PNG results; empty writes none")
 	report := fs.String("report", "", "re-render a saved result JSON as the markdown table (and its PNG next to it) instead of measuring")
+	batchSizes := fs.String("batch-sizes", "", "a batch sweep instead: aggregate decode tok/s at these batch sizes (e.g. 1,2,4,8,16), --prompt-lens' first length per row, --decode-tokens each")
+	llamaBatched := fs.String("llama-batched-bench", "", "path of llama.cpp's llama-batched-bench, for --batch-sizes; empty skips llama.cpp")
 	child := fs.Bool("child", false, "internal: run one Go configuration and print its JSON report")
 	bandwidth := fs.Bool("bandwidth", false, "internal (--child): measure the memory read bandwidth and print it as JSON")
 	config := fs.String("config", "", "internal (--child): the configuration")
@@ -158,6 +160,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	var sizes []int
+	if *batchSizes != "" {
+		if sizes, err = parseInts(*batchSizes); err != nil {
+			return bad("--batch-sizes: %v", err)
+		}
+	}
 	if *child {
 		name, opts, err := bench.ParseConfig(*config)
 		if err != nil {
@@ -168,8 +176,13 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "mlxgo bench --child: %v\n", err)
 			return 1
 		}
-		err = bench.RunChild(bench.ChildOptions{Model: *model, Backend: name, Options: opts, IDs: ids, PromptLens: promptLens,
-			DecodeTokens: *decode, Reps: *reps, Warmup: *warmup}, stdout, stderr)
+		co := bench.ChildOptions{Model: *model, Backend: name, Options: opts, IDs: ids, PromptLens: promptLens,
+			DecodeTokens: *decode, Reps: *reps, Warmup: *warmup}
+		if sizes != nil {
+			err = bench.RunBatchChild(co, sizes, stdout, stderr)
+		} else {
+			err = bench.RunChild(co, stdout, stderr)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "mlxgo bench --child: %v\n", err)
 			return 1
@@ -225,7 +238,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
 			return 1
 		}
-		if *llama != "" {
+		if *llama != "" || *llamaBatched != "" {
 			if err := ensureSynth(*ggufPath, "gguf", stderr); err != nil {
 				fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
 				return 1
@@ -234,7 +247,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	} else if *ggufPath == "" {
 		*ggufPath = filepath.Clean(*model) + ".gguf"
 	}
-	if *llama != "" && entries == nil {
+	if (*llama != "" || *llamaBatched != "") && entries == nil {
 		if _, err := os.Stat(*ggufPath); err != nil {
 			return bad("--llama-bench needs the GGUF twin %s (write it with mlxgo synth --format gguf, with the flags that made --model): %v", *ggufPath, err)
 		}
@@ -243,6 +256,15 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	if _, err := os.Stat(py); err != nil {
 		fmt.Fprintf(stderr, "mlxgo bench: WARNING: %s not found, mlx_lm is not measured (run make venv)\n", py)
 		py = ""
+	}
+	if sizes != nil {
+		if entries != nil {
+			return bad("--batch-sizes measures one checkpoint (--model), not --models")
+		}
+		return runBatchSweep(bench.BatchSweepOptions{Model: *model, GGUF: *ggufPath, Self: []string{exe, "bench", "--child"},
+			Python: py, Driver: *driver, LlamaBatchedBench: *llamaBatched, Configs: sel, BatchSizes: sizes,
+			PromptLen: promptLens[0], DecodeTokens: *decode, Reps: *reps, Warmup: *warmup, Threads: *threads, Seed: *seed, Progress: stderr},
+			*results, stdout, stderr)
 	}
 	var cks []bench.Checkpoint
 	for _, e := range entries {
@@ -491,4 +513,36 @@ func ensureEntry(e benchEntry, exe string, withTwin bool, stderr io.Writer) erro
 		return write(e.ck.GGUF, "gguf")
 	}
 	return nil
+}
+
+// runBatchSweep runs a batch sweep, prints its table and writes its JSON
+// under results (unless empty).
+func runBatchSweep(o bench.BatchSweepOptions, results string, stdout, stderr io.Writer) int {
+	if o.LlamaBatchedBench != "" {
+		if st, err := os.Stat(o.LlamaBatchedBench); err != nil || st.IsDir() {
+			fmt.Fprintf(stderr, "mlxgo bench: --llama-batched-bench %s is not a file\n", o.LlamaBatchedBench)
+			return 2
+		}
+	}
+	res, err := bench.RunBatchSweep(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprint(stdout, res.Markdown())
+	if results != "" {
+		host, _ := os.Hostname()
+		path := filepath.Join(results, time.Now().Format("2006-01-02T150405")+"-"+host+"-batch.json")
+		if err := res.WriteJSON(path); err != nil {
+			fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nResults: %s\n", path)
+	}
+	for _, c := range res.Configs {
+		if c.Err != "" {
+			return 1
+		}
+	}
+	return 0
 }
