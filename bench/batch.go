@@ -452,13 +452,4 @@ func (r *BatchSweepResult) find(name string) *BatchConfigResult {
 }
 
 // WriteJSON writes the sweep to path.
-func (r *BatchSweepResult) WriteJSON(path string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(data, '\n'), 0o644)
-}
+func (r *BatchSweepResult) WriteJSON(path string) error { return writeJSON(path, r) }

