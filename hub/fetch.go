@@ -254,6 +254,7 @@ func (c *Client) downloadBlob(ctx context.Context, repo, commit, file string, m 
 // returns the file's length.
 func (c *Client) fill(ctx context.Context, f *os.File, inc string, m *fileMeta, have int64, what string, p *progress) (int64, error) {
 	failures := 0
+	best := have // the furthest the file has got; only going past it counts as progress
 	var last error
 	for {
 		if m.size >= 0 && have == m.size {
@@ -270,15 +271,15 @@ func (c *Client) fill(ctx context.Context, f *os.File, inc string, m *fileMeta, 
 				return have, fmt.Errorf("%s: %w", what, ctx.Err())
 			}
 		}
-		n, err := c.fillOnce(ctx, f, inc, m, &have, what, p)
+		_, err := c.fillOnce(ctx, f, inc, m, &have, what, p)
 		if err == nil {
 			return have, nil
 		}
 		if isFinal(err) || ctx.Err() != nil {
 			return have, err
 		}
-		if n > 0 {
-			failures = 0
+		if have > best {
+			best, failures = have, 0
 		}
 		failures++
 		last = err

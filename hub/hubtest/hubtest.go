@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -104,7 +105,7 @@ func (s *Server) Commit(repo, branch string, files map[string][]byte) string {
 		}
 	}
 	commit := hex.EncodeToString(h.Sum(nil))
-	r.commits[commit] = files
+	r.commits[commit] = maps.Clone(files)
 	r.branches[branch] = commit
 	return commit
 }
