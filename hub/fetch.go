@@ -342,7 +342,7 @@ func (c *Client) fillOnce(ctx context.Context, f *os.File, inc string, m *fileMe
 		limit = m.size - *have
 	}
 	// One byte past the limit tells a too-long body from a whole one.
-	n, err := io.Copy(&countWriter{f: f, p: p}, io.LimitReader(resp.Body, limit+1))
+	n, err := io.Copy(&countWriter{f: f, p: p, bytes: &c.Stats.Bytes}, io.LimitReader(resp.Body, limit+1))
 	var we *writeError
 	if errors.As(err, &we) {
 		*have += n
@@ -397,13 +397,15 @@ func (e *writeError) Error() string { return e.err.Error() }
 
 // countWriter writes to f and reports progress.
 type countWriter struct {
-	f *os.File
-	p *progress
+	f     *os.File
+	p     *progress
+	bytes *int64
 }
 
 func (w *countWriter) Write(b []byte) (int, error) {
 	n, err := w.f.Write(b)
 	w.p.add(int64(n))
+	*w.bytes += int64(n)
 	if err != nil {
 		return n, &writeError{err}
 	}

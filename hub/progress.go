@@ -68,12 +68,12 @@ func (p *progress) done() {
 	}
 	secs := time.Since(p.start).Seconds()
 	got := p.have - p.from
-	line := fmt.Sprintf("%s: %s downloaded in %.1fs", p.head(), byteText(p.have), secs)
+	line := fmt.Sprintf("%s: %s downloaded in %.1fs", p.head(), FormatSize(p.have), secs)
 	if p.from > 0 {
-		line = fmt.Sprintf("%s: %s (resumed at %s) in %.1fs", p.head(), byteText(p.have), byteText(p.from), secs)
+		line = fmt.Sprintf("%s: %s (resumed at %s) in %.1fs", p.head(), FormatSize(p.have), FormatSize(p.from), secs)
 	}
 	if secs > 0 && got > 0 {
-		line += fmt.Sprintf(", %s/s", byteText(int64(float64(got)/secs)))
+		line += fmt.Sprintf(", %s/s", FormatSize(int64(float64(got)/secs)))
 	}
 	if p.term {
 		fmt.Fprintf(p.w, "\r\x1b[K%s\n", line)
@@ -93,18 +93,18 @@ func (p *progress) fail() {
 func (p *progress) draw() {
 	p.drawn = time.Now()
 	if p.size <= 0 {
-		fmt.Fprintf(p.w, "\r\x1b[K%s  %s", p.head(), byteText(p.have))
+		fmt.Fprintf(p.w, "\r\x1b[K%s  %s", p.head(), FormatSize(p.have))
 		return
 	}
 	const width = 24
 	frac := float64(p.have) / float64(p.size)
 	fill := min(int(frac*width), width)
 	fmt.Fprintf(p.w, "\r\x1b[K%s %3.0f%% |%s%s| %s / %s", p.head(), 100*frac,
-		strings.Repeat("#", fill), strings.Repeat(" ", width-fill), byteText(p.have), byteText(p.size))
+		strings.Repeat("#", fill), strings.Repeat(" ", width-fill), FormatSize(p.have), FormatSize(p.size))
 }
 
-// byteText writes n bytes in decimal units (kB, MB, GB), as the Hub does.
-func byteText(n int64) string {
+// FormatSize writes n bytes in decimal units (B, kB, MB, GB).
+func FormatSize(n int64) string {
 	switch {
 	case n < 1000:
 		return fmt.Sprintf("%d B", n)
@@ -121,5 +121,5 @@ func sizeText(n int64) string {
 	if n < 0 {
 		return "an unknown size"
 	}
-	return byteText(n)
+	return FormatSize(n)
 }

@@ -36,7 +36,7 @@ func checkSpace(dir string, need int64) error {
 	}
 	free := int64(st.Bavail) * int64(st.Bsize)
 	if free >= 0 && need > free {
-		return fmt.Errorf("not enough disk space in %s: the file needs %d more bytes (%s), %d (%s) are free", dir, need, byteText(need), free, byteText(free))
+		return fmt.Errorf("not enough disk space in %s: the file needs %d more bytes (%s), %d (%s) are free", dir, need, FormatSize(need), free, FormatSize(free))
 	}
 	return nil
 }
