@@ -9,7 +9,8 @@ import (
 
 // progress shows a download: on a terminal one bar per file, redrawn in
 // place at most ten times a second; elsewhere one plain line per file when
-// it is done. All output goes to w (stderr in mlxgo); a nil w shows nothing.
+// it is done, and one every 10 s while a long one runs. All output goes to
+// w (stderr in mlxgo); a nil w shows nothing.
 type progress struct {
 	w          io.Writer
 	term       bool
@@ -44,17 +45,27 @@ func (p *progress) cached(i int, file string) {
 func (p *progress) begin(i int, file string, size, have int64) {
 	p.i, p.file, p.size, p.have, p.from = i, file, size, have, have
 	p.start = time.Now()
-	p.drawn = time.Time{}
+	p.drawn = p.start
 	if p.w != nil && p.term {
 		p.draw()
 	}
 }
 
+// plainEvery is how often a long download prints a line off a terminal.
+const plainEvery = 10 * time.Second
+
 // add counts n more bytes.
 func (p *progress) add(n int64) {
 	p.have += n
-	if p.w != nil && p.term && time.Since(p.drawn) >= 100*time.Millisecond {
+	if p.w == nil {
+		return
+	}
+	switch since := time.Since(p.drawn); {
+	case p.term && since >= 100*time.Millisecond:
 		p.draw()
+	case !p.term && since >= plainEvery:
+		p.drawn = time.Now()
+		fmt.Fprintf(p.w, "%s: %s of %s\n", p.head(), FormatSize(p.have), sizeText(p.size))
 	}
 }
 

@@ -68,12 +68,23 @@ type Repo struct {
 
 // New starts a fake Hub; it stops when the test ends.
 func New(t testing.TB) *Server {
+	s := Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Start starts a fake Hub outside a test; Close stops it.
+func Start() *Server {
 	s := &Server{repos: map[string]*Repo{}, lfs: map[string]lfsBlob{}}
 	s.Hub = httptest.NewServer(http.HandlerFunc(s.serveHub))
 	s.Storage = httptest.NewServer(http.HandlerFunc(s.serveStorage))
-	t.Cleanup(s.Hub.Close)
-	t.Cleanup(s.Storage.Close)
 	return s
+}
+
+// Close stops the Hub and the storage host.
+func (s *Server) Close() {
+	s.Hub.Close()
+	s.Storage.Close()
 }
 
 // IsLFS reports whether the fake Hub stores path in LFS: *.safetensors,
