@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlxgo/mlxgo/hub/hubtest"
 	"github.com/mlxgo/mlxgo/internal/testenv"
@@ -437,4 +438,27 @@ func TestNewClientBadEndpoint(t *testing.T) {
 	t.Setenv("HF_ENDPOINT", "ftp://mirror")
 	_, err := NewClient()
 	wantErr(t, err, `HF_ENDPOINT "ftp://mirror"`, "http(s) URL")
+}
+
+// TestProgressBar draws a bar as a terminal shows it.
+func TestProgressBar(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b, true, repo, 2)
+	p.begin(1, "model.safetensors", 2000, 500)
+	p.drawn = p.drawn.Add(-time.Second) // let the next add redraw
+	p.add(1500)
+	p.done()
+	out := b.String()
+	for _, want := range []string{
+		"\r\x1b[K[2/2] model.safetensors  25% |######                  | 500 B / 2.0 kB",
+		"\r\x1b[K[2/2] model.safetensors 100% |########################| 2.0 kB / 2.0 kB",
+		"\r\x1b[K[2/2] model.safetensors: 2.0 kB (resumed at 500 B) in ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bar output %q does not contain %q", out, want)
+		}
+	}
+	if !strings.HasSuffix(out, "\n") || strings.Count(out, "\n") != 1 {
+		t.Errorf("bar output %q: want one line ended once", out)
+	}
 }
