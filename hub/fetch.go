@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -346,7 +347,12 @@ func (c *Client) fillOnce(ctx context.Context, f *os.File, inc string, m *fileMe
 	var we *writeError
 	if errors.As(err, &we) {
 		*have += n
-		return n, stop("writing %s: %v (after %d bytes)", inc, we.err, *have)
+		cause := we.err
+		var pe *fs.PathError
+		if errors.As(cause, &pe) {
+			cause = pe.Err // the path is in the message already
+		}
+		return n, stop("writing %s: %v (after %d bytes)", inc, cause, *have)
 	}
 	*have += n
 	if n > limit {

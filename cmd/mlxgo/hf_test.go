@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,8 +15,13 @@ import (
 
 // No test reaches the real Hub: a --model ORG/NAME missing from a test's
 // cache, in a test that did not point HF_ENDPOINT at a fake Hub, fails at
-// once on the discard port instead of downloading from huggingface.co.
-func init() { os.Setenv("HF_ENDPOINT", "http://127.0.0.1:9") }
+// once on the discard port instead of downloading from huggingface.co. (The
+// binary standing in for mlxgo keeps what its test set.)
+func init() {
+	if os.Getenv("MLXGO_TEST_AS_MLXGO") != "1" {
+		os.Setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+	}
+}
 
 const (
 	commitA = "0123456789abcdef0123456789abcdef01234567"
@@ -314,5 +321,39 @@ func TestPull(t *testing.T) {
 	t.Setenv("HF_TOKEN", "hf_secret")
 	if rc, _, stderr := mlxgo("pull", "mlxgo-test/tied"); rc != 0 {
 		t.Errorf("private repo with HF_TOKEN: exit %d, stderr %q", rc, stderr)
+	}
+}
+
+// TestPullWriteError runs mlxgo pull (this test binary standing in for it)
+// under a file size limit, so writing the weights fails as on a full disk:
+// the error names the file being written and why, and the bytes written
+// stay in .incomplete for a later resume.
+func TestPullWriteError(t *testing.T) {
+	_, _, cache := tiedRepo(t)
+	t.Setenv("MLXGO_TEST_AS_MLXGO", "1")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 200 blocks of 512 or 1024 bytes (the shell's unit): 100 or 200 kB, less than the 644 kB of weights.
+	cmd := exec.Command("/bin/sh", "-c", `ulimit -f 200 && exec "$0" pull mlxgo-test/tied`, exe)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	blobs := filepath.Join(cache, "models--mlxgo-test--tied", "blobs")
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("exit %v, want 1; stderr:\n%s", err, stderr.String())
+	}
+	out := stderr.String()
+	if !strings.Contains(out, "model.safetensors: writing "+blobs) || !strings.Contains(out, ".incomplete: file too large (after ") {
+		t.Errorf("stderr %q: want an error naming the .incomplete file in %s and the cause (file too large)", out, blobs)
+	}
+	incs, _ := filepath.Glob(filepath.Join(blobs, "*.incomplete"))
+	if len(incs) != 1 {
+		t.Fatalf("blobs/ holds %q, want the one .incomplete file kept", incs)
+	}
+	if st, err := os.Stat(incs[0]); err != nil || st.Size() == 0 || st.Size() >= 644007 {
+		t.Errorf("%s: %v, %v; want the bytes written before the limit", incs[0], st, err)
 	}
 }
