@@ -5,8 +5,12 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestPullBadServer answers with what a broken or hostile server might
@@ -134,5 +138,72 @@ func TestContentRange(t *testing.T) {
 		if s != tc.start || n != tc.total || ok != tc.ok {
 			t.Errorf("contentRange(%q) = %d, %d, %v; want %d, %d, %v", tc.in, s, n, ok, tc.start, tc.total, tc.ok)
 		}
+	}
+}
+
+// TestPullStall drops a body that stops arriving for Stall and resumes it
+// with Range; one that never resumes ends in an error saying so.
+func TestPullStall(t *testing.T) {
+	const commit = "0123456789abcdef0123456789abcdef01234567"
+	data := []byte(strings.Repeat("x", 1000))
+	for _, tc := range []struct {
+		name     string
+		stallAll bool
+		errs     []string
+	}{
+		{"once", false, nil},
+		{"always", true, []string{"gave up after 6 failures", "no byte received in 50ms", ".incomplete keeps the 500 bytes"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var ranges []string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasPrefix(r.URL.Path, "/api/models/") {
+					w.Write([]byte(`{"sha": "` + commit + `", "siblings": [{"rfilename": "config.json"}]}`))
+					return
+				}
+				w.Header().Set("X-Repo-Commit", commit)
+				w.Header().Set("ETag", `"mirror-etag"`) // not a hash: only the size is checked
+				w.Header().Set("Content-Length", "1000")
+				if r.Method == http.MethodHead {
+					return
+				}
+				mu.Lock()
+				ranges = append(ranges, r.Header.Get("Range"))
+				mu.Unlock()
+				if r.Header.Get("Range") == "bytes=500-" {
+					w.Header().Set("Content-Range", "bytes 500-999/1000")
+					w.Header().Set("Content-Length", "500")
+					w.WriteHeader(http.StatusPartialContent)
+					if !tc.stallAll {
+						w.Write(data[500:])
+						return
+					}
+				} else {
+					w.Write(data[:500])
+				}
+				w.(http.Flusher).Flush()
+				select { // stall until the client gives up
+				case <-r.Context().Done():
+				case <-time.After(5 * time.Second):
+				}
+			}))
+			defer srv.Close()
+			c := &Client{Endpoint: srv.URL, Cache: t.TempDir(), Stall: 50 * time.Millisecond}
+			snap, err := c.Download(context.Background(), repo, "", nil)
+			if tc.errs != nil {
+				wantErr(t, err, tc.errs...)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			b, err := os.ReadFile(filepath.Join(snap, "config.json"))
+			if err != nil || string(b) != string(data) || strings.Join(ranges, ",") != ",bytes=500-" {
+				t.Errorf("got %d bytes (%v) with ranges %q; want the 1000 bytes after a stall and a resume from 500", len(b), err, ranges)
+			}
+		})
 	}
 }

@@ -298,8 +298,21 @@ func (c *Client) fillOnce(ctx context.Context, f *os.File, inc string, m *fileMe
 	if *have > 0 {
 		rng = fmt.Sprintf("bytes=%d-", *have)
 	}
+	// A body that stops arriving for c.Stall cancels this attempt.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var watchdog *time.Timer
+	if c.Stall > 0 {
+		watchdog = time.AfterFunc(c.Stall, func() {
+			cancel(fmt.Errorf("no byte received in %v", c.Stall))
+		})
+		defer watchdog.Stop()
+	}
 	resp, err := c.do(ctx, c.client(), http.MethodGet, m.location, m.sameHost, rng)
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", err, cause)
+		}
 		return 0, err
 	}
 	defer resp.Body.Close()
@@ -343,7 +356,7 @@ func (c *Client) fillOnce(ctx context.Context, f *os.File, inc string, m *fileMe
 		limit = m.size - *have
 	}
 	// One byte past the limit tells a too-long body from a whole one.
-	n, err := io.Copy(&countWriter{f: f, p: p, bytes: &c.Stats.Bytes}, io.LimitReader(resp.Body, limit+1))
+	n, err := io.Copy(&countWriter{f: f, p: p, bytes: &c.Stats.Bytes, watchdog: watchdog, stall: c.Stall}, io.LimitReader(resp.Body, limit+1))
 	var we *writeError
 	if errors.As(err, &we) {
 		*have += n
@@ -363,6 +376,9 @@ func (c *Client) fillOnce(ctx context.Context, f *os.File, inc string, m *fileMe
 		return n, stop("%s sent more than %d bytes, the most mlxgo downloads", m.location, MaxFileSize)
 	}
 	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+			err = cause
+		}
 		return n, fmt.Errorf("reading %s: %w", m.location, err)
 	}
 	if m.size >= 0 && *have < m.size {
@@ -403,12 +419,17 @@ func (e *writeError) Error() string { return e.err.Error() }
 
 // countWriter writes to f and reports progress.
 type countWriter struct {
-	f     *os.File
-	p     *progress
-	bytes *int64
+	f        *os.File
+	p        *progress
+	bytes    *int64
+	watchdog *time.Timer // reset on every write; nil: none
+	stall    time.Duration
 }
 
 func (w *countWriter) Write(b []byte) (int, error) {
+	if w.watchdog != nil {
+		w.watchdog.Reset(w.stall)
+	}
 	n, err := w.f.Write(b)
 	w.p.add(int64(n))
 	*w.bytes += int64(n)

@@ -21,12 +21,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -71,6 +73,11 @@ type Client struct {
 	// RetryWait is the pause before retrying after a dropped connection or
 	// a 408/429/5xx answer (huggingface_hub waits 1 s).
 	RetryWait time.Duration
+	// Stall is how long a download may go without receiving a byte before
+	// the connection is dropped and the download retried; 0: no limit.
+	// NewClient takes $HF_HUB_DOWNLOAD_TIMEOUT seconds, else 10 s, as
+	// huggingface_hub's read timeout.
+	Stall time.Duration
 	// Stats counts what Download did (for tests and the summary line).
 	Stats Stats
 }
@@ -113,7 +120,22 @@ func NewClient() (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{Endpoint: ep, Token: tok, Cache: cache, RetryWait: time.Second}, nil
+	timeout := 10 * time.Second
+	if v := os.Getenv("HF_HUB_DOWNLOAD_TIMEOUT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("HF_HUB_DOWNLOAD_TIMEOUT %q: want a number of seconds >= 1", v)
+		}
+		timeout = time.Duration(n) * time.Second
+	}
+	// Connecting and waiting for an answer's headers take at most timeout
+	// (huggingface_hub's 10 s); a body is watched by Stall.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext
+	tr.TLSHandshakeTimeout = timeout
+	tr.ResponseHeaderTimeout = timeout
+	return &Client{Endpoint: ep, Token: tok, Cache: cache, HTTP: &http.Client{Transport: tr},
+		RetryWait: time.Second, Stall: timeout}, nil
 }
 
 // token is HF_TOKEN, else the stored token file's first line, else "".
