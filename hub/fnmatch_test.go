@@ -126,3 +126,42 @@ print(json.dumps(out))`
 		}
 	}
 }
+
+// matchPlain is the textbook recursive definition of fnmatch over the
+// compiled items, exponential but obviously right: the reference for
+// Match's one-star backtracking loop.
+func matchPlain(items []patItem, name []rune) bool {
+	if len(items) == 0 {
+		return len(name) == 0
+	}
+	if items[0].kind == patStar {
+		for i := 0; i <= len(name); i++ {
+			if matchPlain(items[1:], name[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	return len(name) > 0 && items[0].one(name[0]) && matchPlain(items[1:], name[1:])
+}
+
+// FuzzPatternMatch checks Match against matchPlain on any pattern and
+// name, and that nothing panics.
+func FuzzPatternMatch(f *testing.F) {
+	for _, tc := range fnmatchCases {
+		f.Add(tc.pattern, tc.name)
+	}
+	f.Fuzz(func(t *testing.T, pattern, name string) {
+		p, err := CompilePattern(pattern)
+		if err != nil {
+			return
+		}
+		got := p.Match(name)
+		if len(p.items) > 16 || len([]rune(name)) > 32 {
+			return // keep the reference's backtracking small
+		}
+		if want := matchPlain(p.items, []rune(name)); got != want {
+			t.Errorf("%q matches %q: Match %v, the plain matcher %v", pattern, name, got, want)
+		}
+	})
+}
