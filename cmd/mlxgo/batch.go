@@ -118,7 +118,7 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.model, err = resolveModel(f.model); err != nil {
+	if f.model, err = resolveModel(f.model, f.offline); err != nil {
 		return nil, err
 	}
 	return f, nil

@@ -51,6 +51,7 @@ type cachePromptFlags struct {
 	prefillStep                    int
 	ids                            []int32
 	modelArg                       string // --model as given, for the metadata
+	offline                        bool   // --offline: never download --model
 }
 
 func parseCachePromptFlags(args []string, stdout io.Writer) (*cachePromptFlags, error) {
@@ -58,7 +59,8 @@ func parseCachePromptFlags(args []string, stdout io.Writer) (*cachePromptFlags, 
 	fs := flag.NewFlagSet("cache-prompt", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	fs.StringVar(&f.model, "model", "", "model directory or Hugging Face repo id org/name in the local cache; required")
+	fs.StringVar(&f.model, "model", "", "model directory or Hugging Face repo id org/name (downloaded into the Hugging Face cache when not there); required")
+	registerOffline(fs, &f.offline)
 	fs.StringVar(&f.prompt, "prompt", "", "prompt text (- reads stdin); a user message left open when the model has a chat template")
 	fs.StringVar(&f.promptIDs, "prompt-ids", "", "prompt token ids, comma-separated (e.g. 1,2,3), instead of --prompt")
 	fs.StringVar(&f.file, "prompt-cache-file", "", "the file to save the prompt cache in (safetensors); required")
@@ -104,7 +106,7 @@ func parseCachePromptFlags(args []string, stdout io.Writer) (*cachePromptFlags, 
 		}
 	}
 	f.modelArg = f.model
-	if f.model, err = resolveModel(f.model); err != nil {
+	if f.model, err = resolveModel(f.model, f.offline); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -218,7 +220,7 @@ func sameModel(given, dir string, pc *promptcache.File, file string) error {
 	if made == "" || made == given {
 		return nil
 	}
-	if other, err := resolveModel(made); err == nil {
+	if other, err := cachedModel(made); err == nil {
 		a, errA := os.Stat(dir)
 		b, errB := os.Stat(other)
 		if errA == nil && errB == nil && os.SameFile(a, b) {

@@ -77,7 +77,7 @@ func parseChatFlags(args []string, stdout io.Writer) (*chatFlags, error) {
 		return nil, usagef("--think and --no-think are mutually exclusive")
 	}
 	var err error
-	if f.model, err = resolveModel(f.model); err != nil {
+	if f.model, err = resolveModel(f.model, f.offline); err != nil {
 		return nil, err
 	}
 	return f, nil

@@ -86,6 +86,7 @@ Flags:
 // chat share.
 type sampleFlags struct {
 	model, backend, precision        string
+	offline                          bool // --offline: never download --model
 	cpuProfile                       string
 	maxTokens, topK, minTokensToKeep int
 	temp, topP, minP, repPenalty     float64
@@ -131,7 +132,8 @@ func defaultBackend() string {
 
 // register adds the shared flags to fs.
 func (f *sampleFlags) register(fs *flag.FlagSet, maxTokens int) {
-	fs.StringVar(&f.model, "model", "", "model directory (config.json, model*.safetensors, tokenizer.json) or Hugging Face repo id org/name in the local cache; required")
+	fs.StringVar(&f.model, "model", "", "model directory (config.json, model*.safetensors, tokenizer.json) or Hugging Face repo id org/name (downloaded into the Hugging Face cache when not there); required")
+	registerOffline(fs, &f.offline)
 	fs.IntVar(&f.maxTokens, "max-tokens", maxTokens, "most tokens to generate (>= 1)")
 	fs.Float64Var(&f.temp, "temp", 0, "sampling temperature; 0 is greedy (argmax)")
 	fs.Float64Var(&f.topP, "top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability mass (0 or 1: off)")
@@ -275,7 +277,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 		}
 	}
 	given := f.model
-	if f.model, err = resolveModel(f.model); err != nil {
+	if f.model, err = resolveModel(f.model, f.offline); err != nil {
 		return nil, err
 	}
 	if f.cache != nil {
@@ -284,7 +286,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 		}
 	}
 	if f.draftModel != "" {
-		if f.draftModel, err = resolveModel(f.draftModel); err != nil {
+		if f.draftModel, err = resolveModel(f.draftModel, f.offline); err != nil {
 			return nil, fmt.Errorf("--draft-model: %w", err)
 		}
 	}
