@@ -104,14 +104,7 @@ type generateFlags struct {
 	draftModel                string            // --draft-model, resolved to a directory
 	numDraft                  int               // --num-draft-tokens
 	promptLookup              int               // --prompt-lookup n-gram size; 0: off
-	maxKVSize                 int               // --max-kv-size
-	kvBits, kvGroupSize       int               // --kv-bits, --kv-group-size
-	quantizedKVStart          int               // --quantized-kv-start
-}
-
-// cacheOptions are the KV cache flags.
-func (f *generateFlags) cacheOptions() nn.CacheOptions {
-	return nn.CacheOptions{MaxKVSize: f.maxKVSize, KVBits: f.kvBits, KVGroupSize: f.kvGroupSize, QuantizedKVStart: f.quantizedKVStart}
+	kvCacheFlags
 }
 
 // usageError is a bad flag or argument: exit status 2.
@@ -210,10 +203,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	fs.StringVar(&f.draftModel, "draft-model", "", "a smaller model with the same vocabulary (directory or org/name) drafting tokens for speculative decoding")
 	fs.IntVar(&f.numDraft, "num-draft-tokens", 3, "tokens drafted per step with --draft-model or --prompt-lookup (>= 1)")
 	fs.IntVar(&f.promptLookup, "prompt-lookup", 0, "speculative decoding by prompt lookup: draft the tokens that followed the last N tokens earlier in the sequence (N >= 1; 0: off)")
-	fs.IntVar(&f.maxKVSize, "max-kv-size", 0, "keep at most this many tokens in the KV cache: the first 4 and the latest (mlx_lm's rotating cache; > 4; 0: keep every token)")
-	fs.IntVar(&f.kvBits, "kv-bits", 0, "quantize the KV cache to this many bits, 4 or 8 (mlx_lm's kv_bits; 0: no quantization)")
-	fs.IntVar(&f.kvGroupSize, "kv-group-size", 64, "group size of the KV cache quantization, 32 or 64 (dividing head_dim)")
-	fs.IntVar(&f.quantizedKVStart, "quantized-kv-start", 5000, "with --kv-bits, quantize the KV cache once it holds this many tokens")
+	f.registerKV(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, generateUsage)
@@ -228,8 +218,8 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if (f.maxKVSize != 0 || f.kvBits != 0) && f.cacheFile != "" {
-		return nil, usagef("--max-kv-size and --kv-bits apply to a new cache, not to the caches of --prompt-cache-file")
+	if f.kvFlagsSet() && f.cacheFile != "" {
+		return nil, usagef("--kv-cache, --max-kv-size and --kv-bits apply to a new cache, not to the caches of --prompt-cache-file")
 	}
 	if f.cacheFile != "" {
 		if err := f.readCache(); err != nil {
@@ -251,14 +241,14 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 		err = usagef("--raw, --system, --think and --no-think apply to --prompt text, not to --prompt-ids")
 	case f.think && f.noThink:
 		err = usagef("--think and --no-think are mutually exclusive")
-	case f.cacheOptions().Check() != nil:
-		err = usagef("--max-kv-size, --kv-bits, --kv-group-size, --quantized-kv-start: %v", f.cacheOptions().Check())
+	case kvErr(&f.kvCacheFlags) != nil:
+		err = kvErr(&f.kvCacheFlags)
 	case f.raw && (f.think || f.noThink || f.system != ""):
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
 	case f.draftModel != "" && set["prompt-lookup"]:
 		err = usagef("--draft-model and --prompt-lookup are mutually exclusive: draft with a model or by prompt lookup, not both")
 	case (f.draftModel != "" || f.promptLookup > 0) && f.cacheOptions() != (nn.CacheOptions{KVGroupSize: f.kvGroupSize, QuantizedKVStart: f.quantizedKVStart}):
-		err = usagef("--max-kv-size and --kv-bits apply to plain decoding: speculative decoding (--draft-model, --prompt-lookup) keeps the full KV cache, which its verify steps trim")
+		err = usagef("--kv-cache, --max-kv-size and --kv-bits apply to plain decoding: speculative decoding (--draft-model, --prompt-lookup) keeps the full KV cache, which its verify steps trim")
 	case f.promptLookup < 0:
 		err = usagef("--prompt-lookup %d: want an n-gram size >= 1 (0: off)", f.promptLookup)
 	case f.numDraft < 1:
@@ -468,7 +458,7 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 	}
 	view, err := m.WithCache(f.cacheOptions())
 	if err != nil {
-		return usagef("--kv-group-size %d: %v", f.kvGroupSize, err)
+		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
 	}
 	gen := func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error) {
 		return generate.Generate(view, ids, opts, onToken)
