@@ -121,16 +121,16 @@ func (c *TurboKVCache) append(k, v backend.Array) {
 	s := k.Shape()
 	B, H, L, D := s[0], s[1], s[2], s[3]
 	if err := turboquant.CheckHeadDim(D); err != nil {
-		panic(err)
+		panic(backend.Errorf("turbo_kv_cache", []backend.Array{k, v}, "%v", err))
 	}
 	c.dtype = k.DType()
 	hk, err := c.b.ToHost(k)
 	if err != nil {
-		panic(err)
+		panic(backend.Errorf("turbo_kv_cache", nil, "%v", err))
 	}
 	hv, err := c.b.ToHost(v)
 	if err != nil {
-		panic(err)
+		panic(backend.Errorf("turbo_kv_cache", nil, "%v", err))
 	}
 	kf, vf := hk.ToFloat32(), hv.ToFloat32()
 	w := c.rowBytes(D)
@@ -280,7 +280,7 @@ func (c *TurboKVCache) Update(k, v backend.Array) (backend.Array, backend.Array)
 	c.append(k, v)
 	win, err := c.Window(true, false)
 	if err != nil {
-		panic(err)
+		panic(backend.Errorf("turbo_kv_cache", nil, "%v", err))
 	}
 	return c.upload(win.Shape, win.Keys), c.upload(win.Shape, win.Values)
 }
@@ -298,7 +298,7 @@ func (c *TurboKVCache) Attend(q, k, v backend.Array, scale float32, mask backend
 	c.append(k, v)
 	win, err := c.Window(false, true)
 	if err != nil {
-		panic(err)
+		panic(backend.Errorf("turbo_kv_cache", nil, "%v", err))
 	}
 	keys, rot := c.upload(win.Shape, win.Keys), c.upload(win.Shape, win.VRotated)
 	o := c.b.ScaledDotProductAttention(q, keys, rot, scale, mask)
@@ -311,7 +311,7 @@ func (c *TurboKVCache) Attend(q, k, v backend.Array, scale float32, mask backend
 func (c *TurboKVCache) unrotate(o backend.Array) backend.Array {
 	h, err := c.b.ToHost(o)
 	if err != nil {
-		panic(err)
+		panic(backend.Errorf("turbo_kv_cache", nil, "%v", err))
 	}
 	c.b.Release(o)
 	dt := h.DType

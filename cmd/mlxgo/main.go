@@ -28,6 +28,7 @@ Commands:
   synth      write a synthetic checkpoint (MiniCPM5-1B shapes, random weights) for benchmarks
   bench      benchmark every backend, mlx_lm and llama.cpp side by side on one checkpoint
   diff       compare two backends (or a backend and an oracle tap dump) tap by tap, and bisect kernels
+  kvquality  measure KV cache kinds (quantized, TurboQuant) against the full cache: KL, greedy agreement, bytes per token
 
 Run 'mlxgo COMMAND --help' for a command's flags and examples.
 `
@@ -59,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdBench(args[1:], stdout, stderr)
 	case "diff":
 		return cmdDiff(args[1:], stdout, stderr)
+	case "kvquality":
+		return cmdKVQuality(args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0
