@@ -521,8 +521,9 @@ func index(s, key string) (int, error) {
 }
 
 // FromCaches reads caches (one nn.KVCache per layer, each an
-// *nn.FullKVCache or *nn.RotatingKVCache holding at least one token) back
-// to the host as a File with metadata. Call it on b's thread.
+// *nn.FullKVCache, *nn.RotatingKVCache, *nn.QuantizedKVCache or
+// *nn.TurboKVCache holding at least one token) back to the host as a File
+// with metadata. Call it on b's thread.
 func FromCaches(b backend.Backend, caches []nn.KVCache, metadata map[string]string) (*File, error) {
 	f := &File{Metadata: maps.Clone(metadata)}
 	if f.Metadata == nil {

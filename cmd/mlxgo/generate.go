@@ -67,6 +67,13 @@ draws its random numbers in another order, so those runs can differ from
 runs without drafting. A draft model with another vocabulary (config.json's
 vocab_size or the tokenizer's tokens) is an error naming what differs.
 
+KV caches: --kv-cache full (the default), quantized (mlx_lm's QuantizedKVCache,
+--kv-bits 4|8, --kv-group-size, --quantized-kv-start), rotating (mlx_lm's
+RotatingKVCache, --max-kv-size N) or turbo[:k<K>v<V>] (TurboQuant: keys
+affine per 32-group in K bits, values rotated and Lloyd-Max quantized in V
+bits; turbo is k8v3; head_dim 64, 128, 256 or 512; --turbo-read deferred or
+eager). --kv-bits or --max-kv-size alone choose their kind, as in mlx_lm.
+
 Examples:
   mlxgo generate --model smollm2-mlx --prompt "What is the capital of France?"
   mlxgo generate --prompt-cache-file manual.safetensors --prompt "How do I reset it?"
@@ -78,6 +85,7 @@ Examples:
   mlxgo generate --model DIR --prompt-ids 5,6,7 --repetition-penalty 1.3 --backend cpu --precision high
   mlxgo generate --model smollm2-bf16 --draft-model smollm2-mlx --num-draft-tokens 4 --prompt "Explain DNS."
   mlxgo generate --model DIR --prompt-lookup 3 --num-draft-tokens 8 --prompt "Fix the typos: ..."
+  mlxgo generate --model smollm2-mlx --kv-cache turbo:k4v3 --prompt "Summarise: ..."
 
 Flags:
 `
