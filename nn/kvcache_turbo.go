@@ -42,6 +42,8 @@ type TurboKVCache struct {
 	dtype     tensor.DType // the activation dtype, of decoded windows
 }
 
+var _ KVCache = (*TurboKVCache)(nil)
+
 // NewTurboKVCache returns an empty TurboQuant cache of scheme (which must
 // pass CheckBits); deferred selects the deferred read; fromStart skips the
 // bf16-first phase.
@@ -398,4 +400,22 @@ func RestoreTurboKVCache(b backend.Backend, scheme turboquant.Scheme, deferred b
 	}
 	copy(c.parts[:], parts)
 	return c, nil
+}
+
+// Fork returns a new cache holding the same tokens without copying them
+// (the parts, or the bf16-first full cache, as views: SliceUpdate copies a
+// buffer another array still views, so the first write to either cache
+// copies it). Release each cache on its own.
+func (c *TurboKVCache) Fork() KVCache {
+	f := *c
+	f.parts = [5]backend.Array{}
+	if c.full != nil {
+		f.full = c.full.Fork().(*FullKVCache)
+	}
+	if c.parts[0] != nil {
+		for i, p := range c.parts {
+			f.parts[i] = c.b.Slice(p, zeros4, p.Shape())
+		}
+	}
+	return &f
 }

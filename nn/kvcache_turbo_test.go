@@ -128,3 +128,45 @@ func TestTurboKVCacheBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestTurboKVCacheFork: a fork holds the same tokens; updating the fork
+// and the original with different tokens leaves each with its own window,
+// equal to a cache that saw only its own tokens.
+func TestTurboKVCacheFork(t *testing.T) {
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	k0, v0 := randArray(b, r, 1, 2, 4, 64), randArray(b, r, 1, 2, 4, 64)
+	k1, v1 := randArray(b, r, 1, 2, 1, 64), randArray(b, r, 1, 2, 1, 64)
+	k2, v2 := randArray(b, r, 1, 2, 1, 64), randArray(b, r, 1, 2, 1, 64)
+	window := func(c *nn.TurboKVCache, k, v backend.Array) (backend.Array, backend.Array) { return c.Update(k, v) }
+	newCache := func() *nn.TurboKVCache {
+		c, err := nn.NewTurboKVCache(b, turboquant.Default, true, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Update(k0, v0)
+		c.State()
+		return c
+	}
+	c := newCache()
+	defer c.Release()
+	f := c.Fork().(*nn.TurboKVCache)
+	defer f.Release()
+	ck, cv := window(c, k1, v1)
+	fk, fv := window(f, k2, v2)
+	for _, tc := range []struct {
+		k, v         backend.Array
+		wantK, wantV backend.Array
+		name         string
+	}{{ck, cv, k1, v1, "original"}, {fk, fv, k2, v2, "fork"}} {
+		ref := newCache()
+		rk, rv := ref.Update(tc.wantK, tc.wantV)
+		if !equalHost(t, b, tc.k, rk) || !equalHost(t, b, tc.v, rv) {
+			t.Errorf("%s: window differs from a cache that saw only its tokens", tc.name)
+		}
+		ref.Release()
+	}
+}
