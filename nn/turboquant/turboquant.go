@@ -218,13 +218,16 @@ func EncodeKeys(x []float32, bits int, codes []byte, scales, zeros []uint16) {
 // DecodeKeys is (q + z)·s per element in float32 (q the code, int8 for 8
 // bits; z and s the group's float16 values), written to out.
 func DecodeKeys(codes []byte, bits int, scales, zeros []uint16, out []float32) {
-	for i := range out {
-		q := float32(codes[i])
-		if bits == 8 {
-			q = float32(int8(codes[i]))
+	for g := range len(out) / GroupSize {
+		z, s := fromF16(zeros[g]), fromF16(scales[g])
+		o, c := out[g*GroupSize:(g+1)*GroupSize], codes[g*GroupSize:(g+1)*GroupSize]
+		for i := range o {
+			q := float32(c[i])
+			if bits == 8 {
+				q = float32(int8(c[i]))
+			}
+			o[i] = float32(q+z) * s
 		}
-		g := i / GroupSize
-		out[i] = float32(q+fromF16(zeros[g])) * fromF16(scales[g])
 	}
 }
 
@@ -299,8 +302,11 @@ func EncodeValues(x []float32, bits int, codes []byte, scales []uint16) {
 // in the rotated domain (the deferred read).
 func DecodeValuesRotated(codes []byte, bits int, scales []uint16, out []float32) {
 	c := codebooks[bits].centroids
-	for i := range out {
-		out[i] = c[codes[i]] * fromF16(scales[i/GroupSize])
+	for g := range len(out) / GroupSize {
+		rho := fromF16(scales[g])
+		for i := g * GroupSize; i < (g+1)*GroupSize; i++ {
+			out[i] = c[codes[i]] * rho
+		}
 	}
 }
 
@@ -334,6 +340,12 @@ func Pack(codes []byte, bits int, out []byte) {
 func Unpack(packed []byte, bits int, codes []byte) {
 	if bits == 8 {
 		copy(codes, packed)
+		return
+	}
+	if bits == 4 {
+		for i := range codes {
+			codes[i] = packed[i/2] >> (4 * (i % 2)) & 0xf
+		}
 		return
 	}
 	mask := uint16(1)<<bits - 1
