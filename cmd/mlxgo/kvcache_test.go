@@ -133,3 +133,27 @@ func TestKVCacheFlagsChatBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestKVQualityFlagsBad: mlxgo kvquality's bad flags are usage errors
+// naming them (the measurement itself is slow and runs by hand; see README).
+func TestKVQualityFlagsBad(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"model", []string{"--prompt-ids", "1,2"}, "--model DIR is required"},
+		{"prompt", []string{"--model", model}, "exactly one of --prompt TEXT and --prompt-ids"},
+		{"steps", []string{"--model", model, "--prompt-ids", "1,2", "--steps", "0"}, "--steps 0"},
+		{"kind", []string{"--model", model, "--prompt-ids", "1,2", "--kinds", "kv8,turbo:k9v3"}, `--kinds item "turbo:k9v3"`},
+		{"head-dim", []string{"--model", model, "--prompt-ids", "1,2", "--kinds", "turbo"}, "head_dim 32 is not supported"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc, _, stderr := mlxgo(append([]string{"kvquality", "--backend", "cpu"}, tc.args...)...)
+			if rc == 0 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want an error containing %q", rc, stderr, tc.want)
+			}
+		})
+	}
+}
