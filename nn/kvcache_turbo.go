@@ -110,7 +110,7 @@ func (c *TurboKVCache) rowBytes(d int) [5]int {
 
 var turboPartTypes = [5]tensor.DType{tensor.U8, tensor.F16, tensor.F16, tensor.U8, tensor.F16}
 
-// keyCodeType is the dtype of stored key codes: int8 for signed 8-bit keys.
+// partType is the dtype of part i: int8 key codes for signed 8-bit keys.
 func (c *TurboKVCache) partType(i int) tensor.DType {
 	if i == 0 && c.scheme.KBits == 8 {
 		return tensor.I8
