@@ -65,6 +65,8 @@ func (a *Attention) ForwardTap(x backend.Array, mask backend.Mask, cache KVCache
 	var o backend.Array
 	if qc, ok := cache.(*QuantizedKVCache); ok {
 		o = qc.attend(q, k, v, a.Scale, mask)
+	} else if tc, ok := cache.(*TurboKVCache); ok {
+		o = tc.Attend(q, k, v, a.Scale, mask)
 	} else {
 		if cache != nil {
 			k, v = cache.Update(k, v)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/nn/turboquant"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -299,12 +300,22 @@ type CacheOptions struct {
 	// mlx_lm's kv_bits) in groups of KVGroupSize (32 or 64), quantizing
 	// once it holds QuantizedKVStart tokens (mlx_lm's default is 5000).
 	KVBits, KVGroupSize, QuantizedKVStart int
+	// Turbo, when its bit widths are set, selects a TurboKVCache of that
+	// scheme (bf16-first), read deferred unless TurboEager.
+	Turbo      turboquant.Scheme
+	TurboEager bool
 }
 
 // Check returns an error naming the option that is out of range.
 func (o CacheOptions) Check() error {
 	if o.MaxKVSize < 0 || (o.MaxKVSize > 0 && o.MaxKVSize <= RotatingKeep) {
 		return fmt.Errorf("max KV size %d: want 0 (keep every token) or more than %d (the rotating cache keeps the first %d tokens)", o.MaxKVSize, RotatingKeep, RotatingKeep)
+	}
+	if o.Turbo != (turboquant.Scheme{}) {
+		if o.KVBits != 0 || o.MaxKVSize != 0 {
+			return fmt.Errorf("TurboQuant KV cache %s with KV bits %d or max KV size %d: choose one kind of cache", o.Turbo, o.KVBits, o.MaxKVSize)
+		}
+		return o.Turbo.CheckBits()
 	}
 	if o.KVBits == 0 {
 		return nil
@@ -317,6 +328,13 @@ func (o CacheOptions) Check() error {
 
 // New returns an empty cache of the kind o selects; o must pass Check.
 func (o CacheOptions) New(b backend.Backend) KVCache {
+	if o.Turbo != (turboquant.Scheme{}) {
+		c, err := NewTurboKVCache(b, o.Turbo, !o.TurboEager, false)
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
 	if o.KVBits > 0 {
 		c, err := NewQuantizedKVCache(b, o.KVBits, o.KVGroupSize, o.QuantizedKVStart)
 		if err != nil {

@@ -26,6 +26,19 @@
 // values, offset, group_size, bits): "i.0.0" to "i.0.2" and "i.1.0" to
 // "i.1.2", then the integers "i.2" to "i.4". Other classes hold other
 // states: a file naming one is an error naming it.
+//
+// mlxgo's own class TurboQuantKVCache ([nn.TurboKVCache]; mlx_lm has no
+// such cache, so mlx_lm cannot load these files) follows the same scheme:
+// its state is ((key codes, key scales, key zero points), (value codes,
+// value scales), offset, k_bits, v_bits, deferred): "i.0.0" the key codes
+// [B, Hk, capacity, D·k_bits/8] (int8 for 8-bit keys, else uint8, bit-packed
+// little-endian), "i.0.1" and "i.0.2" their float16 scales and zero points
+// [B, Hk, capacity, D/32], "i.1.0" the value codes [B, Hk, capacity,
+// D·v_bits/8] (uint8, packed) and "i.1.1" their float16 scales, then the
+// noted integers "i.2" offset, "i.3" k_bits, "i.4" v_bits and "i.5"
+// deferred (1: attention reads the values rotated, 0: decoded). The codes
+// do not carry the activation dtype: a restored cache decodes to the dtype
+// of the first keys appended to it.
 package promptcache
 
 import (
@@ -39,6 +52,7 @@ import (
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/nn/turboquant"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -50,6 +64,10 @@ const RotatingKVCacheClass = "RotatingKVCache"
 
 // QuantizedKVCacheClass is mlx_lm's class name of the quantized KV cache.
 const QuantizedKVCacheClass = "QuantizedKVCache"
+
+// TurboQuantKVCacheClass is mlxgo's class name of the TurboQuant KV cache
+// (see the package doc for its state).
+const TurboQuantKVCacheClass = "TurboQuantKVCache"
 
 // Layer is one layer's cache state as stored: mlx_lm's KVCache.state, or
 // RotatingKVCache.state when Class is RotatingKVCacheClass.
@@ -68,13 +86,25 @@ type Layer struct {
 	// scales and biases [B, Hk, capacity, D/GroupSize]; nil otherwise.
 	KeyScales, KeyBiases, ValueScales, ValueBiases *tensor.Dense
 	GroupSize, Bits                                int
+	// For a TurboQuant cache (TurboQuantKVCacheClass) Keys are the key
+	// codes, KeyScales and KeyBiases the keys' scales and zero points,
+	// Values the value codes and ValueScales their scales (ValueBiases
+	// nil); Turbo the scheme and TurboDeferred the read.
+	Turbo         turboquant.Scheme
+	TurboDeferred bool
 }
+
+// turbo reports whether l is a TurboQuant cache's state.
+func (l *Layer) turbo() bool { return l.Class == TurboQuantKVCacheClass }
 
 // quantized reports whether l is a quantized cache's state.
 func (l *Layer) quantized() bool { return l.Class == QuantizedKVCacheClass }
 
 // headDim is the head_dim the layer's keys hold.
 func (l *Layer) headDim() int {
+	if l.turbo() {
+		return l.KeyScales.Shape[3] * turboquant.GroupSize
+	}
 	if l.quantized() && l.Bits > 0 {
 		return l.Keys.Shape[3] * 32 / l.Bits
 	}
@@ -99,6 +129,8 @@ func stateLen(class string) int {
 		return 6
 	case QuantizedKVCacheClass:
 		return 5
+	case TurboQuantKVCacheClass:
+		return 6
 	}
 	return 3
 }
@@ -106,8 +138,9 @@ func stateLen(class string) int {
 // intName names the integer at position p (>= 2) of a class's state.
 func intName(class string, p int) string {
 	names := map[string][]string{
-		RotatingKVCacheClass:  {"offset", "keep", "max_size", "_idx"},
-		QuantizedKVCacheClass: {"offset", "group_size", "bits"},
+		RotatingKVCacheClass:   {"offset", "keep", "max_size", "_idx"},
+		QuantizedKVCacheClass:  {"offset", "group_size", "bits"},
+		TurboQuantKVCacheClass: {"offset", "k_bits", "v_bits", "deferred"},
 	}[class]
 	if names == nil {
 		names = []string{"offset"}
@@ -149,7 +182,7 @@ func (f *File) Check(s Shape) error {
 				return fmt.Errorf("layer %d %s: %d kv heads, the model has %d (num_key_value_heads)", i, a.name, sh[1], s.KVHeads)
 			case l.headDim() != s.HeadDim:
 				return fmt.Errorf("layer %d %s: head_dim %d, the model's is %d", i, a.name, l.headDim(), s.HeadDim)
-			case i < len(s.DTypes) && l.dtype() != s.DTypes[i]:
+			case i < len(s.DTypes) && !l.turbo() && l.dtype() != s.DTypes[i]:
 				return fmt.Errorf("layer %d %s: dtype %v, the model computes them in %v", i, a.name, l.dtype(), s.DTypes[i])
 			}
 		}
@@ -190,6 +223,12 @@ func (f *File) Caches(b backend.Backend) (caches []nn.KVCache, err error) {
 		var c nn.KVCache
 		var err error
 		switch {
+		case l.turbo():
+			parts := []backend.Array{k, b.FromHost(l.KeyScales), b.FromHost(l.KeyBiases), v, b.FromHost(l.ValueScales)}
+			c, err = nn.RestoreTurboKVCache(b, l.Turbo, l.TurboDeferred, parts, l.Offset, tensor.Invalid)
+			if err != nil {
+				b.Release(parts[1], parts[2], parts[4])
+			}
 		case l.quantized():
 			// k and v are the codes.
 			q := func(w backend.Array, s, bi *tensor.Dense) backend.QuantizedArray {
@@ -280,8 +319,8 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 		if !ok {
 			return nil, fmt.Errorf("the metadata names cache classes of %d layers but not of layer %d", n, i)
 		}
-		if c != KVCacheClass && c != RotatingKVCacheClass && c != QuantizedKVCacheClass {
-			return nil, fmt.Errorf("layer %d is a %s; mlxgo reads only mlx_lm's %s, %s and %s", i, c, KVCacheClass, RotatingKVCacheClass, QuantizedKVCacheClass)
+		if c != KVCacheClass && c != RotatingKVCacheClass && c != QuantizedKVCacheClass && c != TurboQuantKVCacheClass {
+			return nil, fmt.Errorf("layer %d is a %s; mlxgo reads only mlx_lm's %s, %s and %s, and its own %s", i, c, KVCacheClass, RotatingKVCacheClass, QuantizedKVCacheClass, TurboQuantKVCacheClass)
 		}
 	}
 	for _, j := range slices.Sorted(maps.Keys(scalars)) {
@@ -292,8 +331,12 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 	want := map[string]bool{}
 	for i := range n {
 		for p := range stateLen(classes[i]) {
-			if classes[i] == QuantizedKVCacheClass && p < 2 {
-				for part := range 3 {
+			if (classes[i] == QuantizedKVCacheClass || classes[i] == TurboQuantKVCacheClass) && p < 2 {
+				parts := 3
+				if classes[i] == TurboQuantKVCacheClass && p == 1 {
+					parts = 2
+				}
+				for part := range parts {
 					want[fmt.Sprintf("%d.%d.%d", i, p, part)] = true
 				}
 				continue
@@ -303,7 +346,7 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 	}
 	for _, name := range st.Names() {
 		if !want[name] {
-			return nil, fmt.Errorf("array %q is not part of a cache state (want <layer>.0 keys, .1 values, .2 offset, and for a RotatingKVCache .3 keep, .4 max_size, .5 _idx, for a QuantizedKVCache .0.0-.0.2 and .1.0-.1.2 the keys' and values' codes, scales and biases, .3 group_size, .4 bits, for layers 0..%d)", name, n-1)
+			return nil, fmt.Errorf("array %q is not part of a cache state (want <layer>.0 keys, .1 values, .2 offset, and for a RotatingKVCache .3 keep, .4 max_size, .5 _idx, for a QuantizedKVCache .0.0-.0.2 and .1.0-.1.2 the keys' and values' codes, scales and biases, .3 group_size, .4 bits, for a TurboQuantKVCache .0.0-.0.2 the keys' codes, scales and zero points, .1.0-.1.1 the values' codes and scales, .3 k_bits, .4 v_bits, .5 deferred, for layers 0..%d)", name, n-1)
 		}
 	}
 	noted := map[string]bool{}
@@ -320,7 +363,14 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 		}
 		l := Layer{Class: classes[i]}
 		var err error
-		if l.quantized() {
+		if l.turbo() {
+			for j, d := range []**tensor.Dense{&l.Keys, &l.KeyScales, &l.KeyBiases, &l.Values, &l.ValueScales} {
+				name := [...]string{"0.0", "0.1", "0.2", "1.0", "1.1"}[j]
+				if *d, err = get(name); err != nil {
+					return nil, err
+				}
+			}
+		} else if l.quantized() {
 			for j, d := range []**tensor.Dense{&l.Keys, &l.KeyScales, &l.KeyBiases, &l.Values, &l.ValueScales, &l.ValueBiases} {
 				if *d, err = get(fmt.Sprintf("%d.%d", j/3, j%3)); err != nil {
 					return nil, err
@@ -359,6 +409,14 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 			return nil, fmt.Errorf("layer %d: keys %v and values %v, want [B, Hk, capacity, D] with the same B, Hk and capacity", i, ks, vs)
 		}
 		l.Offset = int(o)
+		if l.turbo() {
+			l.Turbo, l.TurboDeferred = turboquant.Scheme{KBits: int(ints[1]), VBits: int(ints[2])}, ints[3] != 0
+			if err := checkTurbo(&l, ints[3]); err != nil {
+				return nil, fmt.Errorf("layer %d: TurboQuantKVCache state: %w", i, err)
+			}
+			f.Layers = append(f.Layers, l)
+			continue
+		}
 		if l.quantized() {
 			l.GroupSize, l.Bits = int(ints[1]), int(ints[2])
 			if err := checkQuantized(&l); err != nil {
@@ -381,6 +439,49 @@ func parse(st *tensor.SafetensorsFile) (*File, error) {
 		f.Layers = append(f.Layers, l)
 	}
 	return f, nil
+}
+
+// checkTurbo checks a TurboQuant layer's arrays and integers.
+func checkTurbo(l *Layer, deferred float64) error {
+	if err := l.Turbo.CheckBits(); err != nil {
+		return err
+	}
+	if deferred > 1 {
+		return fmt.Errorf("deferred %v, want 0 or 1", deferred)
+	}
+	w := l.Keys.Shape
+	if len(l.KeyScales.Shape) != 4 {
+		return fmt.Errorf("key scales %v, want [B, Hk, capacity, D/32]", l.KeyScales.Shape)
+	}
+	d := l.KeyScales.Shape[3] * turboquant.GroupSize
+	if err := turboquant.CheckHeadDim(d); err != nil {
+		return err
+	}
+	keyType := tensor.U8
+	if l.Turbo.KBits == 8 {
+		keyType = tensor.I8
+	}
+	for _, p := range []struct {
+		name  string
+		x     *tensor.Dense
+		dt    tensor.DType
+		width int
+	}{
+		{"key codes", l.Keys, keyType, l.Turbo.KeyBytes(d)},
+		{"key scales", l.KeyScales, tensor.F16, d / turboquant.GroupSize},
+		{"key zero points", l.KeyBiases, tensor.F16, d / turboquant.GroupSize},
+		{"value codes", l.Values, tensor.U8, l.Turbo.ValueBytes(d)},
+		{"value scales", l.ValueScales, tensor.F16, d / turboquant.GroupSize},
+	} {
+		want := tensor.Shape{w[0], w[1], w[2], p.width}
+		if p.x.DType != p.dt || !p.x.Shape.Equal(want) {
+			return fmt.Errorf("%s %v %v, want %v %v (%s, head_dim %d)", p.name, p.x.DType, p.x.Shape, p.dt, want, l.Turbo, d)
+		}
+	}
+	if l.Offset > w[2] {
+		return fmt.Errorf("offset %d, want <= capacity %d", l.Offset, w[2])
+	}
+	return nil
 }
 
 // checkQuantized checks a quantized layer's arrays and integers.
@@ -420,8 +521,9 @@ func index(s, key string) (int, error) {
 }
 
 // FromCaches reads caches (one nn.KVCache per layer, each an
-// *nn.FullKVCache or *nn.RotatingKVCache holding at least one token) back
-// to the host as a File with metadata. Call it on b's thread.
+// *nn.FullKVCache, *nn.RotatingKVCache, *nn.QuantizedKVCache or
+// *nn.TurboKVCache holding at least one token) back to the host as a File
+// with metadata. Call it on b's thread.
 func FromCaches(b backend.Backend, caches []nn.KVCache, metadata map[string]string) (*File, error) {
 	f := &File{Metadata: maps.Clone(metadata)}
 	if f.Metadata == nil {
@@ -434,6 +536,22 @@ func FromCaches(b backend.Backend, caches []nn.KVCache, metadata map[string]stri
 			l.Class = KVCacheClass
 		case *nn.RotatingKVCache:
 			l = Layer{Class: RotatingKVCacheClass, Keep: c.Keep(), MaxSize: c.MaxSize(), Index: c.Index()}
+		case *nn.TurboKVCache:
+			st := c.State() // converts the bf16-first window
+			if len(st) != 5 {
+				return nil, fmt.Errorf("layer %d: the cache is empty; there is nothing to save", i)
+			}
+			var hs [5]*tensor.Dense
+			for j, a := range st {
+				h, err := b.ToHost(a)
+				if err != nil {
+					return nil, fmt.Errorf("layer %d TurboQuant codes: %w", i, err)
+				}
+				hs[j] = h
+			}
+			f.Layers = append(f.Layers, Layer{Class: TurboQuantKVCacheClass, Keys: hs[0], KeyScales: hs[1], KeyBiases: hs[2], Values: hs[3], ValueScales: hs[4],
+				Offset: c.Offset(), Turbo: c.Scheme(), TurboDeferred: c.Deferred()})
+			continue
 		case *nn.QuantizedKVCache:
 			// Not yet quantized, it is a full KVCache (as in mlx_lm,
 			// where the conversion replaces the cache object).
@@ -500,9 +618,21 @@ func (f *File) Write(path string) error {
 			class, ints = RotatingKVCacheClass, []int{l.Offset, l.Keep, l.MaxSize, l.Index}
 		case l.quantized():
 			class, ints = QuantizedKVCacheClass, []int{l.Offset, l.GroupSize, l.Bits}
+		case l.turbo():
+			deferred := 0
+			if l.TurboDeferred {
+				deferred = 1
+			}
+			class, ints = TurboQuantKVCacheClass, []int{l.Offset, l.Turbo.KBits, l.Turbo.VBits, deferred}
 		}
 		meta[fmt.Sprintf("1.%d", i)] = class
-		if l.quantized() {
+		if l.turbo() {
+			for p, x := range []*tensor.Dense{l.Keys, l.KeyScales, l.KeyBiases, l.Values, l.ValueScales} {
+				names = append(names, [...]string{"%d.0.0", "%d.0.1", "%d.0.2", "%d.1.0", "%d.1.1"}[p])
+				names[len(names)-1] = fmt.Sprintf(names[len(names)-1], i)
+				ts = append(ts, x)
+			}
+		} else if l.quantized() {
 			for p, x := range []*tensor.Dense{l.Keys, l.KeyScales, l.KeyBiases, l.Values, l.ValueScales, l.ValueBiases} {
 				names = append(names, fmt.Sprintf("%d.%d.%d", i, p/3, p%3))
 				ts = append(ts, x)

@@ -69,6 +69,7 @@ type batchFlags struct {
 	raw, think, noThink    bool
 	maxBatch, prefillBatch int
 	maxPrompts             int
+	kvCacheFlags
 }
 
 func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
@@ -77,6 +78,7 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	f.register(fs, 256)
+	f.registerKV(fs)
 	fs.StringVar(&f.prompts, "prompts", "", "JSON Lines file of prompts, one object per line (- reads stdin); required")
 	fs.IntVar(&f.maxBatch, "max-batch", 8, "most sequences decoding at once (>= 1); more prompts wait in a queue")
 	fs.IntVar(&f.prefillBatch, "prefill-batch", 8, "most prompts prefilled at once (>= 1; at most --max-batch)")
@@ -114,6 +116,10 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 		err = usagef("--think and --no-think are mutually exclusive")
 	case f.raw && (f.think || f.noThink || f.system != ""):
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
+	case kvErr(&f.kvCacheFlags) != nil:
+		err = kvErr(&f.kvCacheFlags)
+	case f.kvFlagsSet():
+		err = usagef("%s: batch generation keeps its rows in one left-padded full cache (nn.BatchKVCache); quantized, rotating and turbo caches run in generate and chat, one sequence at a time", kvDescription(f.cacheOptions()))
 	}
 	if err != nil {
 		return nil, err

@@ -33,9 +33,11 @@ prompt given to generate continues that message; without one it is encoded as
 it is. --prompt - reads stdin (one trailing newline dropped). The file's
 metadata records --model as given and the tokenizer options, as mlx_lm's.
 
-mlx_lm's --max-kv-size, --kv-bits, --kv-group-size, --quantized-kv-start,
---eos-token, --adapter-path and --trust-remote-code have no counterpart:
-mlxgo has only the full KV cache and no adapters.
+--kv-cache, --max-kv-size, --kv-bits, --kv-group-size and
+--quantized-kv-start choose the cache saved, as for generate: mlx_lm's kinds
+in its format, and --kv-cache turbo[:k<K>v<V>] as mlxgo's TurboQuantKVCache
+(documented in package promptcache; mlx_lm cannot read it). mlx_lm's
+--eos-token, --adapter-path and --trust-remote-code have no counterpart.
 
 Examples:
   mlxgo cache-prompt --model smollm2-mlx --prompt "$(cat manual.txt)" --prompt-cache-file manual.safetensors
@@ -52,6 +54,7 @@ type cachePromptFlags struct {
 	ids                            []int32
 	modelArg                       string // --model as given, for the metadata
 	offline                        bool   // --offline: never download --model
+	kvCacheFlags
 }
 
 func parseCachePromptFlags(args []string, stdout io.Writer) (*cachePromptFlags, error) {
@@ -67,6 +70,7 @@ func parseCachePromptFlags(args []string, stdout io.Writer) (*cachePromptFlags, 
 	fs.IntVar(&f.prefillStep, "prefill-step", 2048, "prompt tokens per prefill chunk (>= 1)")
 	fs.StringVar(&f.backend, "backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
 	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference, high or fast (cpu only), as for generate")
+	f.registerKV(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, cachePromptUsage)
@@ -92,6 +96,8 @@ func parseCachePromptFlags(args []string, stdout io.Writer) (*cachePromptFlags, 
 		err = usagef("--prompt-ids is empty: want comma-separated token ids, e.g. 1,2,3")
 	case f.prefillStep < 1:
 		err = usagef("--prefill-step %d: want >= 1", f.prefillStep)
+	case kvErr(&f.kvCacheFlags) != nil:
+		err = kvErr(&f.kvCacheFlags)
 	}
 	if err != nil {
 		return nil, err
@@ -158,7 +164,11 @@ func runCachePrompt(f *cachePromptFlags, stdout, stderr io.Writer) error {
 	if err := checkVocab(f.ids, m, f.model); err != nil {
 		return err
 	}
-	s, err := generate.NewSession[nn.KVCache](m)
+	view, err := m.WithCache(f.cacheOptions())
+	if err != nil {
+		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+	}
+	s, err := generate.NewSession[nn.KVCache](view)
 	if err != nil {
 		return err
 	}

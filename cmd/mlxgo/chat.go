@@ -47,6 +47,7 @@ type chatFlags struct {
 	sampleFlags
 	system         string
 	think, noThink bool
+	kvCacheFlags
 }
 
 func parseChatFlags(args []string, stdout io.Writer) (*chatFlags, error) {
@@ -55,6 +56,7 @@ func parseChatFlags(args []string, stdout io.Writer) (*chatFlags, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	f.register(fs, 256)
+	f.registerKV(fs)
 	fs.StringVar(&f.system, "system", "", "system message at the start of the conversation")
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
@@ -75,6 +77,9 @@ func parseChatFlags(args []string, stdout io.Writer) (*chatFlags, error) {
 	}
 	if f.think && f.noThink {
 		return nil, usagef("--think and --no-think are mutually exclusive")
+	}
+	if err := kvErr(&f.kvCacheFlags); err != nil {
+		return nil, err
 	}
 	var err error
 	if f.model, err = resolveModel(f.model, f.offline); err != nil {
@@ -112,7 +117,11 @@ func runChat(f *chatFlags, in io.Reader, stdout, stderr io.Writer) error {
 	defer b.Do(func() error { return m.Close() })
 	opts := f.options()
 	opts.EOS = tm.EOS
-	seq, err := generate.NewSession[nn.KVCache](m)
+	view, err := m.WithCache(f.cacheOptions())
+	if err != nil {
+		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+	}
+	seq, err := generate.NewSession[nn.KVCache](view)
 	if err != nil {
 		return err
 	}

@@ -67,6 +67,13 @@ draws its random numbers in another order, so those runs can differ from
 runs without drafting. A draft model with another vocabulary (config.json's
 vocab_size or the tokenizer's tokens) is an error naming what differs.
 
+KV caches: --kv-cache full (the default), quantized (mlx_lm's QuantizedKVCache,
+--kv-bits 4|8, --kv-group-size, --quantized-kv-start), rotating (mlx_lm's
+RotatingKVCache, --max-kv-size N) or turbo[:k<K>v<V>] (TurboQuant: keys
+affine per 32-group in K bits, values rotated and Lloyd-Max quantized in V
+bits; turbo is k8v3; head_dim 64, 128, 256 or 512; --turbo-read deferred or
+eager). --kv-bits or --max-kv-size alone choose their kind, as in mlx_lm.
+
 Examples:
   mlxgo generate --model smollm2-mlx --prompt "What is the capital of France?"
   mlxgo generate --prompt-cache-file manual.safetensors --prompt "How do I reset it?"
@@ -78,6 +85,7 @@ Examples:
   mlxgo generate --model DIR --prompt-ids 5,6,7 --repetition-penalty 1.3 --backend cpu --precision high
   mlxgo generate --model smollm2-bf16 --draft-model smollm2-mlx --num-draft-tokens 4 --prompt "Explain DNS."
   mlxgo generate --model DIR --prompt-lookup 3 --num-draft-tokens 8 --prompt "Fix the typos: ..."
+  mlxgo generate --model smollm2-mlx --kv-cache turbo:k4v3 --prompt "Summarise: ..."
 
 Flags:
 `
@@ -105,14 +113,7 @@ type generateFlags struct {
 	draftModel                string            // --draft-model, resolved to a directory
 	numDraft                  int               // --num-draft-tokens
 	promptLookup              int               // --prompt-lookup n-gram size; 0: off
-	maxKVSize                 int               // --max-kv-size
-	kvBits, kvGroupSize       int               // --kv-bits, --kv-group-size
-	quantizedKVStart          int               // --quantized-kv-start
-}
-
-// cacheOptions are the KV cache flags.
-func (f *generateFlags) cacheOptions() nn.CacheOptions {
-	return nn.CacheOptions{MaxKVSize: f.maxKVSize, KVBits: f.kvBits, KVGroupSize: f.kvGroupSize, QuantizedKVStart: f.quantizedKVStart}
+	kvCacheFlags
 }
 
 // usageError is a bad flag or argument: exit status 2.
@@ -212,10 +213,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	fs.StringVar(&f.draftModel, "draft-model", "", "a smaller model with the same vocabulary (directory or org/name) drafting tokens for speculative decoding")
 	fs.IntVar(&f.numDraft, "num-draft-tokens", 3, "tokens drafted per step with --draft-model or --prompt-lookup (>= 1)")
 	fs.IntVar(&f.promptLookup, "prompt-lookup", 0, "speculative decoding by prompt lookup: draft the tokens that followed the last N tokens earlier in the sequence (N >= 1; 0: off)")
-	fs.IntVar(&f.maxKVSize, "max-kv-size", 0, "keep at most this many tokens in the KV cache: the first 4 and the latest (mlx_lm's rotating cache; > 4; 0: keep every token)")
-	fs.IntVar(&f.kvBits, "kv-bits", 0, "quantize the KV cache to this many bits, 4 or 8 (mlx_lm's kv_bits; 0: no quantization)")
-	fs.IntVar(&f.kvGroupSize, "kv-group-size", 64, "group size of the KV cache quantization, 32 or 64 (dividing head_dim)")
-	fs.IntVar(&f.quantizedKVStart, "quantized-kv-start", 5000, "with --kv-bits, quantize the KV cache once it holds this many tokens")
+	f.registerKV(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, generateUsage)
@@ -230,8 +228,8 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if (f.maxKVSize != 0 || f.kvBits != 0) && f.cacheFile != "" {
-		return nil, usagef("--max-kv-size and --kv-bits apply to a new cache, not to the caches of --prompt-cache-file")
+	if f.kvFlagsSet() && f.cacheFile != "" {
+		return nil, usagef("--kv-cache, --max-kv-size and --kv-bits apply to a new cache, not to the caches of --prompt-cache-file")
 	}
 	if f.cacheFile != "" {
 		if err := f.readCache(); err != nil {
@@ -253,14 +251,14 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 		err = usagef("--raw, --system, --think and --no-think apply to --prompt text, not to --prompt-ids")
 	case f.think && f.noThink:
 		err = usagef("--think and --no-think are mutually exclusive")
-	case f.cacheOptions().Check() != nil:
-		err = usagef("--max-kv-size, --kv-bits, --kv-group-size, --quantized-kv-start: %v", f.cacheOptions().Check())
+	case kvErr(&f.kvCacheFlags) != nil:
+		err = kvErr(&f.kvCacheFlags)
 	case f.raw && (f.think || f.noThink || f.system != ""):
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
 	case f.draftModel != "" && set["prompt-lookup"]:
 		err = usagef("--draft-model and --prompt-lookup are mutually exclusive: draft with a model or by prompt lookup, not both")
 	case (f.draftModel != "" || f.promptLookup > 0) && f.cacheOptions() != (nn.CacheOptions{KVGroupSize: f.kvGroupSize, QuantizedKVStart: f.quantizedKVStart}):
-		err = usagef("--max-kv-size and --kv-bits apply to plain decoding: speculative decoding (--draft-model, --prompt-lookup) keeps the full KV cache, which its verify steps trim")
+		err = usagef("--kv-cache, --max-kv-size and --kv-bits apply to plain decoding: speculative decoding (--draft-model, --prompt-lookup) keeps the full KV cache, which its verify steps trim")
 	case f.promptLookup < 0:
 		err = usagef("--prompt-lookup %d: want an n-gram size >= 1 (0: off)", f.promptLookup)
 	case f.numDraft < 1:
@@ -470,7 +468,7 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 	}
 	view, err := m.WithCache(f.cacheOptions())
 	if err != nil {
-		return usagef("--kv-group-size %d: %v", f.kvGroupSize, err)
+		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
 	}
 	gen := func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error) {
 		return generate.Generate(view, ids, opts, onToken)

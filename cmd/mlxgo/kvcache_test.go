@@ -89,11 +89,70 @@ func TestGenerateKVCacheFlagsBad(t *testing.T) {
 		{"kv-start", []string{"--kv-bits", "4", "--quantized-kv-start", "-2"}, "quantized KV start -2"},
 		{"rotating-quantized", []string{"--kv-bits", "4", "--max-kv-size", "16"}, "cannot be quantized"},
 		{"head-dim", []string{"--kv-bits", "4", "--kv-group-size", "64"}, "does not divide the model's head_dim 32"},
+		{"kind", []string{"--kv-cache", "paged"}, `--kv-cache "paged": want full, quantized, rotating, turbo`},
+		{"full-bits", []string{"--kv-cache", "full", "--kv-bits", "8"}, "--kv-cache full keeps every token"},
+		{"rotating-size", []string{"--kv-cache", "rotating"}, "--kv-cache rotating needs --max-kv-size"},
+		{"quantized-rotating", []string{"--kv-cache", "quantized", "--max-kv-size", "16"}, "cannot be quantized"},
+		{"turbo-key-bits", []string{"--kv-cache", "turbo:k3v3"}, "turboquant key bits 3: want one of [2 4 5 8]"},
+		{"turbo-value-bits", []string{"--kv-cache", "turbo:k8v6"}, "turboquant value bits 6: want one of [2 3 4 5 8]"},
+		{"turbo-syntax", []string{"--kv-cache", "turbo:8,3"}, "want turbo or turbo:k<K>v<V>"},
+		{"turbo-kv-bits", []string{"--kv-cache", "turbo", "--kv-bits", "8"}, "sets its own bits"},
+		{"turbo-read", []string{"--kv-cache", "turbo", "--turbo-read", "lazy"}, `--turbo-read "lazy": want deferred or eager`},
+		{"turbo-head-dim", []string{"--kv-cache", "turbo"}, "head_dim 32 is not supported"},
+		{"turbo-speculative", []string{"--kv-cache", "turbo", "--prompt-lookup", "2"}, "speculative decoding"},
+		{"turbo-prompt-cache", []string{"--kv-cache", "turbo", "--prompt-cache-file", "x.safetensors"}, "apply to a new cache"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, _, stderr := mlxgo(append([]string{"generate", "--model", model, "--prompt-ids", "1,2"}, tc.args...)...)
 			if rc != 2 || !strings.Contains(stderr, tc.want) {
 				t.Errorf("exit %d, stderr %q; want 2 and %q", rc, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// TestKVCacheFlagsChatBatch: chat takes the KV cache flags (bad ones are
+// usage errors naming them); batch refuses every cache but its full one.
+func TestKVCacheFlagsChatBatch(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"chat-bits", []string{"chat", "--model", model, "--kv-cache", "turbo:k8v7"}, "turboquant value bits 7"},
+		{"chat-kind", []string{"chat", "--model", model, "--kv-cache", "turbo8"}, `--kv-cache "turbo8"`},
+		{"batch-turbo", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-cache", "turbo"}, "--kv-cache turbo:k8v3: batch generation keeps its rows"},
+		{"batch-bits", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-bits", "8"}, "--kv-bits 8: batch generation"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc, _, stderr := mlxgo(tc.args...)
+			if rc != 2 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q", rc, stderr, tc.want)
+			}
+		})
+	}
+}
+
+// TestKVQualityFlagsBad: mlxgo kvquality's bad flags are usage errors
+// naming them (the measurement itself is slow and runs by hand; see README).
+func TestKVQualityFlagsBad(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"model", []string{"--prompt-ids", "1,2"}, "--model DIR is required"},
+		{"prompt", []string{"--model", model}, "exactly one of --prompt TEXT and --prompt-ids"},
+		{"steps", []string{"--model", model, "--prompt-ids", "1,2", "--steps", "0"}, "--steps 0"},
+		{"kind", []string{"--model", model, "--prompt-ids", "1,2", "--kinds", "kv8,turbo:k9v3"}, `--kinds item "turbo:k9v3"`},
+		{"head-dim", []string{"--model", model, "--prompt-ids", "1,2", "--kinds", "turbo"}, "head_dim 32 is not supported"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc, _, stderr := mlxgo(append([]string{"kvquality", "--backend", "cpu"}, tc.args...)...)
+			if rc == 0 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want an error containing %q", rc, stderr, tc.want)
 			}
 		})
 	}

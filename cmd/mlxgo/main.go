@@ -29,6 +29,7 @@ Commands:
   bench      benchmark every backend, mlx_lm and llama.cpp side by side on one checkpoint
   pull       download a Hugging Face Hub model repo into the Hugging Face cache
   diff       compare two backends (or a backend and an oracle tap dump) tap by tap, and bisect kernels
+  kvquality  measure KV cache kinds (quantized, TurboQuant) against the full cache: KL, greedy agreement, bytes per token
 
 Run 'mlxgo COMMAND --help' for a command's flags and examples.
 `
@@ -62,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDiff(args[1:], stdout, stderr)
 	case "pull":
 		return cmdPull(args[1:], stdout, stderr)
+	case "kvquality":
+		return cmdKVQuality(args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0

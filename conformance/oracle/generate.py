@@ -22,6 +22,7 @@ import ops  # noqa: E402
 import smollm  # noqa: E402
 import speculative  # noqa: E402
 import taps  # noqa: E402
+import turboquant  # noqa: E402
 import tokenizer_fixtures  # noqa: E402
 
 
@@ -37,6 +38,9 @@ def main():
     if args.only in (None, "ops"):
         shutil.rmtree(os.path.join(out, "ops"), ignore_errors=True)
         entries += ops.generate(os.path.join(out, "ops"))
+        # The TurboQuant codec against its independent numpy implementation (turboquant.py).
+        shutil.rmtree(os.path.join(out, "turboquant"), ignore_errors=True)
+        entries += turboquant.generate(os.path.join(out, "turboquant"))
     if args.only in (None, "models"):
         shutil.rmtree(os.path.join(out, "models"), ignore_errors=True)
         entries += models.generate(os.path.join(out, "models"))

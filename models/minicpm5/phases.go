@@ -7,6 +7,7 @@ import (
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/nn/turboquant"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -44,6 +45,11 @@ type CacheView struct {
 func (m *Model) WithCache(o nn.CacheOptions) (CacheView, error) {
 	if err := o.Check(); err != nil {
 		return CacheView{}, err
+	}
+	if o.Turbo != (turboquant.Scheme{}) {
+		if err := turboquant.CheckHeadDim(m.cfg.HeadDim); err != nil {
+			return CacheView{}, fmt.Errorf("KV cache %s: %w (the model's head_dim, config.json)", o.Turbo, err)
+		}
 	}
 	if o.KVBits > 0 && m.cfg.HeadDim%o.KVGroupSize != 0 {
 		return CacheView{}, fmt.Errorf("KV group size %d does not divide the model's head_dim %d", o.KVGroupSize, m.cfg.HeadDim)

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/nn/turboquant"
+)
+
+// kvCacheFlags are the KV cache flags of generate, chat and batch.
+type kvCacheFlags struct {
+	kvCache          string // --kv-cache: "", full, quantized, rotating, turbo[:kKvV]
+	turboRead        string // --turbo-read: deferred or eager
+	maxKVSize        int    // --max-kv-size
+	kvBits           int    // --kv-bits
+	kvGroupSize      int    // --kv-group-size
+	quantizedKVStart int    // --quantized-kv-start
+}
+
+func (f *kvCacheFlags) registerKV(fs *flag.FlagSet) {
+	fs.StringVar(&f.kvCache, "kv-cache", "", "KV cache kind: full, quantized (--kv-bits, default 8), rotating (--max-kv-size), or turbo[:k<K>v<V>] (TurboQuant, keys K in 2,4,5,8 bits, values V in 2,3,4,5,8; turbo is k8v3); unset: chosen by --kv-bits and --max-kv-size")
+	fs.StringVar(&f.turboRead, "turbo-read", "deferred", "how attention reads a turbo cache: deferred (on rotated values, the output un-rotated) or eager (values decoded first)")
+	fs.IntVar(&f.maxKVSize, "max-kv-size", 0, "keep at most this many tokens in the KV cache: the first 4 and the latest (mlx_lm's rotating cache; > 4; 0: keep every token)")
+	fs.IntVar(&f.kvBits, "kv-bits", 0, "quantize the KV cache to this many bits, 4 or 8 (mlx_lm's kv_bits; 0: no quantization)")
+	fs.IntVar(&f.kvGroupSize, "kv-group-size", 64, "group size of the KV cache quantization, 32 or 64 (dividing head_dim)")
+	fs.IntVar(&f.quantizedKVStart, "quantized-kv-start", 5000, "with --kv-bits, quantize the KV cache once it holds this many tokens")
+}
+
+// cacheKind resolves --kv-cache against the other flags: the options, or a
+// usage error naming the flags that disagree.
+func (f *kvCacheFlags) cacheKind() (nn.CacheOptions, error) {
+	o := nn.CacheOptions{MaxKVSize: f.maxKVSize, KVBits: f.kvBits, KVGroupSize: f.kvGroupSize, QuantizedKVStart: f.quantizedKVStart}
+	if f.turboRead != "deferred" && f.turboRead != "eager" {
+		return o, usagef("--turbo-read %q: want deferred or eager", f.turboRead)
+	}
+	switch k := f.kvCache; {
+	case k == "":
+	case k == "full":
+		if f.kvBits != 0 || f.maxKVSize != 0 {
+			return o, usagef("--kv-cache full keeps every token unquantized: drop --kv-bits and --max-kv-size")
+		}
+	case k == "quantized":
+		if f.maxKVSize != 0 {
+			return o, usagef("--kv-cache quantized with --max-kv-size: a rotating cache cannot be quantized")
+		}
+		if o.KVBits == 0 {
+			o.KVBits = 8
+		}
+	case k == "rotating":
+		if f.maxKVSize == 0 || f.kvBits != 0 {
+			return o, usagef("--kv-cache rotating needs --max-kv-size N (> %d) and no --kv-bits", nn.RotatingKeep)
+		}
+	case k == "turbo" || strings.HasPrefix(k, "turbo:"):
+		s, err := turboquant.ParseScheme(k)
+		if err != nil {
+			return o, usagef("--kv-cache: %v", err)
+		}
+		if f.kvBits != 0 || f.maxKVSize != 0 {
+			return o, usagef("--kv-cache %s sets its own bits: drop --kv-bits and --max-kv-size", k)
+		}
+		o.Turbo, o.TurboEager = s, f.turboRead == "eager"
+	default:
+		return o, usagef("--kv-cache %q: want full, quantized, rotating, turbo or turbo:k<K>v<V> (such as turbo:k8v3)", k)
+	}
+	if err := o.Check(); err != nil {
+		return o, usagef("--kv-cache, --max-kv-size, --kv-bits, --kv-group-size, --quantized-kv-start: %v", err)
+	}
+	return o, nil
+}
+
+// cacheOptions are the resolved options (cacheKind's, its error dropped:
+// parsing reports it first).
+func (f *kvCacheFlags) cacheOptions() nn.CacheOptions {
+	o, _ := f.cacheKind()
+	return o
+}
+
+// kvFlagsSet reports whether any flag selects a cache other than the full one.
+func (f *kvCacheFlags) kvFlagsSet() bool {
+	return f.kvCache != "" && f.kvCache != "full" || f.kvBits != 0 || f.maxKVSize != 0
+}
+
+// kvDescription names the cache for messages.
+func kvDescription(o nn.CacheOptions) string {
+	switch {
+	case o.Turbo != (turboquant.Scheme{}):
+		return fmt.Sprintf("--kv-cache %s", o.Turbo)
+	case o.KVBits != 0:
+		return fmt.Sprintf("--kv-bits %d", o.KVBits)
+	case o.MaxKVSize != 0:
+		return fmt.Sprintf("--max-kv-size %d", o.MaxKVSize)
+	}
+	return "--kv-cache full"
+}
+
+// kvErr is cacheKind's error.
+func kvErr(f *kvCacheFlags) error {
+	_, err := f.cacheKind()
+	return err
+}
