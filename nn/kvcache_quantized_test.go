@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -316,5 +317,51 @@ func TestQuantizedSDPAFused(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestAttentionNoScoreMatrix: a prefill chunk's attention over a long
+// cache allocates far less than one head's [L, S] float32 score matrix on
+// the CPU backend, for the full cache (ScaledDotProductAttention with the
+// causal mask) and the quantized one (the fused QuantizedSDPA), where
+// mlx_lm's composition (run on the same backend through composedOnly, as a
+// check that the measure sees a materialised matrix) allocates at least
+// the scores of every head.
+func TestAttentionNoScoreMatrix(t *testing.T) {
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const H, Hk, L, S, D = 4, 1, 64, 8192, 64
+	r := rand.New(rand.NewPCG(5, 6))
+	q := b.AsType(randArray(b, r, 1, H, L, D), tensor.BF16)
+	k := b.AsType(randArray(b, r, 1, Hk, S, D), tensor.BF16)
+	v := b.AsType(randArray(b, r, 1, Hk, S, D), tensor.BF16)
+	qk, qv := b.Quantize(k, 64, 8), b.Quantize(v, 64, 8)
+	allocated := func(fn func() backend.Array) uint64 {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		out := fn()
+		runtime.ReadMemStats(&m1)
+		b.Release(out)
+		return m1.TotalAlloc - m0.TotalAlloc
+	}
+	head := uint64(L * S * 4)
+	for _, c := range []struct {
+		name string
+		fn   func() backend.Array
+	}{
+		{"full", func() backend.Array { return b.ScaledDotProductAttention(q, k, v, 0.125, backend.CausalMask{}) }},
+		{"quantized", func() backend.Array { return nn.QuantizedSDPA(b, q, qk, qv, backend.CausalMask{}) }},
+	} {
+		c.fn() // warm the backend's pools
+		if got := allocated(c.fn); got >= head/4 {
+			t.Errorf("%s: allocated %d bytes, want below a quarter of one head's %d×%d float32 scores (%d)", c.name, got, L, S, head/4)
+		} else {
+			t.Logf("%s: allocated %d bytes (one head's scores: %d)", c.name, got, head)
+		}
+	}
+	if got := allocated(func() backend.Array { return nn.QuantizedSDPA(composedOnly{b}, q, qk, qv, backend.CausalMask{}) }); got < H*head {
+		t.Errorf("composition: allocated %d bytes, want at least the %d of its score matrix (the measure misses it)", got, H*head)
 	}
 }
