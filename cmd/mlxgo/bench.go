@@ -136,6 +136,14 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return bad("--slow-prompt-lens: %v", err)
 	}
+	if cx.contexts != "" && !cx.child { // before any checkpoint is written
+		if _, _, err := cx.parse(); err != nil {
+			return bad("%v", err)
+		}
+		if *models != "" {
+			return bad("--contexts measures one checkpoint: give --model, not --models")
+		}
+	}
 
 	if *report != "" {
 		if cr, err := bench.ReadContextResult(*report); err == nil {
@@ -255,9 +263,6 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		py = ""
 	}
 	if cx.contexts != "" {
-		if entries != nil {
-			return bad("--contexts measures one checkpoint: give --model, not --models")
-		}
 		return runContextSweep(cx, bench.ContextOptions{Model: *model, GGUF: *ggufPath, Self: []string{exe, "bench"}, Python: py, Driver: *driver,
 			LlamaBench: *llama, Configs: sel, DecodeTokens: *decode, Reps: *reps, Warmup: *warmup, Threads: *threads, Seed: *seed, Progress: stderr},
 			*results, stdout, stderr)

@@ -84,30 +84,36 @@ func runContextChild(cx *contextOptions, config, model, idsFile string, decode, 
 	return 0
 }
 
-// runContextSweep runs the sweep, prints its table and writes its JSON
-// under results (unless empty).
-func runContextSweep(cx *contextOptions, o bench.ContextOptions, results string, stdout, stderr io.Writer) int {
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "mlxgo bench: "+format+"\nRun 'mlxgo bench --help' for usage.\n", a...)
-		return 2
-	}
-	var err error
-	if o.Contexts, err = bench.ParseContexts(cx.contexts); err != nil {
-		return bad("--contexts: %v", err)
+// parse checks the sweep's flags and returns its contexts and cache
+// kinds, or an error naming the flag.
+func (cx *contextOptions) parse() (contexts []int, caches []string, err error) {
+	if contexts, err = bench.ParseContexts(cx.contexts); err != nil {
+		return nil, nil, fmt.Errorf("--contexts: %v", err)
 	}
 	for _, k := range strings.Split(cx.caches, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			if _, err := bench.ContextCacheOptions(k, cx.kvBits, cx.kvGroupSize, cx.maxKV); err != nil {
-				return bad("--kv-cache %s: %v", k, err)
+				return nil, nil, fmt.Errorf("--kv-cache %s: %v", k, err)
 			}
-			o.Caches = append(o.Caches, k)
+			caches = append(caches, k)
 		}
 	}
-	if len(o.Caches) == 0 {
-		return bad("--kv-cache: no cache kind (want some of %s)", strings.Join(bench.ContextCaches, ", "))
+	if len(caches) == 0 {
+		return nil, nil, fmt.Errorf("--kv-cache: no cache kind (want some of %s)", strings.Join(bench.ContextCaches, ", "))
 	}
 	if cx.p < 1 {
-		return bad("--context-prefill %d: want >= 1", cx.p)
+		return nil, nil, fmt.Errorf("--context-prefill %d: want >= 1", cx.p)
+	}
+	return contexts, caches, nil
+}
+
+// runContextSweep runs the sweep, prints its table and writes its JSON
+// under results (unless empty).
+func runContextSweep(cx *contextOptions, o bench.ContextOptions, results string, stdout, stderr io.Writer) int {
+	var err error
+	if o.Contexts, o.Caches, err = cx.parse(); err != nil {
+		fmt.Fprintf(stderr, "mlxgo bench: %v\nRun 'mlxgo bench --help' for usage.\n", err)
+		return 2
 	}
 	o.KVBits, o.KVGroupSize, o.MaxKVSize, o.Prefill = cx.kvBits, cx.kvGroupSize, cx.maxKV, cx.p
 	res, err := bench.RunContext(o)
