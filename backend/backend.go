@@ -274,6 +274,20 @@ func (NoMask) isMask()     {}
 func (CausalMask) isMask() {}
 func (ArrayMask) isMask()  {}
 
+// QuantizedAttention is implemented by backends with a fused attention over
+// affine-quantized keys and values (a quantized KV cache): q [B, H, L, D];
+// keys and values quantized along their last axis as Quantize makes them
+// (W [B, Hk, S, D·bits/32], scales and biases [B, Hk, S, D/groupSize]),
+// read without dequantizing the whole window; scale and mask as in
+// ScaledDotProductAttention. Its numerics are the backend's fused
+// attention's on the dequantized values, not those of mlx_lm's
+// quantized_scaled_dot_product_attention (quantized matmuls and a softmax
+// over a materialised [L, S] score matrix, each rounded to the dtype),
+// which nn.QuantizedSDPA composes on backends without it.
+type QuantizedAttention interface {
+	QuantizedScaledDotProductAttention(q Array, keys, values QuantizedArray, scale float32, mask Mask) Array
+}
+
 // AsyncEvaler is implemented by lazy backends that can start computing
 // without waiting (mx.async_eval), so generation can pipeline decode steps.
 type AsyncEvaler interface {

@@ -19,6 +19,17 @@ graph of one greedy generate_step token is built (model, logsumexp, argmax; time
 evaluated with the cache and trimmed back. It prints {"engine": "mlx_lm", "device": ...,
 "graph_primitives": {name: count}, "build_us_median": float, "build_us_min": float}, the
 primitives counted from mx.export_to_dot as mlxgo's GraphOps counts them.
+
+With --contexts C1,C2,... it runs `mlxgo bench --contexts`'s sweep on one --kv-cache kind (full;
+quantized: mlx_lm's maybe_quantize_kv_cache with --kv-bits and --kv-group-size from the first
+chunk on; rotating: RotatingKVCache(--max-kv-size, keep=4) per layer, built directly because
+make_prompt_cache ignores max_kv_size for models with make_cache): at each context the cache is
+filled, --context-prefill ids are appended as the prefill above runs a prompt (timed), then
+--decode-tokens are generated with generate_step (timed), the cache trimmed back after each run
+where it is trimmable. It prints the Go child's context report:
+  {"engine": "mlx_lm", "device": ..., "cache": ..., "load_s": ..., "bytes_per_token": ...,
+   "points": [{"context": C, "prefill_depth": D, "decode_depth": D, "cache_bytes": B,
+               "runs": [... as above ...]}]}
 """
 
 import argparse
@@ -29,12 +40,15 @@ import json
 import re
 import sys
 import time
+from pathlib import Path
 
 import mlx.core as mx
+from mlx.utils import tree_flatten
 
 import mlx_lm
-from mlx_lm.generate import generate_step
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.generate import generate_step, maybe_quantize_kv_cache
+from mlx_lm.utils import load_model
+from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 
 
 def log(msg):
@@ -172,6 +186,97 @@ def batch_sweep(model_dir, ids, lens, sizes, args):
     return {"engine": "mlx_lm", "device": device, "load_s": load_s, "runs": runs}
 
 
+def context_sweep(model, ids, args, load_s):
+    """The --contexts sweep on one cache kind (see the module doc)."""
+    contexts = [int(x) for x in args.contexts.split(",") if x]
+    kind, p, n = args.kv_cache, args.context_prefill, args.decode_tokens
+    if kind == "rotating":
+        cache = [RotatingKVCache(max_size=args.max_kv_size, keep=4) for _ in model.layers]
+        tag = f"rotating {args.max_kv_size}"
+    else:
+        cache = make_prompt_cache(model)
+        tag = "full"
+    quant = {}
+    if kind == "quantized":
+        quant = dict(kv_bits=args.kv_bits, kv_group_size=args.kv_group_size, quantized_kv_start=0)
+        tag = f"quantized {args.kv_bits}-bit g{args.kv_group_size}"
+    pos = 0
+    held = 0
+
+    def feed(k):
+        nonlocal pos
+        out = mx.array(ids[pos:pos + k], dtype=mx.int32)
+        pos += k
+        return out
+
+    def append(tokens):
+        """generate_step's prefill of tokens into the cache: chunks of 2048 without the head, the
+        caches quantized once due, then the last token until its logits are computed."""
+        nonlocal held
+        rest = tokens[:-1]
+        while rest.size > 0:
+            model(rest[None, :2048], cache=cache)
+            if quant:
+                maybe_quantize_kv_cache(cache, **quant)
+            mx.eval([c.state for c in cache])
+            rest = rest[2048:]
+        mx.eval(model(tokens[None, -1:], cache=cache))
+        if quant:
+            maybe_quantize_kv_cache(cache, **quant)
+        held += tokens.size
+
+    def back(depth):
+        nonlocal held
+        if all(c.is_trimmable() for c in cache):
+            for c in cache:
+                c.trim(held - depth)
+            held = depth
+
+    def cache_bytes():
+        per, total = 0.0, 0
+        for c in cache:
+            for _, a in tree_flatten(c.state):
+                if not isinstance(a, mx.array):
+                    continue
+                total += a.nbytes
+                if a.ndim == 4 and a.shape[2] > 0:
+                    per += a.nbytes / a.shape[2]
+        return per, total
+
+    points = []
+    per = 0.0
+    for ctx in contexts:
+        if ctx > held:
+            append(feed(ctx - held))
+            log(f"{tag}: filled to {held} ({memory_note()})")
+        pt = {"context": ctx, "prefill_depth": held, "runs": []}
+        for r in range(args.warmup + args.reps):
+            depth = held
+            start = time.perf_counter()
+            append(feed(p))
+            sec = time.perf_counter() - start
+            pt["runs"].append({"kind": "prefill", "prompt": p, "warmup": r < args.warmup, "seconds": sec})
+            log(f"{tag}: prefill {p} at {depth} {rep_name(r, args)}: {sec:.3f}s ({p / sec:.1f} tok/s)")
+            back(depth)
+        pt["decode_depth"] = held
+        for r in range(args.warmup + args.reps):
+            depth = held
+            token_s = []
+            start = time.perf_counter()
+            for _ in generate_step(feed(1), model, max_tokens=n, prompt_cache=cache,
+                                   sampler=lambda lp: mx.argmax(lp, axis=-1), **quant):
+                token_s.append(time.perf_counter() - start)
+            pt["runs"].append({"kind": "generate", "prompt": depth, "warmup": r < args.warmup,
+                               "ttft_s": token_s[0], "token_s": token_s})
+            log(f"{tag}: decode {len(token_s)} at {depth} {rep_name(r, args)}: {token_s[-1]:.2f}s")
+            held = cache[0].offset  # generate_step runs ahead of the tokens it yields
+            back(depth)
+        per, pt["cache_bytes"] = cache_bytes()
+        points.append(pt)
+    return {"engine": "mlx_lm", "device": str(mx.default_device()), "cache": tag, "load_s": load_s,
+            "bytes_per_token": per, "points": points}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="model directory (as mlx_lm.load takes it)")
@@ -183,6 +288,12 @@ def main():
     ap.add_argument("--device", choices=["default", "cpu", "gpu"], default="default")
     ap.add_argument("--batch-sizes",
                     help="instead: a batch sweep, comma-separated batch sizes (one prompt length)")
+    ap.add_argument("--contexts", help="instead: the context sweep at these comma-separated depths")
+    ap.add_argument("--kv-cache", choices=["full", "quantized", "rotating"], default="full")
+    ap.add_argument("--kv-bits", type=int, default=8)
+    ap.add_argument("--kv-group-size", type=int, default=64)
+    ap.add_argument("--max-kv-size", type=int, default=4096)
+    ap.add_argument("--context-prefill", type=int, default=512)
     ap.add_argument("--graph-steps", type=int, default=0,
                     help="instead: count one decode step's graph primitives and time building it N times")
     args = ap.parse_args()
@@ -192,6 +303,16 @@ def main():
     if args.graph_steps > 0:
         model, _ = mlx_lm.load(args.model)
         json.dump(graph_build(model, args.graph_steps), sys.stdout)
+        print()
+        return
+    if args.contexts:
+        if None in (args.ids_file, args.decode_tokens, args.reps) or args.decode_tokens < 3 or args.reps < 1:
+            sys.exit("mlx_lm_driver: --contexts wants --ids-file, --decode-tokens >= 3 and --reps >= 1")
+        with open(args.ids_file) as f:
+            ids = json.load(f)
+        t0 = time.perf_counter()
+        model, _ = load_model(Path(args.model))  # no tokenizer needed: ids are given
+        json.dump(context_sweep(model, ids, args, time.perf_counter() - t0), sys.stdout)
         print()
         return
     if None in (args.ids_file, args.prompt_lens, args.decode_tokens, args.reps):

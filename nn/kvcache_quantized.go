@@ -262,6 +262,13 @@ func (c *QuantizedKVCache) Release() {
 // float), a precise softmax, and a quantized matmul with the values. GQA
 // without repeating heads: q is viewed as [B, Hk, H/Hk, L, D] and the keys
 // as [B, Hk, 1, S, ·].
+//
+// A backend with a fused quantized attention (backend.QuantizedAttention:
+// the CPU backend) runs the scaled q through it instead, which reads the
+// keys and values in place a block at a time and keeps scores and weights
+// in float32 without an [L, S] matrix; the composition above materialises
+// the scores and, for a causal mask, an [L, S] mask, and stays the path of
+// backends without it (MLX, where it is mlx_lm's own ops).
 func QuantizedSDPA(b backend.Backend, q backend.Array, keys, values backend.QuantizedArray, mask backend.Mask) backend.Array {
 	s := q.Shape()
 	B, H, L, D := s[0], s[1], s[2], s[3]
@@ -270,6 +277,9 @@ func QuantizedSDPA(b backend.Backend, q backend.Array, keys, values backend.Quan
 	dt := q.DType()
 	scale := b.Full(tensor.Shape{}, math.Pow(float64(D), -0.5), dt)
 	q = b.Binary(backend.Multiply, q, scale)
+	if qa, ok := b.(backend.QuantizedAttention); ok {
+		return qa.QuantizedScaledDotProductAttention(q, keys, values, 1, mask)
+	}
 	if rep > 1 {
 		q = b.Reshape(q, B, Hk, rep, L, D)
 		keys, values = expandQ(b, keys), expandQ(b, values)

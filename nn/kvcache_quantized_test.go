@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -189,4 +190,178 @@ func TestRestoreQuantizedKVCacheErrors(t *testing.T) {
 		t.Errorf("restored: quantized %v offset %d bits %d group %d state %d arrays, want true 5 8 64 6", c.Quantized(), c.Offset(), c.Bits(), c.GroupSize(), len(c.State()))
 	}
 	c.Release()
+}
+
+// composedOnly hides the CPU backend's fused quantized attention, so that
+// nn.QuantizedSDPA composes mlx_lm's ops (quantized matmuls, a materialised
+// score matrix, a precise softmax) on it.
+type composedOnly struct{ backend.Backend }
+
+// TestQuantizedSDPAFused holds the CPU backend's fused quantized attention
+// (blocked online softmax over keys and values expanded a block at a time)
+// to the composition of mlx_lm's quantized_scaled_dot_product_attention on
+// the same backend, both measured against a float64 attention over the
+// same values (q·scale rounded to the dtype, as both paths take it; keys
+// and values as float32(s·c)+b). The fused path must be no less accurate
+// than the composition, plus one ulp of the output dtype at the output's
+// scale; in float32, where both are at summation-order noise, it may
+// instead reach the kernel's written bound (kernel checkSDPABound's
+// V·u·(8(d+4)A + 4(s + s/32 + 8)), u = 2^-24, A the largest Σ_t|q_t·k_jt|,
+// V the largest |v|). Decode across the 256-key chunks, prefill with the
+// causal mask, and a Bool array mask; GQA 4 query heads on 2 KV heads;
+// 4 and 8 bits.
+func TestQuantizedSDPAFused(t *testing.T) {
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+		for _, bits := range []int{4, 8} {
+			for _, sh := range []struct {
+				name string
+				L, S int
+				mask string
+			}{{"decode", 1, 600, "none"}, {"prefill", 40, 300, "causal"}, {"array", 5, 70, "array"}} {
+				t.Run(fmt.Sprintf("%v/b%d/%s", dt, bits, sh.name), func(t *testing.T) {
+					const H, Hk, D = 4, 2, 64
+					r := rand.New(rand.NewPCG(uint64(bits), uint64(sh.S)))
+					q := b.AsType(randArray(b, r, 1, H, sh.L, D), dt)
+					qk := b.Quantize(b.AsType(randArray(b, r, 1, Hk, sh.S, D), dt), 64, bits)
+					qv := b.Quantize(b.AsType(randArray(b, r, 1, Hk, sh.S, D), dt), 32, bits)
+					var mask backend.Mask = backend.NoMask{}
+					var vis []bool // [L, S]
+					switch sh.mask {
+					case "causal":
+						mask = backend.CausalMask{}
+					case "array":
+						vis = make([]bool, sh.L*sh.S)
+						arr := make([]int32, len(vis))
+						for i := range arr {
+							if i%sh.S == 0 || r.IntN(3) > 0 {
+								arr[i], vis[i] = 1, true
+							}
+						}
+						mask = backend.ArrayMask{A: b.FromHost(tensor.FromInt32(tensor.Shape{sh.L, sh.S}, arr).Convert(tensor.Bool))}
+					}
+					f32 := func(a backend.Array) []float32 {
+						h, err := b.ToHost(b.AsType(a, tensor.F32))
+						if err != nil {
+							t.Fatal(err)
+						}
+						return h.Float32s()
+					}
+					fused := f32(nn.QuantizedSDPA(b, q, qk, qv, mask))
+					comp := f32(nn.QuantizedSDPA(composedOnly{b}, q, qk, qv, mask))
+					// The reference's inputs: q·scale rounded to dt, and the
+					// values of the codes in float32.
+					deq := func(x backend.QuantizedArray) []float32 {
+						x.Scales, x.Biases = b.AsType(x.Scales, tensor.F32), b.AsType(x.Biases, tensor.F32)
+						return f32(b.Dequantize(x))
+					}
+					qs := f32(b.Binary(backend.Multiply, q, b.Full(tensor.Shape{}, math.Pow(D, -0.5), dt)))
+					ks, vs := deq(qk), deq(qv)
+					var errF, errC, maxRef, bound float64
+					for h := range H {
+						kh := h / (H / Hk)
+						for i := range sh.L {
+							sc := make([]float64, sh.S)
+							m, a, vmax := math.Inf(-1), 0.0, 0.0
+							for j := range sh.S {
+								if (sh.mask == "causal" && j > i+sh.S-sh.L) || (vis != nil && !vis[i*sh.S+j]) {
+									sc[j] = math.Inf(-1)
+									continue
+								}
+								var dot, abs float64
+								for t := range D {
+									x := float64(qs[(h*sh.L+i)*D+t]) * float64(ks[(kh*sh.S+j)*D+t])
+									dot, abs = dot+x, abs+math.Abs(x)
+								}
+								sc[j], m, a = dot, max(m, dot), max(a, abs)
+								for t := range D {
+									vmax = max(vmax, math.Abs(float64(vs[(kh*sh.S+j)*D+t])))
+								}
+							}
+							var sum float64
+							out := make([]float64, D)
+							for j, s := range sc {
+								if math.IsInf(s, -1) {
+									continue
+								}
+								e := math.Exp(s - m)
+								sum += e
+								for t := range D {
+									out[t] += e * float64(vs[(kh*sh.S+j)*D+t])
+								}
+							}
+							u := math.Ldexp(1, -24)
+							bound = max(bound, vmax*u*(8*float64(D+4)*a+4*float64(sh.S+sh.S/32+8)))
+							for t := range D {
+								ref, o := out[t]/sum, (h*sh.L+i)*D+t
+								maxRef = max(maxRef, math.Abs(ref))
+								errF = max(errF, math.Abs(float64(fused[o])-ref))
+								errC = max(errC, math.Abs(float64(comp[o])-ref))
+							}
+						}
+					}
+					ulp := maxRef * math.Ldexp(1, -23)
+					allowed := errC + ulp
+					if dt == tensor.BF16 {
+						allowed = errC + maxRef*math.Ldexp(1, -7)
+					} else {
+						allowed = max(allowed, bound+ulp)
+					}
+					if !(errF <= allowed) {
+						t.Errorf("fused error %.3g against float64, want <= %.3g (composition's %.3g)", errF, allowed, errC)
+					}
+					t.Logf("error against float64: fused %.3g, composed %.3g (output scale %.3g)", errF, errC, maxRef)
+				})
+			}
+		}
+	}
+}
+
+// TestAttentionNoScoreMatrix: a prefill chunk's attention over a long
+// cache allocates far less than one head's [L, S] float32 score matrix on
+// the CPU backend, for the full cache (ScaledDotProductAttention with the
+// causal mask) and the quantized one (the fused QuantizedSDPA), where
+// mlx_lm's composition (run on the same backend through composedOnly, as a
+// check that the measure sees a materialised matrix) allocates at least
+// the scores of every head.
+func TestAttentionNoScoreMatrix(t *testing.T) {
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const H, Hk, L, S, D = 4, 1, 64, 8192, 64
+	r := rand.New(rand.NewPCG(5, 6))
+	q := b.AsType(randArray(b, r, 1, H, L, D), tensor.BF16)
+	k := b.AsType(randArray(b, r, 1, Hk, S, D), tensor.BF16)
+	v := b.AsType(randArray(b, r, 1, Hk, S, D), tensor.BF16)
+	qk, qv := b.Quantize(k, 64, 8), b.Quantize(v, 64, 8)
+	allocated := func(fn func() backend.Array) uint64 {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		out := fn()
+		runtime.ReadMemStats(&m1)
+		b.Release(out)
+		return m1.TotalAlloc - m0.TotalAlloc
+	}
+	head := uint64(L * S * 4)
+	for _, c := range []struct {
+		name string
+		fn   func() backend.Array
+	}{
+		{"full", func() backend.Array { return b.ScaledDotProductAttention(q, k, v, 0.125, backend.CausalMask{}) }},
+		{"quantized", func() backend.Array { return nn.QuantizedSDPA(b, q, qk, qv, backend.CausalMask{}) }},
+	} {
+		c.fn() // warm the backend's pools
+		if got := allocated(c.fn); got >= head/4 {
+			t.Errorf("%s: allocated %d bytes, want below a quarter of one head's %d×%d float32 scores (%d)", c.name, got, L, S, head/4)
+		} else {
+			t.Logf("%s: allocated %d bytes (one head's scores: %d)", c.name, got, head)
+		}
+	}
+	if got := allocated(func() backend.Array { return nn.QuantizedSDPA(composedOnly{b}, q, qk, qv, backend.CausalMask{}) }); got < H*head {
+		t.Errorf("composition: allocated %d bytes, want at least the %d of its score matrix (the measure misses it)", got, H*head)
+	}
 }

@@ -13,7 +13,10 @@ func init() {
 	backend.Register("cpu", func(o backend.Options) (backend.Backend, error) { return New(o) })
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend            = (*Backend)(nil)
+	_ backend.QuantizedAttention = (*Backend)(nil)
+)
 
 // Backend is the pure-Go CPU backend. It computes every op during the call
 // (Eval has nothing left to do) and is not safe for concurrent use.

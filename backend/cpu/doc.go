@@ -65,7 +65,9 @@
 // values return views that share the buffer; ops that need contiguous data
 // gather a view into scratch, except ScaledDotProductAttention, which reads
 // keys and values through their strides (kernel.SDPAKV), so a slice of a KV
-// cache costs nothing per token. [Backend.SliceUpdate] writes in place into
+// cache costs nothing per token; QuantizedScaledDotProductAttention reads
+// a quantized cache's codes, scales and biases the same way, expanding a
+// block of 32 positions at a time (kernel.QuantKV). [Backend.SliceUpdate] writes in place into
 // its dst's buffer when no other live array views it (the buffer's count of
 // live views is 1, it is not borrowed and src is not dst): the result takes
 // the buffer over and dst is released. Otherwise dst is copied first, so a

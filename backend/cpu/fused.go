@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"unsafe"
+
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -124,6 +126,93 @@ func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32
 	if !dt.IsFloat() {
 		panic(backend.Errorf("ScaledDotProductAttention", args(), "needs float dtypes"))
 	}
+	km := b.sdpaMask("ScaledDotProductAttention", args, mask, B, H, L, S, dt)
+	defer b.freeTmps()
+	dst := b.pool.getF32(B * H * L * Dv)
+	kernel.SDPAKV(dst, b.f32Of(qa, dt), b.kvOf(ka, dt), b.kvOf(va, dt), B, H, Hk, L, S, D, Dv, scale, km, rounder(dt), b.acc())
+	return b.floatOut(dt, tensor.Shape{B, H, L, Dv}, dst)
+}
+
+// QuantizedScaledDotProductAttention is ScaledDotProductAttention with keys
+// and values affine-quantized along their last axis (mx.quantize of [B, Hk,
+// S, D] and [B, Hk, S, Dv]: W uint32 [B, Hk, S, D·bits/32], scales and
+// biases [B, Hk, S, D/groupSize]), read in place through their strides a
+// block of 32 positions at a time (kernel.QuantKV): each value is
+// float32(scale·code) + bias, and the attention is the fused one's on those
+// values (blocked online softmax, float32 scores and weights, the output
+// rounded to the promoted dtype of q and the scales). It implements
+// backend.QuantizedAttention.
+func (b *Backend) QuantizedScaledDotProductAttention(q backend.Array, keys, values backend.QuantizedArray, scale float32, mask backend.Mask) backend.Array {
+	const op = "QuantizedScaledDotProductAttention"
+	qa := b.use1(op, q)
+	kw, ks, kb, kdt := b.quantParts(op, []backend.Array{q}, keys)
+	vw, vs, vb, vdt := b.quantParts(op, []backend.Array{q}, values)
+	args := func() []backend.Array {
+		return []backend.Array{q, keys.W, keys.Scales, keys.Biases, values.W, values.Scales, values.Biases}
+	}
+	if len(qa.shape) != 4 || len(kw.shape) != 4 || len(vw.shape) != 4 {
+		panic(backend.Errorf(op, args(), "q and the keys' and values' parts must be 4-D"))
+	}
+	B, H, L, D := qa.shape[0], qa.shape[1], qa.shape[2], qa.shape[3]
+	Hk, S := kw.shape[1], kw.shape[2]
+	Dk, Dv := kw.shape[3]*32/keys.Bits, vw.shape[3]*32/values.Bits
+	switch {
+	case kw.shape[0] != B || vw.shape[0] != B:
+		panic(backend.Errorf(op, args(), "batch sizes differ"))
+	case Dk != D:
+		panic(backend.Errorf(op, args(), "q's head dim %d and the keys' %d differ", D, Dk))
+	case vw.shape[1] != Hk || vw.shape[2] != S:
+		panic(backend.Errorf(op, args(), "keys and values heads or lengths differ"))
+	case Hk == 0 || H%Hk != 0:
+		panic(backend.Errorf(op, args(), "%d query heads is not a multiple of %d KV heads", H, Hk))
+	case S == 0 || D == 0 || Dv == 0:
+		panic(backend.Errorf(op, args(), "empty keys or head dims"))
+	}
+	dt := backend.PromoteTypes(backend.PromoteTypes(qa.dtype, kdt), vdt)
+	if !dt.IsFloat() {
+		panic(backend.Errorf(op, args(), "needs float dtypes"))
+	}
+	km := b.sdpaMask(op, args, mask, B, H, L, S, dt)
+	defer b.freeTmps()
+	kq := b.quantKVOf(kw, ks, kb, kdt, keys)
+	vq := b.quantKVOf(vw, vs, vb, vdt, values)
+	dst := b.pool.getF32(B * H * L * Dv)
+	kernel.SDPAKV(dst, b.f32Of(qa, dt), kernel.KV{Q: kq}, kernel.KV{Q: vq}, B, H, Hk, L, S, D, Dv, scale, km, rounder(dt), b.acc())
+	return b.floatOut(dt, tensor.Shape{B, H, L, Dv}, dst)
+}
+
+// quantKVOf describes the quantized keys or values (w, s, bi: the parts of
+// q, scales and biases of dtype sdt) for kernel.SDPAKV: the codes read in
+// place through their strides when their rows are contiguous (a slice of
+// a cache buffer), else copied; the scales and biases as kvOf reads them.
+func (b *Backend) quantKVOf(w, s, bi *Array, sdt tensor.DType, q backend.QuantizedArray) *kernel.QuantKV {
+	B, Hk, S, wpr := w.shape[0], w.shape[1], w.shape[2], w.shape[3]
+	out := &kernel.QuantKV{Scales: b.kvOf(s, sdt), Biases: b.kvOf(bi, sdt), GroupSize: q.GroupSize, Bits: q.Bits}
+	st := stridesOf(w)
+	if st[3] != 1 && wpr > 1 {
+		out.W = b.codes(w)
+		out.BStride, out.HStride, out.RowStride = Hk*S*wpr, S*wpr, wpr
+		return out
+	}
+	out.BStride, out.HStride, out.RowStride = st[0], st[1], st[2]
+	if B == 1 {
+		out.BStride = 0
+	}
+	if Hk == 1 {
+		out.HStride = 0
+	}
+	if S == 1 {
+		out.RowStride = wpr
+	}
+	raw := w.buf.raw[4*w.off:]
+	out.W = unsafe.Slice((*uint32)(unsafe.Pointer(&raw[0])), len(raw)/4)
+	return out
+}
+
+// sdpaMask converts mask for an attention of L queries of B×H rows over S
+// keys in dtype dt: an ArrayMask is Bool (true = attend) or a float dtype
+// that promotes to dt (added to the scores), broadcastable to [B, H, L, S].
+func (b *Backend) sdpaMask(op string, args func() []backend.Array, mask backend.Mask, B, H, L, S int, dt tensor.DType) kernel.Mask {
 	var km kernel.Mask
 	switch m := mask.(type) {
 	case nil, backend.NoMask:
@@ -131,14 +220,14 @@ func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32
 	case backend.CausalMask:
 		km.Kind = kernel.MaskCausal
 	case backend.ArrayMask:
-		margs := func() []backend.Array { return []backend.Array{q, k, v, m.A} }
-		ma := b.use1("ScaledDotProductAttention", m.A)
+		margs := func() []backend.Array { return append(args(), m.A) }
+		ma := b.use1(op, m.A)
 		target := tensor.Shape{B, H, L, S}
 		if len(ma.shape) > 4 {
-			panic(backend.Errorf("ScaledDotProductAttention", margs(), "mask has more than 4 dimensions"))
+			panic(backend.Errorf(op, margs(), "mask has more than 4 dimensions"))
 		}
 		if got, ok := broadcastShapes(ma.shape, target); !ok || !got.Equal(target) {
-			panic(backend.Errorf("ScaledDotProductAttention", margs(), "mask does not broadcast to %v", target))
+			panic(backend.Errorf(op, margs(), "mask does not broadcast to %v", target))
 		}
 		st := bstrides(ma.shape, target)
 		copy(km.Strides[:], st)
@@ -154,15 +243,12 @@ func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32
 			km.Kind = kernel.MaskAdd
 			km.Add = b.f32Of(ma, dt)
 		default:
-			panic(backend.Errorf("ScaledDotProductAttention", margs(), "mask dtype %v does not promote to %v", ma.dtype, dt))
+			panic(backend.Errorf(op, margs(), "mask dtype %v does not promote to %v", ma.dtype, dt))
 		}
 	default:
-		panic(backend.Errorf("ScaledDotProductAttention", args(), "unknown mask %T", mask))
+		panic(backend.Errorf(op, args(), "unknown mask %T", mask))
 	}
-	defer b.freeTmps()
-	dst := b.pool.getF32(B * H * L * Dv)
-	kernel.SDPAKV(dst, b.f32Of(qa, dt), b.kvOf(ka, dt), b.kvOf(va, dt), B, H, Hk, L, S, D, Dv, scale, km, rounder(dt), b.acc())
-	return b.floatOut(dt, tensor.Shape{B, H, L, Dv}, dst)
+	return km
 }
 
 // kvOf returns a, a [B, Hk, S, D] array of keys or values, for

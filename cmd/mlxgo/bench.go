@@ -136,9 +136,10 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	bandwidth := fs.Bool("bandwidth", false, "internal (--child): measure the memory read bandwidth and print it as JSON")
 	config := fs.String("config", "", "internal (--child): the configuration")
 	idsFile := fs.String("ids-file", "", "internal (--child): JSON list of prompt ids")
+	cx := contextFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, benchUsage)
+			fmt.Fprint(stdout, benchUsage+benchContextUsage)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
 			return 0
@@ -161,7 +162,21 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return bad("--slow-prompt-lens: %v", err)
 	}
+	if cx.contexts != "" && !cx.child { // before any checkpoint is written
+		if _, _, err := cx.parse(); err != nil {
+			return bad("%v", err)
+		}
+		if *models != "" {
+			return bad("--contexts measures one checkpoint: give --model, not --models")
+		}
+	}
 
+	if *report != "" {
+		if cr, err := bench.ReadContextResult(*report); err == nil {
+			fmt.Fprint(stdout, cr.Markdown())
+			return 0
+		}
+	}
 	if *report != "" {
 		res, err := bench.ReadResult(*report)
 		if err != nil {
@@ -183,6 +198,9 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		return 0
+	}
+	if cx.child {
+		return runContextChild(cx, *config, *model, *idsFile, *decode, *reps, *warmup, stdout, stderr)
 	}
 	var sizes []int
 	if *batchSizes != "" {
@@ -283,6 +301,11 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	if _, err := os.Stat(py); err != nil {
 		fmt.Fprintf(stderr, "mlxgo bench: WARNING: %s not found, mlx_lm is not measured (run make venv)\n", py)
 		py = ""
+	}
+	if cx.contexts != "" {
+		return runContextSweep(cx, bench.ContextOptions{Model: *model, GGUF: *ggufPath, Self: []string{exe, "bench"}, Python: py, Driver: *driver,
+			LlamaBench: *llama, Configs: sel, DecodeTokens: *decode, Reps: *reps, Warmup: *warmup, Threads: *threads, Seed: *seed, Progress: stderr},
+			*results, stdout, stderr)
 	}
 	if sizes != nil {
 		if entries != nil {

@@ -69,7 +69,10 @@
 // float16 conversions (F16ToFloat32s, Float32sToF16, RoundF16s), all
 // bit-identical to the scalar loops, and the dot product and axpy of the
 // portable SDPA (fused, in their own order); the portable SDPA's softmax
-// and RoPE's rounding go through them.
+// and RoPE's rounding go through them. sdpa_avx2_amd64.s also holds
+// sdpa2Deq, the expansion of a block of 4- or 8-bit quantized keys or
+// values (QuantKV, a quantized KV cache read in place) to float32, the bits
+// of quantRowsGo, which every SDPA kernel set then reads as float32 rows.
 //
 // The dense matmul with transposed weights (DenseMatmulT: unquantized
 // linear layers and the tied head, float32, bfloat16 or float16 weights

@@ -42,9 +42,12 @@ func (m *Mask) index(bi, hi, i, j int) int {
 // dtype: element (batch bi, KV head h, position j, t) is
 // Vec.At(bi·BStride + h·HStride + j·RowStride + t). A KV cache passes its
 // whole buffer with s the filled length, so HStride may exceed s·RowStride.
+// When Q is not nil the rows are quantized instead (see [QuantKV]) and Vec
+// and the strides are unused.
 type KV struct {
 	Vec                         Vec
 	BStride, HStride, RowStride int
+	Q                           *QuantKV
 }
 
 // DenseKV wraps contiguous float32 [b, hk, s, n] values.
@@ -59,6 +62,10 @@ func (kv *KV) row(bi, h, j int) int { return bi*kv.BStride + h*kv.HStride + j*kv
 // (The checks format their messages only when they fail: a decode step
 // calls this for every layer.)
 func checkKV(kernel, name string, kv *KV, b, hk, s, n int) {
+	if kv.Q != nil {
+		checkQuantKV(kernel, name, kv.Q, b, hk, s, n)
+		return
+	}
 	if !(kv.BStride >= 0 && kv.HStride >= 0 && kv.RowStride >= n) {
 		check(false, kernel, "%s strides batch=%d head=%d row=%d, want >= 0, >= 0 and >= the row length %d", name, kv.BStride, kv.HStride, kv.RowStride, n)
 	}
@@ -233,8 +240,11 @@ func SDPA(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m Ma
 
 // SDPAKV is [SDPA] with keys and values read in place through strides and in
 // their storage dtype (a bf16 or f16 KV cache is converted a few rows at a
-// time, never as a whole): k holds [b, hk, ≥s, d] and v [b, hk, ≥s, dv] as
-// described by [KV]; positions 0..s-1 are used.
+// time, never as a whole; a quantized one, [QuantKV], is expanded a block
+// of 32 rows at a time to the float32 values its definition gives, so the
+// result is bit for bit SDPAKV on those values in float32 storage): k
+// holds [b, hk, ≥s, d] and v [b, hk, ≥s, dv] as described by [KV];
+// positions 0..s-1 are used.
 func SDPAKV(dst, q []float32, k, v KV, b, h, hk, l, s, d, dv int, scale float32, m Mask, round Rounder, acc Acc) {
 	checkSDPA("SDPAKV", dst, q, &k, &v, b, h, hk, l, s, d, dv, &m)
 	sdpaKV(dst, q, &k, &v, b, h, hk, l, s, d, dv, scale, &m, roundOr(round), acc)
@@ -252,8 +262,12 @@ func sdpaKV(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32
 }
 
 // kvRow returns the n values of (bi, kh, j): a slice of float32 storage, or
-// converted into buf.
+// converted (or dequantized) into buf.
 func kvRow(kv *KV, bi, kh, j, n int, buf []float32) []float32 {
+	if kv.Q != nil {
+		quantRows(buf, n, kv.Q, bi, kh, j, 1, n)
+		return buf[:n]
+	}
 	o := kv.row(bi, kh, j)
 	if kv.Vec.F32 != nil {
 		return kv.Vec.F32[o : o+n]

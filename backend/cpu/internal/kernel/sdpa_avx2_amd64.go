@@ -87,3 +87,12 @@ var sdpaAVX2 = cpu.X86.HasAVX && cpu.X86.HasAVX2 && cpu.X86.HasFMA && hasF16C()
 //
 //go:noescape
 func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int)
+
+// sdpa2Deq expands rows rows of 4- or 8-bit affine-quantized values (groups
+// groups of gs values per row, gs a multiple of 32; row r's codes at w +
+// r·wstride bytes, its scales and biases, of storage kind, at s + r·sstride
+// and b + r·bstride) to float32 at dst + r·dstride: float32(scale·code) +
+// bias, the bits of quantRowsGo.
+//
+//go:noescape
+func sdpa2Deq(dst *float32, dstride int, w unsafe.Pointer, wstride uintptr, s, b unsafe.Pointer, sstride, bstride uintptr, rows, groups, gs, bits, kind int)

@@ -55,6 +55,7 @@ var consts = []struct {
 	{"r7fff", 0x7fff},
 	{"hmask", 0xffff0000},
 	{"bnan", 0x7fc00000},
+	{"i15", 15},
 }
 
 // c returns the memory operand of constant name.
@@ -119,6 +120,10 @@ func header() {
 		}
 	}
 	p("GLOBL sdpa2Const<>(SB), RODATA|NOPTR, $%d", 32*len(consts))
+	for l := 0; l < 8; l++ {
+		p("DATA sdpa2Shift4<>+%d(SB)/4, $%d", 4*l, 4*l)
+	}
+	p("GLOBL sdpa2Shift4<>(SB), RODATA|NOPTR, $32")
 	p("")
 }
 
@@ -649,6 +654,115 @@ func genPrefetch() {
 	p("")
 }
 
+// sdpa2Deq(dst *float32, dstride int, w unsafe.Pointer, wstride uintptr,
+// s, b unsafe.Pointer, sstride, bstride uintptr, rows, groups, gs, bits,
+// kind int): rows rows of groups groups of gs values (a multiple of 32),
+// row r's codes (bits 4 or 8, LSB first) at w + r·wstride bytes, its
+// scales and biases (of storage kind) at s + r·sstride and b + r·bstride,
+// written to dst + r·dstride floats as float32(scale·code) + bias: a
+// VMULPS then a VADDPS per lane (quantRowsGo's two roundings).
+func genDeq() {
+	p("// func sdpa2Deq(dst *float32, dstride int, w unsafe.Pointer, wstride uintptr, s, b unsafe.Pointer, sstride, bstride uintptr, rows, groups, gs, bits, kind int)")
+	p("TEXT ·sdpa2Deq(SB), NOSPLIT, $0-104")
+	p("\tMOVQ dst+0(FP), DI")
+	p("\tMOVQ dstride+8(FP), R9")
+	p("\tSHLQ $2, R9")
+	p("\tMOVQ w+16(FP), SI")
+	p("\tMOVQ s+32(FP), R10")
+	p("\tMOVQ b+40(FP), R11")
+	p("\tMOVQ rows+64(FP), CX")
+	p("\tTESTQ CX, CX")
+	p("\tJZ deq_done")
+	p("\tMOVQ groups+72(FP), AX")
+	p("\tTESTQ AX, AX")
+	p("\tJZ deq_done")
+	p("\tMOVQ gs+80(FP), AX")
+	p("\tSHRQ $5, AX")
+	p("\tJZ deq_done")
+	p("\tMOVQ bits+88(FP), AX")
+	p("\tCMPQ AX, $4")
+	p("\tJEQ deq_b4")
+	p("\tMOVQ kind+96(FP), AX")
+	kindSwitch("deq8")
+	deqBody(8)
+	p("deq_b4:")
+	p("\tMOVQ kind+96(FP), AX")
+	kindSwitch("deq4")
+	deqBody(4)
+	p("deq_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// deqBody writes sdpa2Deq's loops for bits-bit codes, one per storage kind
+// of the scales (the float32 loop first, falling through from
+// kindSwitch).
+func deqBody(bits int) {
+	for k, kd := range kinds {
+		lb := fmt.Sprintf("deq%d_%s", bits, kd.name)
+		if k > 0 {
+			p("%s:", lb)
+		}
+		p("%s_row:", lb)
+		p("\tMOVQ SI, BX")
+		p("\tMOVQ DI, DX")
+		p("\tMOVQ R10, R14")
+		p("\tMOVQ R11, R13")
+		p("\tMOVQ groups+72(FP), R12")
+		p("%s_grp:", lb)
+		for i, reg := range []string{"R14", "R13"} {
+			yr := []string{"Y14", "Y15"}[i]
+			switch k {
+			case 0:
+				p("\tVBROADCASTSS (%s), %s", reg, yr)
+			case 1:
+				p("\tMOVWLZX (%s), AX", reg)
+				p("\tSHLL $16, AX")
+				p("\tVMOVD AX, %s", x(yr))
+				p("\tVPBROADCASTD %s, %s", x(yr), yr)
+			case 2:
+				p("\tMOVWLZX (%s), AX", reg)
+				p("\tVMOVD AX, %s", x(yr))
+				p("\tVCVTPH2PS %s, %s", x(yr), x(yr))
+				p("\tVBROADCASTSS %s, %s", x(yr), yr)
+			}
+			p("\tADDQ $%d, %s", kd.size, reg)
+		}
+		p("\tMOVQ gs+80(FP), R8")
+		p("\tSHRQ $5, R8")
+		p("%s_vec:", lb)
+		for u := 0; u < 4; u++ {
+			if bits == 8 {
+				p("\tVPMOVZXBD %d(BX), %s", 8*u, y(u))
+			} else {
+				p("\tVPBROADCASTD %d(BX), %s", 4*u, y(u))
+				p("\tVPSRLVD sdpa2Shift4<>(SB), %s, %s", y(u), y(u))
+				p("\tVPAND %s, %s, %s", c("i15"), y(u), y(u))
+			}
+		}
+		for u := 0; u < 4; u++ {
+			p("\tVCVTDQ2PS %s, %s", y(u), y(u))
+			p("\tVMULPS Y14, %s, %s", y(u), y(u))
+			p("\tVADDPS Y15, %s, %s", y(u), y(u))
+			p("\tVMOVUPS %s, %d(DX)", y(u), 32*u)
+		}
+		p("\tADDQ $%d, BX", 32*bits/8)
+		p("\tADDQ $128, DX")
+		p("\tDECQ R8")
+		p("\tJNZ %s_vec", lb)
+		p("\tDECQ R12")
+		p("\tJNZ %s_grp", lb)
+		p("\tADDQ wstride+24(FP), SI")
+		p("\tADDQ R9, DI")
+		p("\tADDQ sstride+48(FP), R10")
+		p("\tADDQ bstride+56(FP), R11")
+		p("\tDECQ CX")
+		p("\tJNZ %s_row", lb)
+		p("\tJMP deq_done")
+	}
+}
+
 func main() {
 	out := flag.String("o", "", "write to this file instead of standard output")
 	flag.Parse()
@@ -665,6 +779,7 @@ func main() {
 	genScale()
 	genMerge()
 	genPrefetch()
+	genDeq()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())
 		return

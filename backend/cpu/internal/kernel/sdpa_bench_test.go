@@ -71,3 +71,72 @@ func BenchmarkSDPAShapes(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSDPALongContext is MiniCPM5-1B's attention of one layer (16
+// query heads on 2 KV heads of 128, bf16) at long context, on the bf16
+// cache and on 8- and 4-bit quantized caches (group 64, bf16 scales) read
+// in place: decode (one query) against 1k to 32k cached positions, and a
+// prefill chunk of 512 queries at the end of 4k and 16k. MB/s is the
+// bytes of K and V read per second.
+func BenchmarkSDPALongContext(b *testing.B) {
+	const h, hk, d = 16, 2, 128
+	for _, kind := range []string{"bf16", "q8", "q4"} {
+		for _, sh := range []struct{ l, s int }{{1, 1024}, {1, 4096}, {1, 16384}, {1, 32768}, {512, 4096}, {512, 16384}} {
+			r := newRand(uint64(sh.s))
+			q := randVec(r, h*sh.l*d, 1, tensor.RoundBF16)
+			var kk, vv KV
+			var bytes int
+			switch kind {
+			case "bf16":
+				kk = toStorage(randVec(r, hk*sh.s*d, 1, tensor.RoundBF16), "bf16", 1, hk, sh.s, d, sh.s, d)
+				vv = toStorage(randVec(r, hk*sh.s*d, 1, tensor.RoundBF16), "bf16", 1, hk, sh.s, d, sh.s, d)
+				bytes = 2 * hk * sh.s * d * 2
+			default:
+				bits := 8
+				if kind == "q4" {
+					bits = 4
+				}
+				kk = newQuantStoreN(r, hk, sh.s, d, 64, bits)
+				vv = newQuantStoreN(r, hk, sh.s, d, 64, bits)
+				bytes = 2 * hk * sh.s * (d*bits/8 + 2*2*d/64)
+			}
+			dst := make([]float32, h*sh.l*d)
+			name := "decode"
+			if sh.l > 1 {
+				name = "prefill"
+			}
+			for _, path := range sdpaPaths() {
+				b.Run(fmt.Sprintf("%s/%s/%s/%s", kind, name, dims(sh.l, sh.s), path.name), func(b *testing.B) {
+					restore, ok := path.set()
+					if !ok {
+						b.Skipf("SKIPPED: this CPU lacks the instructions of the %s SDPA kernels", path.name)
+					}
+					defer restore()
+					t0 := cpuTime()
+					for b.Loop() {
+						SDPAKV(dst, q, kk, vv, 1, h, hk, sh.l, sh.s, d, d, 0.088, Mask{Kind: MaskCausal}, tensor.RoundBF16, AccF32)
+					}
+					reportCPU(b, t0)
+					b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
+				})
+			}
+		}
+	}
+}
+
+// newQuantStoreN is a quantized cache of [1, hk, s, n] random codes with
+// bf16 scales and biases, contiguous (no padding; benchmarks).
+func newQuantStoreN(r interface{ Uint32() uint32 }, hk, s, n, gs, bits int) KV {
+	wpr, gpr := WordsPerRow(n, bits), n/gs
+	q := &QuantKV{W: make([]uint32, hk*s*wpr), HStride: s * wpr, RowStride: wpr, GroupSize: gs, Bits: bits}
+	for i := range q.W {
+		q.W[i] = r.Uint32()
+	}
+	sc, bi := make([]uint16, hk*s*gpr), make([]uint16, hk*s*gpr)
+	for i := range sc {
+		sc[i], bi[i] = 0x3c00, 0xbf00 // bf16 2^-7 and -0.5
+	}
+	q.Scales = KV{Vec: BF16Vec(sc), HStride: s * gpr, RowStride: gpr}
+	q.Biases = KV{Vec: BF16Vec(bi), HStride: s * gpr, RowStride: gpr}
+	return KV{Q: q}
+}

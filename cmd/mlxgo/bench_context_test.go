@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/synth"
+)
+
+// TestBenchContextEndToEnd runs the context sweep on the tiny fixture
+// checkpoint (contexts 64 and 128, the full and the 8-bit quantized cache)
+// with a stand-in llama-bench that records its arguments and prints canned
+// results at both depths: one table per measure with a row per
+// configuration and kind (llama.cpp's f16 and q8_0 rows from the canned
+// values, with the ratio to the first context), llama-bench asked for -d,
+// -fa 1 and the kind's cache type, and --report re-rendering the JSON.
+func TestBenchContextEndToEnd(t *testing.T) {
+	t.Setenv("MLXGO_TEST_AS_MLXGO", "1")
+	dir := t.TempDir()
+	twin := filepath.Join(dir, "optiq.gguf")
+	if err := synth.WriteGGUF(twin, synth.Presets["tiny"], nil); err != nil {
+		t.Fatal(err)
+	}
+	llama, argsLog := filepath.Join(dir, "llama-bench"), filepath.Join(dir, "args.log")
+	canned := `[{"n_prompt": 8, "n_gen": 0, "n_depth": 64, "avg_ts": 160, "samples_ts": [160]},
+{"n_prompt": 0, "n_gen": 3, "n_depth": 64, "avg_ts": 40, "samples_ts": [40]},
+{"n_prompt": 8, "n_gen": 0, "n_depth": 128, "avg_ts": 120, "samples_ts": [120]},
+{"n_prompt": 0, "n_gen": 3, "n_depth": 128, "avg_ts": 30, "samples_ts": [30]}]`
+	touch(t, llama, "#!/bin/sh\necho \"$@\" >> "+argsLog+"\ncat <<'EOF'\n"+canned+"\nEOF\n")
+	if err := os.Chmod(llama, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	results := filepath.Join(dir, "results")
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--model", filepath.Join(testModels, "optiq-bf16"), "--gguf", twin, "--contexts", "64,128",
+		"--context-prefill", "8", "--decode-tokens", "3", "--reps", "1", "--warmup", "0", "--kv-cache", "full,quantized", "--kv-group-size", "32",
+		"--configs", "cpu-reference,llama.cpp", "--llama-bench", llama, "--python", filepath.Join(dir, "no-python"), "--results", results}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	table, _, ok := strings.Cut(out.String(), "\nResults: ")
+	if !ok {
+		t.Fatalf("no Results line in\n%s", out.String())
+	}
+	for _, want := range []string{
+		"| config | cache | B/token | decode tok/s @64 | decode tok/s @128 |",
+		"| cpu-reference | full | 768 | ", "| cpu-reference | quantized 8-bit g32 | 432 | ",
+		"| llama.cpp | q8_0 | 408 | 40.0 (n=1) | 30.0 (n=1) (0.75×) |",
+		"| llama.cpp | f16 | 768 | 160 (n=1) | 120 (n=1) (0.75×) |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("missing %q in\n%s", want, table)
+		}
+	}
+	args, err := os.ReadFile(argsLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"-d 64,128 -ctk f16 -ctv f16 -fa 1", "-d 64,128 -ctk q8_0 -ctv q8_0 -fa 1", "-p 8 -n 3"} {
+		if !strings.Contains(string(args), want) {
+			t.Errorf("llama-bench arguments %q lack %q", args, want)
+		}
+	}
+	jsons, _ := filepath.Glob(filepath.Join(results, "*-context.json"))
+	if len(jsons) != 1 {
+		t.Fatalf("got result files %v, want one context JSON", jsons)
+	}
+	out.Reset()
+	if code := run([]string{"bench", "--report", jsons[0]}, &out, &errb); code != 0 {
+		t.Fatalf("--report: exit %d: %s", code, errb.String())
+	}
+	if out.String() != table {
+		t.Errorf("--report:\n%s\nwant the run's table:\n%s", out.String(), table)
+	}
+}
+
+// TestBenchContextUsageErrors: bad sweep flags are named before anything
+// is measured or written.
+func TestBenchContextUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--contexts", "4k,1k"}, "want them ascending"},
+		{[]string{"--contexts", "1x"}, `context "1x"`},
+		{[]string{"--contexts", "1k", "--kv-cache", "turbo"}, `--kv-cache turbo: KV cache kind "turbo"`},
+		{[]string{"--contexts", "1k", "--kv-cache", "quantized", "--kv-bits", "5"}, "KV bits 5"},
+		{[]string{"--contexts", "1k", "--kv-cache", "rotating", "--max-kv-size", "3"}, "max KV size 3"},
+		{[]string{"--contexts", "1k", "--context-prefill", "0"}, "--context-prefill 0"},
+		{[]string{"--contexts", "1k", "--models", "synth:tiny"}, "--contexts measures one checkpoint"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(append([]string{"bench", "--synth-cache", "/nonexistent/cache"}, c.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}
