@@ -1,0 +1,273 @@
+"""Gradient fixtures: MLX's own mx.vjp and mx.value_and_grad (issue 17).
+
+Each case differentiates one function written in the ops of mlxgo's backend
+contract, exactly as the Go runner (conformance/grad.go) writes it, so that
+the MLX backend, which hands the same function to MLX's autodiff, must give
+the same bits. Inputs are seeded by the case name as in ops.py; the
+cotangent "cot" is an input like the primals. Outputs: "y", the function's
+value, and "d_<input>", the vector-Jacobian product of cot with respect to
+that input (in the input's dtype). References: the same mx.vjp evaluated in
+float64 on the inputs widened exactly (MLX's CPU device computes float64
+throughout), except where a quantized weight is involved: there it is
+dequantized exactly (ops._deq64) and the float64 function uses it as a dense
+matrix.
+
+Ops (the conformance schema lists their inputs and params):
+  vjp_<op>         for rms_norm, rope, scaled_dot_product_attention, swiglu,
+                   quantized_matmul (w.r.t. x), matmul, softmax, logsumexp,
+                   take, unary (param fn), binary (param fn)
+  value_and_grad   a next-token loss through the quantized head:
+                   mean(logsumexp(logits) - logits[target]) of
+                   logits = quantized_matmul(rms_norm(h, weight)), gradients
+                   w.r.t. h and weight (param checkpoint: the norm and head
+                   under mx.checkpoint); the scalar loss is stored with
+                   shape [1] (common.write_safetensors widens 0-d arrays)
+"""
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models.activations import swiglu
+
+from common import dtype_name
+from ops import DTYPES, _case, _cast, _deq64, _f64, _rng, _shape
+
+F64 = mx.float64
+
+
+def _wide(a):
+    return mx.array(_f64(a)).astype(F64) if a.dtype != mx.bool_ else a
+
+
+def _vjp_case(entries, out_dir, name, op, dt, params, inputs, order, diff, fn, fn64=None):
+    """Run mx.vjp of fn over the inputs named in diff (the others are
+    passed as constants), with a seeded cotangent, and write the case.
+    fn64 (default fn) computes the float64 reference from widened inputs."""
+    r = _rng(name + "/cot")
+    args = [inputs[k] for k in order]
+    idx = [order.index(k) for k in diff]
+
+    def call(f, xs):
+        def g(*ps):
+            full = list(xs)
+            for i, p in zip(idx, ps):
+                full[i] = p
+            return f(*full)
+        return g
+
+    y = call(fn, args)(*[args[i] for i in idx])
+    mx.eval(y)
+    cot = _cast(r.standard_normal(y.shape), y.dtype)
+    (y,), grads = mx.vjp(call(fn, args), [args[i] for i in idx], [cot])
+    mx.eval(y, grads)
+    wide = [_wide(a) if a.dtype in (mx.float32, mx.bfloat16, mx.float16) else a for a in args]
+    (y64,), g64 = mx.vjp(call(fn64 or fn, wide), [wide[i] for i in idx], [_wide(cot)])
+    mx.eval(y64, g64)
+    outputs = {"y": y}
+    refs = {"y": np.array(y64)}
+    for k, g, gr in zip(diff, grads, g64):
+        outputs["d_" + k] = g
+        refs["d_" + k] = np.array(gr)
+    ins = dict(inputs)
+    ins["cot"] = cot
+    _case(entries, out_dir, name, op, dtype_name(dt), params, ins, outputs, refs=refs,
+          order=list(order) + ["cot"])
+
+
+def _gen_fused(out_dir):
+    entries = []
+    for dn in ("f32", "bf16"):
+        dt = DTYPES[dn]
+        name = f"vjp/rms_norm/{dn}/3x5x64"
+        r = _rng(name)
+        x = _cast(r.standard_normal((3, 5, 64)) * 2.0, dt)
+        w = _cast(1.0 + 0.1 * r.standard_normal(64), dt)
+        _vjp_case(entries, out_dir, name, "vjp_rms_norm", dt, {"eps": 1e-5}, {"x": x, "weight": w},
+                  ["x", "weight"], ["x", "weight"], lambda x, w: mx.fast.rms_norm(x, w, 1e-5))
+
+        for trad, offset, dims in ((False, 7, 32), (True, 3, 32), (False, [9, 0], 16)):
+            tag = f"{'trad' if trad else 'half'}/d{dims}/" + (f"rows{offset[0]}_{offset[1]}" if isinstance(offset, list) else f"off{offset}")
+            name = f"vjp/rope/{tag}/{dn}/2x4x5x32"
+            r = _rng(name)
+            x = _cast(r.standard_normal((2, 4, 5, 32)), dt)
+            inputs = {"x": x}
+            order = ["x"]
+            params = {"dims": dims, "traditional": trad, "base": 10000.0, "scale": 1.0}
+            if isinstance(offset, list):
+                off = mx.array(np.array(offset, dtype=np.int32))
+                inputs["offset"] = off
+                order.append("offset")
+                params["offset_is_array"] = True
+
+                def fn(x, o, dims=dims, trad=trad):
+                    return mx.fast.rope(x, dims, traditional=trad, base=10000.0, scale=1.0, offset=o)
+            else:
+                params["offset"] = offset
+                params["offset_is_array"] = False
+
+                def fn(x, dims=dims, trad=trad, offset=offset):
+                    return mx.fast.rope(x, dims, traditional=trad, base=10000.0, scale=1.0, offset=offset)
+            _vjp_case(entries, out_dir, name, "vjp_rope", dt, params, inputs, order, ["x"], fn)
+
+        for mk, h, hk, l, s in (("causal", 4, 2, 5, 5), ("causal", 4, 1, 3, 7), ("bool", 4, 2, 4, 6),
+                                ("additive", 2, 2, 4, 6), ("none", 4, 2, 1, 6)):
+            name = f"vjp/scaled_dot_product_attention/{mk}/h{h}k{hk}/{dn}/l{l}s{s}"
+            r = _rng(name)
+            hd = 16
+            q = _cast(r.standard_normal((2, h, l, hd)), dt)
+            k = _cast(r.standard_normal((2, hk, s, hd)), dt)
+            v = _cast(r.standard_normal((2, hk, s, hd)), dt)
+            scale = hd ** -0.5
+            inputs = {"q": q, "k": k, "v": v}
+            order = ["q", "k", "v"]
+            params = {"scale": scale, "mask": {"none": None, "causal": "causal"}.get(mk, "array"), "mask_kind": mk}
+            if mk == "bool":
+                mb = r.random((2, 1, l, s)) < 0.7
+                mb[..., np.arange(l), np.arange(l) + (s - l)] = True
+                inputs["mask"] = mx.array(mb)
+                params["mask_dtype"] = "bool"
+            elif mk == "additive":
+                ma = 0.5 * r.standard_normal((l, s))
+                ma[r.random((l, s)) < 0.3] = -np.inf
+                ma[np.arange(l), np.arange(l) + (s - l)] = 0.0
+                inputs["mask"] = _cast(ma, dt)
+                params["mask_dtype"] = dtype_name(dt)
+            if "mask" in inputs:
+                order.append("mask")
+
+                def fn(q, k, v, m, scale=scale):
+                    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=m)
+            else:
+                def fn(q, k, v, scale=scale, mk=mk):
+                    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal" if mk == "causal" else None)
+            _vjp_case(entries, out_dir, name, "vjp_scaled_dot_product_attention", dt, params, inputs, order,
+                      ["q", "k", "v"], fn)
+
+        name = f"vjp/swiglu/{dn}/6x48"
+        r = _rng(name)
+        gate = _cast(r.standard_normal((6, 48)) * 2, dt)
+        x = _cast(r.standard_normal((6, 48)), dt)
+        _vjp_case(entries, out_dir, name, "vjp_swiglu", dt, {}, {"gate": gate, "x": x}, ["gate", "x"],
+                  ["gate", "x"], swiglu, lambda g, x: nn.silu(g) * x)
+
+        for tr in (True, False):
+            name = f"vjp/quantized_matmul/b4g64/{'t' if tr else 'n'}/{dn}/5x128x64"
+            r = _rng(name)
+            k, n = 128, 64
+            x = _cast(r.standard_normal((5, k)), dt)
+            w = _cast(r.standard_normal((n, k) if tr else (k, n)) / np.sqrt(k), dt)
+            wq, sc, bi = mx.quantize(w, group_size=64, bits=4)
+            mx.eval(wq, sc, bi)
+            deq = mx.array(_deq64(wq, sc, bi, 64, 4)).astype(F64)
+            params = {"bits": 4, "group_size": 64, "transpose": tr, "mode": "affine"}
+            _vjp_case(entries, out_dir, name, "vjp_quantized_matmul", dt, params,
+                      {"x": x, "wq": wq, "scales": sc, "biases": bi}, ["x", "wq", "scales", "biases"], ["x"],
+                      lambda x, wq, s, b, tr=tr: mx.quantized_matmul(x, wq, s, b, transpose=tr, group_size=64, bits=4),
+                      lambda x, wq, s, b, tr=tr, deq=deq: x @ (deq.T if tr else deq))
+    return entries
+
+
+def _gen_dense(out_dir):
+    entries = []
+    for sa, sb in (((5, 12), (12, 7)), ((2, 3, 4, 8), (8, 6)), ((8,), (8, 3))):
+        name = f"vjp/matmul/f32/{_shape(sa)}@{_shape(sb)}"
+        r = _rng(name)
+        a, b = _cast(r.standard_normal(sa), mx.float32), _cast(r.standard_normal(sb), mx.float32)
+        _vjp_case(entries, out_dir, name, "vjp_matmul", mx.float32, {}, {"a": a, "b": b}, ["a", "b"], ["a", "b"],
+                  mx.matmul)
+    for dn in ("f32", "bf16"):
+        dt = DTYPES[dn]
+        name = f"vjp/softmax/{dn}/4x33"
+        x = _cast(_rng(name).standard_normal((4, 33)) * 3, dt)
+        _vjp_case(entries, out_dir, name, "vjp_softmax", dt, {"axis": -1, "precise": True}, {"x": x}, ["x"], ["x"],
+                  lambda x: mx.softmax(x, axis=-1, precise=True))
+        name = f"vjp/logsumexp/{dn}/4x33"
+        x = _cast(_rng(name).standard_normal((4, 33)) * 3, dt)
+        _vjp_case(entries, out_dir, name, "vjp_logsumexp", dt, {"axis": -1}, {"x": x}, ["x"], ["x"],
+                  lambda x: mx.logsumexp(x, axis=-1))
+    name = "vjp/take/f32/embedding"
+    x = _cast(_rng(name).standard_normal((10, 16)), mx.float32)
+    ids = mx.array(np.array([[3, 0, 9, 3], [3, 7, 0, 1]], dtype=np.int32))
+    _vjp_case(entries, out_dir, name, "vjp_take", mx.float32, {"axis": 0}, {"x": x, "indices": ids},
+              ["x", "indices"], ["x"], lambda x, i: mx.take(x, i, axis=0))
+    for fn in ("exp", "log", "sigmoid", "silu", "tanh", "rsqrt", "square", "sin", "cos"):
+        for dn in ("f32", "bf16"):
+            dt = DTYPES[dn]
+            name = f"vjp/unary/{fn}/{dn}/3x17"
+            v = _rng(name).standard_normal((3, 17))
+            if fn in ("log", "rsqrt"):
+                v = 0.2 + np.abs(v)
+            x = _cast(v, dt)
+            f = nn.silu if fn == "silu" else getattr(mx, fn)
+            _vjp_case(entries, out_dir, name, "vjp_unary", dt, {"fn": fn}, {"x": x}, ["x"], ["x"], f)
+    for fn, sb in (("add", (17,)), ("subtract", (3, 1)), ("multiply", (3, 17)), ("divide", (17,)), ("maximum", (3, 17))):
+        for dn in ("f32", "bf16"):
+            dt = DTYPES[dn]
+            name = f"vjp/binary/{fn}/{dn}/3x17,{_shape(sb)}"
+            r = _rng(name)
+            a = _cast(r.standard_normal((3, 17)), dt)
+            bv = r.standard_normal(sb)
+            if fn == "divide":
+                bv = np.sign(bv) * (0.5 + np.abs(bv))
+            b = _cast(bv, dt)
+            _vjp_case(entries, out_dir, name, "vjp_binary", dt, {"fn": fn}, {"a": a, "b": b}, ["a", "b"], ["a", "b"],
+                      getattr(mx, fn))
+    return entries
+
+
+def _loss(h, w, wq, s, b, targets, eps, gs, bits, checkpoint, deq=None):
+    """The loss as conformance/grad.go's runner writes it, op for op."""
+    def head(h, w):
+        n = mx.fast.rms_norm(h, w, eps)
+        if deq is not None:
+            return n @ deq.T
+        return mx.quantized_matmul(n, wq, s, b, transpose=True, group_size=gs, bits=bits)
+    if checkpoint:
+        head = mx.checkpoint(head)
+    logits = head(h, w)
+    t, v = logits.shape
+    flat = targets + mx.arange(t, dtype=mx.int32) * v
+    picked = mx.take(logits.reshape(-1), flat, axis=0)
+    ce = mx.logsumexp(logits, axis=-1) - picked
+    return mx.sum(ce, axis=0) / mx.array(t, dtype=ce.dtype)
+
+
+def _gen_loss(out_dir):
+    entries = []
+    for dn in ("f32", "bf16"):
+        for ck in (False, True):
+            dt = DTYPES[dn]
+            name = f"value_and_grad/cross_entropy/{'checkpoint' if ck else 'plain'}/b4g64/{dn}/t6d64v96"
+            r = _rng(name)
+            t, d, v = 6, 64, 96
+            h = _cast(r.standard_normal((t, d)), dt)
+            w = _cast(1.0 + 0.1 * r.standard_normal(d), dt)
+            wq, s, b = mx.quantize(_cast(r.standard_normal((v, d)) / np.sqrt(d), dt), group_size=64, bits=4)
+            targets = mx.array(r.integers(0, v, t).astype(np.int32))
+            mx.eval(wq, s, b)
+            params = {"eps": 1e-5, "bits": 4, "group_size": 64, "mode": "affine", "checkpoint": ck}
+            f = mx.value_and_grad(lambda h, w: _loss(h, w, wq, s, b, targets, 1e-5, 64, 4, ck), argnums=[0, 1])
+            loss, (dh, dw) = f(h, w)
+            mx.eval(loss, dh, dw)
+            deq = mx.array(_deq64(wq, s, b, 64, 4)).astype(F64)
+            f64 = mx.value_and_grad(lambda h, w: _loss(h, w, None, None, None, targets, 1e-5, 64, 4, False, deq), argnums=[0, 1])
+            loss64, (dh64, dw64) = f64(_wide(h), _wide(w))
+            mx.eval(loss64, dh64, dw64)
+            _case(entries, out_dir, name, "value_and_grad", dtype_name(dt), params,
+                  {"h": h, "weight": w, "wq": wq, "scales": s, "biases": b, "targets": targets},
+                  {"loss": loss.reshape(1), "d_h": dh, "d_weight": dw},
+                  refs={"loss": np.array(loss64).reshape(1), "d_h": np.array(dh64), "d_weight": np.array(dw64)},
+                  order=["h", "weight", "wq", "scales", "biases", "targets"])
+    return entries
+
+
+def generate(out_dir):
+    """Write every gradient case under out_dir; return their index entries."""
+    mx.set_default_device(mx.cpu)
+    entries = []
+    for gen in (_gen_fused, _gen_dense, _gen_loss):
+        entries += gen(out_dir)
+    names = [e["name"] for e in entries]
+    if len(set(names)) != len(names):
+        raise AssertionError("duplicate gradient case names")
+    return entries
