@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"runtime/cgo"
+	"slices"
 
 	"github.com/mlxgo/mlxgo/backend"
 )
@@ -230,7 +231,12 @@ func (b *Backend) valueAndGrad(fn backend.Func, inputs []backend.Array, argnums 
 		}
 		return b.arrays("ValueAndGrad", r), nil, nil
 	}
-	nums := cints(argnums)
+	// MLX wants distinct argnums and returns their gradients in ascending
+	// order; the contract's are in the caller's order, repeats allowed.
+	uniq := slices.Clone(argnums)
+	slices.Sort(uniq)
+	uniq = slices.Compact(uniq)
+	nums := cints(uniq)
 	vg := C.mlx_closure_value_and_grad_new()
 	defer func() { C.mlx_closure_value_and_grad_free(vg) }()
 	if C.mlx_value_and_grad(&vg, cl, ptr(nums), C.size_t(len(nums))) != 0 {
@@ -242,7 +248,13 @@ func (b *Backend) valueAndGrad(fn backend.Func, inputs []backend.Array, argnums 
 	if C.mlx_closure_value_and_grad_apply(&r0, &r1, vg, iv) != 0 {
 		return nil, nil, g.failure("ValueAndGrad")
 	}
-	return b.arrays("ValueAndGrad", r0), b.arrays("ValueAndGrad", r1), nil
+	outputs = b.arrays("ValueAndGrad", r0)
+	for _, n := range argnums {
+		var h C.mlx_array
+		at, _ := slices.BinarySearch(uniq, n)
+		grads = append(grads, b.wrap("ValueAndGrad", C.mlx_vector_array_get(&h, r1, C.size_t(at)), h))
+	}
+	return outputs, grads, nil
 }
 
 // Checkpoint implements backend.Differentiator with mlx_checkpoint: the
