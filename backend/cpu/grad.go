@@ -77,6 +77,9 @@ func (b *Backend) record(op string, out backend.Array, f vjpFn, args ...backend.
 	if t == nil || o == nil || !o.dtype.IsFloat() {
 		return
 	}
+	if _, ok := t.ids[o]; ok {
+		return // the op gave back a tracked array itself: nothing to record
+	}
 	in := make([]int, len(args))
 	tracked := false
 	for i, x := range args {

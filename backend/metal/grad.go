@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"runtime/cgo"
 	"slices"
+	"sync/atomic"
 
 	"github.com/mlxgo/mlxgo/backend"
 )
@@ -52,7 +53,14 @@ func mlxgoClosureCall(h C.uintptr_t, res *C.mlx_vector_array, in C.mlx_vector_ar
 }
 
 //export mlxgoClosureDone
-func mlxgoClosureDone(h C.uintptr_t) { cgo.Handle(h).Delete() }
+func mlxgoClosureDone(h C.uintptr_t) {
+	cgo.Handle(h).Delete()
+	closuresAlive.Add(-1)
+}
+
+// closuresAlive counts the Go functions behind mlx_closures that MLX has
+// not dropped yet (across all backends), for the tests.
+var closuresAlive atomic.Int64
 
 func (g *gradFn) fail(err error) C.int {
 	if g.err == nil {
@@ -116,6 +124,7 @@ func (g *gradFn) call(res *C.mlx_vector_array, in C.mlx_vector_array) (rc C.int)
 // closure makes the mlx_closure of g (freed by the caller with
 // mlx_closure_free; g lives until MLX drops the closure's last copy).
 func (b *Backend) closure(g *gradFn) C.mlx_closure {
+	closuresAlive.Add(1)
 	c := C.mlxgo_closure(C.uintptr_t(cgo.NewHandle(g)))
 	if c.ctx == nil {
 		panic(b.opError("closure", nil))
