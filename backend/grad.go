@@ -36,4 +36,7 @@ type Differentiator interface {
 	// not kept for the backward: a gradient through it calls fn again
 	// (mx.checkpoint), trading compute for memory.
 	Checkpoint(fn Func) Func
+	// StopGradient returns an array holding x's values through which no
+	// gradient flows (mx.stop_gradient): a constant to every transform.
+	StopGradient(x Array) Array
 }

@@ -68,6 +68,7 @@ func init() {
 		return nil, fmt.Errorf("case %s: unknown binary fn %q", c.Name, fn)
 	}))
 	register("value_and_grad", runValueAndGrad)
+	register("value_and_grad_cross_entropy", runCrossEntropyLoss)
 
 	quant := map[string]paramKind{"bits": pInt, "group_size": pInt, "mode": pStr, "transpose": pBool}
 	for op, s := range map[string]opSchema{
@@ -88,6 +89,7 @@ func init() {
 		"value_and_grad": schema(in("h", "weight", "wq", "scales", "biases", "targets"), []string{"loss", "d_h", "d_weight"},
 			map[string]paramKind{"eps": pFloat, "bits": pInt, "group_size": pInt, "mode": pStr, "checkpoint": pBool},
 			"eps", "bits", "group_size", "checkpoint"),
+		"value_and_grad_cross_entropy": schema(in("logits", "targets", "mask"), []string{"loss", "d_logits"}, nil),
 	} {
 		schemas[op] = s
 	}
@@ -297,4 +299,51 @@ func runValueAndGrad(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.
 	}
 	// the fixture stores the scalar loss as [1] (see grad.py)
 	return host(b, map[string]backend.Array{"loss": b.Reshape(outs[0], 1), "d_h": grads[0], "d_weight": grads[1]})
+}
+
+// runCrossEntropyLoss is mlx_lm's default_loss after the model, with
+// mlx.nn.losses.cross_entropy written out as MLX's CPU path computes it:
+// l = logits - stop_gradient(max(logits)), ce = logsumexp(l) - l[target]
+// (take_along_axis, here a Take of the flattened l), then
+// sum(T(ce·mask) as float32) / sum(mask).
+func runCrossEntropyLoss(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense, error) {
+	d, err := differentiator(b)
+	if err != nil {
+		return nil, err
+	}
+	in, err := inputs(b, a, "logits", "mask")
+	if err != nil {
+		return nil, err
+	}
+	tt, err := a.Input("targets")
+	if err != nil {
+		return nil, err
+	}
+	s := in[0].Shape()
+	if len(s) != 3 || tt.DType != tensor.I32 || !tt.Shape.Equal(s[:2]) {
+		return nil, fmt.Errorf("case %s: logits %v and targets %v %v, want [B, T, V] and int32 [B, T]", c.Name, s, tt.DType, tt.Shape)
+	}
+	V := s[2]
+	flat := make([]int32, tt.Shape.Size())
+	for i, v := range tt.Int32s() {
+		if v < 0 || int(v) >= V {
+			return nil, fmt.Errorf("case %s: target %d at %d is outside the vocabulary of %d", c.Name, v, i, V)
+		}
+		flat[i] = v + int32(i*V)
+	}
+	pick := b.FromHost(tensor.FromInt32(tt.Shape, flat))
+	mask := in[1]
+	loss := func(x []backend.Array) ([]backend.Array, error) {
+		l := b.Binary(backend.Subtract, x[0], d.StopGradient(b.Max(x[0], -1, true)))
+		score := b.Take(b.Reshape(l, -1), pick, 0)
+		ce := b.Binary(backend.Multiply, b.Binary(backend.Subtract, b.LogSumExp(l, -1, false), score), mask)
+		sum := b.Sum(b.Reshape(b.AsType(ce, tensor.F32), -1), 0, false)
+		return []backend.Array{b.Binary(backend.Divide, sum, b.Sum(b.Reshape(mask, -1), 0, false))}, nil
+	}
+	outs, grads, err := d.ValueAndGrad(loss, in[:1], []int{0})
+	if err != nil {
+		return nil, err
+	}
+	// the fixture stores the scalar loss as [1] (see grad.py)
+	return host(b, map[string]backend.Array{"loss": b.Reshape(outs[0], 1), "d_logits": grads[0]})
 }

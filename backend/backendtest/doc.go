@@ -78,7 +78,8 @@
 // Checkpoint gives the plain function's gradients bit for bit and runs the
 // function again in the backward; the function's error and an *OpError
 // panicking in it come back as the transform's error; an output without a
-// cotangent still comes back, and one array passed twice is two inputs.
+// cotangent still comes back, one array passed twice is two inputs, and no
+// gradient flows through StopGradient.
 //
 // The suite never branches on Name. Where MLX itself departs from the
 // mathematical definition (its float32 exp polynomial, steps rounded to

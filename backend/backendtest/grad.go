@@ -34,6 +34,7 @@ func runGradients(t *testing.T, open func() (backend.Backend, error)) {
 		{"Errors", testGradErrors},
 		{"Cotangents", testCotangents},
 		{"VJP/quantized_matmul", testQuantizedMatmulVJP},
+		{"StopGradient", testStopGradient},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := openB(t, open)
@@ -555,4 +556,20 @@ func testQuantizedMatmulVJP(t *testing.T, b backend.Backend, d backend.Different
 		mag[i] = scale
 	}
 	compare(t, "quantized_matmul/d/0", host(t, b, vjps[0]), tensor.F32, want, budget(t, "grad", tensor.F32), false, mag)
+}
+
+// testStopGradient: d(x·stop_gradient(x))/dx is x, not 2x, and the
+// stopped array holds x's values.
+func testStopGradient(t *testing.T, b backend.Backend, d backend.Differentiator) {
+	g := newGen("grad/stop_gradient")
+	x, xv := g.input(b, tensor.F32, tensor.Shape{2, 3}, g.normal(6, 1))
+	compare(t, "values", host(t, b, d.StopGradient(x)), tensor.F32, xv, exactBudget, true, nil)
+	_, vjps, err := d.VJP(func(in []backend.Array) ([]backend.Array, error) {
+		return []backend.Array{b.Binary(backend.Multiply, in[0], d.StopGradient(in[0]))}, nil
+	}, []backend.Array{x}, []backend.Array{b.Full(tensor.Shape{2, 3}, 1, tensor.F32)})
+	if err != nil {
+		t.Errorf("VJP: %v", err)
+		return
+	}
+	compare(t, "vjp", host(t, b, vjps[0]), tensor.F32, xv, exactBudget, false, nil)
 }

@@ -409,3 +409,9 @@ func (b *Backend) Checkpoint(fn backend.Func) backend.Func {
 		return outs, nil
 	}
 }
+
+// StopGradient implements backend.Differentiator: a view of x that no
+// tape tracks.
+func (b *Backend) StopGradient(x backend.Array) backend.Array {
+	return b.view(b.use1("StopGradient", x))
+}

@@ -295,3 +295,14 @@ func (b *Backend) checkpoint(fn backend.Func, inputs []backend.Array) (outputs [
 	}
 	return b.arrays("Checkpoint", r), nil
 }
+
+// StopGradient implements backend.Differentiator with mlx_stop_gradient.
+func (b *Backend) StopGradient(x backend.Array) backend.Array {
+	var out backend.Array
+	b.do("StopGradient", func() {
+		a := b.use("StopGradient", x)[0]
+		var h C.mlx_array
+		out = b.wrap("StopGradient", C.mlx_stop_gradient(&h, a.h, b.s), h, x)
+	})
+	return out
+}

@@ -632,6 +632,10 @@ int mlx_checkpoint(mlx_closure* res, const mlx_closure f) {
   });
 }
 
+int mlx_stop_gradient(mlx_array* res, const mlx_array a, const mlx_stream s) {
+  return guard([&] { put(res, mx::stop_gradient(arr(a), str(s))); });
+}
+
 // ---- memory -----------------------------------------------------------------
 
 int mlx_clear_cache(void) {

@@ -22,6 +22,11 @@ Ops (the conformance schema lists their inputs and params):
                    w.r.t. h and weight (param checkpoint: the norm and head
                    under mx.checkpoint); the scalar loss is stored with
                    shape [1] (common.write_safetensors widens 0-d arrays)
+  value_and_grad_cross_entropy
+                   mlx_lm's training loss (tuner/trainer.py default_loss)
+                   on given logits, targets and mask, through
+                   mlx.nn.losses.cross_entropy itself; gradient w.r.t. the
+                   logits
 """
 
 import mlx.core as mx
@@ -261,11 +266,40 @@ def _gen_loss(out_dir):
     return entries
 
 
+def _gen_cross_entropy(out_dir):
+    """mlx_lm's training loss on given logits: tuner/trainer.py default_loss
+    after the model, with mlx.nn.losses.cross_entropy itself (on the CPU
+    device: logits minus their stop_gradient max, take_along_axis, logsumexp)."""
+    entries = []
+    for dn in ("f32", "bf16"):
+        dt = DTYPES[dn]
+        b, t, v = 2, 5, 40
+        name = f"value_and_grad/cross_entropy_loss/{dn}/b{b}t{t}v{v}"
+        r = _rng(name)
+        logits = _cast(r.standard_normal((b, t, v)) * 3, dt)
+        targets = mx.array(r.integers(0, v, (b, t)).astype(np.int32))
+        mask = mx.array(np.array([[True] * 5, [False, True, True, True, False]]))
+
+        def loss(logits, targets=targets, mask=mask):
+            ce = nn.losses.cross_entropy(logits, targets) * mask
+            return ce.astype(mx.float32).sum() / mask.sum()
+        y, d = mx.value_and_grad(loss)(logits)
+        mx.eval(y, d)
+        y64, d64 = mx.value_and_grad(loss)(_wide(logits))
+        mx.eval(y64, d64)
+        _case(entries, out_dir, name, "value_and_grad_cross_entropy", dtype_name(dt), {},
+              {"logits": logits, "targets": targets, "mask": mask},
+              {"loss": y.reshape(1), "d_logits": d},
+              refs={"loss": np.array(y64).reshape(1), "d_logits": np.array(d64)},
+              order=["logits", "targets", "mask"])
+    return entries
+
+
 def generate(out_dir):
     """Write every gradient case under out_dir; return their index entries."""
     mx.set_default_device(mx.cpu)
     entries = []
-    for gen in (_gen_fused, _gen_dense, _gen_loss):
+    for gen in (_gen_fused, _gen_dense, _gen_loss, _gen_cross_entropy):
         entries += gen(out_dir)
     names = [e["name"] for e in entries]
     if len(set(names)) != len(names):

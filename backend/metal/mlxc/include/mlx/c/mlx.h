@@ -124,6 +124,7 @@ int mlx_closure_value_and_grad_apply(mlx_vector_array* res_0, mlx_vector_array* 
 int mlx_value_and_grad(mlx_closure_value_and_grad* res, const mlx_closure fun, const int* argnums, size_t argnums_num);
 int mlx_vjp(mlx_vector_array* res_0, mlx_vector_array* res_1, const mlx_closure fun, const mlx_vector_array primals, const mlx_vector_array cotangents);
 int mlx_checkpoint(mlx_closure* res, const mlx_closure fun);
+int mlx_stop_gradient(mlx_array* res, const mlx_array a, const mlx_stream s);
 
 /* Memory. */
 int mlx_clear_cache(void);
