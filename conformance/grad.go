@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -69,6 +70,8 @@ func init() {
 	}))
 	register("value_and_grad", runValueAndGrad)
 	register("value_and_grad_cross_entropy", runCrossEntropyLoss)
+	register("lora_linear", loraRunner(false))
+	register("lora_quantized_linear", loraRunner(true))
 
 	quant := map[string]paramKind{"bits": pInt, "group_size": pInt, "mode": pStr, "transpose": pBool}
 	for op, s := range map[string]opSchema{
@@ -90,6 +93,11 @@ func init() {
 			map[string]paramKind{"eps": pFloat, "bits": pInt, "group_size": pInt, "mode": pStr, "checkpoint": pBool},
 			"eps", "bits", "group_size", "checkpoint"),
 		"value_and_grad_cross_entropy": schema(in("logits", "targets", "mask"), []string{"loss", "d_logits"}, nil),
+		"lora_linear": schema(in("x", "weight", "lora_a", "lora_b", "cot"), []string{"y", "d_x", "d_lora_a", "d_lora_b", "fused_weight"},
+			map[string]paramKind{"scale": pFloat, "rank": pInt}, "scale"),
+		"lora_quantized_linear": schema(in("x", "wq", "scales", "biases", "lora_a", "lora_b", "cot"),
+			[]string{"y", "d_x", "d_lora_a", "d_lora_b", "fused_wq", "fused_scales", "fused_biases"},
+			map[string]paramKind{"scale": pFloat, "rank": pInt, "bits": pInt, "group_size": pInt, "mode": pStr}, "scale", "bits", "group_size"),
 	} {
 		schemas[op] = s
 	}
@@ -346,4 +354,60 @@ func runCrossEntropyLoss(b backend.Backend, c *Case, a *Arrays) (map[string]*ten
 	}
 	// the fixture stores the scalar loss as [1] (see grad.py)
 	return host(b, map[string]backend.Array{"loss": b.Reshape(outs[0], 1), "d_logits": grads[0]})
+}
+
+// loraRunner runs nn.LoRALinear over a Dense (or, quantized, a
+// QuantizedLinear) base as grad.py's _gen_lora runs mlx_lm's LoRALinear:
+// the forward, its VJP w.r.t. x, lora_a and lora_b, and Fuse (re-quantized
+// for a quantized base).
+func loraRunner(quant bool) runner {
+	return func(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense, error) {
+		d, err := differentiator(b)
+		if err != nil {
+			return nil, err
+		}
+		scale, err := c.Float("scale")
+		if err != nil {
+			return nil, err
+		}
+		names := []string{"x", "weight"}
+		if quant {
+			names = []string{"x", "wq", "scales", "biases"}
+		}
+		in, err := inputs(b, a, append(names, "lora_a", "lora_b", "cot")...)
+		if err != nil {
+			return nil, err
+		}
+		var base nn.Linear = &nn.Dense{B: b, Weight: in[1]}
+		if quant {
+			gs, bits, err := quantParams(c)
+			if err != nil {
+				return nil, err
+			}
+			base = &nn.QuantizedLinear{B: b, Weight: backend.QuantizedArray{W: in[1], Scales: in[2], Biases: in[3], GroupSize: gs, Bits: bits}}
+		}
+		n := len(names)
+		x, la, lb, cot := in[0], in[n], in[n+1], in[n+2]
+		layer := &nn.LoRALinear{B: b, Base: base, Scale: float32(scale)}
+		outs, vjps, err := d.VJP(func(p []backend.Array) ([]backend.Array, error) {
+			layer.LoraA, layer.LoraB = p[1], p[2]
+			return []backend.Array{layer.Forward(p[0])}, nil
+		}, []backend.Array{x, la, lb}, []backend.Array{cot})
+		if err != nil {
+			return nil, err
+		}
+		layer.LoraA, layer.LoraB = la, lb
+		fused, err := layer.Fuse(false)
+		if err != nil {
+			return nil, err
+		}
+		res := map[string]backend.Array{"y": outs[0], "d_x": vjps[0], "d_lora_a": vjps[1], "d_lora_b": vjps[2]}
+		switch f := fused.(type) {
+		case *nn.QuantizedLinear:
+			res["fused_wq"], res["fused_scales"], res["fused_biases"] = f.Weight.W, f.Weight.Scales, f.Weight.Biases
+		case *nn.Dense:
+			res["fused_weight"] = f.Weight
+		}
+		return host(b, res)
+	}
 }

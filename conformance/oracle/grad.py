@@ -34,8 +34,8 @@ import mlx.nn as nn
 import numpy as np
 from mlx_lm.models.activations import swiglu
 
-from common import dtype_name
-from ops import DTYPES, _case, _cast, _deq64, _f64, _rng, _shape
+from common import dtype_name, write_case
+from ops import DTYPES, _case, _cast, _deq64, _f64, _matmul64, _rng, _shape, _stat
 
 F64 = mx.float64
 
@@ -295,11 +295,85 @@ def _gen_cross_entropy(out_dir):
     return entries
 
 
+def _gen_lora(out_dir):
+    """mlx_lm's LoRALinear over a Linear and a QuantizedLinear (QLoRA): the
+    forward, mx.vjp w.r.t. x, lora_a and lora_b of the layer itself, and
+    LoRALinear.fuse (re-quantized with the base's group size and bits)."""
+    from mlx_lm.tuner.lora import LoRALinear
+
+    entries = []
+    for dn in ("f32", "bf16"):
+        for quant in (False, True):
+            dt = DTYPES[dn]
+            n_in, n_out, rank, scale = 64, 48, 4, 20.0
+            name = f"lora/{'quantized_linear/b4g32' if quant else 'linear'}/{dn}/r{rank}/3x{n_in}x{n_out}"
+            r = _rng(name)
+            x = _cast(r.standard_normal((3, n_in)), dt)
+            w = _cast(r.standard_normal((n_out, n_in)) / np.sqrt(n_in), dt)
+            base = nn.Linear(n_in, n_out, bias=False)
+            base.weight = w
+            inputs = {"x": x}
+            order = ["x"]
+            params = {"scale": scale, "rank": rank}
+            if quant:
+                base = nn.QuantizedLinear.from_linear(base, group_size=32, bits=4)
+                mx.eval(base.parameters())
+                inputs.update({"wq": base.weight, "scales": base.scales, "biases": base.biases})
+                order += ["wq", "scales", "biases"]
+                params.update({"bits": 4, "group_size": 32, "mode": "affine"})
+            else:
+                inputs["weight"] = w
+                order.append("weight")
+            layer = LoRALinear.from_base(base, r=rank, scale=scale)
+            a = _cast(r.uniform(-1, 1, (n_in, rank)) / np.sqrt(n_in), mx.float32)
+            b = _cast(r.standard_normal((rank, n_out)) * 0.1, mx.float32)
+            inputs.update({"lora_a": a, "lora_b": b})
+            order += ["lora_a", "lora_b"]
+
+            def f(x, a, b, layer=layer):
+                layer.lora_a, layer.lora_b = a, b
+                return layer(x)
+            y = f(x, a, b)
+            mx.eval(y)
+            cot = _cast(_rng(name + "/cot").standard_normal(y.shape), y.dtype)
+            (y,), (dx, da, db) = mx.vjp(f, [x, a, b], [cot])
+            layer.lora_a, layer.lora_b = a, b
+            fused = layer.fuse(dequantize=False)
+            mx.eval(y, dx, da, db, fused.parameters())
+            outputs = {"y": y, "d_x": dx, "d_lora_a": da, "d_lora_b": db}
+            if quant:
+                outputs.update({"fused_wq": fused.weight, "fused_scales": fused.scales, "fused_biases": fused.biases})
+            else:
+                outputs["fused_weight"] = fused.weight
+            inputs["cot"] = cot
+            order.append("cot")
+            # float64 references from the stored (rounded) inputs, the base
+            # weight dequantized exactly
+            w64 = _deq64(base.weight, base.scales, base.biases, 32, 4) if quant else _f64(w)
+            x64, a64, b64, c64 = _f64(x), _f64(a), _f64(b), _f64(cot)
+            refs = {
+                "y": _matmul64(x64, w64.T) + scale * _matmul64(_matmul64(x64, a64), b64),
+                "d_x": _matmul64(c64, w64) + scale * _matmul64(_matmul64(c64, b64.T), a64.T),
+                "d_lora_a": scale * _matmul64(x64.T, _matmul64(c64, b64.T)),
+                "d_lora_b": scale * _matmul64(_matmul64(x64, a64).T, c64),
+            }
+            if not quant:
+                refs["fused_weight"] = w64 + scale * _matmul64(b64.T, a64.T)
+            op = "lora_quantized_linear" if quant else "lora_linear"
+            for k, ref in refs.items():
+                _stat(name, op, dtype_name(dt), outputs[k], ref)
+            tol = {k: "quantize" for k in ("fused_wq", "fused_scales", "fused_biases") if k in outputs}
+            entries.append(write_case(out_dir, name, "op", op, dtype_name(dt), dict(params, input_order=order),
+                                      inputs, outputs, op, references=refs,
+                                      extra={"output_tolerance": tol} if tol else None))
+    return entries
+
+
 def generate(out_dir):
     """Write every gradient case under out_dir; return their index entries."""
     mx.set_default_device(mx.cpu)
     entries = []
-    for gen in (_gen_fused, _gen_dense, _gen_loss, _gen_cross_entropy):
+    for gen in (_gen_fused, _gen_dense, _gen_loss, _gen_cross_entropy, _gen_lora):
         entries += gen(out_dir)
     names = [e["name"] for e in entries]
     if len(set(names)) != len(names):
