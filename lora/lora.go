@@ -1,0 +1,129 @@
+package lora
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Params are mlx_lm's lora_parameters (adapter_config.json).
+type Params struct {
+	Rank    int     `json:"rank"`
+	Scale   float64 `json:"scale"`
+	Dropout float64 `json:"dropout"`
+}
+
+// Adapter is one adapted projection: its mlx_lm module path within the
+// model ("model.layers.3.self_attn.q_proj") and its layer.
+type Adapter struct {
+	Path  string
+	Layer *nn.LoRALinear
+}
+
+// Keys are the projections of a Llama block that mlx_lm's
+// linear_to_lora_layers adapts when the config names no keys (every
+// Linear and QuantizedLinear of the block), in the order it converts them:
+// the order of mlx.nn.Module.named_modules, which visits a module's
+// children in reverse order of assignment.
+var Keys = []string{
+	"mlp.up_proj", "mlp.down_proj", "mlp.gate_proj",
+	"self_attn.o_proj", "self_attn.v_proj", "self_attn.k_proj", "self_attn.q_proj",
+}
+
+// Apply wraps the Keys of the last numLayers blocks of m in nn.LoRALinear
+// (all blocks when numLayers is 0 or negative, mlx_lm's quirk), in mlx_lm's
+// order, and returns the adapters. Each conversion draws from rng as
+// mlx_lm's LoRALinear.__init__ does: one key for the throw-away
+// nn.Linear it builds, one for lora_a, U(-1/√in, 1/√in) [in, rank] in
+// float32; lora_b is zeros [rank, out]. With rng = generate.NewRNG(seed)
+// the adapters equal those mlx_lm makes after mx.random.seed(seed).
+func Apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, rng *generate.RNG) ([]Adapter, error) {
+	if p.Rank <= 0 {
+		return nil, fmt.Errorf("lora: rank %d, want a positive rank", p.Rank)
+	}
+	if p.Dropout != 0 {
+		return nil, fmt.Errorf("lora: dropout %g: only 0 is implemented", p.Dropout)
+	}
+	if numLayers > len(m.Layers) {
+		return nil, fmt.Errorf("lora: %d layers requested but the model has %d", numLayers, len(m.Layers))
+	}
+	first := 0
+	if numLayers > 0 {
+		first = len(m.Layers) - numLayers
+	}
+	var out []Adapter
+	for i := first; i < len(m.Layers); i++ {
+		for _, key := range Keys {
+			slot := Projection(m.Layers[i], key)
+			if _, done := (*slot).(*nn.LoRALinear); done {
+				return nil, fmt.Errorf("lora: model.layers.%d.%s already has an adapter", i, key)
+			}
+			in, outDims, err := dims(*slot)
+			if err != nil {
+				return nil, fmt.Errorf("lora: model.layers.%d.%s: %w", i, key, err)
+			}
+			rng.Next() // nn.Linear(in, out).weight, replaced by the base
+			l := &nn.LoRALinear{B: b, Base: *slot, Scale: float32(p.Scale),
+				LoraA: b.FromHost(tensor.FromFloat32(tensor.Shape{in, p.Rank}, uniform(rng.Next(), in, in*p.Rank))),
+				LoraB: b.Zeros(tensor.Shape{p.Rank, outDims}, tensor.F32)}
+			*slot = l
+			out = append(out, Adapter{Path: "model.layers." + strconv.Itoa(i) + "." + key, Layer: l})
+		}
+	}
+	return out, nil
+}
+
+// uniform is mx.random.uniform(-s, s, [n]) with s = 1/√in: the bounds
+// rounded to float32, then lo + (hi-lo)·u per element with u from
+// generate.Uniform, each step rounded to float32 (mlx random::uniform).
+func uniform(key [2]uint32, in, n int) []float32 {
+	s := 1 / math.Sqrt(float64(in))
+	lo, hi := float32(-s), float32(s)
+	r := hi - lo
+	u := generate.Uniform(key, n)
+	for i, v := range u {
+		u[i] = float32(r*v) + lo
+	}
+	return u
+}
+
+// dims returns the input and output dimensions of a base layer.
+func dims(l nn.Linear) (in, out int, err error) {
+	switch base := l.(type) {
+	case *nn.Dense:
+		s := base.Weight.Shape()
+		return s[1], s[0], nil
+	case *nn.QuantizedLinear:
+		out, in = base.Weight.Dims()
+		return in, out, nil
+	}
+	return 0, 0, fmt.Errorf("layer %T is neither *nn.Dense nor *nn.QuantizedLinear", l)
+}
+
+// Projection returns the field of block holding the projection mlx_lm
+// names key ("self_attn.q_proj", ..., "mlp.down_proj"), or nil.
+func Projection(block *minicpm5.Block, key string) *nn.Linear {
+	switch key {
+	case "self_attn.q_proj":
+		return &block.SelfAttn.QProj
+	case "self_attn.k_proj":
+		return &block.SelfAttn.KProj
+	case "self_attn.v_proj":
+		return &block.SelfAttn.VProj
+	case "self_attn.o_proj":
+		return &block.SelfAttn.OProj
+	case "mlp.gate_proj":
+		return &block.MLP.GateProj
+	case "mlp.up_proj":
+		return &block.MLP.UpProj
+	case "mlp.down_proj":
+		return &block.MLP.DownProj
+	}
+	return nil
+}
