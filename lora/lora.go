@@ -17,6 +17,35 @@ type Params struct {
 	Rank    int     `json:"rank"`
 	Scale   float64 `json:"scale"`
 	Dropout float64 `json:"dropout"`
+	// Keys, when set, are the projections to adapt (a subset of Keys,
+	// mlx_lm's config["keys"]); empty means all of them.
+	Keys []string `json:"keys,omitempty"`
+}
+
+// keys returns the projections p adapts, in mlx_lm's order.
+func (p Params) keys() ([]string, error) {
+	if len(p.Keys) == 0 {
+		return Keys, nil
+	}
+	var out []string
+	for _, k := range Keys {
+		for _, want := range p.Keys {
+			if want == k {
+				out = append(out, k)
+				break
+			}
+		}
+	}
+	for _, want := range p.Keys {
+		found := false
+		for _, k := range Keys {
+			found = found || k == want
+		}
+		if !found {
+			return nil, fmt.Errorf("lora: key %q is not a projection of a block (want some of %v)", want, Keys)
+		}
+	}
+	return out, nil
 }
 
 // Adapter is one adapted projection: its mlx_lm module path within the
@@ -43,12 +72,26 @@ var Keys = []string{
 // nn.Linear it builds, one for lora_a, U(-1/√in, 1/√in) [in, rank] in
 // float32; lora_b is zeros [rank, out]. With rng = generate.NewRNG(seed)
 // the adapters equal those mlx_lm makes after mx.random.seed(seed).
+// Dropout must be 0 (training dropout is not implemented).
 func Apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, rng *generate.RNG) ([]Adapter, error) {
-	if p.Rank <= 0 {
-		return nil, fmt.Errorf("lora: rank %d, want a positive rank", p.Rank)
-	}
 	if p.Dropout != 0 {
 		return nil, fmt.Errorf("lora: dropout %g: only 0 is implemented", p.Dropout)
+	}
+	return apply(b, m, numLayers, p, func(in, n int) []float32 {
+		rng.Next() // nn.Linear(in, out).weight, replaced by the base
+		return uniform(rng.Next(), in, n)
+	})
+}
+
+// apply is Apply with lora_a's values for a layer of in inputs (n
+// elements) from initA.
+func apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, initA func(in, n int) []float32) ([]Adapter, error) {
+	keys, err := p.keys()
+	if err != nil {
+		return nil, err
+	}
+	if p.Rank <= 0 {
+		return nil, fmt.Errorf("lora: rank %d, want a positive rank", p.Rank)
 	}
 	if numLayers > len(m.Layers) {
 		return nil, fmt.Errorf("lora: %d layers requested but the model has %d", numLayers, len(m.Layers))
@@ -59,7 +102,7 @@ func Apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, rng *g
 	}
 	var out []Adapter
 	for i := first; i < len(m.Layers); i++ {
-		for _, key := range Keys {
+		for _, key := range keys {
 			slot := Projection(m.Layers[i], key)
 			if _, done := (*slot).(*nn.LoRALinear); done {
 				return nil, fmt.Errorf("lora: model.layers.%d.%s already has an adapter", i, key)
@@ -68,9 +111,8 @@ func Apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, rng *g
 			if err != nil {
 				return nil, fmt.Errorf("lora: model.layers.%d.%s: %w", i, key, err)
 			}
-			rng.Next() // nn.Linear(in, out).weight, replaced by the base
 			l := &nn.LoRALinear{B: b, Base: *slot, Scale: float32(p.Scale),
-				LoraA: b.FromHost(tensor.FromFloat32(tensor.Shape{in, p.Rank}, uniform(rng.Next(), in, in*p.Rank))),
+				LoraA: b.FromHost(tensor.FromFloat32(tensor.Shape{in, p.Rank}, initA(in, in*p.Rank))),
 				LoraB: b.Zeros(tensor.Shape{p.Rank, outDims}, tensor.F32)}
 			*slot = l
 			out = append(out, Adapter{Path: "model.layers." + strconv.Itoa(i) + "." + key, Layer: l})
