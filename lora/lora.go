@@ -71,12 +71,10 @@ var Keys = []string{
 // mlx_lm's LoRALinear.__init__ does: one key for the throw-away
 // nn.Linear it builds, one for lora_a, U(-1/√in, 1/√in) [in, rank] in
 // float32; lora_b is zeros [rank, out]. With rng = generate.NewRNG(seed)
-// the adapters equal those mlx_lm makes after mx.random.seed(seed).
-// Dropout must be 0 (training dropout is not implemented).
+// the adapters equal those mlx_lm makes after mx.random.seed(seed). The
+// layers are in eval mode: a trainer sets each one's Dropout (Dropout with
+// p.Dropout) for training.
 func Apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, rng *generate.RNG) ([]Adapter, error) {
-	if p.Dropout != 0 {
-		return nil, fmt.Errorf("lora: dropout %g: only 0 is implemented", p.Dropout)
-	}
 	return apply(b, m, numLayers, p, func(in, n int) []float32 {
 		rng.Next() // nn.Linear(in, out).weight, replaced by the base
 		return uniform(rng.Next(), in, n)

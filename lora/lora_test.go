@@ -130,7 +130,6 @@ func TestApplyErrors(t *testing.T) {
 		want      string
 	}{
 		{1, Params{Rank: 0, Scale: 20}, "rank 0"},
-		{1, Params{Rank: 4, Scale: 20, Dropout: 0.1}, "dropout 0.1"},
 		{4, Params{Rank: 4, Scale: 20}, "4 layers requested but the model has 3"},
 	} {
 		if _, err := Apply(b, m, c.numLayers, c.p, generate.NewRNG(0)); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -11,21 +11,29 @@ import (
 // Dense, or a QuantizedLinear that stays quantized: QLoRA) plus a low-rank
 // update, y = base(x) + T(scale·((x·LoraA)·LoraB)) with T the dtype of x.
 // The adapters are float32, so the update is computed in float32; Scale
-// multiplies it directly (mlx_lm has no alpha/rank). Dropout is not
-// implemented: Forward is mlx_lm's layer in eval mode (dropout 0).
+// multiplies it directly (mlx_lm has no alpha/rank). Training dropout is
+// held by Dropout, which is nil in eval mode (mlx_lm's layer with its
+// nn.Dropout not training, or p = 0).
 type LoRALinear struct {
 	B     backend.Backend
 	Base  Linear        // *Dense or *QuantizedLinear
 	LoraA backend.Array // lora_a, float32 [in, rank]
 	LoraB backend.Array // lora_b, float32 [rank, out]
 	Scale float32
+	// Dropout, when set, is applied to x before the update (mlx.nn.Dropout
+	// in training mode; package lora makes one with MLX's random stream).
+	Dropout func(x backend.Array) backend.Array
 }
 
-// Forward returns base(x) + T(scale·((x·LoraA)·LoraB)), as mlx_lm's
-// LoRALinear.__call__.
+// Forward returns base(x) + T(scale·((dropout(x)·LoraA)·LoraB)), as
+// mlx_lm's LoRALinear.__call__.
 func (l *LoRALinear) Forward(x backend.Array) backend.Array {
 	y := l.Base.Forward(x)
-	z := l.B.Matmul(l.B.Matmul(x, l.LoraA), l.LoraB)
+	xd := x
+	if l.Dropout != nil {
+		xd = l.Dropout(x)
+	}
+	z := l.B.Matmul(l.B.Matmul(xd, l.LoraA), l.LoraB)
 	s := l.B.Binary(backend.Multiply, l.B.Full(tensor.Shape{}, float64(l.Scale), tensor.F32), z)
 	return l.B.Binary(backend.Add, y, l.B.AsType(s, x.DType()))
 }
