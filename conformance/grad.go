@@ -72,6 +72,8 @@ func init() {
 	register("value_and_grad_cross_entropy", runCrossEntropyLoss)
 	register("lora_linear", loraRunner(false))
 	register("lora_quantized_linear", loraRunner(true))
+	register("dora_linear", doraRunner(false))
+	register("dora_quantized_linear", doraRunner(true))
 
 	quant := map[string]paramKind{"bits": pInt, "group_size": pInt, "mode": pStr, "transpose": pBool}
 	for op, s := range map[string]opSchema{
@@ -97,6 +99,11 @@ func init() {
 			map[string]paramKind{"scale": pFloat, "rank": pInt}, "scale"),
 		"lora_quantized_linear": schema(in("x", "wq", "scales", "biases", "lora_a", "lora_b", "cot"),
 			[]string{"y", "d_x", "d_lora_a", "d_lora_b", "fused_wq", "fused_scales", "fused_biases"},
+			map[string]paramKind{"scale": pFloat, "rank": pInt, "bits": pInt, "group_size": pInt, "mode": pStr}, "scale", "bits", "group_size"),
+		"dora_linear": schema(in("x", "weight", "lora_a", "lora_b", "m", "cot"), []string{"y", "d_x", "d_lora_a", "d_lora_b", "d_m", "m0", "fused_weight"},
+			map[string]paramKind{"scale": pFloat, "rank": pInt}, "scale"),
+		"dora_quantized_linear": schema(in("x", "wq", "scales", "biases", "lora_a", "lora_b", "m", "cot"),
+			[]string{"y", "d_x", "d_lora_a", "d_lora_b", "d_m", "m0", "fused_wq", "fused_scales", "fused_biases"},
 			map[string]paramKind{"scale": pFloat, "rank": pInt, "bits": pInt, "group_size": pInt, "mode": pStr}, "scale", "bits", "group_size"),
 	} {
 		schemas[op] = s
@@ -402,6 +409,65 @@ func loraRunner(quant bool) runner {
 			return nil, err
 		}
 		res := map[string]backend.Array{"y": outs[0], "d_x": vjps[0], "d_lora_a": vjps[1], "d_lora_b": vjps[2]}
+		switch f := fused.(type) {
+		case *nn.QuantizedLinear:
+			res["fused_wq"], res["fused_scales"], res["fused_biases"] = f.Weight.W, f.Weight.Scales, f.Weight.Biases
+		case *nn.Dense:
+			res["fused_weight"] = f.Weight
+		}
+		return host(b, res)
+	}
+}
+
+// doraRunner runs nn.DoRALinear as grad.py's _gen_dora runs mlx_lm's
+// DoRALinear: m0 = nn.DoRANorm of the base, the forward with the case's m,
+// its VJP w.r.t. x, lora_a, lora_b and m, and Fuse.
+func doraRunner(quant bool) runner {
+	return func(b backend.Backend, c *Case, a *Arrays) (map[string]*tensor.Dense, error) {
+		d, err := differentiator(b)
+		if err != nil {
+			return nil, err
+		}
+		scale, err := c.Float("scale")
+		if err != nil {
+			return nil, err
+		}
+		names := []string{"x", "weight"}
+		if quant {
+			names = []string{"x", "wq", "scales", "biases"}
+		}
+		in, err := inputs(b, a, append(names, "lora_a", "lora_b", "m", "cot")...)
+		if err != nil {
+			return nil, err
+		}
+		var base nn.Linear = &nn.Dense{B: b, Weight: in[1]}
+		if quant {
+			gs, bits, err := quantParams(c)
+			if err != nil {
+				return nil, err
+			}
+			base = &nn.QuantizedLinear{B: b, Weight: backend.QuantizedArray{W: in[1], Scales: in[2], Biases: in[3], GroupSize: gs, Bits: bits}}
+		}
+		n := len(names)
+		x, la, lb, m, cot := in[0], in[n], in[n+1], in[n+2], in[n+3]
+		m0, err := nn.DoRANorm(b, base)
+		if err != nil {
+			return nil, err
+		}
+		layer := &nn.DoRALinear{B: b, Base: base, Scale: float32(scale)}
+		outs, vjps, err := d.VJP(func(p []backend.Array) ([]backend.Array, error) {
+			layer.LoraA, layer.LoraB, layer.M = p[1], p[2], p[3]
+			return []backend.Array{layer.Forward(p[0])}, nil
+		}, []backend.Array{x, la, lb, m}, []backend.Array{cot})
+		if err != nil {
+			return nil, err
+		}
+		layer.LoraA, layer.LoraB, layer.M = la, lb, m
+		fused, err := layer.Fuse(false)
+		if err != nil {
+			return nil, err
+		}
+		res := map[string]backend.Array{"y": outs[0], "d_x": vjps[0], "d_lora_a": vjps[1], "d_lora_b": vjps[2], "d_m": vjps[3], "m0": m0}
 		switch f := fused.(type) {
 		case *nn.QuantizedLinear:
 			res["fused_wq"], res["fused_scales"], res["fused_biases"] = f.Weight.W, f.Weight.Scales, f.Weight.Biases

@@ -369,11 +369,92 @@ def _gen_lora(out_dir):
     return entries
 
 
+def _gen_dora(out_dir):
+    """mlx_lm's DoRALinear over a Linear and a QuantizedLinear: m as
+    from_base computes it, the forward, mx.vjp w.r.t. x, lora_a, lora_b and
+    m, and fuse. References: the same layer in float64 over the exactly
+    dequantized base weight."""
+    from mlx_lm.tuner.dora import DoRALinear
+
+    entries = []
+    for dn in ("f32", "bf16"):
+        for quant in (False, True):
+            dt = DTYPES[dn]
+            n_in, n_out, rank, scale = 64, 48, 4, 2.0
+            name = f"dora/{'quantized_linear/b4g32' if quant else 'linear'}/{dn}/r{rank}/3x{n_in}x{n_out}"
+            r = _rng(name)
+            x = _cast(r.standard_normal((3, n_in)), dt)
+            w = _cast(r.standard_normal((n_out, n_in)) / np.sqrt(n_in), dt)
+            base = nn.Linear(n_in, n_out, bias=False)
+            base.weight = w
+            inputs = {"x": x}
+            order = ["x"]
+            params = {"scale": scale, "rank": rank}
+            if quant:
+                base = nn.QuantizedLinear.from_linear(base, group_size=32, bits=4)
+                mx.eval(base.parameters())
+                inputs.update({"wq": base.weight, "scales": base.scales, "biases": base.biases})
+                order += ["wq", "scales", "biases"]
+                params.update({"bits": 4, "group_size": 32, "mode": "affine"})
+            else:
+                inputs["weight"] = w
+                order.append("weight")
+            layer = DoRALinear.from_base(base, r=rank, scale=scale)
+            m0 = layer.m
+            a = _cast(r.uniform(-1, 1, (n_in, rank)) / np.sqrt(n_in), mx.float32)
+            b = _cast(r.standard_normal((rank, n_out)) * 0.1, mx.float32)
+            m = _cast(_f64(m0) * (1 + 0.1 * r.standard_normal(n_out)), mx.float32)
+            inputs.update({"lora_a": a, "lora_b": b, "m": m})
+            order += ["lora_a", "lora_b", "m"]
+
+            def f(x, a, b, m, layer=layer):
+                layer.lora_a, layer.lora_b, layer.m = a, b, m
+                return layer(x)
+            y = f(x, a, b, m)
+            mx.eval(y)
+            cot = _cast(_rng(name + "/cot").standard_normal(y.shape), y.dtype)
+            (y,), (dx, da, db, dm) = mx.vjp(f, [x, a, b, m], [cot])
+            layer.lora_a, layer.lora_b, layer.m = a, b, m
+            fused = layer.fuse(dequantize=False)
+            mx.eval(y, dx, da, db, dm, m0, fused.parameters())
+            outputs = {"y": y, "d_x": dx, "d_lora_a": da, "d_lora_b": db, "d_m": dm, "m0": m0}
+            if quant:
+                outputs.update({"fused_wq": fused.weight, "fused_scales": fused.scales, "fused_biases": fused.biases})
+            else:
+                outputs["fused_weight"] = fused.weight
+            inputs["cot"] = cot
+            order.append("cot")
+            # float64 references: the same layer over a float64 dense base
+            w64 = mx.array(_deq64(base.weight, base.scales, base.biases, 32, 4) if quant else _f64(w))
+            b64 = nn.Linear(n_in, n_out, bias=False)
+            b64.weight = w64
+            l64 = DoRALinear.from_base(b64, r=rank, scale=scale)
+            refs = {"m0": np.array(l64.m)}
+
+            def f64(x, a, b, m, layer=l64):
+                layer.lora_a, layer.lora_b, layer.m = a, b, m
+                return layer(x)
+            (y64,), (dx64, da64, db64, dm64) = mx.vjp(f64, [_wide(x), _wide(a), _wide(b), _wide(m)], [_wide(cot)])
+            refs.update({"y": np.array(y64), "d_x": np.array(dx64), "d_lora_a": np.array(da64),
+                         "d_lora_b": np.array(db64), "d_m": np.array(dm64)})
+            if not quant:
+                l64.lora_a, l64.lora_b, l64.m = _wide(a), _wide(b), _wide(m)
+                refs["fused_weight"] = np.array(l64.fuse().weight)
+            op = "dora_quantized_linear" if quant else "dora_linear"
+            for k, ref in refs.items():
+                _stat(name, op, dtype_name(dt), outputs[k], ref)
+            tol = {k: "quantize" for k in ("fused_wq", "fused_scales", "fused_biases") if k in outputs}
+            entries.append(write_case(out_dir, name, "op", op, dtype_name(dt), dict(params, input_order=order),
+                                      inputs, outputs, op, references=refs,
+                                      extra={"output_tolerance": tol} if tol else None))
+    return entries
+
+
 def generate(out_dir):
     """Write every gradient case under out_dir; return their index entries."""
     mx.set_default_device(mx.cpu)
     entries = []
-    for gen in (_gen_fused, _gen_dense, _gen_loss, _gen_cross_entropy, _gen_lora):
+    for gen in (_gen_fused, _gen_dense, _gen_loss, _gen_cross_entropy, _gen_lora, _gen_dora):
         entries += gen(out_dir)
     names = [e["name"] for e in entries]
     if len(set(names)) != len(names):
