@@ -22,7 +22,7 @@ const (
 // Config is what adapter_config.json says about the adapters; mlx_lm
 // writes the whole training run's arguments there and reads back these.
 type Config struct {
-	FineTuneType string `json:"fine_tune_type"` // "lora" (the only one implemented; "" means "lora")
+	FineTuneType string `json:"fine_tune_type"` // "lora" ("" means "lora") or "dora"; mlx_lm's "full" is not implemented
 	NumLayers    int    `json:"num_layers"`
 	LoRA         Params `json:"lora_parameters"`
 }
@@ -39,18 +39,15 @@ func Save(b backend.Backend, dir string, ads []Adapter, cfg Config, extra map[st
 	var names []string
 	var ts []*tensor.Dense
 	for _, a := range ads {
-		for _, leaf := range []struct {
-			name string
-			x    backend.Array
-		}{{".lora_a", a.Layer.LoraA}, {".lora_b", a.Layer.LoraB}} {
-			d, err := b.ToHost(leaf.x)
+		for _, p := range a.Params() {
+			d, err := b.ToHost(*p.Array)
 			if err != nil {
-				return fmt.Errorf("lora: %s%s: %w", a.Path, leaf.name, err)
+				return fmt.Errorf("lora: %s.%s: %w", a.Path, p.Leaf, err)
 			}
 			if d.DType != tensor.F32 {
 				d = d.Convert(tensor.F32)
 			}
-			names = append(names, a.Path+leaf.name)
+			names = append(names, a.Path+"."+p.Leaf)
 			ts = append(ts, d)
 		}
 	}
@@ -103,8 +100,9 @@ func ReadConfig(dir string) (Config, error) {
 	switch c.FineTuneType {
 	case "", "lora":
 		c.FineTuneType = "lora"
+	case "dora":
 	default:
-		return Config{}, fmt.Errorf("lora: %s: fine_tune_type %q: only \"lora\" is implemented", path, c.FineTuneType)
+		return Config{}, fmt.Errorf("lora: %s: fine_tune_type %q: only \"lora\" and \"dora\" are implemented", path, c.FineTuneType)
 	}
 	return c, nil
 }
@@ -132,10 +130,14 @@ func Load(b backend.Backend, m *minicpm5.Model, dir string) ([]Adapter, Config, 
 	if cfg.NumLayers > len(m.Layers) {
 		return nil, Config{}, fmt.Errorf("lora: %s: num_layers %d, but the model has %d layers", filepath.Join(dir, ConfigFile), cfg.NumLayers, len(m.Layers))
 	}
+	dora := cfg.FineTuneType == "dora"
 	want := map[string]tensor.Shape{}
 	for _, a := range planned(m, cfg) {
 		want[a.path+".lora_a"] = tensor.Shape{a.in, cfg.LoRA.Rank}
 		want[a.path+".lora_b"] = tensor.Shape{cfg.LoRA.Rank, a.out}
+		if dora {
+			want[a.path+".m"] = tensor.Shape{a.out}
+		}
 	}
 	got := map[string]*tensor.Dense{}
 	for _, n := range f.Names() {
@@ -162,14 +164,15 @@ func Load(b backend.Backend, m *minicpm5.Model, dir string) ([]Adapter, Config, 
 		sort.Strings(missing)
 		return nil, Config{}, fmt.Errorf("lora: %s lacks %d adapter tensors, e.g. %q", path, len(missing), missing[0])
 	}
-	ads, err := apply(b, m, cfg.NumLayers, cfg.LoRA, func(in, n int) []float32 { return make([]float32, n) })
+	ads, err := apply(b, m, cfg.NumLayers, cfg.LoRA, dora, func(in, n int) []float32 { return make([]float32, n) })
 	if err != nil {
 		return nil, Config{}, fmt.Errorf("%w (%s)", err, filepath.Join(dir, ConfigFile))
 	}
 	for _, a := range ads {
-		b.Release(a.Layer.LoraA, a.Layer.LoraB)
-		a.Layer.LoraA = b.FromHost(got[a.Path+".lora_a"])
-		a.Layer.LoraB = b.FromHost(got[a.Path+".lora_b"])
+		for _, p := range a.Params() {
+			b.Release(*p.Array)
+			*p.Array = b.FromHost(got[a.Path+"."+p.Leaf])
+		}
 	}
 	return ads, cfg, nil
 }

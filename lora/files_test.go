@@ -38,7 +38,7 @@ if a["mode"] == "write":
     mx.random.seed(3)
     model.freeze()
     lp = {"rank": 4, "scale": 10.0, "dropout": 0.05}
-    linear_to_lora_layers(model, 2, lp)
+    linear_to_lora_layers(model, 2, lp, use_dora=a["ft"] == "dora")
     new = []
     for k, (n, p) in enumerate(tree_flatten(model.trainable_parameters())):
         if n.endswith("lora_b"):
@@ -47,13 +47,13 @@ if a["mode"] == "write":
         new.append((n, p))
     model.update(tree_unflatten(new))
     mx.save_safetensors(str(Path(a["dir"]) / "adapters.safetensors"), dict(tree_flatten(model.trainable_parameters())))
-    save_config({"model": a["path"], "fine_tune_type": "lora", "num_layers": 2, "lora_parameters": lp,
+    save_config({"model": a["path"], "fine_tune_type": a["ft"], "num_layers": 2, "lora_parameters": lp,
                  "iters": 100, "learning_rate": 1e-5, "seed": 3}, Path(a["dir"]) / "adapter_config.json")
 else:
     load_adapters(model, a["dir"])
 model.eval()  # as mlx_lm.load does after load_adapters: dropout off
 logits = model(mx.array(np.array([a["ids"]], dtype=np.int32)))
-ad = {n: np.array(p).ravel().tolist() for n, p in tree_flatten(model.parameters()) if n.rsplit(".", 1)[-1] in ("lora_a", "lora_b")}
+ad = {n: np.array(p).ravel().tolist() for n, p in tree_flatten(model.parameters()) if n.rsplit(".", 1)[-1] in ("lora_a", "lora_b", "m")}
 print(json.dumps({"adapters": ad, "logits": np.array(logits).ravel().tolist()}))
 `
 
@@ -62,9 +62,9 @@ type interop struct {
 	Logits   []float64            `json:"logits"`
 }
 
-func runInterop(t *testing.T, mode, dir string, ids []int32) interop {
+func runInterop(t *testing.T, mode, ft, dir string, ids []int32) interop {
 	t.Helper()
-	args, _ := json.Marshal(map[string]any{"mode": mode, "path": checkpointDir(t), "dir": dir, "ids": ids})
+	args, _ := json.Marshal(map[string]any{"mode": mode, "ft": ft, "path": checkpointDir(t), "dir": dir, "ids": ids})
 	out, err := exec.Command(testenv.Python(t), "-c", interopOracle, string(args)).Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -98,25 +98,26 @@ func logits(t *testing.T, b backend.Backend, m *minicpm5.Model, ids []int32) []f
 // 30-65).
 func checkInterop(t *testing.T, b backend.Backend, ads []Adapter, gotLogits []float64, want interop) {
 	t.Helper()
-	if len(want.Adapters) != 2*len(ads) {
-		t.Fatalf("%d adapter arrays, mlx_lm %d", 2*len(ads), len(want.Adapters))
+	n := 0
+	for _, a := range ads {
+		n += len(a.Params())
+	}
+	if len(want.Adapters) != n {
+		t.Fatalf("%d adapter arrays, mlx_lm %d", n, len(want.Adapters))
 	}
 	for _, a := range ads {
-		for _, leaf := range []struct {
-			name string
-			x    backend.Array
-		}{{".lora_a", a.Layer.LoraA}, {".lora_b", a.Layer.LoraB}} {
-			w, ok := want.Adapters[a.Path+leaf.name]
+		for _, p := range a.Params() {
+			w, ok := want.Adapters[a.Path+"."+p.Leaf]
 			if !ok {
-				t.Fatalf("mlx_lm has no %s%s", a.Path, leaf.name)
+				t.Fatalf("mlx_lm has no %s.%s", a.Path, p.Leaf)
 			}
-			d, err := b.ToHost(leaf.x)
+			d, err := b.ToHost(*p.Array)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i, v := range d.ToFloat64() {
 				if v != w[i] {
-					t.Fatalf("%s%s[%d] = %v, mlx_lm %v", a.Path, leaf.name, i, v, w[i])
+					t.Fatalf("%s.%s[%d] = %v, mlx_lm %v", a.Path, p.Leaf, i, v, w[i])
 				}
 			}
 		}
@@ -131,9 +132,9 @@ func checkInterop(t *testing.T, b backend.Backend, ads []Adapter, gotLogits []fl
 	t.Logf("adapted logits within %.3g of mlx_lm's", worst)
 }
 
-// TestInteropMLXLM: an adapter directory mlx_lm.lora wrote loads in mlxgo
-// (the same adapters, the same logits), and one mlxgo wrote loads in
-// mlx_lm's load_adapters (likewise).
+// TestInteropMLXLM: an adapter directory mlx_lm.lora wrote (LoRA or DoRA)
+// loads in mlxgo (the same adapters, the same logits), and one mlxgo
+// wrote loads in mlx_lm's load_adapters (likewise).
 func TestInteropMLXLM(t *testing.T) {
 	ids := []int32{3, 14, 15, 92, 65, 35}
 	open := func() (*cpu.Backend, *minicpm5.Model) {
@@ -148,27 +149,29 @@ func TestInteropMLXLM(t *testing.T) {
 		t.Cleanup(func() { m.Close(); b.Close() })
 		return b, m
 	}
-	t.Run("mlx_lm_to_mlxgo", func(t *testing.T) {
-		dir := t.TempDir()
-		want := runInterop(t, "write", dir, ids)
-		b, m := open()
-		base := logits(t, b, m, ids)
-		ads, cfg, err := Load(b, m, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		moved := 0.0
-		for i, v := range logits(t, b, m, ids) {
-			moved = math.Max(moved, math.Abs(v-base[i]))
-		}
-		if moved < 0.01 {
-			t.Errorf("the adapters move the logits by %g only: the comparison below checks nothing", moved)
-		}
-		if cfg.NumLayers != 2 || cfg.LoRA.Rank != 4 || cfg.LoRA.Scale != 10 || cfg.LoRA.Dropout != 0.05 {
-			t.Errorf("config %+v", cfg)
-		}
-		checkInterop(t, b, ads, logits(t, b, m, ids), want)
-	})
+	for _, ft := range []string{"lora", "dora"} {
+		t.Run("mlx_lm_to_mlxgo/"+ft, func(t *testing.T) {
+			dir := t.TempDir()
+			want := runInterop(t, "write", ft, dir, ids)
+			b, m := open()
+			base := logits(t, b, m, ids)
+			ads, cfg, err := Load(b, m, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			moved := 0.0
+			for i, v := range logits(t, b, m, ids) {
+				moved = math.Max(moved, math.Abs(v-base[i]))
+			}
+			if moved < 0.01 {
+				t.Errorf("the adapters move the logits by %g only: the comparison below checks nothing", moved)
+			}
+			if cfg.FineTuneType != ft || cfg.NumLayers != 2 || cfg.LoRA.Rank != 4 || cfg.LoRA.Scale != 10 || cfg.LoRA.Dropout != 0.05 {
+				t.Errorf("config %+v", cfg)
+			}
+			checkInterop(t, b, ads, logits(t, b, m, ids), want)
+		})
+	}
 	t.Run("mlxgo_to_mlx_lm", func(t *testing.T) {
 		dir := t.TempDir()
 		b, m := open()
@@ -178,17 +181,18 @@ func TestInteropMLXLM(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, a := range ads { // a non-zero lora_b, so that the adapters matter
-			s := a.Layer.LoraB.Shape()
+			lb := a.Params()[1].Array
+			s := (*lb).Shape()
 			v := make([]float32, s.Size())
 			for i := range v {
 				v[i] = float32(float64((i*31+k)%17-8) / 8 * 0.02)
 			}
-			a.Layer.LoraB = b.FromHost(tensor.FromFloat32(s, v))
+			*lb = b.FromHost(tensor.FromFloat32(s, v))
 		}
 		if err := Save(b, dir, ads, Config{NumLayers: 2, LoRA: p}, map[string]any{"iters": 100}); err != nil {
 			t.Fatal(err)
 		}
-		want := runInterop(t, "read", dir, ids)
+		want := runInterop(t, "read", "lora", dir, ids)
 		checkInterop(t, b, ads, logits(t, b, m, ids), want)
 	})
 }
@@ -226,7 +230,8 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{"bad json", `{"num_layers": 1,`, "adapter_config.json"},
 		{"no lora_parameters", `{"num_layers": 1}`, `no field "lora_parameters"`},
-		{"dora", `{"fine_tune_type": "dora", "num_layers": 1, "lora_parameters": {"rank": 2, "scale": 5}}`, `fine_tune_type "dora"`},
+		{"full", `{"fine_tune_type": "full", "num_layers": 1, "lora_parameters": {"rank": 2, "scale": 5}}`, `fine_tune_type "full"`},
+		{"dora without m", `{"fine_tune_type": "dora", "num_layers": 1, "lora_parameters": {"rank": 2, "scale": 5}}`, `lacks 7 adapter tensors, e.g. "model.layers.2.mlp.down_proj.m"`},
 		{"other rank", `{"num_layers": 1, "lora_parameters": {"rank": 8, "scale": 5}}`, "want F32 [128 8]"},
 		{"other layers", `{"num_layers": 2, "lora_parameters": {"rank": 2, "scale": 5}}`, "lacks 14 adapter tensors"},
 		{"unknown key", `{"num_layers": 1, "lora_parameters": {"rank": 2, "scale": 5, "keys": ["lm_head"]}}`, "lora_parameters"},

@@ -52,7 +52,36 @@ func (p Params) keys() ([]string, error) {
 // model ("model.layers.3.self_attn.q_proj") and its layer.
 type Adapter struct {
 	Path  string
-	Layer *nn.LoRALinear
+	Layer nn.Linear // *nn.LoRALinear, or *nn.DoRALinear
+}
+
+// Param is one trainable array of an adapter: its leaf name in mlx_lm
+// ("lora_a", "lora_b", "m") and the layer's field holding it.
+type Param struct {
+	Leaf  string
+	Array *backend.Array
+}
+
+// Params returns the adapter's trainable arrays in mlx_lm's order:
+// lora_a, lora_b, and m for DoRA.
+func (a Adapter) Params() []Param {
+	switch l := a.Layer.(type) {
+	case *nn.LoRALinear:
+		return []Param{{"lora_a", &l.LoraA}, {"lora_b", &l.LoraB}}
+	case *nn.DoRALinear:
+		return []Param{{"lora_a", &l.LoraA}, {"lora_b", &l.LoraB}, {"m", &l.M}}
+	}
+	return nil
+}
+
+// SetDropout sets the layer's training dropout (nil: eval mode).
+func (a Adapter) SetDropout(f func(x backend.Array) backend.Array) {
+	switch l := a.Layer.(type) {
+	case *nn.LoRALinear:
+		l.Dropout = f
+	case *nn.DoRALinear:
+		l.Dropout = f
+	}
 }
 
 // Keys are the projections of a Llama block that mlx_lm's
@@ -75,15 +104,24 @@ var Keys = []string{
 // layers are in eval mode: a trainer sets each one's Dropout (Dropout with
 // p.Dropout) for training.
 func Apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, rng *generate.RNG) ([]Adapter, error) {
-	return apply(b, m, numLayers, p, func(in, n int) []float32 {
+	return apply(b, m, numLayers, p, false, func(in, n int) []float32 {
 		rng.Next() // nn.Linear(in, out).weight, replaced by the base
 		return uniform(rng.Next(), in, n)
 	})
 }
 
-// apply is Apply with lora_a's values for a layer of in inputs (n
-// elements) from initA.
-func apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, initA func(in, n int) []float32) ([]Adapter, error) {
+// ApplyDoRA is Apply with mlx_lm's DoRALinear (fine_tune_type "dora"):
+// the same layers and draws, and m the row norms of each base weight.
+func ApplyDoRA(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, rng *generate.RNG) ([]Adapter, error) {
+	return apply(b, m, numLayers, p, true, func(in, n int) []float32 {
+		rng.Next() // DoRALinear.__init__'s nn.Linear(in, out)
+		return uniform(rng.Next(), in, n)
+	})
+}
+
+// apply is Apply (or, with dora, ApplyDoRA) with lora_a's values for a
+// layer of in inputs (n elements) from initA.
+func apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, dora bool, initA func(in, n int) []float32) ([]Adapter, error) {
 	keys, err := p.keys()
 	if err != nil {
 		return nil, err
@@ -102,16 +140,24 @@ func apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, initA 
 	for i := first; i < len(m.Layers); i++ {
 		for _, key := range keys {
 			slot := Projection(m.Layers[i], key)
-			if _, done := (*slot).(*nn.LoRALinear); done {
+			switch (*slot).(type) {
+			case *nn.LoRALinear, *nn.DoRALinear:
 				return nil, fmt.Errorf("lora: model.layers.%d.%s already has an adapter", i, key)
 			}
 			in, outDims, err := dims(*slot)
 			if err != nil {
 				return nil, fmt.Errorf("lora: model.layers.%d.%s: %w", i, key, err)
 			}
-			l := &nn.LoRALinear{B: b, Base: *slot, Scale: float32(p.Scale),
-				LoraA: b.FromHost(tensor.FromFloat32(tensor.Shape{in, p.Rank}, initA(in, in*p.Rank))),
-				LoraB: b.Zeros(tensor.Shape{p.Rank, outDims}, tensor.F32)}
+			la := b.FromHost(tensor.FromFloat32(tensor.Shape{in, p.Rank}, initA(in, in*p.Rank)))
+			lb := b.Zeros(tensor.Shape{p.Rank, outDims}, tensor.F32)
+			var l nn.Linear = &nn.LoRALinear{B: b, Base: *slot, Scale: float32(p.Scale), LoraA: la, LoraB: lb}
+			if dora {
+				mag, err := nn.DoRANorm(b, *slot)
+				if err != nil {
+					return nil, fmt.Errorf("lora: model.layers.%d.%s: %w", i, key, err)
+				}
+				l = &nn.DoRALinear{B: b, Base: *slot, Scale: float32(p.Scale), LoraA: la, LoraB: lb, M: mag}
+			}
 			*slot = l
 			out = append(out, Adapter{Path: "model.layers." + strconv.Itoa(i) + "." + key, Layer: l})
 		}

@@ -31,7 +31,7 @@ a = json.loads(sys.argv[1])
 model, _ = load_model(Path(a["path"]))
 mx.random.seed(a["seed"])
 model.freeze()
-linear_to_lora_layers(model, a["num_layers"], {"rank": a["rank"], "scale": a["scale"], "dropout": 0.0})
+linear_to_lora_layers(model, a["num_layers"], {"rank": a["rank"], "scale": a["scale"], "dropout": 0.0}, use_dora=a["dora"])
 print(json.dumps([[n, list(p.shape), np.array(p).ravel().tolist()] for n, p in tree_flatten(model.trainable_parameters())]))
 `
 
@@ -40,14 +40,18 @@ func checkpointDir(t *testing.T) string {
 }
 
 // TestApplyMatchesMLXLM: the adapted layers, their names and their initial
-// values (lora_a drawn from the seeded key sequence, lora_b zeros) are
-// mlx_lm's, bit for bit, for the last two blocks and for all of them.
+// values (lora_a drawn from the seeded key sequence, lora_b zeros, DoRA's m
+// the base's row norms) are mlx_lm's, bit for bit, for the last two blocks
+// and for all of them.
 func TestApplyMatchesMLXLM(t *testing.T) {
 	py := testenv.Python(t)
 	dir := checkpointDir(t)
-	for _, c := range []struct{ numLayers, rank int }{{2, 4}, {0, 8}} {
-		t.Run("layers"+strconv.Itoa(c.numLayers), func(t *testing.T) {
-			args, _ := json.Marshal(map[string]any{"path": dir, "seed": 7, "num_layers": c.numLayers, "rank": c.rank, "scale": 20.0})
+	for _, c := range []struct {
+		numLayers, rank int
+		dora            bool
+	}{{2, 4, false}, {0, 8, false}, {2, 4, true}} {
+		t.Run("layers"+strconv.Itoa(c.numLayers)+map[bool]string{true: "/dora"}[c.dora], func(t *testing.T) {
+			args, _ := json.Marshal(map[string]any{"path": dir, "seed": 7, "num_layers": c.numLayers, "rank": c.rank, "scale": 20.0, "dora": c.dora})
 			out, err := exec.Command(py, "-c", initOracle, string(args)).Output()
 			if err != nil {
 				if ee, ok := err.(*exec.ExitError); ok {
@@ -69,13 +73,19 @@ func TestApplyMatchesMLXLM(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			ads, err := Apply(b, m, c.numLayers, Params{Rank: c.rank, Scale: 20}, generate.NewRNG(7))
+			apply := Apply
+			if c.dora {
+				apply = ApplyDoRA
+			}
+			ads, err := apply(b, m, c.numLayers, Params{Rank: c.rank, Scale: 20}, generate.NewRNG(7))
 			if err != nil {
 				t.Fatal(err)
 			}
 			got := map[string]backend.Array{}
 			for _, a := range ads {
-				got[a.Path+".lora_a"], got[a.Path+".lora_b"] = a.Layer.LoraA, a.Layer.LoraB
+				for _, p := range a.Params() {
+					got[a.Path+"."+p.Leaf] = *p.Array
+				}
 			}
 			if len(got) != len(want) {
 				t.Fatalf("%d adapter arrays, mlx_lm has %d", len(got), len(want))
