@@ -15,8 +15,9 @@ import (
 // linear_to_lora_layers on the last two blocks, lora_b set to a formula so
 // that the adapters matter, mx.save_safetensors, save_config), then loads
 // the model with it as mlx_lm.load(adapter_path=...) does and prints
-// mlx_lm's greedy tokens after the prompt ids (generate_step), and the
-// greedy tokens of the model without adapters.
+// mlx_lm's greedy tokens after the prompt ids (generate_step), those of
+// the model without adapters, and those of the adapted model after
+// mlx_lm.fuse's fuse(dequantize=False) of every adapted layer.
 const adapterOracle = `
 import json, sys
 from pathlib import Path
@@ -49,13 +50,19 @@ plain, _ = load_model(Path(a["path"]))
 adapted, _ = load_model(Path(a["path"]))
 load_adapters(adapted, a["dir"])
 adapted.eval()
-print(json.dumps({"plain": greedy(plain), "adapted": greedy(adapted)}))
+adapted_tokens = greedy(adapted)
+fused = [(n, m.fuse(dequantize=False)) for n, m in adapted.named_modules() if hasattr(m, "fuse")]
+adapted.update_modules(tree_unflatten(fused))
+print(json.dumps({"plain": greedy(plain), "adapted": adapted_tokens, "fused": greedy(adapted)}))
 `
 
 // TestGenerateAdapterPath: `mlxgo generate --adapter-path` with a
 // directory mlx_lm.lora wrote gives mlx_lm's greedy tokens with those
 // adapters (float32 checkpoint, cpu backend), which differ from the
-// tokens without them; a bad adapter directory is an error naming it.
+// tokens without them; `mlxgo fuse --de-quantize` gives a model that
+// generates those tokens alone, and `mlxgo fuse` (quantized again) one
+// that generates what mlx_lm.fuse's model does; a bad adapter directory is
+// an error naming it.
 func TestGenerateAdapterPath(t *testing.T) {
 	model := filepath.Join(fixtures, "models", "optiq-f32")
 	dir := t.TempDir()
@@ -68,7 +75,7 @@ func TestGenerateAdapterPath(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	var want struct{ Plain, Adapted []int32 }
+	var want struct{ Plain, Adapted, Fused []int32 }
 	if err := json.Unmarshal(out, &want); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +97,38 @@ func TestGenerateAdapterPath(t *testing.T) {
 			t.Errorf("no adapters line in the output:\n%s", stdout)
 		}
 	}
-	rc, _, stderr := mlxgo("generate", "--model", model, "--prompt-ids", "1,2", "--backend", "cpu", "--adapter-path", t.TempDir())
+	// mlxgo fuse, then the fused model alone: the adapted model's tokens
+	for _, dq := range []bool{false, true} {
+		fused := filepath.Join(t.TempDir(), "fused")
+		args := []string{"fuse", "--model", model, "--adapter-path", dir, "--save-path", fused, "--backend", "cpu"}
+		if dq {
+			args = append(args, "--de-quantize")
+		}
+		rc, stdout, stderr := mlxgo(args...)
+		if rc != 0 || !strings.Contains(stdout, "fused 14 adapted layers") {
+			t.Fatalf("fuse (dequantize %v): exit %d, stdout %q, stderr:\n%s", dq, rc, stdout, stderr)
+		}
+		rc, stdout, stderr = mlxgo("generate", "--model", fused, "--prompt-ids", joinIDs(ids), "--max-tokens", "12", "--backend", "cpu")
+		if rc != 0 {
+			t.Fatalf("generate on the fused model: exit %d, stderr:\n%s", rc, stderr)
+		}
+		// quantized again, the fused weights round differently from the
+		// adapted layers: the tokens are those of mlx_lm.fuse's model
+		// (whose tensors lora.TestFuseMatchesMLXLM finds equal to ours);
+		// dequantized, those of the adapted model
+		w, what := want.Fused, "mlx_lm's fused model"
+		if dq {
+			w, what = want.Adapted, "mlx_lm, adapters unfused"
+		}
+		if got := generated(t, stdout); fmt.Sprint(got) != fmt.Sprint(w) {
+			t.Errorf("fused (dequantize %v): tokens %v\nwant (%s) %v", dq, got, what, w)
+		}
+	}
+	rc, _, stderr := mlxgo("fuse", "--model", model, "--save-path", t.TempDir())
+	if rc != 2 || !strings.Contains(stderr, "--adapter-path") {
+		t.Errorf("fuse without --adapter-path: exit %d, stderr %q", rc, stderr)
+	}
+	rc, _, stderr = mlxgo("generate", "--model", model, "--prompt-ids", "1,2", "--backend", "cpu", "--adapter-path", t.TempDir())
 	if rc == 0 || !strings.Contains(stderr, "--adapter-path") || !strings.Contains(stderr, "adapter_config.json") {
 		t.Errorf("an empty adapter directory: exit %d, stderr %q", rc, stderr)
 	}

@@ -28,6 +28,7 @@ Commands:
   synth      write a synthetic checkpoint (MiniCPM5-1B shapes, random weights) for benchmarks
   bench      benchmark every backend, mlx_lm and llama.cpp side by side on one checkpoint
   diff       compare two backends (or a backend and an oracle tap dump) tap by tap, and bisect kernels
+  fuse       fold LoRA/DoRA adapters into a model's weights (mlx_lm.fuse)
 
 Run 'mlxgo COMMAND --help' for a command's flags and examples.
 `
@@ -59,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdBench(args[1:], stdout, stderr)
 	case "diff":
 		return cmdDiff(args[1:], stdout, stderr)
+	case "fuse":
+		return cmdFuse(args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0
