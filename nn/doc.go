@@ -12,7 +12,10 @@
 //   - [RoPE] with every scaling of mlx_lm's initialize_rope ([NewRoPE]);
 //   - [Attention] (grouped-query attention of mlx_lm's llama.py) and [MLP]
 //     (its SwiGLU feed-forward);
-//   - the [KVCache] contract and [FullKVCache] (mlx_lm's KVCache).
+//   - the [KVCache] contract and [FullKVCache] (mlx_lm's KVCache);
+//   - [LoRALinear] and [DoRALinear] (mlx_lm's tuner.lora.LoRALinear and
+//     tuner.dora.DoRALinear over a Dense or a QuantizedLinear base, with
+//     Fuse).
 //
 // Layers own nothing but their parameters and leave every intermediate to
 // the caller's backend scope: a model opens a scope around each block and

@@ -20,6 +20,7 @@ import (
 func Run(t *testing.T, open func() (backend.Backend, error)) {
 	t.Run("Lifetime", func(t *testing.T) { runLifetime(t, open) })
 	t.Run("Ops", func(t *testing.T) { runOps(t, open, nil) })
+	t.Run("Gradients", func(t *testing.T) { runGradients(t, open) })
 }
 
 // RunApproximate is Run for a mode of a backend that is approximate by
@@ -34,6 +35,7 @@ func RunApproximate(t *testing.T, open func() (backend.Backend, error), reason s
 	}
 	t.Run("Lifetime", func(t *testing.T) { runLifetime(t, open) })
 	t.Run("Ops", func(t *testing.T) { runOps(t, open, skip) })
+	t.Run("Gradients", func(t *testing.T) { runGradients(t, open) })
 }
 
 // seed fixes the random shapes and values of every case; a failure message

@@ -65,6 +65,22 @@
 // measured on both backends. Finally the same op on the same inputs must
 // give the same bits twice (Ops/Deterministic).
 //
+// Gradients (Gradients/...), where the backend implements
+// backend.Differentiator (a backend without it is skipped loudly): the VJP
+// of each differentiable op (unary ops, Multiply with broadcasting, Divide,
+// Sum, Matmul, Softmax, LogSumExp, Take, Slice/Concatenate/Transpose/
+// Reshape, RMSNorm, SwiGLU, RoPE with a scalar and per-row offsets, causal
+// SDPA with GQA, QuantizedMatmul w.r.t. x) on float32 inputs in random
+// layouts, against the gradient worked out by hand in float64 loops, held
+// to the row "contract/grad" against the gradient's scale; ValueAndGrad
+// equal to VJP with a cotangent of one, gradients in argnums order (repeats
+// allowed), a non-scalar loss and an argnum out of range are errors;
+// Checkpoint gives the plain function's gradients bit for bit and runs the
+// function again in the backward; the function's error and an *OpError
+// panicking in it come back as the transform's error; an output without a
+// cotangent still comes back, one array passed twice is two inputs, and no
+// gradient flows through StopGradient.
+//
 // The suite never branches on Name. Where MLX itself departs from the
 // mathematical definition (its float32 exp polynomial, steps rounded to
 // half types), the tolerance row says so with a measured figure; where MLX

@@ -123,6 +123,12 @@ func (b *Backend) newBuf() *buffer {
 // strides nil for row-major contiguous), adds it to the innermost open
 // scope, or at the outermost level to the safety net, and counts it.
 func (b *Backend) newArray(dt tensor.DType, shape tensor.Shape, buf *buffer, off int, strides []int) *Array {
+	return b.makeArray(dt, shape, buf, off, strides, false)
+}
+
+// makeArray is newArray, at the outermost level whatever scopes are open
+// when outermost is set (the gradient tape's views).
+func (b *Backend) makeArray(dt tensor.DType, shape tensor.Shape, buf *buffer, off int, strides []int, outermost bool) *Array {
 	if b.closed {
 		panic(&backend.OpError{Op: "cpu", Err: fmt.Errorf("backend is closed")})
 	}
@@ -135,7 +141,11 @@ func (b *Backend) newArray(dt tensor.DType, shape tensor.Shape, buf *buffer, off
 	if buf.refs++; buf.refs == 1 {
 		bytes = buf.nbytes
 	}
-	b.life.Add(a, bytes)
+	if outermost {
+		b.life.AddOutermost(a, bytes)
+	} else {
+		b.life.Add(a, bytes)
+	}
 	return a
 }
 

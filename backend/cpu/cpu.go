@@ -29,6 +29,7 @@ type Backend struct {
 	life *tracker    // scopes, Release, Stats and the safety net
 	pool *pool       // storage of released arrays, for reuse
 	tmps [][]float32 // scratch of the op in progress (see scratchF32)
+	tape *tape       // the gradient tape recording ops, nil when none (grad.go)
 }
 
 // Precisions lists the accepted values of backend.Options.Precision.

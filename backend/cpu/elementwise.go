@@ -16,7 +16,10 @@ import (
 // high precision compute in float64 and round once. Integer and Bool
 // arithmetic is exact with two's-complement wrap. Maximum and Minimum
 // propagate NaN. Comparisons return Bool and are exact.
-func (b *Backend) Binary(op backend.BinaryOp, x, y backend.Array) backend.Array {
+func (b *Backend) Binary(op backend.BinaryOp, x, y backend.Array) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record(op.String(), traced, binaryVJP(op), x, y) }()
+	}
 	name := op.String()
 	xa, ya := b.use2(name, x, y)
 	var shapeBuf [4]int
@@ -263,7 +266,10 @@ func unaryDType(op backend.UnaryOp, dt tensor.DType) tensor.DType {
 // SiLU is MLX's nn.silu, T(x · sigmoid(x)) with the sigmoid already in T.
 // F64 arrays and the high precision evaluate everything in float64 with
 // math.Exp and round once. Negative of a Bool array panics (MLX rejects it).
-func (b *Backend) Unary(op backend.UnaryOp, x backend.Array) backend.Array {
+func (b *Backend) Unary(op backend.UnaryOp, x backend.Array) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record(op.String(), traced, unaryVJP(op), x) }()
+	}
 	name := op.String()
 	a := b.use1(name, x)
 	if op < backend.Exp || op > backend.Cos {
@@ -376,7 +382,10 @@ func sigmoid64(x float64) float64 {
 // AsType converts x to dt as MLX's astype: floats round to nearest even
 // (f16 and bf16 through float32), floats to integers truncate toward zero
 // (saturating, NaN to 0), integers wrap, anything nonzero becomes true.
-func (b *Backend) AsType(x backend.Array, dt tensor.DType) backend.Array {
+func (b *Backend) AsType(x backend.Array, dt tensor.DType) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("AsType", traced, asTypeVJP, x) }()
+	}
 	a := b.use1("AsType", x)
 	if dt.Size() == 0 {
 		panic(backend.Errorf("AsType", []backend.Array{x}, "invalid target dtype %v", dt))
@@ -396,7 +405,10 @@ func (b *Backend) AsType(x backend.Array, dt tensor.DType) backend.Array {
 // Where picks a where cond is true and b elsewhere, with cond, a and b
 // broadcast together. cond of another dtype is converted to Bool (nonzero
 // is true); a and b are converted to their promoted dtype.
-func (b *Backend) Where(cond, x, y backend.Array) backend.Array {
+func (b *Backend) Where(cond, x, y backend.Array) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Where", traced, whereVJP, cond, x, y) }()
+	}
 	ca, xa, ya := b.use3("Where", cond, x, y)
 	shape, ok := broadcastShapes(ca.shape, xa.shape, ya.shape)
 	if !ok {

@@ -17,7 +17,10 @@ import (
 // RMSNorm is mx.fast.rms_norm over the last axis: the output dtype is the
 // promotion of x and weight (both converted to it), weight is 1-D with x's
 // last dimension, or nil for none (mx.fast.rms_norm(x, None, eps)).
-func (b *Backend) RMSNorm(x, weight backend.Array, eps float32) backend.Array {
+func (b *Backend) RMSNorm(x, weight backend.Array, eps float32) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("RMSNorm", traced, rmsNormVJP(eps), x, weight) }()
+	}
 	a := b.use1("RMSNorm", x)
 	if len(a.shape) == 0 || a.shape[len(a.shape)-1] == 0 {
 		panic(backend.Errorf("RMSNorm", []backend.Array{x, weight}, "x needs a non-empty last axis"))
@@ -55,7 +58,10 @@ func (b *Backend) RMSNorm(x, weight backend.Array, eps float32) backend.Array {
 // the axes between the first and L are heads. The offset is a scalar, or an
 // integer array of 1 or B entries (one position per batch row). Freqs, when
 // set, is a 1-D float array of Dims/2 entries. The output has x's dtype.
-func (b *Backend) RoPE(x backend.Array, p backend.RoPE, offset backend.Offset) backend.Array {
+func (b *Backend) RoPE(x backend.Array, p backend.RoPE, offset backend.Offset) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("RoPE", traced, ropeVJP(p, offset), x, p.Freqs, offset.Rows) }()
+	}
 	a := b.use1("RoPE", x)
 	nd := len(a.shape)
 	if nd < 3 {
@@ -102,7 +108,10 @@ func (b *Backend) RoPE(x backend.Array, p backend.RoPE, offset backend.Offset) b
 // promoted dtype, which is the output's. An ArrayMask is Bool (true =
 // attend) or a float dtype that promotes to the output dtype (added to the
 // scores), broadcastable to [B, H, L, S].
-func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32, mask backend.Mask) backend.Array {
+func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32, mask backend.Mask) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("ScaledDotProductAttention", traced, sdpaVJP(scale, mask), q, k, v, maskArray(mask)) }()
+	}
 	qa, ka, va := b.use3("ScaledDotProductAttention", q, k, v)
 	args := func() []backend.Array { return []backend.Array{q, k, v} }
 	if len(qa.shape) != 4 || len(ka.shape) != 4 || len(va.shape) != 4 {
@@ -286,7 +295,10 @@ func (b *Backend) kvOf(a *Array, dt tensor.DType) kernel.KV {
 // SwiGLU is mlx_lm's swiglu, silu(gate)·up with every step rounded to the
 // dtype (kernel.SwiGLU). gate and up have the same shape; their dtypes are
 // promoted together (float only).
-func (b *Backend) SwiGLU(gate, up backend.Array) backend.Array {
+func (b *Backend) SwiGLU(gate, up backend.Array) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("SwiGLU", traced, swiGLUVJP, gate, up) }()
+	}
 	ga, ua := b.use2("SwiGLU", gate, up)
 	if !ga.shape.Equal(ua.shape) {
 		panic(backend.Errorf("SwiGLU", []backend.Array{gate, up}, "gate and up shapes differ"))

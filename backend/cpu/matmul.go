@@ -21,7 +21,10 @@ import (
 // nn.Dense and the tied head compute) is read in place (matmulNT), in the
 // same order, without materialising Wᵀ; in Precision "fast" that product
 // may fuse and reorder its sums (kernel.DenseFastBound).
-func (b *Backend) Matmul(x, y backend.Array) backend.Array {
+func (b *Backend) Matmul(x, y backend.Array) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Matmul", traced, matmulVJP, x, y) }()
+	}
 	xa, ya := b.use2("Matmul", x, y)
 	p, err := planMatmul(xa, ya)
 	if err != "" {

@@ -32,6 +32,9 @@ func validQuant(groupSize, bits int) error {
 func (b *Backend) Quantize(w backend.Array, groupSize, bits int) backend.QuantizedArray {
 	a := b.use1("Quantize", w)
 	args := []backend.Array{w}
+	if b.tracked(w) {
+		panic(backend.Errorf("Quantize", args, "has no gradient, and w is being differentiated"))
+	}
 	if err := validQuant(groupSize, bits); err != nil {
 		panic(backend.Errorf("Quantize", args, "%v", err))
 	}
@@ -88,7 +91,10 @@ func (b *Backend) quantParts(op string, extra []backend.Array, q backend.Quantiz
 
 // Dequantize is mx.dequantize (affine): scales·q + biases per group, in the
 // promoted dtype of the scales and biases, each step rounded to it.
-func (b *Backend) Dequantize(q backend.QuantizedArray) backend.Array {
+func (b *Backend) Dequantize(q backend.QuantizedArray) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Dequantize", traced, noVJP, q.W, q.Scales, q.Biases) }()
+	}
 	w, s, bi, dt := b.quantParts("Dequantize", nil, q)
 	cols := w.shape[len(w.shape)-1] * 32 / q.Bits
 	rows := w.shape.Size() / w.shape[len(w.shape)-1]
@@ -107,7 +113,12 @@ func (b *Backend) Dequantize(q backend.QuantizedArray) backend.Array {
 // scales' (x, scales and biases are converted to it). With a 2-D W, all of
 // x's leading axes are rows; when both x and W have more than 2 dimensions
 // their batch axes broadcast. The kernels read the packed codes directly.
-func (b *Backend) QuantizedMatmul(x backend.Array, q backend.QuantizedArray, transpose bool) backend.Array {
+func (b *Backend) QuantizedMatmul(x backend.Array, q backend.QuantizedArray, transpose bool) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() {
+			b.record("QuantizedMatmul", traced, quantizedMatmulVJP(q.GroupSize, q.Bits, transpose), x, q.W, q.Scales, q.Biases)
+		}()
+	}
 	op := "QuantizedMatmul"
 	xa := b.use1(op, x)
 	w, s, bi, sdt := b.quantParts(op, []backend.Array{x}, q)

@@ -54,7 +54,10 @@ func sumDType(dt tensor.DType) tensor.DType {
 // Sum adds along axis, in order, in float32 for F32, F16 and BF16 (float64
 // for F64 and in high precision), rounded once to x's dtype. Integer sums
 // are exact with wrap in the output dtype (see sumDType).
-func (b *Backend) Sum(x backend.Array, axis int, keepDims bool) backend.Array {
+func (b *Backend) Sum(x backend.Array, axis int, keepDims bool) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Sum", traced, sumVJP(axis, keepDims), x) }()
+	}
 	a, l, shape := b.reduction("Sum", x, axis, keepDims)
 	dt := sumDType(a.dtype)
 	m := l.outer * l.inner
@@ -104,7 +107,10 @@ func (b *Backend) Sum(x backend.Array, axis int, keepDims bool) backend.Array {
 
 // Max takes the largest element along axis, in x's dtype. A NaN anywhere
 // gives NaN (MLX). An empty axis panics.
-func (b *Backend) Max(x backend.Array, axis int, keepDims bool) backend.Array {
+func (b *Backend) Max(x backend.Array, axis int, keepDims bool) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Max", traced, maxVJP(axis, keepDims), x) }()
+	}
 	a, l, shape := b.reduction("Max", x, axis, keepDims)
 	if l.n == 0 && l.outer*l.inner > 0 {
 		panic(backend.Errorf("Max", []backend.Array{x}, "cannot reduce an empty axis"))
@@ -226,7 +232,10 @@ func argmaxF[T float32 | float64](v []T, l lanes, res []uint64) {
 // float32 with MLX's CPU exp (float64 with math.Exp for F64 and in high
 // precision), rounded once to x's dtype (F32 for integer x). A lane whose
 // maximum is ±Inf gives that maximum. An empty axis panics.
-func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) backend.Array {
+func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("LogSumExp", traced, logSumExpVJP(axis, keepDims), x) }()
+	}
 	a, l, shape := b.reduction("LogSumExp", x, axis, keepDims)
 	if l.n == 0 {
 		panic(backend.Errorf("LogSumExp", []backend.Array{x}, "cannot reduce an empty axis"))
@@ -288,7 +297,10 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) backend.Ar
 // in the dtype itself, as MLX does: every x_j - m, e_j, partial sum, 1/s
 // and product is rounded to the dtype. F64 and the high precision compute
 // in float64 with math.Exp and round once (high ignores precise).
-func (b *Backend) Softmax(x backend.Array, axis int, precise bool) backend.Array {
+func (b *Backend) Softmax(x backend.Array, axis int, precise bool) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Softmax", traced, softmaxVJP(axis), x) }()
+	}
 	a, l, _ := b.reduction("Softmax", x, axis, true)
 	dt := atLeastFloat(a.dtype)
 	defer b.freeTmps()

@@ -23,7 +23,10 @@ func normAxis(axis, n int) (int, bool) {
 
 // Reshape gives x a new shape of the same size; one dimension may be -1.
 // The result views x's storage; a non-contiguous x is copied first.
-func (b *Backend) Reshape(x backend.Array, shape ...int) backend.Array {
+func (b *Backend) Reshape(x backend.Array, shape ...int) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Reshape", traced, reshapeVJP, x) }()
+	}
 	a := b.use1("Reshape", x)
 	var outBuf [4]int
 	out := tensor.Shape(outBuf[:0])
@@ -59,7 +62,10 @@ func (b *Backend) Reshape(x backend.Array, shape ...int) backend.Array {
 
 // Transpose permutes the axes of x (output axis i is input axis axes[i]);
 // no axes reverses them, as MLX does. The result views x's storage.
-func (b *Backend) Transpose(x backend.Array, axes ...int) backend.Array {
+func (b *Backend) Transpose(x backend.Array, axes ...int) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Transpose", traced, transposeVJP(axes), x) }()
+	}
 	a := b.use1("Transpose", x)
 	n := len(a.shape)
 	if len(axes) == 0 {
@@ -130,7 +136,10 @@ func offset(idx, st []int) int {
 // Slice takes x[start[i]:stop[i]] on every axis (step 1). Negative bounds
 // count from the end; out-of-range bounds panic (no clamping). The result
 // views x's storage.
-func (b *Backend) Slice(x backend.Array, start, stop []int) backend.Array {
+func (b *Backend) Slice(x backend.Array, start, stop []int) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Slice", traced, sliceVJP(start), x) }()
+	}
 	a := b.use1("Slice", x)
 	var loBuf, hiBuf [4]int
 	lo, hi, err := sliceBounds(a.shape, start, stop, loBuf[:0], hiBuf[:0])
@@ -155,7 +164,10 @@ func (b *Backend) Slice(x backend.Array, start, stop []int) backend.Array {
 // the result takes over that storage and dst is released: using dst
 // afterwards panics, as the contract forbids it. Otherwise dst's elements
 // are copied first and dst stays valid, so a live view never changes.
-func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) backend.Array {
+func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("SliceUpdate", traced, sliceUpdateVJP(start), dst, src) }()
+	}
 	d, s := b.use2("SliceUpdate", dst, src)
 	if len(s.shape) > len(d.shape) {
 		panic(backend.Errorf("SliceUpdate", []backend.Array{dst, src}, "src has more dimensions than dst"))
@@ -223,7 +235,10 @@ func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) backend.Array
 // every other dimension must agree. The result holds float32 values when
 // every input does (F32 always), raw bytes otherwise (a bf16 KV cache grown
 // by concatenation stays bf16).
-func (b *Backend) Concatenate(axis int, xs ...backend.Array) backend.Array {
+func (b *Backend) Concatenate(axis int, xs ...backend.Array) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Concatenate", traced, concatenateVJP(axis), xs...) }()
+	}
 	as := b.use("Concatenate", xs...)
 	if len(as) == 0 {
 		panic(&backend.OpError{Op: "Concatenate", Err: fmt.Errorf("no arrays")})
@@ -281,7 +296,10 @@ func (b *Backend) Concatenate(axis int, xs ...backend.Array) backend.Array {
 // out-of-range indices panic. Works for every dtype, packed uint32
 // quantized weights included (a quantized embedding takes rows of W,
 // Scales and Biases).
-func (b *Backend) Take(x, indices backend.Array, axis int) backend.Array {
+func (b *Backend) Take(x, indices backend.Array, axis int) (traced backend.Array) {
+	if b.tape != nil {
+		defer func() { b.record("Take", traced, takeVJP(axis), x, indices) }()
+	}
 	a, ia := b.use2("Take", x, indices)
 	ax, ok := normAxis(axis, len(a.shape))
 	if !ok {

@@ -576,6 +576,66 @@ int mlx_compile(mlx_closure* res, const mlx_closure f, bool shapeless) {
   });
 }
 
+// ---- gradients ----------------------------------------------------------------
+
+namespace {
+using VGFn = std::function<std::pair<std::vector<mx::array>, std::vector<mx::array>>(const std::vector<mx::array>&)>;
+}  // namespace
+
+mlx_closure_value_and_grad mlx_closure_value_and_grad_new(void) { return {nullptr}; }
+
+int mlx_closure_value_and_grad_free(mlx_closure_value_and_grad c) {
+  delete static_cast<VGFn*>(c.ctx);
+  return 0;
+}
+
+int mlx_closure_value_and_grad_apply(
+    mlx_vector_array* res_0, mlx_vector_array* res_1, mlx_closure_value_and_grad c, const mlx_vector_array input) {
+  return guard([&] {
+    if (c.ctx == nullptr) {
+      throw std::invalid_argument("expected a non-empty mlx_closure_value_and_grad");
+    }
+    auto [values, grads] = (*static_cast<VGFn*>(c.ctx))(vec(input));
+    put(res_0, std::move(values));
+    put(res_1, std::move(grads));
+  });
+}
+
+int mlx_value_and_grad(mlx_closure_value_and_grad* res, const mlx_closure f, const int* argnums, size_t argnums_num) {
+  return guard([&] {
+    VGFn vg = mx::value_and_grad(fn(f), std::vector<int>(argnums, argnums + argnums_num));
+    if (res->ctx != nullptr) {
+      *static_cast<VGFn*>(res->ctx) = std::move(vg);
+    } else {
+      res->ctx = new VGFn(std::move(vg));
+    }
+  });
+}
+
+int mlx_vjp(mlx_vector_array* res_0, mlx_vector_array* res_1, const mlx_closure f, const mlx_vector_array primals,
+            const mlx_vector_array cotangents) {
+  return guard([&] {
+    auto [outputs, vjps] = mx::vjp(fn(f), vec(primals), vec(cotangents));
+    put(res_0, std::move(outputs));
+    put(res_1, std::move(vjps));
+  });
+}
+
+int mlx_checkpoint(mlx_closure* res, const mlx_closure f) {
+  return guard([&] {
+    Fn ck = mx::checkpoint(fn(f));
+    if (res->ctx != nullptr) {
+      *static_cast<Fn*>(res->ctx) = std::move(ck);
+    } else {
+      res->ctx = new Fn(std::move(ck));
+    }
+  });
+}
+
+int mlx_stop_gradient(mlx_array* res, const mlx_array a, const mlx_stream s) {
+  return guard([&] { put(res, mx::stop_gradient(arr(a), str(s))); });
+}
+
 // ---- memory -----------------------------------------------------------------
 
 int mlx_clear_cache(void) {

@@ -192,6 +192,26 @@ int mlxgo_quantize(mlx_array* wq, mlx_array* scales, mlx_array* biases, mlx_arra
   return rc;
 }
 
+static int closure_call(mlx_vector_array* res, const mlx_vector_array in, void* p) {
+  return mlxgoClosureCall(*(uintptr_t*)p, res, in);
+}
+
+static void closure_done(void* p) {
+  mlxgoClosureDone(*(uintptr_t*)p);
+  free(p);
+}
+
+mlx_closure mlxgo_closure(uintptr_t handle) {
+  uintptr_t* p = malloc(sizeof *p);
+  if (p == NULL) {
+    mlxgoClosureDone(handle);
+    return (mlx_closure){NULL};
+  }
+  *p = handle;
+  // On failure mlx-c has already handed the payload to closure_done.
+  return mlx_closure_new_func_payload(closure_call, p, closure_done);
+}
+
 static void borrow_done(void* p) {
   mlxgoBorrowDone(*(uintptr_t*)p);
   free(p);

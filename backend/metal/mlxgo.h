@@ -136,6 +136,10 @@ int mlxgo_quantize(mlx_array* wq, mlx_array* scales, mlx_array* biases, mlx_arra
 // mlxgo_borrow wraps data without a copy where MLX can; when MLX no longer
 // needs it, the Go side is told through handle (mlxgoBorrowDone).
 mlx_array mlxgo_borrow(void* data, const int* shape, int ndim, mlx_dtype dtype, uintptr_t handle);
+// mlxgo_closure makes an mlx_closure whose calls run the Go function
+// registered under handle (mlxgoClosureCall); when MLX drops the closure's
+// last copy, the Go side is told through handle (mlxgoClosureDone).
+mlx_closure mlxgo_closure(uintptr_t handle);
 // mlxgo_memory reads MLX's active, peak and cache bytes.
 int mlxgo_memory(size_t* active, size_t* peak, size_t* cache);
 

@@ -17,6 +17,7 @@ import (
 	"github.com/mlxgo/mlxgo/chat"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/promptcache"
@@ -74,6 +75,11 @@ affine per 32-group in K bits, values rotated and Lloyd-Max quantized in V
 bits; turbo is k8v3; head_dim 64, 128, 256 or 512; --turbo-read deferred or
 eager). --kv-bits or --max-kv-size alone choose their kind, as in mlx_lm.
 
+--adapter-path DIR puts LoRA or DoRA adapters on the model after loading, as
+mlx_lm.generate --adapter-path does: a directory mlx_lm.lora (or mlxgo)
+wrote, adapters.safetensors and adapter_config.json. Adapters of another
+model, rank or set of layers are an error naming the tensor and the file.
+
 Examples:
   mlxgo generate --model smollm2-mlx --prompt "What is the capital of France?"
   mlxgo generate --prompt-cache-file manual.safetensors --prompt "How do I reset it?"
@@ -100,6 +106,7 @@ type sampleFlags struct {
 	temp, topP, minP, repPenalty     float64
 	repContext, prefillStep          int
 	seed                             uint64
+	adapterPath                      string // --adapter-path
 }
 
 // generateFlags are the parsed flags of mlxgo generate.
@@ -148,6 +155,7 @@ func (f *sampleFlags) register(fs *flag.FlagSet, maxTokens int) {
 	fs.StringVar(&f.backend, "backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
 	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference (MLX's), high (float64 accumulation; cpu only) or fast (int8 activations in quantized matmuls, FMA in dense ones; approximate; cpu only)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
+	fs.StringVar(&f.adapterPath, "adapter-path", "", "directory of LoRA or DoRA adapters as mlx_lm.lora writes them (adapters.safetensors, adapter_config.json), put on the model after loading")
 }
 
 // check validates the shared flags and resolves --model to a directory.
@@ -415,6 +423,21 @@ func openModel(f *sampleFlags, stdout, stderr io.Writer) (backend.Backend, *mini
 	cfg := m.Config()
 	fmt.Fprintf(stdout, "loaded %s on %s in %s (%s, %d layers, vocab %d)\n", f.model, b.Name(), ms(time.Since(start)), m.DType().MLXName(), cfg.NumHiddenLayers, cfg.VocabSize)
 	PrintWarnings(stderr, m.Warnings())
+	if f.adapterPath != "" {
+		var ads []lora.Adapter
+		var ac lora.Config
+		err := b.Do(func() (err error) {
+			defer backend.Recover(&err)
+			ads, ac, err = lora.Load(b, m, f.adapterPath)
+			return err
+		})
+		if err != nil {
+			m.Close()
+			b.Close()
+			return nil, nil, fmt.Errorf("--adapter-path %s: %w", f.adapterPath, err)
+		}
+		fmt.Fprintf(stdout, "adapters: %d %s layers (rank %d, scale %g) from %s\n", len(ads), ac.FineTuneType, ac.LoRA.Rank, ac.LoRA.Scale, f.adapterPath)
+	}
 	return b, m, nil
 }
 

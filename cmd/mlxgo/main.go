@@ -30,6 +30,7 @@ Commands:
   pull       download a Hugging Face Hub model repo into the Hugging Face cache
   diff       compare two backends (or a backend and an oracle tap dump) tap by tap, and bisect kernels
   kvquality  measure KV cache kinds (quantized, TurboQuant) against the full cache: KL, greedy agreement, bytes per token
+  fuse       fold LoRA/DoRA adapters into a model's weights (mlx_lm.fuse)
 
 Run 'mlxgo COMMAND --help' for a command's flags and examples.
 `
@@ -65,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdPull(args[1:], stdout, stderr)
 	case "kvquality":
 		return cmdKVQuality(args[1:], stdout, stderr)
+	case "fuse":
+		return cmdFuse(args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0

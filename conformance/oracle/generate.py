@@ -6,6 +6,7 @@ Run by `make oracle`; never at test time. See conformance/README.md for the form
 """
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -16,6 +17,7 @@ import mlx.core as mx  # noqa: E402
 
 import batch  # noqa: E402
 import common  # noqa: E402
+import grad  # noqa: E402
 import kvcache  # noqa: E402
 import models  # noqa: E402
 import ops  # noqa: E402
@@ -29,7 +31,7 @@ import tokenizer_fixtures  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="fixture directory to (re)write")
-    ap.add_argument("--only", choices=["ops", "models", "tokenizers", "real", "batch"], help="generate one part only (for development)")
+    ap.add_argument("--only", choices=["ops", "models", "tokenizers", "real", "batch", "grad"], help="generate one part only (for development)")
     args = ap.parse_args()
 
     mx.set_default_device(mx.cpu)
@@ -53,6 +55,20 @@ def main():
         # Batch generation fixtures (batch.py) on the checkpoints above; not manifest cases.
         shutil.rmtree(os.path.join(out, "batch"), ignore_errors=True)
         batch.generate(os.path.join(out, "batch"), os.path.join(out, "models"))
+    if args.only in (None, "grad"):
+        # Gradient fixtures: mx.vjp and mx.value_and_grad (grad.py).
+        shutil.rmtree(os.path.join(out, "grad"), ignore_errors=True)
+        grad_entries = grad.generate(os.path.join(out, "grad"))
+        entries += grad_entries
+        if args.only == "grad":
+            # Replace the grad cases of an existing index, leaving the others as they are.
+            path = os.path.join(out, "manifest.json")
+            with open(path) as f:
+                index = json.load(f)
+            keep = [c for c in index["cases"] if not c["file"].startswith("grad/")]
+            new = [{"name": e["name"], "kind": e["kind"], "file": os.path.relpath(e["file"], out)} for e in grad_entries]
+            index["cases"] = sorted(keep + new, key=lambda e: e["name"])
+            common.write_json(path, index)
     tokenizer_entries = []
     if args.only in (None, "tokenizers"):
         shutil.rmtree(os.path.join(out, "tokenizers"), ignore_errors=True)

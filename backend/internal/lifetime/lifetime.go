@@ -103,6 +103,19 @@ func (t *Tracker[A, R]) Add(a A, bytes int64) {
 	}
 }
 
+// AddOutermost is Add at the outermost level whatever scopes are open,
+// for arrays a transform holds across the caller's scopes (the gradient
+// tape's saved values); only Release frees them.
+func (t *Tracker[A, R]) AddOutermost(a A, bytes int64) {
+	t.Drain()
+	st := a.state()
+	st.owner = &t.ledger
+	t.stats.LiveArrays++
+	t.stats.LiveBytes += bytes
+	t.stats.PeakBytes = max(t.stats.PeakBytes, t.stats.LiveBytes)
+	t.addRoot(a, st)
+}
+
 // Arg checks that args[i], argument i of op, is a live array of this
 // tracker and returns it. Otherwise it panics with an *backend.OpError
 // naming op and every argument; args is copied only then, so it can stay

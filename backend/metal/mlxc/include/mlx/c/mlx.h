@@ -30,6 +30,7 @@ typedef struct mlx_device_ { void* ctx; } mlx_device;
 typedef struct mlx_string_ { void* ctx; } mlx_string;
 typedef struct mlx_vector_array_ { void* ctx; } mlx_vector_array;
 typedef struct mlx_closure_ { void* ctx; } mlx_closure;
+typedef struct mlx_closure_value_and_grad_ { void* ctx; } mlx_closure_value_and_grad;
 
 /* Element types, in MLX's Dtype::Val order. */
 typedef enum mlx_dtype_ {
@@ -115,6 +116,15 @@ int mlx_closure_free(mlx_closure cls);
 mlx_closure mlx_closure_new_func_payload(int (*fun)(mlx_vector_array*, const mlx_vector_array, void*), void* payload, void (*dtor)(void*));
 int mlx_closure_apply(mlx_vector_array* res, mlx_closure cls, const mlx_vector_array input);
 int mlx_compile(mlx_closure* res, const mlx_closure fun, bool shapeless);
+
+/* Gradients (MLX's autodiff of a closure). */
+mlx_closure_value_and_grad mlx_closure_value_and_grad_new(void);
+int mlx_closure_value_and_grad_free(mlx_closure_value_and_grad cls);
+int mlx_closure_value_and_grad_apply(mlx_vector_array* res_0, mlx_vector_array* res_1, mlx_closure_value_and_grad cls, const mlx_vector_array input);
+int mlx_value_and_grad(mlx_closure_value_and_grad* res, const mlx_closure fun, const int* argnums, size_t argnums_num);
+int mlx_vjp(mlx_vector_array* res_0, mlx_vector_array* res_1, const mlx_closure fun, const mlx_vector_array primals, const mlx_vector_array cotangents);
+int mlx_checkpoint(mlx_closure* res, const mlx_closure fun);
+int mlx_stop_gradient(mlx_array* res, const mlx_array a, const mlx_stream s);
 
 /* Memory. */
 int mlx_clear_cache(void);

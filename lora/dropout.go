@@ -1,0 +1,38 @@
+package lora
+
+import (
+	"fmt"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Dropout returns mlx.nn.Dropout(p) in training mode, for
+// nn.LoRALinear.Dropout: each call draws one key from rng (as
+// mx.random.bernoulli does from MLX's key sequence), keeps the elements
+// whose uniform draw is below 1-p (in float32) and returns
+// (mask·x)·(1/(1-p)), the factor in x's dtype. With rng the state after
+// mx.random.seed and the same calls in the same order, the masks are
+// MLX's. p must be in [0, 1); p = 0 returns x itself, as MLX does.
+func Dropout(b backend.Backend, p float64, rng *generate.RNG) (func(x backend.Array) backend.Array, error) {
+	if !(p >= 0 && p < 1) {
+		return nil, fmt.Errorf("lora: dropout %g, want 0 <= p < 1", p)
+	}
+	keep := 1 - p
+	return func(x backend.Array) backend.Array {
+		if keep == 1 {
+			return x
+		}
+		s := x.Shape()
+		u := generate.Uniform(rng.Next(), s.Size())
+		mask := make([]byte, len(u))
+		for i, v := range u {
+			if v < float32(keep) {
+				mask[i] = 1
+			}
+		}
+		m := b.FromHost(&tensor.Dense{DType: tensor.Bool, Shape: s, Data: mask})
+		return b.Binary(backend.Multiply, b.Binary(backend.Multiply, m, x), b.Full(tensor.Shape{}, 1/keep, x.DType()))
+	}, nil
+}
