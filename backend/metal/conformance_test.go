@@ -69,12 +69,15 @@ func opCases(t *testing.T) []*conformance.Case {
 }
 
 // hostSide are the fixture ops mlxgo computes on the host whichever backend
-// is open (package generate: sampling transforms, random numbers). Check
-// still holds them to the oracle; they are not backend results to compare.
+// is open (package generate: sampling transforms, random numbers; the
+// TurboQuant codec of nn/turboquant, whose codes, scales and packed bytes
+// never pass through a backend op). Check still holds them to the oracle
+// (the codec exactly); they are not backend results to compare.
 var hostSide = map[string]bool{
 	"apply_top_p": true, "apply_min_p": true, "apply_top_k": true, "temperature": true,
 	"repetition_penalty": true, "categorical": true, "categorical_sampling": true,
 	"make_sampler": true, "random_key": true, "random_split": true, "random_uniform": true,
+	"turboquant": true,
 }
 
 // TestOpFixtures runs every op fixture through conformance.Check on MLX's
