@@ -200,7 +200,7 @@ func jsonError(err error, data []byte) error {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return fmt.Errorf("field %q is a JSON %s, want %v", te.Field, te.Value, te.Type)
+		return fmt.Errorf("field %q is a JSON %s, want %v", strings.TrimPrefix(te.Field, "params."), te.Value, te.Type)
 	}
 	return err
 }

@@ -67,6 +67,9 @@ type Config struct {
 	// nothing for that long is dropped and its sequence cancelled); 0
 	// means 60 s.
 	WriteTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, headers and body
+	// (HTTPServer; the headers alone get at most 10 s); 0 means 60 s.
+	ReadTimeout time.Duration
 	// Log receives one line per request; nil discards them.
 	Log io.Writer
 }
@@ -115,6 +118,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = 60 * time.Second
 	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 60 * time.Second
+	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
@@ -155,18 +161,20 @@ func (s *Server) Memory() (MemoryStats, error) {
 }
 
 // HTTPServer returns an http.Server for addr serving Handler, with
-// timeouts against slow clients: 10 s for the headers, 60 s for the whole
-// request (headers and body), at most 64 KiB of headers, 120 s idle.
+// timeouts against slow clients (ConfigureHTTP).
 func (s *Server) HTTPServer(addr string) *http.Server {
 	hs := &http.Server{Addr: addr, Handler: s.Handler()}
-	ConfigureHTTP(hs)
+	s.ConfigureHTTP(hs)
 	return hs
 }
 
-// ConfigureHTTP sets HTTPServer's timeouts on hs (for httptest servers).
-func ConfigureHTTP(hs *http.Server) {
-	hs.ReadHeaderTimeout = 10 * time.Second
-	hs.ReadTimeout = 60 * time.Second
+// ConfigureHTTP sets hs's limits against slow or hostile clients: the
+// headers within min(10 s, ReadTimeout), the whole request within
+// ReadTimeout, at most 64 KiB of headers, 120 s idle. (Writes are bounded
+// per write by WriteTimeout, so a long stream is not cut.)
+func (s *Server) ConfigureHTTP(hs *http.Server) {
+	hs.ReadHeaderTimeout = min(10*time.Second, s.cfg.ReadTimeout)
+	hs.ReadTimeout = s.cfg.ReadTimeout
 	hs.IdleTimeout = 120 * time.Second
 	hs.MaxHeaderBytes = 64 << 10
 }
