@@ -3,9 +3,11 @@ package server_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +24,7 @@ import (
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/server"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -549,6 +552,159 @@ func TestErrors(t *testing.T) {
 		if resp.StatusCode != 200 || !bytes.Contains(data, []byte(map[string]string{"/v1/models": `"id":"tiny"`, "/health": `"status":"ok"`}[path])) {
 			t.Errorf("GET %s: %d %s", path, resp.StatusCode, data)
 		}
+	}
+	f.checkIdle()
+}
+
+// gatedModel runs each BatchLogits (a decode step) only once given a
+// permit, so a test can hold the engine mid-generation.
+type gatedModel struct {
+	generate.BatchModel
+	permits chan struct{}
+	entered chan struct{} // signalled (without blocking) when a step waits
+}
+
+func (g *gatedModel) BatchLogits(ids backend.Array, cache []*nn.BatchKVCache) (backend.Array, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.permits
+	return g.BatchModel.BatchLogits(ids, cache)
+}
+
+func gate(c *server.Config) *gatedModel {
+	g := &gatedModel{BatchModel: c.Model, permits: make(chan struct{}), entered: make(chan struct{}, 1)}
+	c.Model = g
+	return g
+}
+
+// TestBackpressure: with one sequence decoding and one waiting, further
+// requests are answered 429 with Retry-After at once, while the first two
+// complete once the engine moves.
+func TestBackpressure(t *testing.T) {
+	var g *gatedModel
+	f := newFixture(t, func(c *server.Config) { g = gate(c); c.MaxConcurrency, c.QueueSize = 1, 1 })
+	type result struct {
+		status int
+		retry  string
+		code   any
+	}
+	results := make(chan result, 4)
+	send := func() {
+		status, got, h := f.post("/v1/completions", `{"prompt": [1, 2, 3], "max_tokens": 3}`)
+		results <- result{status, h.Get("Retry-After"), get(got, "error", "code")}
+	}
+	go send()
+	<-g.entered // the first request's prompt is in a decode step, held
+	for range 3 {
+		go send()
+	}
+	var got []result
+	for range 2 {
+		got = append(got, <-results)
+	}
+	for _, r := range got {
+		if r.status != 429 || r.retry == "" || r.code != "rate_limit_exceeded" {
+			t.Errorf("with the server full: status %d, Retry-After %q, code %v; want 429, a Retry-After and rate_limit_exceeded", r.status, r.retry, r.code)
+		}
+	}
+	close(g.permits)
+	for range 2 {
+		if r := <-results; r.status != 200 {
+			t.Errorf("an admitted request: status %d", r.status)
+		}
+	}
+	if n := strings.Count(f.log.String(), "status=429"); n != 2 {
+		t.Errorf("%d 429s logged, want 2:\n%s", n, f.log.String())
+	}
+	f.checkIdle()
+}
+
+// TestDisconnect: a client that goes away mid-stream cancels its sequence:
+// the engine drops it (its cache rows freed) long before its max_tokens,
+// and the backend's arrays are back at the baseline.
+func TestDisconnect(t *testing.T) {
+	var g *gatedModel
+	f := newFixture(t, func(c *server.Config) { g = gate(c) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", f.url+"/v1/completions", strings.NewReader(`{"prompt": [1, 2, 3], "max_tokens": 200, "stream": true}`))
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			r := bufio.NewReader(resp.Body)
+			_, err = r.ReadString('\n') // the first event
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	steps := 0
+	for ; ; steps++ {
+		select {
+		case g.permits <- struct{}{}:
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			done = nil
+			continue
+		}
+		if done == nil {
+			time.Sleep(2 * time.Millisecond)
+			m, err := f.srv.Memory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Sequences == 0 {
+				break
+			}
+		}
+		if steps > 190 {
+			t.Fatalf("the sequence ran %d steps after its client left", steps)
+		}
+	}
+	t.Logf("the sequence left the engine %d decode steps in (max_tokens 200)", steps)
+	close(g.permits)
+	if !strings.Contains(f.log.String(), "status=499") {
+		t.Errorf("no disconnect (499) logged:\n%s", f.log.String())
+	}
+	f.checkIdle()
+}
+
+// TestSlowClients: a client that sends its headers or body too slowly is
+// dropped after the read timeout, and the server goes on serving.
+func TestSlowClients(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.ReadTimeout = 300 * time.Millisecond })
+	addr := strings.TrimPrefix(f.url, "http://")
+	for _, c := range []struct{ name, sent string }{
+		{"headers", "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty"},
+		{"body", "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\": [1,"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, c.sent); err != nil {
+				t.Fatal(err)
+			}
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			start := time.Now()
+			data, err := io.ReadAll(conn)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("the server kept a stalled client's connection for %v", time.Since(start))
+			}
+			if c.name == "body" && !strings.Contains(string(data), "reading the request body") {
+				t.Errorf("stalled body: got %q, want a 400 naming the body read", data)
+			}
+		})
+	}
+	if status, _, _ := f.post("/v1/completions", `{"prompt": [1, 2], "max_tokens": 2}`); status != 200 {
+		t.Errorf("after the slow clients: status %d", status)
 	}
 	f.checkIdle()
 }
