@@ -644,6 +644,7 @@ func TestDisconnect(t *testing.T) {
 	for ; ; steps++ {
 		select {
 		case g.permits <- struct{}{}:
+		case <-time.After(5 * time.Millisecond): // the engine may be idle already
 		case err := <-done:
 			if err != nil {
 				t.Fatal(err)
