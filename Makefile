@@ -123,7 +123,8 @@ oracle-check: venv smollm2
 # a few seconds (fuzz-short); plain `go test` runs their seed corpora.
 FUZZ_TARGETS := tokenizer:FuzzTokenizer tokenizer:FuzzChatTemplate gguf:FuzzParse \
 	checkpoint:FuzzParseConfig checkpoint:FuzzLoadConfig tensor:FuzzOpenSafetensors \
-	tensor:FuzzSafetensorsIndex convert:FuzzConvert conformance:FuzzCase conformance:FuzzLoadIndex
+	tensor:FuzzSafetensorsIndex convert:FuzzConvert conformance:FuzzCase conformance:FuzzLoadIndex \
+	server:FuzzRequest
 FUZZTIME ?= 10m
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do p=$${t%%:*}; f=$${t##*:}; \

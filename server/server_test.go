@@ -90,7 +90,7 @@ func writeJSON(t testing.TB, path string, v any) {
 // fixture is a running server and an independent oracle: the same
 // checkpoint on a backend of its own, the tokenizer, generate.Generate.
 type fixture struct {
-	t    *testing.T
+	t    testing.TB
 	url  string
 	srv  *server.Server
 	log  *syncBuffer
@@ -117,7 +117,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newFixture(t *testing.T, edit func(*server.Config)) *fixture {
+func newFixture(t testing.TB, edit func(*server.Config)) *fixture {
 	t.Helper()
 	dir := modelDir(t)
 	ck, err := checkpoint.LoadConfig(dir)
