@@ -568,6 +568,7 @@ type topLogprob struct {
 // run follows the job to its end. A write error or a gone client ends it
 // early (the caller cancels the sequence).
 func (a *answer) run(ctx context.Context, j *job) *apiError {
+	defer func() { a.rl.tokens, a.rl.cached = a.n, a.cached }()
 	for {
 		select {
 		case <-j.out.notify:
@@ -644,7 +645,7 @@ func (a *answer) token(ev tokenEvent) {
 
 // end writes the final chunk(s) or the whole response.
 func (a *answer) end() {
-	a.rl.tokens, a.rl.finish, a.rl.cached = a.n, a.finish, a.cached
+	a.rl.finish = a.finish
 	usage := map[string]any{"prompt_tokens": len(a.req.prompt), "completion_tokens": a.n, "total_tokens": len(a.req.prompt) + a.n,
 		"prompt_tokens_details": map[string]any{"cached_tokens": a.cached}}
 	if a.req.set.stream {

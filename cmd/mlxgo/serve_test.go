@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlxgo/mlxgo/internal/testenv"
+)
+
+// startServe runs mlxgo serve in the test's process on a free loopback
+// port and returns its base URL and its stderr; the server stops when the
+// test ends.
+func startServe(t *testing.T, args ...string) (string, func() string) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	var errOut syncBuf
+	serveStop = make(chan struct{})
+	stop := serveStop
+	done := make(chan int, 1)
+	go func() {
+		done <- run(append([]string{"serve", "--port", "0", "--backend", "cpu"}, args...), pw, &errOut)
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("mlxgo serve did not stop within 10 s")
+		}
+		serveStop = nil
+	})
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if _, rest, ok := strings.Cut(sc.Text(), " on http://"); ok && strings.HasPrefix(sc.Text(), "serving ") {
+			go io.Copy(io.Discard, pr)
+			return "http://" + strings.Fields(rest)[0], errOut.String
+		}
+	}
+	t.Fatalf("mlxgo serve did not start; stderr:\n%s", errOut.String())
+	return "", nil
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// generatedText is the text mlxgo generate printed: between the load line
+// and the statistics line.
+func generatedText(t *testing.T, out string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(out, "\n")
+	end := strings.LastIndex(rest, "\nprompt: ")
+	if !ok || end < 0 {
+		t.Fatalf("no text in mlxgo generate's output %q", out)
+	}
+	return rest[:end]
+}
+
+// TestServeOpenAIClient: the official openai Python client (pinned in the
+// oracle requirements) against mlxgo serve: chat, completions, streaming
+// with usage, stop strings, seeded sampling equal to mlxgo generate --seed,
+// cancellation mid-stream (the sequence dropped, memory back to idle), and
+// OpenAI errors (testdata/openai_client.py).
+func TestServeOpenAIClient(t *testing.T) {
+	py := testenv.Python(t)
+	if err := exec.Command(py, "-c", "import openai").Run(); err != nil {
+		testenv.Missing(t, "the openai package is not in .venv (make venv installs conformance/oracle/requirements.txt)")
+	}
+	dir := textFixture(t, chatML)
+	rc, out, errOut := mlxgo("generate", "--model", dir, "--prompt", "Hi", "--temp", "0.9", "--seed", "42", "--max-tokens", "10", "--backend", "cpu")
+	if rc != 0 {
+		t.Fatalf("generate: exit %d: %s", rc, errOut)
+	}
+	seeded := generatedText(t, out)
+	url, logs := startServe(t, "--model", dir, "--max-tokens", "12")
+	cmd := exec.Command(py, filepath.Join("testdata", "openai_client.py"), url, seeded)
+	res, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(res), "ok: 14 checks") {
+		t.Fatalf("openai_client.py: %v\n%s\nserver log:\n%s", err, res, logs())
+	}
+	t.Logf("openai_client.py:\n%s", res)
+	if n := strings.Count(logs(), "\nrequest "); n < 12 {
+		t.Errorf("%d request lines logged, want one per request:\n%s", n, logs())
+	}
+}
+
+// TestServeFlags: bad flags are usage errors naming the flag.
+func TestServeFlags(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--model is required"},
+		{[]string{"--model", model, "--port", "70000"}, "--port 70000"},
+		{[]string{"--model", model, "--max-concurrency", "0"}, "--max-concurrency 0"},
+		{[]string{"--model", model, "--queue-size", "-1"}, "--queue-size -1"},
+		{[]string{"--model", model, "--max-body-bytes", "10"}, "--max-body-bytes 10"},
+		{[]string{"--model", model, "--write-timeout", "0s"}, "--write-timeout 0s"},
+		{[]string{"--model", model, "--port", "0"}, "has no tokenizer.json, which mlxgo serve needs"},
+	} {
+		rc, _, errOut := mlxgo(append([]string{"serve"}, c.args...)...)
+		if rc != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("serve %v: exit %d, stderr %q; want 2 and %q", c.args, rc, errOut, c.want)
+		}
+	}
+	if rc, out, _ := mlxgo("serve", "--help"); rc != 0 || !strings.Contains(out, "usage: mlxgo serve") || !strings.Contains(out, "--max-concurrency") {
+		t.Errorf("serve --help: exit %d\n%s", rc, out)
+	}
+}
