@@ -67,16 +67,12 @@ type serveFlags struct {
 	maxBodyBytes            int64
 	writeTimeout            time.Duration
 	think, noThink          bool
+	given                   string // --model as given: the served model's id
 }
 
-func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
-	f := &serveFlags{}
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	f.register(fs, 512)
-	fs.StringVar(&f.host, "host", "127.0.0.1", "address to listen on")
-	fs.IntVar(&f.port, "port", 8080, "port to listen on (0: any free port, printed)")
+// register adds the model, sampling and serving flags to fs.
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	f.sampleFlags.register(fs, 512)
 	fs.IntVar(&f.maxConcurrency, "max-concurrency", 8, "most sequences decoding at once (>= 1)")
 	fs.IntVar(&f.prefill, "prefill-concurrency", 4, "most prompts prefilled at once (>= 1; at most --max-concurrency)")
 	fs.IntVar(&f.queue, "queue-size", 32, "most requests waiting beyond --max-concurrency (>= 0); more are answered 429")
@@ -85,20 +81,12 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 60*time.Second, "drop a client that reads nothing for this long (> 0)")
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, serveUsage)
-			fs.SetOutput(stdout)
-			fs.PrintDefaults()
-			return nil, err
-		}
-		return nil, usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return nil, usagef("unexpected argument %q (flags start with --)", fs.Arg(0))
-	}
+}
+
+// checkServe validates the flags and resolves --model.
+func (f *serveFlags) checkServe() error {
 	if err := f.check(); err != nil {
-		return nil, err
+		return err
 	}
 	var err error
 	switch {
@@ -120,9 +108,34 @@ func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
 		err = usagef("--think and --no-think are mutually exclusive")
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if f.model, err = resolveModel(f.model); err != nil {
+	f.given = f.model
+	f.model, err = resolveModel(f.model)
+	return err
+}
+
+func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
+	f := &serveFlags{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	f.register(fs)
+	fs.StringVar(&f.host, "host", "127.0.0.1", "address to listen on")
+	fs.IntVar(&f.port, "port", 8080, "port to listen on (0: any free port, printed)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, serveUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	if err := f.checkServe(); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -137,45 +150,17 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 var serveStop chan struct{}
 
 func runServe(f *serveFlags, stdout, stderr io.Writer) error {
-	id := f.model
-	cfg, err := checkpoint.LoadConfig(f.model)
-	if err != nil {
-		return fmt.Errorf("--model %s: %w", f.model, err)
-	}
-	if !hasTokenizer(f.model) {
-		return usagef("%s has no tokenizer.json, which mlxgo serve needs (its API is text): copy tokenizer.json and tokenizer_config.json from the model's Hugging Face repo into it", f.model)
-	}
-	tm, err := openText(f.model, cfg, false, f.think, f.noThink, "", stderr)
-	if err != nil {
-		return err
-	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(f.host, strconv.Itoa(f.port)))
 	if err != nil {
 		return usagef("--host %s --port %d: %v", f.host, f.port, err)
 	}
 	defer ln.Close()
-	b, m, err := openModel(&f.sampleFlags, stdout, stderr)
+	srv, closeSrv, err := openServer(f, stdout, stderr, stderr)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	defer b.Do(func() error { return m.Close() })
-	queue := f.queue
-	if queue == 0 {
-		queue = -1 // server.Config's "none"; its 0 is the default
-	}
-	srv, err := server.New(server.Config{
-		Model: m, ModelID: id, Text: tm, ContextLength: cfg.MaxPositionEmbeddings,
-		Defaults: server.Defaults{MaxTokens: f.maxTokens, Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
-			RepetitionPenalty: f.repPenalty, RepetitionContext: f.repContext},
-		Seed: f.seed, MaxConcurrency: f.maxConcurrency, PrefillConcurrency: min(f.prefill, f.maxConcurrency),
-		QueueSize: queue, PrefillStep: f.prefillStep, PromptCacheBytes: f.promptCacheBytes,
-		MaxBodyBytes: f.maxBodyBytes, WriteTimeout: f.writeTimeout, Log: stderr,
-	})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
+	defer closeSrv()
+	id := f.given
 	hs := srv.HTTPServer(ln.Addr().String())
 	fmt.Fprintf(stdout, "serving %s on http://%s (POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health)\n", id, ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -202,4 +187,45 @@ func runServe(f *serveFlags, stdout, stderr io.Writer) error {
 	srv.Close() // in-flight requests end now, so Shutdown need not wait for them
 	hs.Shutdown(sctx)
 	return nil
+}
+
+// openServer loads the model and its text side and starts a server.Server
+// (its request lines to log); close frees them.
+func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, func(), error) {
+	cfg, err := checkpoint.LoadConfig(f.model)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--model %s: %w", f.model, err)
+	}
+	if !hasTokenizer(f.model) {
+		return nil, nil, usagef("%s has no tokenizer.json, which mlxgo serve needs (its API is text): copy tokenizer.json and tokenizer_config.json from the model's Hugging Face repo into it", f.model)
+	}
+	tm, err := openText(f.model, cfg, false, f.think, f.noThink, "", stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, m, err := openModel(&f.sampleFlags, stdout, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	free := func() {
+		b.Do(func() error { return m.Close() })
+		b.Close()
+	}
+	queue := f.queue
+	if queue == 0 {
+		queue = -1 // server.Config's "none"; its 0 is the default
+	}
+	srv, err := server.New(server.Config{
+		Model: m, ModelID: f.given, Text: tm, ContextLength: cfg.MaxPositionEmbeddings,
+		Defaults: server.Defaults{MaxTokens: f.maxTokens, Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
+			RepetitionPenalty: f.repPenalty, RepetitionContext: f.repContext},
+		Seed: f.seed, MaxConcurrency: f.maxConcurrency, PrefillConcurrency: min(f.prefill, f.maxConcurrency),
+		QueueSize: queue, PrefillStep: f.prefillStep, PromptCacheBytes: f.promptCacheBytes,
+		MaxBodyBytes: f.maxBodyBytes, WriteTimeout: f.writeTimeout, Log: log,
+	})
+	if err != nil {
+		free()
+		return nil, nil, err
+	}
+	return srv, func() { srv.Close(); free() }, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -133,5 +134,52 @@ func TestServeFlags(t *testing.T) {
 	}
 	if rc, out, _ := mlxgo("serve", "--help"); rc != 0 || !strings.Contains(out, "usage: mlxgo serve") || !strings.Contains(out, "--max-concurrency") {
 		t.Errorf("serve --help: exit %d\n%s", rc, out)
+	}
+}
+
+// TestLoadTestShort: the load test's short run (make test; make load-test
+// is the full one): 16 clients, 64 requests on the tiny checkpoint with
+// four sequences decoding and four waiting, so that some requests are
+// rejected (429), with cancellations and malformed bodies; no error, and
+// the server's arrays besides its prompt cache back at their level before.
+func TestLoadTestShort(t *testing.T) {
+	dir := textFixture(t, chatML)
+	rc, out, errOut := mlxgo("loadtest", "--model", dir, "--backend", "cpu", "--clients", "16", "--requests", "64",
+		"--duration", "60s", "--tokens", "24", "--prompt-words", "2,10,30", "--cancel", "0.1", "--malformed", "0.1", "--max-concurrency", "4", "--queue-size", "4", "--prompt-cache-bytes", "2000000")
+	t.Logf("mlxgo loadtest:\n%s", out)
+	if rc != 0 {
+		t.Fatalf("exit %d\n%s", rc, errOut)
+	}
+	for _, want := range []string{"requests: 64 |", "load test: ok", "time to first token: p50", "server memory: before"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	var ok, cancelled, malformed, rejected, cut, errs int
+	line := out[strings.Index(out, "requests: "):]
+	if _, err := fmt.Sscanf(line, "requests: 64 | ok %d | cancelled mid-stream %d | malformed (400) %d | rejected (429, then retried) %d | cut by the time limit %d | errors %d",
+		&ok, &cancelled, &malformed, &rejected, &cut, &errs); err != nil {
+		t.Fatalf("counts line %q: %v", strings.SplitN(line, "\n", 2)[0], err)
+	}
+	if ok == 0 || cancelled == 0 || malformed == 0 || rejected == 0 || errs != 0 {
+		t.Errorf("ok %d, cancelled %d, malformed %d, rejected %d, errors %d: want every kind but errors", ok, cancelled, malformed, rejected, errs)
+	}
+}
+
+// TestLoadTestFlags: bad flags are usage errors; --url must be loopback.
+func TestLoadTestFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "give --model (a server in this process) or --url"},
+		{[]string{"--url", "http://10.1.2.3:8080"}, "is not on loopback"},
+		{[]string{"--url", "http://127.0.0.1:1", "--clients", "0"}, "--clients 0"},
+		{[]string{"--url", "http://127.0.0.1:1", "--cancel", "0.9", "--malformed", "0.2"}, "adding up to at most 1"},
+	} {
+		rc, _, errOut := mlxgo(append([]string{"loadtest"}, c.args...)...)
+		if rc != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("loadtest %v: exit %d, stderr %q; want 2 and %q", c.args, rc, errOut, c.want)
+		}
 	}
 }
