@@ -190,6 +190,7 @@ func (e *engine) memory() MemoryStats {
 
 // insert queues j, starting it from the longest cached prefix of its prompt.
 func (e *engine) insert(j *job) {
+	defer e.recover(j)
 	seq := j.seq
 	ent, n := e.cache.lookup(j.prompt)
 	if ent != nil {
@@ -215,6 +216,7 @@ func (e *engine) insert(j *job) {
 // remove cancels j: its sequence leaves the generator and its cache rows
 // are freed now.
 func (e *engine) remove(j *job) {
+	defer e.recover(nil)
 	if e.jobs[j.uid] != j {
 		return // finished, failed or never inserted
 	}
@@ -228,16 +230,8 @@ func (e *engine) remove(j *job) {
 // every sequence and starts a fresh generator (the caches of a failed step
 // are not valid).
 func (e *engine) step() {
-	var toks []generate.BatchToken
-	err := func() (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("panic in the generator: %v", r)
-			}
-		}()
-		toks, err = e.g.Next()
-		return err
-	}()
+	defer e.recover(nil)
+	toks, err := e.g.Next()
 	if err != nil {
 		e.reset(err)
 		return
@@ -289,6 +283,18 @@ func (e *engine) releaseCache(c []nn.KVCache) {
 		}
 		return nil
 	})
+}
+
+// recover turns a panic of the generator into a reset, failing j (the job
+// being inserted, or nil) too, so that no request can end the process.
+func (e *engine) recover(j *job) {
+	if r := recover(); r != nil {
+		err := fmt.Errorf("panic in the generator: %v", r)
+		if j != nil {
+			j.out.fail(&apiError{Status: 500, Type: "server_error", Message: err.Error()})
+		}
+		e.reset(err)
+	}
 }
 
 // reset fails every held sequence with err and replaces the generator.

@@ -709,3 +709,32 @@ func TestSlowClients(t *testing.T) {
 	}
 	f.checkIdle()
 }
+
+// panicModel panics in its first decode step.
+type panicModel struct {
+	generate.BatchModel
+	done bool
+}
+
+func (p *panicModel) BatchLogits(ids backend.Array, cache []*nn.BatchKVCache) (backend.Array, error) {
+	if !p.done {
+		p.done = true
+		panic("a bug in the model")
+	}
+	return p.BatchModel.BatchLogits(ids, cache)
+}
+
+// TestEnginePanic: a panic inside the generator fails the request with a
+// 500 naming it, the engine starts a fresh generator, the next request is
+// answered and no array is left behind.
+func TestEnginePanic(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Model = &panicModel{BatchModel: c.Model} })
+	status, got, _ := f.post("/v1/completions", `{"prompt": [1, 2, 3], "max_tokens": 3}`)
+	if msg, _ := get(got, "error", "message").(string); status != 500 || !strings.Contains(msg, "panic in the generator: a bug in the model") {
+		t.Errorf("the panicking request: status %d, %v", status, got)
+	}
+	if status, got, _ := f.post("/v1/completions", `{"prompt": [1, 2, 3], "max_tokens": 3}`); status != 200 {
+		t.Errorf("the next request: status %d, %v", status, got)
+	}
+	f.checkIdle()
+}
