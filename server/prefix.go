@@ -66,21 +66,34 @@ func (p *prefixCache) add(tokens []int32, cache []nn.KVCache) {
 		sc := p.b.Scope()
 		defer sc.Close()
 		out := make([]nn.KVCache, len(cache))
-		var n int64
+		var size int64
 		for l, c := range cache {
 			st := c.State()
 			if len(st) != 2 {
 				return nil
 			}
-			fc := nn.NewFullKVCache(p.b)
-			fc.Update(st[0], st[1]) // copies: the batch's buffers are not pinned
+			// Exact-size copies: the batch's buffers are not pinned, and
+			// no slot is held beyond the tokens.
+			n := c.Offset()
+			cp := func(a backend.Array) backend.Array {
+				s := a.Shape()
+				v := p.b.Slice(a, []int{0, 0, 0, 0}, []int{s[0], s[1], n, s[3]})
+				return p.b.SliceUpdate(p.b.Zeros(v.Shape(), v.DType()), v, []int{0, 0, 0, 0})
+			}
+			fc, err := nn.RestoreFullKVCache(p.b, cp(st[0]), cp(st[1]), n)
+			if err != nil {
+				for _, d := range out[:l] {
+					d.Release()
+				}
+				return err
+			}
 			sc.Keep(fc.State()...)
 			for _, a := range fc.State() {
-				n += int64(a.Shape().Size() * a.DType().Size())
+				size += int64(a.Shape().Size() * a.DType().Size())
 			}
 			out[l] = fc
 		}
-		e = &prefixEntry{tokens: slices.Clone(tokens), cache: out, bytes: n}
+		e = &prefixEntry{tokens: slices.Clone(tokens), cache: out, bytes: size}
 		return nil
 	})
 	if e == nil {
