@@ -161,11 +161,9 @@ const (
 )
 
 // decodeBody reads one JSON object of at most limit bytes into v. Unknown
-// fields are ignored, as OpenAI-compatible servers do.
+// fields are ignored and the Content-Type is not checked (curl -d sends
+// application/x-www-form-urlencoded), as OpenAI-compatible servers do.
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) *apiError {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		return badRequest("", "Content-Type is %q, want application/json", ct)
-	}
 	body := http.MaxBytesReader(w, r.Body, limit)
 	data, err := io.ReadAll(body)
 	var tooBig *http.MaxBytesError

@@ -508,7 +508,7 @@ func TestErrors(t *testing.T) {
 		{"seed", "POST", "/v1/completions", `{"prompt": [1], "seed": -5}`, 400, "seed is -5"},
 		{"stream-options", "POST", "/v1/completions", `{"prompt": [1], "stream_options": {"include_usage": true}}`, 400, "stream_options applies to streamed requests"},
 		{"penalty", "POST", "/v1/completions", `{"prompt": [1], "presence_penalty": 0.5}`, 400, "presence_penalty is not supported"},
-		{"content-type", "POST", "/v1/completions", `prompt=1`, 400, "Content-Type"},
+		{"form", "POST", "/v1/completions", `prompt=1`, 400, "not valid JSON"},
 		{"method", "GET", "/v1/completions", ``, 405, "want POST"},
 		{"method-get", "POST", "/v1/models", ``, 405, "want GET"},
 		{"route", "GET", "/v2/anything", ``, 404, "no route GET /v2/anything"},
@@ -516,7 +516,7 @@ func TestErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			req, _ := http.NewRequest(c.method, f.url+c.route, strings.NewReader(c.body))
 			req.Header.Set("Content-Type", "application/json")
-			if c.name == "content-type" {
+			if c.name == "form" {
 				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			}
 			resp, err := http.DefaultClient.Do(req)
