@@ -206,6 +206,7 @@ func jsonError(err error, data []byte) error {
 // settings are a request's generation settings once checked.
 type settings struct {
 	maxTokens    int
+	maxGiven     bool // the request gave max_tokens (else the default, cut to the context left)
 	temp, topP   float64
 	topK         int
 	minP         float64
@@ -259,7 +260,7 @@ func (p *params) check(d Defaults) (settings, *apiError) {
 			if *mt.v < 1 {
 				return s, badRequest(mt.name, "%s is %d, want >= 1", mt.name, *mt.v)
 			}
-			s.maxTokens = *mt.v
+			s.maxTokens, s.maxGiven = *mt.v, true
 		}
 	}
 	if e := finite("temperature", p.Temperature, 0, 100, &s.temp); e != nil {

@@ -492,7 +492,7 @@ func (s *Server) sequence(req *request) (generate.SequenceOptions, *apiError) {
 
 // generate runs a checked request through the engine and answers it.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, req request) *apiError {
-	if req.set.maxTokens == s.cfg.Defaults.MaxTokens && s.cfg.ContextLength > 0 {
+	if !req.set.maxGiven && s.cfg.ContextLength > 0 {
 		// The default, not asked for: cut to the context left.
 		req.set.maxTokens = max(1, min(req.set.maxTokens, s.cfg.ContextLength-len(req.prompt)))
 	}

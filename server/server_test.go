@@ -738,3 +738,29 @@ func TestEnginePanic(t *testing.T) {
 	}
 	f.checkIdle()
 }
+
+// TestContextLength: without max_tokens a request generates at most what
+// the context leaves (the default cut), while a max_tokens that does not
+// fit, or a prompt that fills the context, is an error.
+func TestContextLength(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.Defaults.MaxTokens = 300 })
+	ids := make([]int, 250)
+	for i := range ids {
+		ids[i] = 2 + i%90
+	}
+	p, _ := json.Marshal(ids)
+	status, got, _ := f.post("/v1/completions", `{"prompt": `+string(p)+`}`)
+	if n, _ := get(got, "usage", "completion_tokens").(float64); status != 200 || n < 1 || n > 6 {
+		t.Errorf("250-token prompt, default max_tokens 300, context 256: status %d, %v; want at most 6 tokens", status, got)
+	}
+	status, got, _ = f.post("/v1/completions", `{"prompt": `+string(p)+`, "max_tokens": 300}`)
+	if status != 400 || get(got, "error", "code") != "context_length_exceeded" {
+		t.Errorf("explicit max_tokens 300: status %d, %v; want 400 context_length_exceeded", status, got)
+	}
+	long, _ := json.Marshal(make([]int, 256))
+	status, got, _ = f.post("/v1/completions", `{"prompt": `+string(long)+`}`)
+	if msg, _ := get(got, "error", "message").(string); status != 400 || !strings.Contains(msg, "the prompt is 256 tokens; the model's context is 256") {
+		t.Errorf("256-token prompt: status %d, %v", status, got)
+	}
+	f.checkIdle()
+}
