@@ -117,6 +117,19 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// smallBuffers accepts connections with small kernel send buffers, so
+// that a client that stops reading blocks the server's writes soon (as on
+// a slow network) instead of after megabytes of loopback buffer.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(4096)
+	}
+	return c, err
+}
+
 func newFixture(t testing.TB, edit func(*server.Config)) *fixture {
 	t.Helper()
 	dir := modelDir(t)
@@ -154,6 +167,7 @@ func newFixture(t testing.TB, edit func(*server.Config)) *fixture {
 		t.Fatal(err)
 	}
 	hs := httptest.NewUnstartedServer(f.srv.Handler())
+	hs.Listener = smallBuffers{hs.Listener}
 	f.srv.ConfigureHTTP(hs.Config)
 	hs.Start()
 	f.url = hs.URL
@@ -761,6 +775,30 @@ func TestContextLength(t *testing.T) {
 	status, got, _ = f.post("/v1/completions", `{"prompt": `+string(long)+`}`)
 	if msg, _ := get(got, "error", "message").(string); status != 400 || !strings.Contains(msg, "the prompt is 256 tokens; the model's context is 256") {
 		t.Errorf("256-token prompt: status %d, %v", status, got)
+	}
+	f.checkIdle()
+}
+
+// TestSlowReader: a client that stops reading a stream is dropped once a
+// write has waited WriteTimeout, and its sequence is cancelled. (The client
+// socket's receive buffer and the server's send buffers are small so that
+// the stream fills them.)
+func TestSlowReader(t *testing.T) {
+	f := newFixture(t, func(c *server.Config) { c.WriteTimeout = 200 * time.Millisecond })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.(*net.TCPConn).SetReadBuffer(1024)
+	body := `{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 220, "stream": true, "logprobs": true, "top_logprobs": 20}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(f.log.String(), "writing to the client") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not drop a client that reads nothing; log:\n%s", f.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	f.checkIdle()
 }
