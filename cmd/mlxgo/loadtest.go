@@ -23,7 +23,11 @@ requests in all (or stop after --duration), each chat or completions,
 streamed or not, with short, medium and long prompts (--prompt-words: 4, 48 or 400 words),
 asking for --tokens/4 to --tokens tokens; --cancel of them are streamed and
 cancelled after a chunk or two (the client closes the connection), and
---malformed of them are malformed bodies, which must be answered 400.
+--malformed of them are malformed bodies, which must be answered 400 (one
+in seven is 2 MiB long: 413 from mlxgo serve, whose cap is 1 MiB), and
+--slow of them come from slow clients (the body sent 32 bytes every 20 ms,
+a stream left unread for 300 ms after its first chunk), which must still be
+answered in full.
 A 429 (queue full) is a deliberate rejection: the client waits its
 Retry-After (at most 200 ms) and sends another request in its place (429s
 do not count towards --requests).
@@ -57,6 +61,7 @@ type loadtestFlags struct {
 	duration          time.Duration
 	tokens            int
 	cancel, malformed float64
+	slow              float64
 	mixSeed           uint64
 	verbose           bool
 	promptWords       string
@@ -76,7 +81,8 @@ func parseLoadtestFlags(args []string, stdout io.Writer) (*loadtestFlags, error)
 	fs.DurationVar(&f.duration, "duration", 120*time.Second, "the longest the run may take (> 0)")
 	fs.IntVar(&f.tokens, "tokens", 64, "the most tokens a request asks for (>= 1)")
 	fs.Float64Var(&f.cancel, "cancel", 0.1, "share of requests cancelled mid-stream (0 to 1)")
-	fs.Float64Var(&f.malformed, "malformed", 0.05, "share of malformed request bodies (0 to 1)")
+	fs.Float64Var(&f.malformed, "malformed", 0.05, "share of malformed request bodies (0 to 1), one in seven over 2 MiB")
+	fs.Float64Var(&f.slow, "slow", 0.05, "share of slow clients: the body sent 32 bytes every 20 ms, a stream left unread for 300 ms (0 to 1)")
 	fs.Uint64Var(&f.mixSeed, "mix-seed", 1, "seeds the mix of requests")
 	fs.StringVar(&f.promptWords, "prompt-words", "4,48,400", "prompt lengths in words, comma-separated (each request picks one)")
 	fs.BoolVar(&f.verbose, "verbose", false, "print the in-process server's line per request to stderr")
@@ -104,8 +110,8 @@ func parseLoadtestFlags(args []string, stdout io.Writer) (*loadtestFlags, error)
 		err = usagef("--duration %v: want > 0", f.duration)
 	case f.tokens < 1:
 		err = usagef("--tokens %d: want >= 1", f.tokens)
-	case !(f.cancel >= 0 && f.malformed >= 0 && f.cancel+f.malformed <= 1):
-		err = usagef("--cancel %v, --malformed %v: want shares >= 0 adding up to at most 1", f.cancel, f.malformed)
+	case !(f.cancel >= 0 && f.malformed >= 0 && f.slow >= 0 && f.cancel+f.malformed+f.slow <= 1):
+		err = usagef("--cancel %v, --malformed %v, --slow %v: want shares >= 0 adding up to at most 1", f.cancel, f.malformed, f.slow)
 	}
 	if err != nil {
 		return nil, err
@@ -171,12 +177,12 @@ func runLoadtest(f *loadtestFlags, stdout, stderr io.Writer) error {
 		defer hs.Close()
 		url = "http://" + ln.Addr().String()
 	}
-	fmt.Fprintf(stdout, "load: %d clients, %d requests (at most %v), up to %d tokens each, %.0f%% cancelled mid-stream, %.0f%% malformed, against %s\n",
-		f.clients, f.requests, f.duration, f.tokens, 100*f.cancel, 100*f.malformed, url)
+	fmt.Fprintf(stdout, "load: %d clients, %d requests (at most %v), up to %d tokens each, %.0f%% cancelled mid-stream, %.0f%% malformed, %.0f%% slow, against %s\n",
+		f.clients, f.requests, f.duration, f.tokens, 100*f.cancel, 100*f.malformed, 100*f.slow, url)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := loadtest.Run(ctx, loadtest.Options{URL: url, Clients: f.clients, Requests: f.requests, Duration: f.duration,
-		MaxTokens: f.tokens, Cancel: f.cancel, Malformed: f.malformed, Seed: f.mixSeed, PromptWords: f.words})
+		MaxTokens: f.tokens, Cancel: f.cancel, Malformed: f.malformed, Slow: f.slow, Seed: f.mixSeed, PromptWords: f.words})
 	if err != nil {
 		return err
 	}

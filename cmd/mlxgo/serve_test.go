@@ -145,7 +145,7 @@ func TestServeFlags(t *testing.T) {
 func TestLoadTestShort(t *testing.T) {
 	dir := textFixture(t, chatML)
 	rc, out, errOut := mlxgo("loadtest", "--model", dir, "--backend", "cpu", "--clients", "16", "--requests", "64",
-		"--duration", "60s", "--tokens", "24", "--prompt-words", "2,10,30", "--cancel", "0.1", "--malformed", "0.1", "--max-concurrency", "4", "--queue-size", "4", "--prompt-cache-bytes", "2000000")
+		"--duration", "60s", "--tokens", "24", "--prompt-words", "2,10,30", "--cancel", "0.1", "--malformed", "0.1", "--slow", "0.1", "--max-concurrency", "4", "--queue-size", "4", "--prompt-cache-bytes", "2000000")
 	t.Logf("mlxgo loadtest:\n%s", out)
 	if rc != 0 {
 		t.Fatalf("exit %d\n%s", rc, errOut)
@@ -155,10 +155,10 @@ func TestLoadTestShort(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	var ok, cancelled, malformed, rejected, cut, errs int
+	var ok, cancelled, malformed, oversized, rejected, cut, errs int
 	line := out[strings.Index(out, "requests: "):]
-	if _, err := fmt.Sscanf(line, "requests: 64 | ok %d | cancelled mid-stream %d | malformed (400) %d | rejected (429, then retried) %d | cut by the time limit %d | errors %d",
-		&ok, &cancelled, &malformed, &rejected, &cut, &errs); err != nil {
+	if _, err := fmt.Sscanf(line, "requests: 64 | ok %d | cancelled mid-stream %d | malformed (400) %d | oversized (413) %d | rejected (429, then retried) %d | cut by the time limit %d | errors %d",
+		&ok, &cancelled, &malformed, &oversized, &rejected, &cut, &errs); err != nil {
 		t.Fatalf("counts line %q: %v", strings.SplitN(line, "\n", 2)[0], err)
 	}
 	if ok == 0 || cancelled == 0 || malformed == 0 || rejected == 0 || errs != 0 {
@@ -175,7 +175,7 @@ func TestLoadTestFlags(t *testing.T) {
 		{nil, "give --model (a server in this process) or --url"},
 		{[]string{"--url", "http://10.1.2.3:8080"}, "is not on loopback"},
 		{[]string{"--url", "http://127.0.0.1:1", "--clients", "0"}, "--clients 0"},
-		{[]string{"--url", "http://127.0.0.1:1", "--cancel", "0.9", "--malformed", "0.2"}, "adding up to at most 1"},
+		{[]string{"--url", "http://127.0.0.1:1", "--cancel", "0.9", "--malformed", "0.1", "--slow", "0.1"}, "adding up to at most 1"},
 	} {
 		rc, _, errOut := mlxgo(append([]string{"loadtest"}, c.args...)...)
 		if rc != 2 || !strings.Contains(errOut, c.want) {

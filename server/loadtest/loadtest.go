@@ -5,8 +5,10 @@
 // Each client sends requests one after another until the request budget
 // or the time is spent: chat and completions, streamed and not, with short,
 // medium and long prompts, a share cancelled mid-stream (the client closes
-// the connection after a chunk or two) and a share of malformed bodies
-// (which must be answered 400). A 429 (the server's queue full) counts as
+// the connection after a chunk or two), a share of malformed bodies
+// (which must be answered 400, or 413 for one over the server's cap) and a
+// share of slow clients (the body sent 32 bytes every 20 ms, a stream left
+// unread for 300 ms), which must be answered in full. A 429 (the server's queue full) counts as
 // a deliberate rejection, after which the client waits its Retry-After (at
 // most 200 ms) and sends another request in its place. Anything else that is not a 200 is an error. Where the
 // server reports its memory at GET /health (mlxgo serve does), the backend's
@@ -42,7 +44,8 @@ type Options struct {
 	Duration  time.Duration // the longest the run may take
 	MaxTokens int           // the most tokens a request asks for (each asks 1/4 to all of it)
 	Cancel    float64       // share of requests cancelled mid-stream (0.1)
-	Malformed float64       // share of malformed bodies (0.05)
+	Malformed float64       // share of malformed bodies (0.05), one in seven of them over 2 MiB
+	Slow      float64       // share of slow clients (0.05): the body trickles in, a stream is not read for 300 ms
 	Seed      uint64        // seeds the mix of requests
 	// PromptWords are the prompt lengths, in words, requests choose from
 	// (nil: 4, 48 and 400: short, medium, long).
@@ -52,11 +55,13 @@ type Options struct {
 // Report is a run's outcome.
 type Report struct {
 	// Requests are the requests answered (or cut): OK, Cancelled,
-	// Malformed, Cut and Errors add up to it. Rejected counts the 429s
+	// Malformed, Oversized, Cut and Errors add up to it. Rejected counts the 429s
 	// besides, each followed by another request.
 	Requests, OK, Cancelled, Malformed, Rejected int
 	// Cut are requests the run's end (Duration) interrupted.
 	Cut int
+	// Oversized are malformed bodies over the server's cap answered 413.
+	Oversized int
 	// Errors are answers that were none of the above (a malformed body
 	// not answered 400 included), with up to 5 samples.
 	Errors       int
@@ -90,8 +95,8 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 // Write prints the report.
 func (r *Report) Write(w io.Writer) {
-	fmt.Fprintf(w, "requests: %d | ok %d | cancelled mid-stream %d | malformed (400) %d | rejected (429, then retried) %d | cut by the time limit %d | errors %d\n",
-		r.Requests, r.OK, r.Cancelled, r.Malformed, r.Rejected, r.Cut, r.Errors)
+	fmt.Fprintf(w, "requests: %d | ok %d | cancelled mid-stream %d | malformed (400) %d | oversized (413) %d | rejected (429, then retried) %d | cut by the time limit %d | errors %d\n",
+		r.Requests, r.OK, r.Cancelled, r.Malformed, r.Oversized, r.Rejected, r.Cut, r.Errors)
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(w, "  error: %s\n", s)
 	}
@@ -237,6 +242,8 @@ func (r *Report) add(x result) {
 		r.Cancelled++
 	case "malformed":
 		r.Malformed++
+	case "oversized":
+		r.Oversized++
 	case "rejected":
 		r.Rejected++
 	case "cut":
@@ -286,26 +293,38 @@ func prompt(rng *rand.Rand, lengths []int) string {
 func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) result {
 	x := rng.Float64()
 	if x < o.Malformed {
-		body := malformedBodies[rng.IntN(len(malformedBodies))]
+		k := rng.IntN(len(malformedBodies) + 1)
+		body, what := "", ""
+		if k == len(malformedBodies) {
+			body, what = strings.Repeat("[", 2<<20), "2 MiB of '['"
+		} else {
+			body, what = malformedBodies[k], strconv.Quote(malformedBodies[k])
+		}
 		route := []string{"/v1/chat/completions", "/v1/completions"}[rng.IntN(2)]
 		resp, err := post(ctx, client, o.URL+route, body)
 		if err != nil {
-			return result{kind: "error", err: err.Error()}
+			return result{kind: "error", err: fmt.Sprintf("malformed body %s: %v", what, err)}
 		}
 		defer resp.Body.Close()
 		io.Copy(io.Discard, resp.Body)
 		switch resp.StatusCode {
 		case http.StatusBadRequest:
 			return result{kind: "malformed"}
+		case http.StatusRequestEntityTooLarge:
+			return result{kind: "oversized"}
 		case http.StatusTooManyRequests:
 			return rejected(resp)
 		}
-		return result{kind: "error", err: fmt.Sprintf("malformed body %q answered %d, want 400", body, resp.StatusCode)}
+		return result{kind: "error", err: fmt.Sprintf("malformed body %s answered %d, want 400 (or 413)", what, resp.StatusCode)}
 	}
 	cancelAfter := 0
 	stream := rng.IntN(2) == 0
-	if x < o.Malformed+o.Cancel {
+	slow := false
+	switch {
+	case x < o.Malformed+o.Cancel:
 		stream, cancelAfter = true, 1+rng.IntN(2)
+	case x < o.Malformed+o.Cancel+o.Slow:
+		slow = true
 	}
 	chat := rng.IntN(2) == 0
 	req := map[string]any{"max_tokens": max(1, o.MaxTokens/4+rng.IntN(o.MaxTokens-o.MaxTokens/4+1)), "stream": stream}
@@ -329,7 +348,11 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
-	resp, err := post(rctx, client, o.URL+route, string(body))
+	var in io.Reader = bytes.NewReader(body)
+	if slow {
+		in = &trickle{r: in}
+	}
+	resp, err := postReader(rctx, client, o.URL+route, in)
 	if err != nil {
 		if ctx.Err() != nil {
 			return result{kind: "cut"} // the run's time is up
@@ -400,6 +423,10 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 		}
 		last = now
 		chunks++
+		if slow && chunks == 1 {
+			time.Sleep(300 * time.Millisecond) // a client that stops reading for a while
+			last = time.Now()
+		}
 		if cancelAfter > 0 && chunks >= cancelAfter {
 			cancel()
 			r.kind = "cancelled"
@@ -424,12 +451,26 @@ func rejected(resp *http.Response) result {
 }
 
 func post(ctx context.Context, client *http.Client, url, body string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader([]byte(body)))
+	return postReader(ctx, client, url, strings.NewReader(body))
+}
+
+func postReader(ctx context.Context, client *http.Client, url string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", url, body)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	return client.Do(req)
+}
+
+// trickle reads 32 bytes at a time, 20 ms apart: a slow client's body.
+type trickle struct {
+	r io.Reader
+}
+
+func (t *trickle) Read(p []byte) (int, error) {
+	time.Sleep(20 * time.Millisecond)
+	return t.r.Read(p[:min(len(p), 32)])
 }
 
 func getJSON(ctx context.Context, client *http.Client, url string, v any) error {
