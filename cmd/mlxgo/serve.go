@@ -145,6 +145,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	return runCommand("serve", args, stdout, stderr, parseServeFlags, runServe)
 }
 
+// defaultServeContext bounds prompt plus completion tokens for a model
+// whose config.json gives no max_position_embeddings.
+const defaultServeContext = 32768
+
 // serveStop, when not nil, stops mlxgo serve when closed (tests; a signal
 // stops it otherwise).
 var serveStop chan struct{}
@@ -211,12 +215,18 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 		b.Do(func() error { return m.Close() })
 		b.Close()
 	}
+	ctxLen := cfg.MaxPositionEmbeddings
+	if ctxLen == 0 {
+		// No bound from the model: a prompt must not size the KV cache freely.
+		ctxLen = defaultServeContext
+		fmt.Fprintf(stderr, "note: %s/config.json has no max_position_embeddings; mlxgo serve bounds prompt plus completion at %d tokens\n", f.model, ctxLen)
+	}
 	queue := f.queue
 	if queue == 0 {
 		queue = -1 // server.Config's "none"; its 0 is the default
 	}
 	srv, err := server.New(server.Config{
-		Model: m, ModelID: f.given, Text: tm, ContextLength: cfg.MaxPositionEmbeddings,
+		Model: m, ModelID: f.given, Text: tm, ContextLength: ctxLen,
 		Defaults: server.Defaults{MaxTokens: f.maxTokens, Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
 			RepetitionPenalty: f.repPenalty, RepetitionContext: f.repContext},
 		Seed: f.seed, MaxConcurrency: f.maxConcurrency, PrefillConcurrency: min(f.prefill, f.maxConcurrency),
