@@ -40,13 +40,12 @@ type topEntry struct {
 // ever blocking the engine: the engine appends and signals, the handler
 // takes everything there is.
 type outbox struct {
-	mu      sync.Mutex
-	toks    []tokenEvent
-	err     error // the engine failed the sequence
-	done    bool  // no more events
-	started bool  // inserted into the generator
-	cached  int   // prompt tokens reused from the prefix cache
-	notify  chan struct{}
+	mu     sync.Mutex
+	toks   []tokenEvent
+	err    error // the engine failed the sequence
+	done   bool  // no more events
+	cached int   // prompt tokens reused from the prefix cache
+	notify chan struct{}
 }
 
 func newOutbox() *outbox { return &outbox{notify: make(chan struct{}, 1)} }
@@ -209,7 +208,7 @@ func (e *engine) insert(j *job) {
 	j.uid = uids[0]
 	e.jobs[j.uid] = j
 	j.out.mu.Lock()
-	j.out.started, j.out.cached = true, n
+	j.out.cached = n
 	j.out.mu.Unlock()
 }
 

@@ -654,10 +654,23 @@ func TestDisconnect(t *testing.T) {
 		}
 		done <- err
 	}()
+	// Memory is answered between steps only, so it is asked on the side
+	// while permits keep the engine stepping.
+	mem := make(chan server.MemoryStats, 1)
+	asking := false
 	steps := 0
-	for ; ; steps++ {
+loop:
+	for {
+		if done == nil && !asking {
+			asking = true
+			go func() {
+				m, _ := f.srv.Memory()
+				mem <- m
+			}()
+		}
 		select {
 		case g.permits <- struct{}{}:
+			steps++
 		case <-time.After(5 * time.Millisecond): // the engine may be idle already
 		case err := <-done:
 			if err != nil {
@@ -665,17 +678,12 @@ func TestDisconnect(t *testing.T) {
 			}
 			cancel()
 			done = nil
-			continue
-		}
-		if done == nil {
-			time.Sleep(2 * time.Millisecond)
-			m, err := f.srv.Memory()
-			if err != nil {
-				t.Fatal(err)
-			}
+		case m := <-mem:
+			asking = false
 			if m.Sequences == 0 {
-				break
+				break loop
 			}
+			time.Sleep(2 * time.Millisecond)
 		}
 		if steps > 190 {
 			t.Fatalf("the sequence ran %d steps after its client left", steps)
