@@ -352,7 +352,7 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 	if slow {
 		in = &trickle{r: in}
 	}
-	resp, err := postReader(rctx, client, o.URL+route, in)
+	resp, err := postReader(rctx, client, o.URL+route, in, int64(len(body)))
 	if err != nil {
 		if ctx.Err() != nil {
 			return result{kind: "cut"} // the run's time is up
@@ -451,14 +451,17 @@ func rejected(resp *http.Response) result {
 }
 
 func post(ctx context.Context, client *http.Client, url, body string) (*http.Response, error) {
-	return postReader(ctx, client, url, strings.NewReader(body))
+	return postReader(ctx, client, url, strings.NewReader(body), int64(len(body)))
 }
 
-func postReader(ctx context.Context, client *http.Client, url string, body io.Reader) (*http.Response, error) {
+// postReader posts n bytes from body with a Content-Length (as clients
+// send it; mlx_lm.server refuses a chunked body).
+func postReader(ctx context.Context, client *http.Client, url string, body io.Reader, n int64) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, "POST", url, body)
 	if err != nil {
 		return nil, err
 	}
+	req.ContentLength = n
 	req.Header.Set("Content-Type", "application/json")
 	return client.Do(req)
 }
