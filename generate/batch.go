@@ -86,6 +86,18 @@ type SequenceOptions struct {
 	// StopTokens, when not nil, replace the default stop tokens (an empty
 	// non-nil slice: none).
 	StopTokens []int32
+	// Prefix, when not nil, holds the caches of the prompt's first tokens,
+	// one *nn.FullKVCache per layer, all at one Offset n with
+	// 0 < n < len(prompt) (a finished sequence's BatchToken.Cache, a
+	// session's caches): the sequence starts from a copy of their first n
+	// slots and only the rest of the prompt is prefilled (mlx_lm's insert
+	// with caches). Insert copies them; the caller keeps them. The tokens
+	// they hold are not checked: they must be prompt[:n].
+	Prefix []nn.KVCache
+	// PrefixTokens, when positive, uses only the first PrefixTokens tokens
+	// of Prefix (n above), which may hold more (a longer sequence that
+	// shares only that much with the prompt); 0 uses them all.
+	PrefixTokens int
 }
 
 // BatchToken is one generated token of one sequence, as BatchGenerator's
@@ -156,9 +168,10 @@ func rate(n int, d time.Duration) float64 {
 // [B, V]; the generator always samples row by row (the single-row inverse
 // CDF), which is what mlx_lm does when each sequence has its own sampler.
 // Stop conditions are single tokens (mlx_lm also accepts multi-token stop
-// sequences). Inserting sequences with caches of their own (insert's
-// caches) is not supported; finished sequences' caches are returned with
-// BatchOptions.ReturnCaches.
+// sequences). A sequence may start from a cache of its prompt's first
+// tokens (SequenceOptions.Prefix, insert's caches): a copy of it joins the
+// prefilling rows as a row of its own, left-padded to theirs. Finished
+// sequences' caches are returned with BatchOptions.ReturnCaches.
 //
 // A BatchGenerator is not safe for concurrent use. Its methods run their
 // backend work on the backend's thread (Backend.Do). Close releases it.
@@ -197,6 +210,7 @@ type batchSeq struct {
 	n          int     // tokens handed out
 	next       int32   // the next decode input: last, then the token sampled and not yet handed out
 	nextLP     []float32
+	prefix     []*nn.BatchKVCache // one-row caches of SequenceOptions.Prefix while queued; nil otherwise
 }
 
 // NewBatchGenerator returns an empty generator for m. Invalid options are
@@ -269,6 +283,9 @@ func (g *BatchGenerator) Insert(prompts [][]int32, seqs []SequenceOptions) ([]in
 		}
 		pending[i] = s
 	}
+	if err := g.copyPrefixes(pending, prompts, seqs); err != nil {
+		return nil, err
+	}
 	uids := make([]int, len(pending))
 	for i, s := range pending {
 		s.uid = g.uid
@@ -321,6 +338,98 @@ func (g *BatchGenerator) newSeq(p []int32, o SequenceOptions) (*batchSeq, error)
 	return s, nil
 }
 
+// copyPrefixes gives each pending sequence with a SequenceOptions.Prefix a
+// one-row batch cache holding a copy of it, and moves its first tokens from
+// rest to context. On an error no sequence keeps a copy.
+func (g *BatchGenerator) copyPrefixes(pending []*batchSeq, prompts [][]int32, seqs []SequenceOptions) error {
+	if seqs == nil {
+		return nil
+	}
+	for i, o := range seqs {
+		if o.Prefix == nil {
+			continue
+		}
+		n, err := prefixLen(o.Prefix, o.PrefixTokens, len(prompts[i]))
+		if err != nil {
+			return fmt.Errorf("generate: prompt %d: %w", i, err)
+		}
+		s := pending[i]
+		s.context = slices.Clone(prompts[i][:n])
+		s.rest = s.rest[n:]
+	}
+	err := g.b.Do(func() (err error) {
+		defer backend.Recover(&err)
+		sc := g.b.Scope()
+		defer sc.Close()
+		defer func() {
+			for _, s := range pending {
+				for _, c := range s.prefix {
+					sc.Keep(c.State()...)
+				}
+			}
+		}()
+		for i, o := range seqs {
+			if o.Prefix == nil {
+				continue
+			}
+			s := pending[i]
+			s.prefix = g.m.NewBatchCache([]int{0})
+			if len(s.prefix) != len(o.Prefix) {
+				return fmt.Errorf("generate: prompt %d: %d prefix caches for a model of %d layers", i, len(o.Prefix), len(s.prefix))
+			}
+			n := len(s.context)
+			for l, c := range o.Prefix {
+				st := c.State()
+				k, v := st[0], st[1]
+				ks, vs := k.Shape(), v.Shape()
+				k = g.b.Slice(k, []int{0, 0, 0, 0}, []int{1, ks[1], n, ks[3]})
+				v = g.b.Slice(v, []int{0, 0, 0, 0}, []int{1, vs[1], n, vs[3]})
+				s.prefix[l].Update(k, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = g.b.Do(func() (err error) {
+			defer backend.Recover(&err)
+			for _, s := range pending {
+				release(s.prefix)
+				s.prefix = nil
+			}
+			return nil
+		})
+	}
+	return err
+}
+
+// prefixLen checks a SequenceOptions.Prefix of which use tokens are wanted
+// (0: all) for a prompt of m tokens and returns how many it gives.
+func prefixLen(prefix []nn.KVCache, use, m int) (int, error) {
+	held := prefix[0].Offset()
+	for l, c := range prefix {
+		if _, ok := c.(*nn.FullKVCache); !ok {
+			return 0, fmt.Errorf("prefix cache %d is a %T, want *nn.FullKVCache", l, c)
+		}
+		if c.Offset() != held {
+			return 0, fmt.Errorf("prefix cache %d holds %d tokens, cache 0 holds %d", l, c.Offset(), held)
+		}
+		if len(c.State()) != 2 {
+			return 0, fmt.Errorf("prefix cache %d is empty", l)
+		}
+	}
+	n := held
+	if use != 0 {
+		if use < 0 || use > held {
+			return 0, fmt.Errorf("prefix tokens %d, want 0 < n <= %d (the tokens the prefix caches hold)", use, held)
+		}
+		n = use
+	}
+	if n < 1 || n >= m {
+		return 0, fmt.Errorf("a prefix of %d tokens for a %d-token prompt, want 0 < n < %d (one token at least left to run)", n, m, m)
+	}
+	return n, nil
+}
+
 // Len returns the number of sequences held: queued, prefilling or
 // generating.
 func (g *BatchGenerator) Len() int { return len(g.queue) + len(g.prompt.rows) + len(g.gen.rows) }
@@ -342,8 +451,18 @@ func (g *BatchGenerator) Remove(uids ...int) error {
 	for _, u := range uids {
 		drop[u] = true
 	}
-	g.queue = slices.DeleteFunc(g.queue, func(s *batchSeq) bool { return drop[s.uid] })
+	var gone []*batchSeq
+	g.queue = slices.DeleteFunc(g.queue, func(s *batchSeq) bool {
+		if drop[s.uid] {
+			gone = append(gone, s)
+		}
+		return drop[s.uid]
+	})
 	err := g.run(func() error {
+		for _, s := range gone {
+			release(s.prefix)
+			s.prefix = nil
+		}
 		for _, p := range []*batchPart{&g.prompt, &g.gen} {
 			var keep []int
 			for i, s := range p.rows {
@@ -419,6 +538,10 @@ func (g *BatchGenerator) Close() {
 			release(p.cache)
 			*p = batchPart{}
 		}
+		for _, s := range g.queue {
+			release(s.prefix)
+			s.prefix = nil
+		}
 		return nil
 	})
 	g.queue = nil
@@ -456,6 +579,11 @@ func (g *BatchGenerator) states() []backend.Array {
 			out = append(out, c.State()...)
 		}
 	}
+	for _, s := range g.queue {
+		for _, c := range s.prefix {
+			out = append(out, c.State()...)
+		}
+	}
 	return out
 }
 
@@ -480,9 +608,9 @@ func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 	defer func() { g.stats.PromptTime += time.Since(start) }()
 	n := min(g.opts.PrefillBatchSize-len(g.prompt.rows), g.opts.CompletionBatchSize-len(g.gen.rows), len(g.queue))
 	if n > 0 {
-		added := batchPart{rows: g.queue[:n:n], cache: g.m.NewBatchCache(make([]int, n))}
+		rows := g.queue[:n:n]
 		g.queue = g.queue[n:]
-		if err := g.extend(&g.prompt, added); err != nil {
+		if err := g.admit(rows); err != nil {
 			return nil, false, err
 		}
 	}
@@ -519,6 +647,30 @@ func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 		}
 	}
 	return out, len(split) > 0 || len(g.prompt.rows) > 0, nil
+}
+
+// admit moves queued rows into prefill, in order: consecutive rows without
+// a prefix share a new empty cache, a row with one brings its own.
+func (g *BatchGenerator) admit(rows []*batchSeq) error {
+	for len(rows) > 0 {
+		var part batchPart
+		if p := rows[0].prefix; p != nil {
+			rows[0].prefix = nil
+			part = batchPart{rows: rows[:1:1], cache: p}
+			rows = rows[1:]
+		} else {
+			k := 1
+			for k < len(rows) && rows[k].prefix == nil {
+				k++
+			}
+			part = batchPart{rows: rows[:k:k], cache: g.m.NewBatchCache(make([]int, k))}
+			rows = rows[k:]
+		}
+		if err := g.extend(&g.prompt, part); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // extend is _extend_cache plus the rows: p takes q's rows after its own.

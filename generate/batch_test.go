@@ -335,3 +335,123 @@ func argmax(v []float32) int {
 	}
 	return best
 }
+
+// TestBatchPrefix: sequences started from the caches of an earlier one
+// (SequenceOptions.Prefix: all its tokens, or the first few) prefill only
+// the rest of their prompts and give, greedy, what Generate gives for the
+// whole prompt alone, in one batch with a sequence without a prefix; the
+// prefix caches are copied (released right after Insert, the run goes on)
+// and every array comes back once the generator is closed. A prefix that
+// leaves no token to run is an error.
+func TestBatchPrefix(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "optiq-f32")
+	before := b.Stats().LiveArrays
+	first := batchPrompts(m.VocabSize(), 7)[0]
+	res, err := generate.Generate(m, first, generate.Options{MaxTokens: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 4, ReturnCaches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Insert([][]int32{first}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var cache []nn.KVCache
+	var held []int32
+	for !g.Done() {
+		toks, err := g.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range toks {
+			held = append(held, tk.Token)
+			if tk.Cache != nil {
+				cache = tk.Cache
+			}
+		}
+	}
+	g.Close()
+	if !slices.Equal(held, res.Tokens) || cache == nil {
+		t.Fatalf("first sequence: batch gave %v (cache %v), Generate %v", held, cache != nil, res.Tokens)
+	}
+	held = append(slices.Clone(first), held...) // the tokens cache holds
+	prompts := [][]int32{
+		append(slices.Clone(held), 11, 12, 13, 14, 15, 16), // all of the cache, then more
+		append(slices.Clone(held[:5]), 40, 41),             // its first 5 tokens only
+		batchPrompts(m.VocabSize(), 3)[0],                  // no prefix
+		append(slices.Clone(held), 20),                     // all of it and one token
+	}
+	seqs := []generate.SequenceOptions{{Prefix: cache}, {Prefix: cache, PrefixTokens: 5}, {}, {Prefix: cache}}
+	g, err = generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 6, PrefillStepSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids, err := g.Insert(prompts, seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cache {
+		c.Release()
+	}
+	got := map[int][]int32{}
+	for !g.Done() {
+		toks, err := g.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range toks {
+			got[tk.UID] = append(got[tk.UID], tk.Token)
+		}
+	}
+	if s := g.Stats(); s.PromptTokens != 5+1+2+0 {
+		t.Errorf("prompt tokens prefilled: %d, want %d (the prompts' tokens past their prefix, the last excluded)", s.PromptTokens, 8)
+	}
+	g.Close()
+	for i, p := range prompts {
+		want, err := generate.Generate(m, p, generate.Options{MaxTokens: 6}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got[uids[i]], want.Tokens) {
+			t.Errorf("prompt %d: batch from a prefix gave %v, Generate alone %v", i, got[uids[i]], want.Tokens)
+		}
+	}
+	if after := b.Stats().LiveArrays; after != before {
+		t.Errorf("live arrays: %d after Close, %d before", after, before)
+	}
+
+	// Errors: nothing is queued, nothing leaks.
+	fresh := m.NewCache()
+	lg, err := m.Prefill(first, fresh, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release(lg)
+	g, err = generate.NewBatchGenerator(m, generate.BatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for _, c := range []struct {
+		prompt []int32
+		o      generate.SequenceOptions
+		want   string
+	}{
+		{first, generate.SequenceOptions{Prefix: fresh}, "a prefix of 7 tokens for a 7-token prompt"},
+		{append(slices.Clone(first), 1), generate.SequenceOptions{Prefix: fresh, PrefixTokens: 9}, "prefix tokens 9, want 0 < n <= 7"},
+		{append(slices.Clone(first), 1), generate.SequenceOptions{Prefix: fresh[:1]}, "1 prefix caches for a model of"},
+	} {
+		if _, err := g.Insert([][]int32{c.prompt}, []generate.SequenceOptions{c.o}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an error containing %q", err, c.want)
+		}
+	}
+	if g.Len() != 0 {
+		t.Errorf("%d sequences queued after failed inserts", g.Len())
+	}
+	for _, c := range fresh {
+		c.Release()
+	}
+}

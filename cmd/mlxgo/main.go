@@ -23,6 +23,8 @@ Commands:
   chat       interactive multi-turn chat with a model, keeping the KV cache between turns
   cache-prompt  run a prompt through a model and save its KV cache (mlx_lm's prompt cache file)
   batch      answer many prompts (a JSON Lines file) at once, decoding them together
+  serve      serve the model over HTTP with OpenAI's API (continuous batching)
+  loadtest   load-test mlxgo serve (or any OpenAI-compatible server) with many clients
   conform    run the conformance suite against the oracle's fixtures
   convert    convert a llama GGUF file into an MLX model directory
   synth      write a synthetic checkpoint (MiniCPM5-1B shapes, random weights) for benchmarks
@@ -52,6 +54,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCachePrompt(args[1:], stdout, stderr)
 	case "batch":
 		return cmdBatch(args[1:], stdout, stderr)
+	case "serve":
+		return cmdServe(args[1:], stdout, stderr)
+	case "loadtest":
+		return cmdLoadtest(args[1:], stdout, stderr)
 	case "conform":
 		return cmdConform(args[1:], stdout, stderr)
 	case "convert":

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/server"
+)
+
+const serveUsage = `usage: mlxgo serve --model DIR|ORG/NAME [--host 127.0.0.1] [--port 8080] [flags]
+
+Serves the model over HTTP with OpenAI's API, as mlx_lm.server and
+llama-server do:
+  POST /v1/chat/completions   messages through the model's chat template
+  POST /v1/completions        a prompt: text, or an array of token ids
+  GET  /v1/models             the model served (its id is --model as given)
+  GET  /health                {"status": "ok"}, with the backend's live memory
+Requests take max_tokens (or max_completion_tokens), temperature, top_p,
+top_k, min_p, repetition_penalty, seed, stop (strings, never emitted),
+logprobs / top_logprobs, stream and stream_options.include_usage; n must
+be 1. The flags below give the defaults of requests that leave a setting
+out (--max-tokens, --temp, ...). A request with a seed samples from a random
+state of its own: its text is mlxgo generate --seed's.
+
+Requests are decoded together (continuous batching): up to
+--max-concurrency sequences decode at once and new ones join between
+decode steps, --prefill-concurrency prompts prefill at once; up to
+--queue-size more wait, and beyond that the server answers 429 with
+Retry-After. A client that disconnects cancels its sequence at once.
+Finished sequences' KV caches are kept, up to --prompt-cache-bytes, and a
+request whose prompt starts with one of them prefills only the rest
+(usage.prompt_tokens_details.cached_tokens says how many were reused).
+
+Request bodies are capped at --max-body-bytes (413 beyond); headers must
+arrive within 10 s and the whole request within 60 s; a client that reads
+nothing for --write-timeout is dropped. Errors are OpenAI's error JSON.
+Stderr gets one line per request: id, route, status, prompt, cached and
+completion tokens, finish reason, time to first token, total time, mean
+inter-token latency.
+
+Examples:
+  mlxgo serve --model smollm2-mlx
+  mlxgo serve --model DIR --port 9000 --max-concurrency 16 --temp 0.7
+  curl localhost:8080/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
+
+Flags:
+`
+
+// serveFlags are the parsed flags of mlxgo serve.
+type serveFlags struct {
+	sampleFlags
+	host                    string
+	port                    int
+	maxConcurrency, prefill int
+	queue                   int
+	promptCacheBytes        int64
+	maxBodyBytes            int64
+	writeTimeout            time.Duration
+	think, noThink          bool
+	given                   string // --model as given: the served model's id
+}
+
+// register adds the model, sampling and serving flags to fs.
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	f.sampleFlags.register(fs, 512)
+	fs.IntVar(&f.maxConcurrency, "max-concurrency", 8, "most sequences decoding at once (>= 1)")
+	fs.IntVar(&f.prefill, "prefill-concurrency", 4, "most prompts prefilled at once (>= 1; at most --max-concurrency)")
+	fs.IntVar(&f.queue, "queue-size", 32, "most requests waiting beyond --max-concurrency (>= 0); more are answered 429")
+	fs.Int64Var(&f.promptCacheBytes, "prompt-cache-bytes", 512<<20, "most bytes of finished sequences' KV caches kept for prefix reuse (0: none)")
+	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (>= 1024); larger ones are answered 413")
+	fs.DurationVar(&f.writeTimeout, "write-timeout", 60*time.Second, "drop a client that reads nothing for this long (> 0)")
+	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
+	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
+}
+
+// checkServe validates the flags and resolves --model.
+func (f *serveFlags) checkServe() error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	var err error
+	switch {
+	case f.port < 0 || f.port > 65535:
+		err = usagef("--port %d: want 0 to 65535", f.port)
+	case f.maxConcurrency < 1:
+		err = usagef("--max-concurrency %d: want >= 1", f.maxConcurrency)
+	case f.prefill < 1:
+		err = usagef("--prefill-concurrency %d: want >= 1", f.prefill)
+	case f.queue < 0:
+		err = usagef("--queue-size %d: want >= 0", f.queue)
+	case f.promptCacheBytes < 0:
+		err = usagef("--prompt-cache-bytes %d: want >= 0", f.promptCacheBytes)
+	case f.maxBodyBytes < 1024:
+		err = usagef("--max-body-bytes %d: want >= 1024", f.maxBodyBytes)
+	case f.writeTimeout <= 0:
+		err = usagef("--write-timeout %v: want > 0", f.writeTimeout)
+	case f.think && f.noThink:
+		err = usagef("--think and --no-think are mutually exclusive")
+	}
+	if err != nil {
+		return err
+	}
+	f.given = f.model
+	f.model, err = resolveModel(f.model, f.offline)
+	return err
+}
+
+func parseServeFlags(args []string, stdout io.Writer) (*serveFlags, error) {
+	f := &serveFlags{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	f.register(fs)
+	fs.StringVar(&f.host, "host", "127.0.0.1", "address to listen on")
+	fs.IntVar(&f.port, "port", 8080, "port to listen on (0: any free port, printed)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, serveUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil, err
+		}
+		return nil, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	if err := f.checkServe(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func cmdServe(args []string, stdout, stderr io.Writer) int {
+	return runCommand("serve", args, stdout, stderr, parseServeFlags, runServe)
+}
+
+// defaultServeContext bounds prompt plus completion tokens for a model
+// whose config.json gives no max_position_embeddings.
+const defaultServeContext = 32768
+
+// serveStop, when not nil, stops mlxgo serve when closed (tests; a signal
+// stops it otherwise).
+var serveStop chan struct{}
+
+func runServe(f *serveFlags, stdout, stderr io.Writer) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(f.host, strconv.Itoa(f.port)))
+	if err != nil {
+		return usagef("--host %s --port %d: %v", f.host, f.port, err)
+	}
+	defer ln.Close()
+	srv, closeSrv, err := openServer(f, stdout, stderr, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeSrv()
+	id := f.given
+	hs := srv.HTTPServer(ln.Addr().String())
+	fmt.Fprintf(stdout, "serving %s on http://%s (POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health)\n", id, ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if serveStop != nil {
+		go func() {
+			select {
+			case <-serveStop:
+				stop()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	fmt.Fprintln(stderr, "mlxgo serve: shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Close() // in-flight requests end now, so Shutdown need not wait for them
+	hs.Shutdown(sctx)
+	return nil
+}
+
+// openServer loads the model and its text side and starts a server.Server
+// (its request lines to log); close frees them.
+func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, func(), error) {
+	cfg, err := checkpoint.LoadConfig(f.model)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--model %s: %w", f.model, err)
+	}
+	if !hasTokenizer(f.model) {
+		return nil, nil, usagef("%s has no tokenizer.json, which mlxgo serve needs (its API is text): copy tokenizer.json and tokenizer_config.json from the model's Hugging Face repo into it", f.model)
+	}
+	tm, err := openText(f.model, cfg, false, f.think, f.noThink, "", stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, m, err := openModel(&f.sampleFlags, stdout, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	free := func() {
+		b.Do(func() error { return m.Close() })
+		b.Close()
+	}
+	ctxLen := cfg.MaxPositionEmbeddings
+	if ctxLen == 0 {
+		// No bound from the model: a prompt must not size the KV cache freely.
+		ctxLen = defaultServeContext
+		fmt.Fprintf(stderr, "note: %s/config.json has no max_position_embeddings; mlxgo serve bounds prompt plus completion at %d tokens\n", f.model, ctxLen)
+	}
+	queue := f.queue
+	if queue == 0 {
+		queue = -1 // server.Config's "none"; its 0 is the default
+	}
+	srv, err := server.New(server.Config{
+		Model: m, ModelID: f.given, Text: tm, ContextLength: ctxLen,
+		Defaults: server.Defaults{MaxTokens: f.maxTokens, Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
+			RepetitionPenalty: f.repPenalty, RepetitionContext: f.repContext},
+		Seed: f.seed, MaxConcurrency: f.maxConcurrency, PrefillConcurrency: min(f.prefill, f.maxConcurrency),
+		QueueSize: queue, PrefillStep: f.prefillStep, PromptCacheBytes: f.promptCacheBytes,
+		MaxBodyBytes: f.maxBodyBytes, WriteTimeout: f.writeTimeout, Log: log,
+	})
+	if err != nil {
+		free()
+		return nil, nil, err
+	}
+	return srv, func() { srv.Close(); free() }, nil
+}

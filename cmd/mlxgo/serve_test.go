@@ -1,0 +1,185 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlxgo/mlxgo/internal/testenv"
+)
+
+// startServe runs mlxgo serve in the test's process on a free loopback
+// port and returns its base URL and its stderr; the server stops when the
+// test ends.
+func startServe(t *testing.T, args ...string) (string, func() string) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	var errOut syncBuf
+	serveStop = make(chan struct{})
+	stop := serveStop
+	done := make(chan int, 1)
+	go func() {
+		done <- run(append([]string{"serve", "--port", "0", "--backend", "cpu"}, args...), pw, &errOut)
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("mlxgo serve did not stop within 10 s")
+		}
+		serveStop = nil
+	})
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		if _, rest, ok := strings.Cut(sc.Text(), " on http://"); ok && strings.HasPrefix(sc.Text(), "serving ") {
+			go io.Copy(io.Discard, pr)
+			return "http://" + strings.Fields(rest)[0], errOut.String
+		}
+	}
+	t.Fatalf("mlxgo serve did not start; stderr:\n%s", errOut.String())
+	return "", nil
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// generatedText is the text mlxgo generate printed: between the load line
+// and the statistics line.
+func generatedText(t *testing.T, out string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(out, "\n")
+	end := strings.LastIndex(rest, "\nprompt: ")
+	if !ok || end < 0 {
+		t.Fatalf("no text in mlxgo generate's output %q", out)
+	}
+	return rest[:end]
+}
+
+// TestServeOpenAIClient: the official openai Python client (pinned in the
+// oracle requirements) against mlxgo serve: chat, completions, streaming
+// with usage, stop strings, seeded sampling equal to mlxgo generate --seed,
+// cancellation mid-stream (the sequence dropped, memory back to idle), and
+// OpenAI errors (testdata/openai_client.py).
+func TestServeOpenAIClient(t *testing.T) {
+	py := testenv.Python(t)
+	if err := exec.Command(py, "-c", "import openai").Run(); err != nil {
+		testenv.Missing(t, "the openai package is not in .venv (make venv installs conformance/oracle/requirements.txt)")
+	}
+	dir := textFixture(t, chatML)
+	rc, out, errOut := mlxgo("generate", "--model", dir, "--prompt", "Hi", "--temp", "0.9", "--seed", "42", "--max-tokens", "10", "--backend", "cpu")
+	if rc != 0 {
+		t.Fatalf("generate: exit %d: %s", rc, errOut)
+	}
+	seeded := generatedText(t, out)
+	url, logs := startServe(t, "--model", dir, "--max-tokens", "12")
+	cmd := exec.Command(py, filepath.Join("testdata", "openai_client.py"), url, seeded)
+	res, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(res), "ok: 14 checks") {
+		t.Fatalf("openai_client.py: %v\n%s\nserver log:\n%s", err, res, logs())
+	}
+	t.Logf("openai_client.py:\n%s", res)
+	n := 0
+	for _, l := range strings.Split(logs(), "\n") {
+		if strings.HasPrefix(l, "request ") {
+			n++
+		}
+	}
+	if n != 11 {
+		t.Errorf("%d request lines logged, want 11 (one per POST of openai_client.py):\n%s", n, logs())
+	}
+}
+
+// TestServeFlags: bad flags are usage errors naming the flag.
+func TestServeFlags(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--model is required"},
+		{[]string{"--model", model, "--port", "70000"}, "--port 70000"},
+		{[]string{"--model", model, "--max-concurrency", "0"}, "--max-concurrency 0"},
+		{[]string{"--model", model, "--queue-size", "-1"}, "--queue-size -1"},
+		{[]string{"--model", model, "--max-body-bytes", "10"}, "--max-body-bytes 10"},
+		{[]string{"--model", model, "--write-timeout", "0s"}, "--write-timeout 0s"},
+		{[]string{"--model", model, "--port", "0"}, "has no tokenizer.json, which mlxgo serve needs"},
+	} {
+		rc, _, errOut := mlxgo(append([]string{"serve"}, c.args...)...)
+		if rc != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("serve %v: exit %d, stderr %q; want 2 and %q", c.args, rc, errOut, c.want)
+		}
+	}
+	if rc, out, _ := mlxgo("serve", "--help"); rc != 0 || !strings.Contains(out, "usage: mlxgo serve") || !strings.Contains(out, "--max-concurrency") {
+		t.Errorf("serve --help: exit %d\n%s", rc, out)
+	}
+}
+
+// TestLoadTestShort: the load test's short run (make test; make load-test
+// is the full one): 16 clients, 64 requests on the tiny checkpoint with
+// four sequences decoding and four waiting, so that some requests are
+// rejected (429), with cancellations and malformed bodies; no error, and
+// the server's arrays besides its prompt cache back at their level before.
+func TestLoadTestShort(t *testing.T) {
+	dir := textFixture(t, chatML)
+	rc, out, errOut := mlxgo("loadtest", "--model", dir, "--backend", "cpu", "--clients", "16", "--requests", "64",
+		"--duration", "60s", "--tokens", "24", "--prompt-words", "2,10,30", "--cancel", "0.1", "--malformed", "0.1", "--slow", "0.1", "--max-concurrency", "4", "--queue-size", "4", "--prompt-cache-bytes", "2000000")
+	t.Logf("mlxgo loadtest:\n%s", out)
+	if rc != 0 {
+		t.Fatalf("exit %d\n%s", rc, errOut)
+	}
+	for _, want := range []string{"requests: 64 |", "load test: ok", "time to first token: p50", "server memory: before"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	var ok, cancelled, malformed, oversized, rejected, cut, errs int
+	line := out[strings.Index(out, "requests: "):]
+	if _, err := fmt.Sscanf(line, "requests: 64 | ok %d | cancelled mid-stream %d | malformed (400) %d | oversized (413) %d | rejected (429, then retried) %d | cut by the time limit %d | errors %d",
+		&ok, &cancelled, &malformed, &oversized, &rejected, &cut, &errs); err != nil {
+		t.Fatalf("counts line %q: %v", strings.SplitN(line, "\n", 2)[0], err)
+	}
+	if ok == 0 || cancelled == 0 || malformed == 0 || rejected == 0 || errs != 0 {
+		t.Errorf("ok %d, cancelled %d, malformed %d, rejected %d, errors %d: want every kind but errors", ok, cancelled, malformed, rejected, errs)
+	}
+}
+
+// TestLoadTestFlags: bad flags are usage errors; --url must be loopback.
+func TestLoadTestFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "give --model (a server in this process) or --url"},
+		{[]string{"--url", "http://10.1.2.3:8080"}, "is not on loopback"},
+		{[]string{"--url", "http://127.0.0.1:1", "--clients", "0"}, "--clients 0"},
+		{[]string{"--url", "http://127.0.0.1:1", "--cancel", "0.9", "--malformed", "0.1", "--slow", "0.1"}, "adding up to at most 1"},
+	} {
+		rc, _, errOut := mlxgo(append([]string{"loadtest"}, c.args...)...)
+		if rc != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("loadtest %v: exit %d, stderr %q; want 2 and %q", c.args, rc, errOut, c.want)
+		}
+	}
+}

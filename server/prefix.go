@@ -1,0 +1,151 @@
+package server
+
+import (
+	"slices"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/nn"
+)
+
+// prefixCache keeps the caches of finished sequences, keyed by the tokens
+// they hold, so that a new request whose prompt shares a prefix with one of
+// them prefills only the rest (mlx_lm.server's LRUPromptCache). It holds
+// at most limit bytes of keys and values; the least recently used entries
+// go first. It lives on the engine's goroutine: not safe for concurrent use.
+type prefixCache struct {
+	b       backend.Backend
+	limit   int64
+	bytes   int64
+	entries []*prefixEntry // least recently used first
+}
+
+type prefixEntry struct {
+	tokens []int32
+	cache  []nn.KVCache // one compact *nn.FullKVCache per layer
+	bytes  int64
+}
+
+func newPrefixCache(b backend.Backend, limit int64) *prefixCache {
+	return &prefixCache{b: b, limit: limit}
+}
+
+// lookup returns the entry sharing the longest prefix with prompt and how
+// many of its tokens to reuse (at most len(prompt)-1, so that one token is
+// left to run), or nil when none shares a token. The entry becomes the
+// most recently used.
+func (p *prefixCache) lookup(prompt []int32) (*prefixEntry, int) {
+	best, n := -1, 0
+	for i, e := range p.entries {
+		if k := min(generate.CommonPrefix(e.tokens, prompt), len(prompt)-1); k > n {
+			best, n = i, k
+		}
+	}
+	if best < 0 {
+		return nil, 0
+	}
+	e := p.entries[best]
+	p.entries = append(slices.Delete(p.entries, best, best+1), e)
+	return e, n
+}
+
+// add stores a compact copy of cache (a finished sequence's, per layer)
+// for tokens, and releases cache. Entries whose tokens are a prefix of
+// tokens are dropped (the new one serves them), then the least recently
+// used until the total fits the limit; an entry larger than the limit is
+// not kept.
+func (p *prefixCache) add(tokens []int32, cache []nn.KVCache) {
+	var e *prefixEntry
+	_ = p.b.Do(func() (err error) {
+		defer backend.Recover(&err)
+		defer func() {
+			for _, c := range cache {
+				c.Release()
+			}
+		}()
+		sc := p.b.Scope()
+		defer sc.Close()
+		out := make([]nn.KVCache, len(cache))
+		var size int64
+		for l, c := range cache {
+			st := c.State()
+			if len(st) != 2 {
+				return nil
+			}
+			// Exact-size copies: the batch's buffers are not pinned, and
+			// no slot is held beyond the tokens.
+			n := c.Offset()
+			cp := func(a backend.Array) backend.Array {
+				s := a.Shape()
+				v := p.b.Slice(a, []int{0, 0, 0, 0}, []int{s[0], s[1], n, s[3]})
+				return p.b.SliceUpdate(p.b.Zeros(v.Shape(), v.DType()), v, []int{0, 0, 0, 0})
+			}
+			fc, err := nn.RestoreFullKVCache(p.b, cp(st[0]), cp(st[1]), n)
+			if err != nil {
+				for _, d := range out[:l] {
+					d.Release()
+				}
+				return err
+			}
+			sc.Keep(fc.State()...)
+			for _, a := range fc.State() {
+				size += int64(a.Shape().Size() * a.DType().Size())
+			}
+			out[l] = fc
+		}
+		e = &prefixEntry{tokens: slices.Clone(tokens), cache: out, bytes: size}
+		return nil
+	})
+	if e == nil {
+		return
+	}
+	if e.bytes > p.limit {
+		p.free(e)
+		return
+	}
+	p.entries = slices.DeleteFunc(p.entries, func(o *prefixEntry) bool {
+		if len(o.tokens) <= len(e.tokens) && slices.Equal(o.tokens, e.tokens[:len(o.tokens)]) {
+			p.bytes -= o.bytes
+			p.free(o)
+			return true
+		}
+		return false
+	})
+	p.entries = append(p.entries, e)
+	p.bytes += e.bytes
+	for p.bytes > p.limit && len(p.entries) > 0 {
+		p.bytes -= p.entries[0].bytes
+		p.free(p.entries[0])
+		p.entries = p.entries[1:]
+	}
+}
+
+// free releases e's caches.
+func (p *prefixCache) free(e *prefixEntry) {
+	_ = p.b.Do(func() (err error) {
+		defer backend.Recover(&err)
+		for _, c := range e.cache {
+			c.Release()
+		}
+		return nil
+	})
+}
+
+// clear frees every entry.
+func (p *prefixCache) clear() {
+	for _, e := range p.entries {
+		p.free(e)
+	}
+	p.entries, p.bytes = nil, 0
+}
+
+// arrays counts the backend arrays the entries hold.
+func (p *prefixCache) arrays() int {
+	n := 0
+	for _, e := range p.entries {
+		for _, c := range e.cache {
+			n += len(c.State())
+		}
+	}
+	return n
+}
