@@ -141,7 +141,7 @@ func RunBatchChild(o ChildOptions, sizes []int, stdout, stderr io.Writer) error 
 			return err
 		}
 		for r := range o.Warmup + o.Reps {
-			g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: o.DecodeTokens, CompletionBatchSize: bs, PrefillBatchSize: bs})
+			g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: o.DecodeTokens, CompletionBatchSize: bs, PrefillBatchSize: bs, NoLogprobs: true})
 			if err != nil {
 				return err
 			}

@@ -65,6 +65,14 @@ type BatchOptions struct {
 	// ReturnCaches hands each finished sequence's cache to the caller
 	// (BatchToken.Cache, mlx_lm's prompt_cache of a finished response).
 	ReturnCaches bool
+	// NoLogprobs leaves BatchToken.Logprobs nil (but for sequences that
+	// ask for them, SequenceOptions.Logprobs). A decode step whose rows
+	// all decode greedily, without logits processors and without asking
+	// for log-probabilities, then takes the argmax on the backend and
+	// copies only the row's tokens to the host, where otherwise the whole
+	// [B, V] log-probabilities come over to be sampled there: the same
+	// tokens (the argmax of the same array, ties to the smallest index).
+	NoLogprobs bool
 }
 
 // SequenceOptions override BatchOptions for one inserted sequence (the
@@ -94,6 +102,9 @@ type SequenceOptions struct {
 	// with caches). Insert copies them; the caller keeps them. The tokens
 	// they hold are not checked: they must be prompt[:n].
 	Prefix []nn.KVCache
+	// Logprobs keeps this sequence's BatchToken.Logprobs under
+	// BatchOptions.NoLogprobs.
+	Logprobs bool
 	// PrefixTokens, when positive, uses only the first PrefixTokens tokens
 	// of Prefix (n above), which may hold more (a longer sequence that
 	// shares only that much with the prompt); 0 uses them all.
@@ -111,7 +122,8 @@ type BatchToken struct {
 	// Logprobs is the row of log-probabilities the token was sampled from
 	// (after the logits processors), [V], exactly the model dtype's values.
 	// It is a window on the step's [B, V] host buffer: copy it to keep one
-	// row without the others.
+	// row without the others. nil under BatchOptions.NoLogprobs (unless
+	// the sequence asked for them with SequenceOptions.Logprobs).
 	Logprobs []float32
 	// FinishReason is "" while the sequence goes on, else FinishStop or
 	// FinishLength; the sequence is then gone from the generator.
@@ -210,6 +222,7 @@ type batchSeq struct {
 	n          int     // tokens handed out
 	next       int32   // the next decode input: last, then the token sampled and not yet handed out
 	nextLP     []float32
+	wantLP     bool               // BatchToken.Logprobs wanted (not BatchOptions.NoLogprobs, or SequenceOptions.Logprobs)
 	prefix     []*nn.BatchKVCache // one-row caches of SequenceOptions.Prefix while queued; nil otherwise
 }
 
@@ -306,7 +319,7 @@ func (g *BatchGenerator) newSeq(p []int32, o SequenceOptions) (*batchSeq, error)
 		}
 	}
 	s := &batchSeq{rest: slices.Clone(p[:len(p)-1]), last: p[len(p)-1], maxTokens: o.MaxTokens,
-		processors: g.opts.Processors, stop: g.opts.StopTokens}
+		processors: g.opts.Processors, stop: g.opts.StopTokens, wantLP: !g.opts.NoLogprobs || o.Logprobs}
 	switch {
 	case s.maxTokens == 0:
 		s.maxTokens = g.opts.MaxTokens
@@ -870,7 +883,13 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 	for i, s := range p.rows {
 		s.context = append(s.context, in[i])
 	}
-	var lp *tensor.Dense
+	// The step samples on the host unless every row is greedy, without
+	// processors, and wants no log-probabilities (BatchOptions.NoLogprobs).
+	host := false
+	for _, s := range p.rows {
+		host = host || s.wantLP || !s.sampler.Greedy() || s.processors.Enabled()
+	}
+	var lp, picked *tensor.Dense
 	err := g.scoped(func() error {
 		x := g.b.FromHost(tensor.FromInt32(tensor.Shape{B, 1}, in))
 		logits, err := g.m.BatchLogits(x, p.cache)
@@ -890,11 +909,21 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 			return err
 		}
 		out := g.b.Binary(backend.Subtract, logits, g.b.LogSumExp(logits, -1, true))
+		if !host {
+			picked, err = g.b.ToHost(g.b.Argmax(out, -1, false))
+			return err
+		}
 		lp, err = g.b.ToHost(out)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("generate: batch decode step: %w", err)
+	}
+	if !host {
+		for i, s := range p.rows {
+			s.next, s.nextLP = int32(picked.Uint32s()[i]), nil
+		}
+		return nil
 	}
 	rows := lp.ToFloat32()
 	V := lp.Shape[1]
@@ -904,7 +933,10 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 		if err != nil {
 			return fmt.Errorf("generate: sampling sequence %d: %w", s.uid, err)
 		}
-		s.next, s.nextLP = tok, row
+		s.next, s.nextLP = tok, nil
+		if s.wantLP {
+			s.nextLP = row
+		}
 	}
 	return nil
 }

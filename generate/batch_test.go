@@ -455,3 +455,69 @@ func TestBatchPrefix(t *testing.T) {
 		c.Release()
 	}
 }
+
+// Under NoLogprobs a greedy batch picks on the backend: the same tokens as
+// with the log-probabilities on the host, none handed out but for the
+// sequence that asks for them (whose row is the one the default gives), and
+// a sampled row in the batch brings the step back to the host.
+func TestBatchNoLogprobs(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "optiq-f32")
+	prompts := batchPrompts(m.VocabSize(), 5, 9, 3)
+	run := func(opts generate.BatchOptions, seqs []generate.SequenceOptions) map[int][]generate.BatchToken {
+		t.Helper()
+		g, err := generate.NewBatchGenerator(m, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		uids, err := g.Insert(prompts, seqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int][]generate.BatchToken{}
+		for !g.Done() {
+			toks, err := g.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tk := range toks {
+				i := slices.Index(uids, tk.UID)
+				tk.Logprobs = slices.Clone(tk.Logprobs)
+				out[i] = append(out[i], tk)
+			}
+		}
+		return out
+	}
+	ids := func(ts []generate.BatchToken) []int32 {
+		var v []int32
+		for _, tk := range ts {
+			v = append(v, tk.Token)
+		}
+		return v
+	}
+	want := run(generate.BatchOptions{MaxTokens: 6}, nil)
+	got := run(generate.BatchOptions{MaxTokens: 6, NoLogprobs: true}, []generate.SequenceOptions{{}, {Logprobs: true}, {}})
+	for i := range prompts {
+		if !slices.Equal(ids(got[i]), ids(want[i])) {
+			t.Errorf("row %d: NoLogprobs gave %v, want %v", i, ids(got[i]), ids(want[i]))
+		}
+		for j, tk := range got[i] {
+			switch {
+			case i == 1 && !slices.Equal(tk.Logprobs, want[i][j].Logprobs):
+				t.Errorf("row 1 token %d: its asked-for logprobs differ from the default's", j)
+			case i != 1 && tk.Logprobs != nil:
+				t.Errorf("row %d token %d: got %d logprobs, want none under NoLogprobs", i, j, len(tk.Logprobs))
+			}
+		}
+	}
+	seed := uint64(3)
+	sampled := []generate.SequenceOptions{{}, {Sampler: &generate.SamplerOptions{Temp: 0.8}, Seed: &seed}, {}}
+	a := run(generate.BatchOptions{MaxTokens: 6}, sampled)
+	c := run(generate.BatchOptions{MaxTokens: 6, NoLogprobs: true}, sampled)
+	for i := range prompts {
+		if !slices.Equal(ids(a[i]), ids(c[i])) {
+			t.Errorf("with a sampled row, row %d: NoLogprobs gave %v, want %v", i, ids(c[i]), ids(a[i]))
+		}
+	}
+}

@@ -137,6 +137,9 @@ func New(cfg Config) (*Server, error) {
 		CompletionBatchSize: cfg.MaxConcurrency,
 		PrefillBatchSize:    min(cfg.PrefillConcurrency, cfg.MaxConcurrency),
 		PrefillStepSize:     cfg.PrefillStep,
+		// Log-probabilities come to the host only for requests that ask
+		// for them (job.logprobs); greedy steps otherwise pick on the backend.
+		NoLogprobs: true,
 	}
 	eng, err := newEngine(cfg.Model, opts, cfg.PromptCacheBytes)
 	if err != nil {
@@ -506,6 +509,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, rl *reqLog, re
 	} else {
 		rl.id = newID("cmpl-")
 	}
+	seq.Logprobs = req.set.logprobs
 	j := &job{prompt: req.prompt, seq: seq, logprobs: req.set.logprobs, topLogprobs: req.set.topLogprobs, out: newOutbox()}
 	ctx := r.Context()
 	select {
