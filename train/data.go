@@ -23,6 +23,7 @@ type Example struct {
 	Tokens []int32
 	Offset int
 	Fields int
+	Source string // "file:line", for warnings
 }
 
 // DataOptions are mlx_lm's dataset options: the field names of each
@@ -117,6 +118,7 @@ func LoadFile(path string, text *chat.Text, o DataOptions) ([]Example, error) {
 			return nil, fmt.Errorf("train: %s: the line has no tokens", where)
 		}
 		ex.Fields = len(rec)
+		ex.Source = where
 		out = append(out, ex)
 	}
 	if err := sc.Err(); err != nil {
