@@ -62,7 +62,7 @@ type Trainer struct {
 	// validation and saved checkpoint path.
 	OnReport func(Report)
 	OnVal    func(ValReport)
-	OnSave   func(path string)
+	OnSave   func(it int, path string)
 	// OnStep, when set, receives each step's loss and token count (for
 	// tests and the oracle comparison).
 	OnStep func(it int, loss float32, ntoks int)
@@ -175,7 +175,7 @@ func (t *Trainer) Run(args Args, trainSet, valid []Example) error {
 				return err
 			}
 			if t.OnSave != nil {
-				t.OnSave(ck)
+				t.OnSave(it, ck)
 			}
 		}
 	}
