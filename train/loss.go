@@ -17,6 +17,12 @@ import (
 // implement backend.Differentiator. Call it inside a
 // Differentiator.ValueAndGrad function to train.
 func Loss(b backend.Backend, m *minicpm5.Model, batch Batch) (loss, ntoks backend.Array, err error) {
+	return lossWith(b, m, batch, minicpm5.ForwardOptions{})
+}
+
+// lossWith is Loss with the model's forward options (a checkpointing
+// Block hook).
+func lossWith(b backend.Backend, m *minicpm5.Model, batch Batch, fo minicpm5.ForwardOptions) (loss, ntoks backend.Array, err error) {
 	d, ok := b.(backend.Differentiator)
 	if !ok {
 		return nil, nil, fmt.Errorf("train: backend %s has no gradients", b.Name())
@@ -45,7 +51,7 @@ func Loss(b backend.Backend, m *minicpm5.Model, batch Batch) (loss, ntoks backen
 	}
 	ids := b.FromHost(tensor.FromInt32(tensor.Shape{B, T}, in))
 	maskA := b.FromHost(&tensor.Dense{DType: tensor.Bool, Shape: tensor.Shape{B, T}, Data: mask})
-	o, err := m.Forward(ids, nil, minicpm5.ForwardOptions{})
+	o, err := m.Forward(ids, nil, fo)
 	if err != nil {
 		return nil, nil, err
 	}

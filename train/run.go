@@ -26,9 +26,6 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if !c.Train && !c.Test {
 		return errors.New("train: must provide at least one of --train or --test")
 	}
-	if c.GradCheckpoint {
-		return errors.New("train: --grad-checkpoint is not implemented yet")
-	}
 	rng := NewNumpyRNG(uint32(c.Seed))
 	fmt.Fprintln(out, "Loading datasets")
 	trainSet, valid, test, err := LoadDir(c.Data, text, DataOptions{MaskPrompt: c.MaskPrompt,
@@ -45,7 +42,7 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if c.Test && len(test) == 0 {
 		return fmt.Errorf("train: %s: test set not found or empty (test.jsonl); must provide a test set for evaluation", c.Data)
 	}
-	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn}
+	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn, GradCheckpoint: c.GradCheckpoint}
 	switch {
 	case c.Train:
 		fmt.Fprintln(out, "Training")

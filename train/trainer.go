@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -56,6 +57,11 @@ type Trainer struct {
 	// Dropout, when not nil, is each adapter's training dropout (nil:
 	// none). Validation runs without it.
 	Dropout func(x backend.Array) backend.Array
+	// GradCheckpoint recomputes each block in the backward instead of
+	// keeping its intermediates (mlx_lm's --grad-checkpoint: every
+	// block's call through mx.checkpoint, the block's adapters among the
+	// checkpointed function's inputs).
+	GradCheckpoint bool
 	// Warn receives truncation warnings; nil discards them.
 	Warn io.Writer
 	// OnReport, OnVal and OnSave, when set, receive each report,
@@ -210,7 +216,11 @@ func (t *Trainer) step(batch Batch, accum *[]backend.Array, update bool, accumSt
 		for i, s := range slots {
 			*s = x[i]
 		}
-		l, n, err := Loss(b, t.Model, batch)
+		var fo minicpm5.ForwardOptions
+		if t.GradCheckpoint {
+			fo.Block = t.checkpointed
+		}
+		l, n, err := lossWith(b, t.Model, batch, fo)
 		return []backend.Array{l, n}, err
 	}
 	outs, grads, err := d.ValueAndGrad(fn, params, all)
@@ -265,6 +275,40 @@ func (t *Trainer) step(batch Batch, accum *[]backend.Array, update bool, accumSt
 		b.Release(params...)
 	}
 	return float32(lv.ToFloat64()[0]), int(nt.ToFloat64()[0]), nil
+}
+
+// checkpointed runs block i through Differentiator.Checkpoint with h
+// and the block's adapter arrays as the checkpointed function's inputs,
+// so that their gradients flow through the recomputation.
+func (t *Trainer) checkpointed(i int, block *minicpm5.Block, h backend.Array, mask backend.Mask) backend.Array {
+	d := t.B.(backend.Differentiator)
+	prefix := fmt.Sprintf("model.layers.%d.", i)
+	var slots []*backend.Array
+	for _, a := range t.Adapters {
+		if strings.HasPrefix(a.Path, prefix) {
+			for _, p := range a.Params() {
+				slots = append(slots, p.Array)
+			}
+		}
+	}
+	outer := make([]backend.Array, len(slots))
+	for k, s := range slots {
+		outer[k] = *s
+	}
+	fn := d.Checkpoint(func(in []backend.Array) ([]backend.Array, error) {
+		for k, s := range slots {
+			*s = in[1+k]
+		}
+		return []backend.Array{block.Forward(in[0], mask, nil)}, nil
+	})
+	out, err := fn(append([]backend.Array{h}, outer...))
+	for k, s := range slots {
+		*s = outer[k]
+	}
+	if err != nil {
+		panic(&backend.OpError{Op: "Checkpoint", Err: err})
+	}
+	return out[0]
 }
 
 // Evaluate is mlx_lm's evaluate: the token-weighted mean of the loss over

@@ -61,7 +61,7 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.Test, "test", false, "evaluate on the test set (after training, with --train)")
 	fs.IntVar(&c.TestBatches, "test-batches", d.TestBatches, "test batches; -1 for the whole test set")
 	fs.IntVar(&c.MaxSeqLength, "max-seq-length", d.MaxSeqLength, "maximum sequence length (longer ones are truncated with a warning)")
-	fs.BoolVar(&c.GradCheckpoint, "grad-checkpoint", false, "gradient checkpointing (not implemented yet: refused)")
+	fs.BoolVar(&c.GradCheckpoint, "grad-checkpoint", false, "gradient checkpointing: recompute each block in the backward (less memory, more compute)")
 	fs.IntVar(&c.Seed, "seed", d.Seed, "the random seed (adapters' initial values, batch order, dropout)")
 	config := fs.String("c", "", "YAML config file of mlx_lm.lora options")
 	fs.StringVar(config, "config", "", "same as -c")

@@ -126,7 +126,6 @@ func TestLoRACLIErrors(t *testing.T) {
 		{"neither train nor test", []string{"lora", "--model", model, "--data", data}, 1, "at least one of --train or --test"},
 		{"no training set", []string{"lora", "--model", model, "--train", "--data", dir}, 1, "training set not found or empty"},
 		{"too many layers", []string{"lora", "--model", model, "--train", "--data", data, "--adapter-path", filepath.Join(dir, "a")}, 1, "requested to train 16 layers but the model only has 3"},
-		{"grad checkpoint", []string{"lora", "--model", model, "--train", "--data", data, "--grad-checkpoint"}, 1, "--grad-checkpoint is not implemented"},
 		{"bad optimizer", []string{"lora", "--model", model, "--train", "--data", data, "--num-layers", "1", "--optimizer", "lion", "--adapter-path", filepath.Join(dir, "b")}, 1, `unsupported optimizer "lion"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -60,6 +60,8 @@ CASES = [
                                   "batch_size": 2, "iters": 6, "steps_per_eval": 3, "val_batches": 1, "grad_accumulation_steps": 2, "max_seq_length": 9, "num_layers": 1, "seed": 3}),
     ("sgd", "bytelevel-llama3", {"data": "data/text", "optimizer": "sgd", "learning_rate": 0.05, "batch_size": 1, "iters": 4, "steps_per_eval": 10, "val_batches": 2, "num_layers": 3, "seed": 11}),
     ("chat_mask_prompt", "spm-llama2", {"data": "data/chat", "optimizer": "adam", "learning_rate": 5e-3, "batch_size": 2, "iters": 4, "steps_per_eval": 2, "val_batches": -1, "mask_prompt": True, "num_layers": 2, "seed": 5}),
+    # grad_checkpoint patches TransformerBlock.__call__ for the rest of the process: keep it last.
+    ("adam_grad_checkpoint", "bytelevel-llama3", {"data": "data/text", "optimizer": "adam", "learning_rate": 1e-2, "batch_size": 2, "iters": 4, "steps_per_eval": 2, "val_batches": -1, "num_layers": 2, "seed": 0, "grad_checkpoint": True}),
 ]
 
 
