@@ -69,6 +69,55 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 
 // trainLoRA is mlx_lm.lora's train_model.
 func trainLoRA(t *Trainer, c Config, trainSet, valid []Example, out io.Writer) error {
+	if err := setup(t, c, out); err != nil {
+		return err
+	}
+	n := 0
+	for _, a := range t.Adapters {
+		for _, p := range a.Params() {
+			n += (*p.Array).Shape().Size()
+		}
+	}
+	fmt.Fprintf(out, "Trainable parameters: %.3fM in %d adapted layers\n", float64(n)/1e6, len(t.Adapters))
+	cfg := lora.Config{FineTuneType: c.FineTuneType, NumLayers: c.NumLayers, LoRA: c.LoRAParameters}
+	extra := map[string]any{
+		"model": c.Model, "data": c.Data, "seed": c.Seed, "optimizer": c.Optimizer, "batch_size": c.BatchSize,
+		"iters": c.Iters, "val_batches": c.ValBatches, "learning_rate": c.LearningRate, "steps_per_report": c.StepsPerReport,
+		"steps_per_eval": c.StepsPerEval, "save_every": c.SaveEvery, "adapter_path": c.AdapterPath, "max_seq_length": c.MaxSeqLength,
+		"grad_checkpoint": c.GradCheckpoint, "grad_accumulation_steps": c.GradAccumulationSteps, "mask_prompt": c.MaskPrompt,
+		"lr_schedule": c.LRSchedule, "resume_adapter_file": nilIfEmpty(c.ResumeAdapterFile), "train": c.Train, "test": c.Test,
+		"test_batches": c.TestBatches,
+	}
+	if err := lora.SaveConfig(c.AdapterPath, cfg, extra); err != nil {
+		return err
+	}
+	adapterFile := filepath.Join(c.AdapterPath, lora.WeightsFile)
+	t.OnVal = func(v ValReport) {
+		fmt.Fprintf(out, "Iter %d: Val loss %.3f, Val took %.3fs\n", v.Iteration, v.ValLoss, v.ValTime.Seconds())
+	}
+	t.OnReport = func(r Report) {
+		fmt.Fprintf(out, "Iter %d: Train loss %.3f, Learning Rate %.3e, It/sec %.3f, Tokens/sec %.3f, Trained Tokens %d, Peak mem %.3f GB\n",
+			r.Iteration, r.TrainLoss, r.LearningRate, r.ItPerSec, r.TokensPerSec, r.TrainedTokens, r.PeakMemoryGB)
+	}
+	t.OnSave = func(it int, path string) {
+		fmt.Fprintf(out, "Iter %d: Saved adapter weights to %s and %s.\n", it, adapterFile, path)
+	}
+	start := time.Now()
+	err := t.Run(Args{BatchSize: c.BatchSize, Iters: c.Iters, ValBatches: c.ValBatches, StepsPerReport: c.StepsPerReport,
+		StepsPerEval: c.StepsPerEval, StepsPerSave: c.SaveEvery, MaxSeqLength: c.MaxSeqLength, AdapterFile: adapterFile,
+		GradAccumulationSteps: c.GradAccumulationSteps}, trainSet, valid)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "Saved final weights to %s (%d steps in %.1f s).\n", adapterFile, c.Iters, time.Since(start).Seconds())
+	return nil
+}
+
+// setup is train_model up to the training: mx.random.seed(c.Seed), the
+// adapters (LoRA or DoRA, mlx_lm's initial values), their dropout from
+// the same random sequence, c.ResumeAdapterFile's weights, and the
+// optimizer with its schedule and optimizer_config.
+func setup(t *Trainer, c Config, out io.Writer) error {
 	b, m := t.B, t.Model
 	mxRNG := generate.NewRNG(uint64(c.Seed))
 	if c.NumLayers > len(m.Layers) {
@@ -97,25 +146,6 @@ func trainLoRA(t *Trainer, c Config, trainSet, valid []Example, out io.Writer) e
 			return err
 		}
 	}
-	n := 0
-	for _, a := range t.Adapters {
-		for _, p := range a.Params() {
-			n += (*p.Array).Shape().Size()
-		}
-	}
-	fmt.Fprintf(out, "Trainable parameters: %.3fM in %d adapted layers\n", float64(n)/1e6, len(t.Adapters))
-	cfg := lora.Config{FineTuneType: c.FineTuneType, NumLayers: c.NumLayers, LoRA: c.LoRAParameters}
-	extra := map[string]any{
-		"model": c.Model, "data": c.Data, "seed": c.Seed, "optimizer": c.Optimizer, "batch_size": c.BatchSize,
-		"iters": c.Iters, "val_batches": c.ValBatches, "learning_rate": c.LearningRate, "steps_per_report": c.StepsPerReport,
-		"steps_per_eval": c.StepsPerEval, "save_every": c.SaveEvery, "adapter_path": c.AdapterPath, "max_seq_length": c.MaxSeqLength,
-		"grad_checkpoint": c.GradCheckpoint, "grad_accumulation_steps": c.GradAccumulationSteps, "mask_prompt": c.MaskPrompt,
-		"lr_schedule": c.LRSchedule, "resume_adapter_file": nilIfEmpty(c.ResumeAdapterFile), "train": c.Train, "test": c.Test,
-		"test_batches": c.TestBatches,
-	}
-	if err := lora.SaveConfig(c.AdapterPath, cfg, extra); err != nil {
-		return err
-	}
 	sched := Constant(c.LearningRate)
 	if c.LRSchedule != nil {
 		sched = *c.LRSchedule
@@ -124,29 +154,8 @@ func trainLoRA(t *Trainer, c Config, trainSet, valid []Example, out io.Writer) e
 	if err != nil {
 		return err
 	}
-	if t.Opt, err = NewOptimizer(b, c.Optimizer, sched, ocfg); err != nil {
-		return err
-	}
-	adapterFile := filepath.Join(c.AdapterPath, lora.WeightsFile)
-	t.OnVal = func(v ValReport) {
-		fmt.Fprintf(out, "Iter %d: Val loss %.3f, Val took %.3fs\n", v.Iteration, v.ValLoss, v.ValTime.Seconds())
-	}
-	t.OnReport = func(r Report) {
-		fmt.Fprintf(out, "Iter %d: Train loss %.3f, Learning Rate %.3e, It/sec %.3f, Tokens/sec %.3f, Trained Tokens %d, Peak mem %.3f GB\n",
-			r.Iteration, r.TrainLoss, r.LearningRate, r.ItPerSec, r.TokensPerSec, r.TrainedTokens, r.PeakMemoryGB)
-	}
-	t.OnSave = func(it int, path string) {
-		fmt.Fprintf(out, "Iter %d: Saved adapter weights to %s and %s.\n", it, adapterFile, path)
-	}
-	start := time.Now()
-	err = t.Run(Args{BatchSize: c.BatchSize, Iters: c.Iters, ValBatches: c.ValBatches, StepsPerReport: c.StepsPerReport,
-		StepsPerEval: c.StepsPerEval, StepsPerSave: c.SaveEvery, MaxSeqLength: c.MaxSeqLength, AdapterFile: adapterFile,
-		GradAccumulationSteps: c.GradAccumulationSteps}, trainSet, valid)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "Saved final weights to %s (%d steps in %.1f s).\n", adapterFile, c.Iters, time.Since(start).Seconds())
-	return nil
+	t.Opt, err = NewOptimizer(b, c.Optimizer, sched, ocfg)
+	return err
 }
 
 func nilIfEmpty(s string) any {

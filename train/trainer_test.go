@@ -2,6 +2,7 @@ package train
 
 import (
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -48,15 +49,19 @@ func trainModelDir(t *testing.T, tokenizer string) string {
 // data, flags and seeds) and compares each step's training loss and
 // learning rate, each validation loss and the final adapters. An
 // oracle-exact backend (MLX on its CPU device, whose compiled training
-// step is deterministic there: every step of every case) must give
-// mlx_lm's bits. The CPU backend is held to 1e-4 of each loss and 2e-3 of
-// each adapter's largest element: its gradients differ from MLX's by
-// float32 summation order (up to ~2e-5 of the largest element,
-// TestLoRAGradientsMatchMLXLM), and Adam divides each moment by the root
-// of its second moment, so where a gradient is near zero a difference of
-// that size changes that element's step by up to the learning rate; a
-// few such steps stay within 2e-3 of the largest adapter value at these
-// rates (the worst case measures 1.2e-3: chat_mask_prompt).
+// step is deterministic there: every step of every case, dropout, DoRA
+// and checkpointing included) must give mlx_lm's bits. The CPU backend
+// is held to 1e-4 of each loss, and each adapter tensor to 5e-3 of its
+// largest element per element and 1e-3 in relative Frobenius norm: its
+// gradients differ from MLX's by float32 summation order (up to ~2e-5
+// of the largest element, TestLoRAGradientsMatchMLXLM), and Adam's
+// early steps are nearly lr·sign(g)·3.16 (no bias correction), so an
+// element whose gradient lies within that noise of zero can step the
+// other way (worst measured: 2e-3 per element on dora, 3e-4
+// Frobenius). The cases train where the random tiny model's loss is
+// smooth: at a rate of 1e-2 from resumed adapters its loss climbs to
+// 40-80, where a 2e-6 difference in the parameters was seen to turn a
+// whole tensor's third step around on the CPU (MLX still bit for bit).
 func TestTrainFixtures(t *testing.T) {
 	root := filepath.Join(testenv.RepoRoot(t), "conformance", "testdata", "train")
 	files, _ := filepath.Glob(filepath.Join(root, "*.json"))
@@ -89,6 +94,9 @@ func TestTrainFixtures(t *testing.T) {
 			c := Defaults()
 			if err := json.Unmarshal(want.Args, &c); err != nil {
 				t.Fatal(err)
+			}
+			if c.ResumeAdapterFile != "" {
+				c.ResumeAdapterFile = filepath.Join(root, c.ResumeAdapterFile)
 			}
 			model := trainModelDir(t, want.Tokenizer)
 			data := filepath.Join(root, c.Data)
@@ -126,26 +134,13 @@ func TestTrainFixtures(t *testing.T) {
 						if err != nil {
 							return err
 						}
-						ads, err := lora.Apply(b, m, c.NumLayers, c.LoRAParameters, generate.NewRNG(uint64(c.Seed)))
-						if err != nil {
-							return err
-						}
-						sched := Constant(c.LearningRate)
-						if c.LRSchedule != nil {
-							sched = *c.LRSchedule
-						}
-						ocfg, err := c.optimizerConfig(c.Optimizer)
-						if err != nil {
-							return err
-						}
-						opt, err := NewOptimizer(b, c.Optimizer, sched, ocfg)
-						if err != nil {
-							return err
-						}
-						tr2 := &Trainer{B: b, Model: m, Adapters: ads, Opt: opt, RNG: NewNumpyRNG(uint32(c.Seed)), GradCheckpoint: c.GradCheckpoint,
+						tr2 := &Trainer{B: b, Model: m, RNG: NewNumpyRNG(uint32(c.Seed)), GradCheckpoint: c.GradCheckpoint,
 							OnStep:   func(it int, l float32, n int) { steps = append(steps, l) },
 							OnVal:    func(v ValReport) { vals = append(vals, v) },
 							OnReport: func(r Report) { reports = append(reports, r) }}
+						if err := setup(tr2, c, io.Discard); err != nil {
+							return err
+						}
 						return tr2.Run(Args{BatchSize: c.BatchSize, Iters: c.Iters, ValBatches: c.ValBatches, StepsPerReport: 1,
 							StepsPerEval: c.StepsPerEval, StepsPerSave: 1000, MaxSeqLength: c.MaxSeqLength,
 							AdapterFile: filepath.Join(dir, lora.WeightsFile), GradAccumulationSteps: c.GradAccumulationSteps}, tr, va)
@@ -184,7 +179,7 @@ func TestTrainFixtures(t *testing.T) {
 					if got := len(f.Names()); got != len(wantAd.Names()) {
 						t.Fatalf("%d adapter tensors, mlx_lm %d", got, len(wantAd.Names()))
 					}
-					worst := 0.0
+					worst, worstFro := 0.0, 0.0
 					for _, n := range wantAd.Names() {
 						wt, err := wantAd.TensorCopy(n)
 						if err != nil {
@@ -199,14 +194,21 @@ func TestTrainFixtures(t *testing.T) {
 						for _, v := range w {
 							top = math.Max(top, math.Abs(v))
 						}
+						var dd, ww float64
 						for i := range w {
 							worst = math.Max(worst, math.Abs(gv[i]-w[i])/top)
-							if !near(gv[i], w[i], 2e-3*top) {
-								t.Fatalf("%s[%d]: %v, mlx_lm %v (largest %v)", n, i, gv[i], w[i], top)
+							dd += (gv[i] - w[i]) * (gv[i] - w[i])
+							ww += w[i] * w[i]
+							if !near(gv[i], w[i], 5e-3*top) {
+								t.Errorf("%s[%d]: %v, mlx_lm %v (largest %v)", n, i, gv[i], w[i], top)
 							}
 						}
+						worstFro = math.Max(worstFro, math.Sqrt(dd/ww))
+						if !exact && math.Sqrt(dd/ww) > 1e-3 {
+							t.Errorf("%s: relative Frobenius error %.3g, want at most 1e-3", n, math.Sqrt(dd/ww))
+						}
 					}
-					t.Logf("%s: %d steps, %d validations, %d adapters; worst adapter error %.3g of its largest element", bname, len(steps), len(vals), len(wantAd.Names()), worst)
+					t.Logf("%s: %d steps, %d validations, %d adapters; worst adapter error %.3g of its largest element, %.3g relative Frobenius", bname, len(steps), len(vals), len(wantAd.Names()), worst, worstFro)
 				})
 			}
 		})

@@ -60,6 +60,10 @@ CASES = [
                                   "batch_size": 2, "iters": 6, "steps_per_eval": 3, "val_batches": 1, "grad_accumulation_steps": 2, "max_seq_length": 9, "num_layers": 1, "seed": 3}),
     ("sgd", "bytelevel-llama3", {"data": "data/text", "optimizer": "sgd", "learning_rate": 0.05, "batch_size": 1, "iters": 4, "steps_per_eval": 10, "val_batches": 2, "num_layers": 3, "seed": 11}),
     ("chat_mask_prompt", "spm-llama2", {"data": "data/chat", "optimizer": "adam", "learning_rate": 5e-3, "batch_size": 2, "iters": 4, "steps_per_eval": 2, "val_batches": -1, "mask_prompt": True, "num_layers": 2, "seed": 5}),
+    # resume_adapter_file relative to out/ (made absolute for the run): the adam case's adapters.
+    ("adam_resume", "bytelevel-llama3", {"data": "data/text", "optimizer": "adam", "learning_rate": 1e-3, "batch_size": 2, "iters": 3, "steps_per_eval": 2, "val_batches": -1, "num_layers": 2, "seed": 1, "resume_adapter_file": "adam.safetensors"}),
+    ("adam_dropout", "bytelevel-llama3", {"data": "data/text", "optimizer": "adam", "learning_rate": 1e-3, "batch_size": 2, "iters": 4, "steps_per_eval": 2, "val_batches": -1, "num_layers": 2, "seed": 2, "lora_parameters": {"rank": 4, "dropout": 0.2, "scale": 10.0}}),
+    ("dora", "bytelevel-llama3", {"data": "data/text", "optimizer": "adam", "learning_rate": 1e-3, "batch_size": 2, "iters": 4, "steps_per_eval": 2, "val_batches": -1, "num_layers": 2, "seed": 4, "fine_tune_type": "dora"}),
     # grad_checkpoint patches TransformerBlock.__call__ for the rest of the process: keep it last.
     ("adam_grad_checkpoint", "bytelevel-llama3", {"data": "data/text", "optimizer": "adam", "learning_rate": 1e-2, "batch_size": 2, "iters": 4, "steps_per_eval": 2, "val_batches": -1, "num_layers": 2, "seed": 0, "grad_checkpoint": True}),
 ]
@@ -110,7 +114,9 @@ def generate(out, models_dir, tokenizers_dir):
             args = dict(CONFIG_DEFAULTS)
             args.update(case)
             args.update({"model": model, "train": True, "data": os.path.join(out, case["data"]), "steps_per_report": 1,
-                         "save_every": 1000, "adapter_path": os.path.join(tmp, name), "lora_parameters": LORA})
+                         "save_every": 1000, "adapter_path": os.path.join(tmp, name), "lora_parameters": case.get("lora_parameters", LORA)})
+            if case.get("resume_adapter_file"):
+                args["resume_adapter_file"] = os.path.join(out, case["resume_adapter_file"])
             args = types.SimpleNamespace(**args)
             np.random.seed(args.seed)
             m, tok = load(args.model)
@@ -125,5 +131,5 @@ def generate(out, models_dir, tokenizers_dir):
             w = mx.load(os.path.join(args.adapter_path, "adapters.safetensors"))
             mx.save_safetensors(os.path.join(out, name + ".safetensors"), w, metadata={"format": "mlx"})
             fixed = dict(case)
-            fixed["lora_parameters"] = LORA
+            fixed["lora_parameters"] = case.get("lora_parameters", LORA)
             common.write_json(os.path.join(out, name + ".json"), {"tokenizer": tokenizer, "args": fixed, "train": rec.train, "val": rec.val})
