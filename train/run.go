@@ -21,8 +21,9 @@ import (
 // and trains; with c.Test (alone, the adapters of c.AdapterPath if set)
 // it prints the test set's loss and perplexity. Progress lines go to
 // out, in mlx_lm's words; warnings to warn. m is c.Model loaded on b,
-// text its tokenizer.
-func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, out, warn io.Writer) error {
+// text its tokenizer; peak, when not nil, is the device's peak memory in
+// bytes for the progress lines (see Trainer.PeakMemory).
+func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, out, warn io.Writer, peak func() int64) error {
 	if !c.Train && !c.Test {
 		return errors.New("train: must provide at least one of --train or --test")
 	}
@@ -42,7 +43,7 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if c.Test && len(test) == 0 {
 		return fmt.Errorf("train: %s: test set not found or empty (test.jsonl); must provide a test set for evaluation", c.Data)
 	}
-	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn, GradCheckpoint: c.GradCheckpoint}
+	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn, GradCheckpoint: c.GradCheckpoint, PeakMemory: peak}
 	switch {
 	case c.Train:
 		fmt.Fprintln(out, "Training")

@@ -62,6 +62,10 @@ type Trainer struct {
 	// block's call through mx.checkpoint, the block's adapters among the
 	// checkpointed function's inputs).
 	GradCheckpoint bool
+	// PeakMemory, when set, reports the device's peak memory in bytes
+	// (MLX's allocator peak, mx.get_peak_memory); nil reports the
+	// backend's Stats().PeakBytes (the arrays it tracks).
+	PeakMemory func() int64
 	// Warn receives truncation warnings; nil discards them.
 	Warn io.Writer
 	// OnReport, OnVal and OnSave, when set, receive each report,
@@ -165,7 +169,7 @@ func (t *Trainer) Run(args Args, trainSet, valid []Example) error {
 				ItPerSec:      float64(args.StepsPerReport) / secs,
 				TokensPerSec:  float64(nTokens) / secs,
 				TrainedTokens: trained,
-				PeakMemoryGB:  float64(t.B.Stats().PeakBytes) / 1e9,
+				PeakMemoryGB:  float64(t.peak()) / 1e9,
 			}
 			if t.OnReport != nil {
 				t.OnReport(r)
@@ -188,6 +192,13 @@ func (t *Trainer) Run(args Args, trainSet, valid []Example) error {
 	t.B.Release(accum...)
 	t.setDropout(false)
 	return t.save(args.AdapterFile)
+}
+
+func (t *Trainer) peak() int64 {
+	if t.PeakMemory != nil {
+		return t.PeakMemory()
+	}
+	return t.B.Stats().PeakBytes
 }
 
 func (t *Trainer) save(path string) error {

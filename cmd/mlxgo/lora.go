@@ -36,6 +36,11 @@ Examples:
 Flags:
 `
 
+// devicePeakMemory, set when the MLX backend is compiled in (mlx.go),
+// returns a reader of MLX's allocator peak for b, or nil for another
+// backend.
+var devicePeakMemory func(b backend.Backend) func() int64
+
 func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("lora", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -163,7 +168,11 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	}
 	err = b.Do(func() (err error) {
 		defer backend.Recover(&err)
-		return train.RunLoRA(b, m, text, final, stdout, stderr)
+		var peak func() int64
+		if devicePeakMemory != nil {
+			peak = devicePeakMemory(b)
+		}
+		return train.RunLoRA(b, m, text, final, stdout, stderr, peak)
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "mlxgo lora: %v\n", err)
