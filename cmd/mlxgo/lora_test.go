@@ -114,6 +114,8 @@ func TestLoRACLIErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("iters: 3\nlearning_rat: 1e-5\n"), 0o644)
+	drop := filepath.Join(dir, "drop.yaml")
+	os.WriteFile(drop, []byte("lora_parameters:\n  rank: 4\n  scale: 10\n  dropout: 0.1\n"), 0o644)
 	for _, c := range []struct {
 		name string
 		args []string
@@ -126,6 +128,7 @@ func TestLoRACLIErrors(t *testing.T) {
 		{"neither train nor test", []string{"lora", "--model", model, "--data", data}, 1, "at least one of --train or --test"},
 		{"no training set", []string{"lora", "--model", model, "--train", "--data", dir}, 1, "training set not found or empty"},
 		{"too many layers", []string{"lora", "--model", model, "--train", "--data", data, "--adapter-path", filepath.Join(dir, "a")}, 1, "requested to train 16 layers but the model only has 3"},
+		{"dropout with checkpointing", []string{"lora", "-c", drop, "--model", model, "--train", "--data", data, "--num-layers", "1", "--grad-checkpoint", "--adapter-path", filepath.Join(dir, "c")}, 1, "with --grad-checkpoint is not implemented"},
 		{"bad optimizer", []string{"lora", "--model", model, "--train", "--data", data, "--num-layers", "1", "--optimizer", "lion", "--adapter-path", filepath.Join(dir, "b")}, 1, `unsupported optimizer "lion"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
