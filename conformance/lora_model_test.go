@@ -14,6 +14,7 @@ import (
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tensor"
+	"github.com/mlxgo/mlxgo/train"
 )
 
 // loraOracle loads a checkpoint with mlx_lm, freezes it, converts the
@@ -148,7 +149,8 @@ func TestLoRAGradientsMatchMLXLM(t *testing.T) {
 
 // loraLoss wraps the layers the oracle named in nn.LoRALinear with the
 // oracle's adapter values and returns default_loss on batch and its
-// gradients w.r.t. every adapter, by name.
+// gradients w.r.t. every adapter, by name (train.Loss: the trainer's
+// own loss).
 func loraLoss(b backend.Backend, m *minicpm5.Model, names []string, shapes map[string][]int, batch [][]int32, lengths [][2]int32, scale float32) (float64, map[string][]float64, error) {
 	d := b.(backend.Differentiator)
 	layers := map[string]*nn.LoRALinear{}
@@ -178,20 +180,10 @@ func loraLoss(b backend.Backend, m *minicpm5.Model, names []string, shapes map[s
 			*slot = l
 		}
 	}
-	B, T := len(batch), len(batch[0])-1
-	in, tg, mask := make([]int32, 0, B*T), make([]int32, 0, B*T), make([]byte, 0, B*T)
-	V := 0
-	for r, row := range batch {
-		in = append(in, row[:T]...)
-		for t, id := range row[1:] {
-			tg = append(tg, id)
-			s := int32(t + 1)
-			mask = append(mask, boolByte(s >= lengths[r][0] && s <= lengths[r][1]))
-		}
+	tb := train.Batch{B: len(batch), L: len(batch[0]), Lengths: lengths}
+	for _, row := range batch {
+		tb.Tokens = append(tb.Tokens, row...)
 	}
-	ids := b.FromHost(tensor.FromInt32(tensor.Shape{B, T}, in))
-	maskA := b.FromHost(&tensor.Dense{DType: tensor.Bool, Shape: tensor.Shape{B, T}, Data: mask})
-	var pick backend.Array
 	loss := func(x []backend.Array) ([]backend.Array, error) {
 		for k, n := range names {
 			path, leaf, _ := strings.Cut(strings.TrimPrefix(n, "model.layers."), ".")
@@ -202,25 +194,8 @@ func loraLoss(b backend.Backend, m *minicpm5.Model, names []string, shapes map[s
 				l.LoraB = x[k]
 			}
 		}
-		o, err := m.Forward(ids, nil, minicpm5.ForwardOptions{})
-		if err != nil {
-			return nil, err
-		}
-		logits := o.Logits
-		if V == 0 {
-			V = logits.Shape()[2]
-			flat := make([]int32, len(tg))
-			for i, v := range tg {
-				flat[i] = v + int32(i*V)
-			}
-			pick = b.FromHost(tensor.FromInt32(tensor.Shape{B, T}, flat))
-		}
-		l := b.Binary(backend.Subtract, logits, d.StopGradient(b.Max(logits, -1, true)))
-		score := b.Take(b.Reshape(l, -1), pick, 0)
-		ce := b.Binary(backend.Multiply, b.Binary(backend.Subtract, b.LogSumExp(l, -1, false), score), maskA)
-		sum := b.Sum(b.Reshape(b.AsType(ce, tensor.F32), -1), 0, false)
-		ntoks := b.Sum(b.Reshape(maskA, -1), 0, false)
-		return []backend.Array{b.Binary(backend.Divide, sum, ntoks), ntoks}, nil
+		loss, ntoks, err := train.Loss(b, m, tb)
+		return []backend.Array{loss, ntoks}, err
 	}
 	all := make([]int, len(names))
 	for i := range all {
@@ -243,13 +218,6 @@ func loraLoss(b backend.Backend, m *minicpm5.Model, names []string, shapes map[s
 		res[n] = g.ToFloat64()
 	}
 	return lv.ToFloat64()[0], res, nil
-}
-
-func boolByte(v bool) byte {
-	if v {
-		return 1
-	}
-	return 0
 }
 
 // projection returns the field of block that holds the projection named

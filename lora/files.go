@@ -27,15 +27,20 @@ type Config struct {
 	LoRA         Params `json:"lora_parameters"`
 }
 
-// Save writes dir/adapters.safetensors (every adapter's lora_a and lora_b,
-// float32, named as mlx_lm names its trainable parameters) and
-// dir/adapter_config.json (cfg's fields and extra, which must not repeat
-// them, keys sorted and indented by 4 as mlx_lm's save_config). dir is
-// made if missing.
+// Save writes dir/adapters.safetensors (SaveWeights) and
+// dir/adapter_config.json (SaveConfig). dir is made if missing.
 func Save(b backend.Backend, dir string, ads []Adapter, cfg Config, extra map[string]any) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("lora: %w", err)
+	if err := SaveConfig(dir, cfg, extra); err != nil {
+		return err
 	}
+	return SaveWeights(b, filepath.Join(dir, WeightsFile), ads)
+}
+
+// SaveWeights writes every adapter's lora_a and lora_b (and DoRA's m),
+// float32, named as mlx_lm names its trainable parameters, to path (a
+// safetensors file, as mlx_lm's trainer saves adapters.safetensors and
+// its numbered checkpoints).
+func SaveWeights(b backend.Backend, path string, ads []Adapter) error {
 	var names []string
 	var ts []*tensor.Dense
 	for _, a := range ads {
@@ -51,7 +56,17 @@ func Save(b backend.Backend, dir string, ads []Adapter, cfg Config, extra map[st
 			ts = append(ts, d)
 		}
 	}
-	if err := tensor.WriteSafetensors(filepath.Join(dir, WeightsFile), names, ts, map[string]string{"format": "mlx"}); err != nil {
+	if err := tensor.WriteSafetensors(path, names, ts, map[string]string{"format": "mlx"}); err != nil {
+		return fmt.Errorf("lora: %w", err)
+	}
+	return nil
+}
+
+// SaveConfig writes dir/adapter_config.json: cfg's fields and extra,
+// which must not repeat them, keys sorted and indented by 4 as mlx_lm's
+// save_config. dir is made if missing.
+func SaveConfig(dir string, cfg Config, extra map[string]any) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("lora: %w", err)
 	}
 	all := map[string]any{}
@@ -205,4 +220,50 @@ func planned(m *minicpm5.Model, cfg Config) []plan {
 		}
 	}
 	return out
+}
+
+// LoadWeights sets the adapters' arrays from a safetensors file of
+// adapter weights (mlx_lm.lora's --resume-adapter-file, which it reads
+// with model.load_weights(strict=False)): every tensor must name a
+// parameter of ads with its shape; parameters the file lacks keep their
+// values. It returns how many it set.
+func LoadWeights(b backend.Backend, path string, ads []Adapter) (int, error) {
+	f, err := tensor.OpenSafetensors(path)
+	if err != nil {
+		return 0, fmt.Errorf("lora: %w", err)
+	}
+	defer f.Close()
+	slots := map[string]*backend.Array{}
+	for _, a := range ads {
+		for _, p := range a.Params() {
+			slots[a.Path+"."+p.Leaf] = p.Array
+		}
+	}
+	type set struct {
+		slot *backend.Array
+		t    *tensor.Dense
+	}
+	var sets []set
+	for _, n := range f.Names() {
+		slot, ok := slots[n]
+		if !ok {
+			return 0, fmt.Errorf("lora: %s: tensor %q is not a parameter of the adapters being trained", path, n)
+		}
+		t, err := f.TensorCopy(n)
+		if err != nil {
+			return 0, fmt.Errorf("lora: %w", err)
+		}
+		if !t.Shape.Equal((*slot).Shape()) {
+			return 0, fmt.Errorf("lora: %s: tensor %q is %v, the adapter's is %v", path, n, t.Shape, (*slot).Shape())
+		}
+		if t.DType != (*slot).DType() {
+			t = t.Convert((*slot).DType())
+		}
+		sets = append(sets, set{slot, t})
+	}
+	for _, s := range sets {
+		b.Release(*s.slot)
+		*s.slot = b.FromHost(s.t)
+	}
+	return len(sets), nil
 }

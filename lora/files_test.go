@@ -251,3 +251,57 @@ func TestLoadErrors(t *testing.T) {
 		t.Errorf("empty directory: got %v", err)
 	}
 }
+
+// TestLoadWeights: --resume-adapter-file's weights replace the adapters'
+// by name; a tensor of another layer set or rank is refused by name.
+func TestLoadWeights(t *testing.T) {
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	apply := func(t *testing.T, layers, rank int, seed uint64) []Adapter {
+		m, err := minicpm5.Load(b, checkpointDir(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		ads, err := Apply(b, m, layers, Params{Rank: rank, Scale: 5}, generate.NewRNG(seed))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ads
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "resume.safetensors")
+	src := apply(t, 2, 2, 1)
+	if err := SaveWeights(b, file, src); err != nil {
+		t.Fatal(err)
+	}
+	dst := apply(t, 2, 2, 9)
+	n, err := LoadWeights(b, file, dst)
+	if err != nil || n != 28 {
+		t.Fatalf("LoadWeights: %d tensors, %v", n, err)
+	}
+	want, _ := b.ToHost(*src[3].Params()[0].Array)
+	got, _ := b.ToHost(*dst[3].Params()[0].Array)
+	for i, v := range want.ToFloat64() {
+		if got.ToFloat64()[i] != v {
+			t.Fatalf("%s.lora_a[%d]: %v, file %v", dst[3].Path, i, got.ToFloat64()[i], v)
+		}
+	}
+	for _, c := range []struct {
+		name         string
+		layers, rank int
+		want         string
+	}{
+		{"fewer layers", 1, 2, `tensor "model.layers.1.mlp.up_proj.lora_a" is not a parameter of the adapters being trained`},
+		{"other rank", 2, 4, "is [128 2], the adapter's is [128 4]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := LoadWeights(b, file, apply(t, c.layers, c.rank, 1)); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), file) {
+				t.Errorf("got %v, want an error naming %s and %q", err, file, c.want)
+			}
+		})
+	}
+}

@@ -33,6 +33,7 @@ Commands:
   diff       compare two backends (or a backend and an oracle tap dump) tap by tap, and bisect kernels
   kvquality  measure KV cache kinds (quantized, TurboQuant) against the full cache: KL, greedy agreement, bytes per token
   fuse       fold LoRA/DoRA adapters into a model's weights (mlx_lm.fuse)
+  lora       fine-tune LoRA/DoRA adapters on a data directory, or test them (mlx_lm.lora)
 
 Run 'mlxgo COMMAND --help' for a command's flags and examples.
 `
@@ -74,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdKVQuality(args[1:], stdout, stderr)
 	case "fuse":
 		return cmdFuse(args[1:], stdout, stderr)
+	case "lora":
+		return cmdLoRA(args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)
 		return 0

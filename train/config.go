@@ -1,0 +1,109 @@
+package train
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/mlxgo/mlxgo/lora"
+)
+
+// Config holds mlx_lm.lora's options, named as its YAML config file
+// (-c) and adapter_config.json name them.
+type Config struct {
+	Model                 string                    `yaml:"model" json:"model"`
+	Train                 bool                      `yaml:"train" json:"train"`
+	FineTuneType          string                    `yaml:"fine_tune_type" json:"fine_tune_type"`
+	Optimizer             string                    `yaml:"optimizer" json:"optimizer"`
+	OptimizerConfig       map[string]map[string]any `yaml:"optimizer_config" json:"optimizer_config"`
+	Data                  string                    `yaml:"data" json:"data"`
+	Seed                  int                       `yaml:"seed" json:"seed"`
+	NumLayers             int                       `yaml:"num_layers" json:"num_layers"`
+	BatchSize             int                       `yaml:"batch_size" json:"batch_size"`
+	Iters                 int                       `yaml:"iters" json:"iters"`
+	ValBatches            int                       `yaml:"val_batches" json:"val_batches"`
+	LearningRate          float64                   `yaml:"learning_rate" json:"learning_rate"`
+	StepsPerReport        int                       `yaml:"steps_per_report" json:"steps_per_report"`
+	StepsPerEval          int                       `yaml:"steps_per_eval" json:"steps_per_eval"`
+	ResumeAdapterFile     string                    `yaml:"resume_adapter_file" json:"resume_adapter_file"`
+	AdapterPath           string                    `yaml:"adapter_path" json:"adapter_path"`
+	SaveEvery             int                       `yaml:"save_every" json:"save_every"`
+	Test                  bool                      `yaml:"test" json:"test"`
+	TestBatches           int                       `yaml:"test_batches" json:"test_batches"`
+	MaxSeqLength          int                       `yaml:"max_seq_length" json:"max_seq_length"`
+	GradCheckpoint        bool                      `yaml:"grad_checkpoint" json:"grad_checkpoint"`
+	GradAccumulationSteps int                       `yaml:"grad_accumulation_steps" json:"grad_accumulation_steps"`
+	LRSchedule            *Schedule                 `yaml:"lr_schedule" json:"lr_schedule"`
+	LoRAParameters        lora.Params               `yaml:"lora_parameters" json:"lora_parameters"`
+	MaskPrompt            bool                      `yaml:"mask_prompt" json:"mask_prompt"`
+	TextFeature           string                    `yaml:"text_feature" json:"text_feature,omitempty"`
+	PromptFeature         string                    `yaml:"prompt_feature" json:"prompt_feature,omitempty"`
+	CompletionFeature     string                    `yaml:"completion_feature" json:"completion_feature,omitempty"`
+	ChatFeature           string                    `yaml:"chat_feature" json:"chat_feature,omitempty"`
+
+	// mlx_lm.lora options that change nothing here (logging services,
+	// the allocator cache, remote code, the config file's own name):
+	// accepted in a config file and ignored.
+	ReportTo            any `yaml:"report_to" json:"-"`
+	ProjectName         any `yaml:"project_name" json:"-"`
+	TrustRemoteCode     any `yaml:"trust_remote_code" json:"-"`
+	ClearCacheThreshold any `yaml:"clear_cache_threshold" json:"-"`
+	ConfigFile          any `yaml:"config" json:"-"`
+}
+
+// Defaults are mlx_lm.lora's CONFIG_DEFAULTS.
+func Defaults() Config {
+	return Config{
+		Model: "", FineTuneType: "lora", Optimizer: "adam", Data: "data", Seed: 0, NumLayers: 16,
+		BatchSize: 4, Iters: 1000, ValBatches: 25, LearningRate: 1e-5, StepsPerReport: 10, StepsPerEval: 200,
+		AdapterPath: "adapters", SaveEvery: 100, TestBatches: 500, MaxSeqLength: 2048, GradAccumulationSteps: 1,
+		LoRAParameters: lora.Params{Rank: 8, Dropout: 0, Scale: 20},
+	}
+}
+
+// ReadConfig decodes a YAML config file (mlx_lm.lora -c) over c: each
+// key the file sets replaces c's value. A key mlx_lm.lora does not read,
+// or one this trainer does not implement, is an error naming it and its
+// line.
+func ReadConfig(path string, c *Config) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("train: config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && err != io.EOF {
+		return fmt.Errorf("train: config %s: %w", path, err)
+	}
+	return nil
+}
+
+// optimizerConfig is MLX's defaults for kind with c.OptimizerConfig[kind]
+// over them.
+func (c Config) optimizerConfig(kind string) (OptimizerConfig, error) {
+	cfg := DefaultOptimizerConfig(kind)
+	given := c.OptimizerConfig[kind]
+	allowed := map[string][]string{
+		"adam":  {"betas", "eps", "bias_correction"},
+		"adamw": {"betas", "eps", "bias_correction", "weight_decay"},
+		"sgd":   {"momentum", "weight_decay", "dampening", "nesterov"},
+	}[kind]
+	for k := range given {
+		if !slices.Contains(allowed, k) {
+			return cfg, fmt.Errorf("train: optimizer_config.%s.%s: not an argument of %s (want some of %v)", kind, k, kind, allowed)
+		}
+	}
+	raw, err := json.Marshal(given)
+	if err != nil {
+		return cfg, fmt.Errorf("train: optimizer_config.%s: %w", kind, err)
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return cfg, fmt.Errorf("train: optimizer_config.%s: %w", kind, err)
+	}
+	return cfg, nil
+}

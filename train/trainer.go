@@ -1,0 +1,367 @@
+package train
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/lora"
+	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// Args are mlx_lm's TrainingArgs.
+type Args struct {
+	BatchSize             int
+	Iters                 int
+	ValBatches            int // -1: the whole validation set
+	StepsPerReport        int
+	StepsPerEval          int
+	StepsPerSave          int
+	MaxSeqLength          int
+	AdapterFile           string // the adapters.safetensors the saves write
+	GradAccumulationSteps int
+}
+
+// Report is one training report (mlx_lm's on_train_loss_report).
+type Report struct {
+	Iteration     int
+	TrainLoss     float64
+	LearningRate  float64
+	ItPerSec      float64
+	TokensPerSec  float64
+	TrainedTokens int
+	PeakMemoryGB  float64
+}
+
+// ValReport is one validation (on_val_loss_report; Iteration is the
+// step it precedes, as mlx_lm's progress line prints it).
+type ValReport struct {
+	Iteration int
+	ValLoss   float64
+	ValTime   time.Duration
+}
+
+// Trainer trains the adapters of a model as mlx_lm's tuner.trainer.train.
+type Trainer struct {
+	B        backend.Backend // must implement backend.Differentiator
+	Model    *minicpm5.Model
+	Adapters []lora.Adapter
+	Opt      *Optimizer
+	// RNG is numpy's global generator (seeded with --seed): the order of
+	// the training and validation batches.
+	RNG *NumpyRNG
+	// Dropout, when not nil, is each adapter's training dropout (nil:
+	// none). Validation runs without it.
+	Dropout func(x backend.Array) backend.Array
+	// GradCheckpoint recomputes each block in the backward instead of
+	// keeping its intermediates (mlx_lm's --grad-checkpoint: every
+	// block's call through mx.checkpoint, the block's adapters among the
+	// checkpointed function's inputs).
+	GradCheckpoint bool
+	// PeakMemory, when set, reports the device's peak memory in bytes
+	// (MLX's allocator peak, mx.get_peak_memory); nil reports the
+	// backend's Stats().PeakBytes (the arrays it tracks).
+	PeakMemory func() int64
+	// Warn receives truncation warnings; nil discards them.
+	Warn io.Writer
+	// OnReport, OnVal and OnSave, when set, receive each report,
+	// validation and saved checkpoint path.
+	OnReport func(Report)
+	OnVal    func(ValReport)
+	OnSave   func(it int, path string)
+	// OnStep, when set, receives each step's loss and token count (for
+	// tests and the oracle comparison).
+	OnStep func(it int, loss float32, ntoks int)
+}
+
+// params returns the adapters' trainable arrays' slots in mlx_lm's
+// tree_flatten order.
+func (t *Trainer) params() []*backend.Array {
+	var out []*backend.Array
+	for _, a := range t.Adapters {
+		for _, p := range a.Params() {
+			out = append(out, p.Array)
+		}
+	}
+	return out
+}
+
+func (t *Trainer) setDropout(on bool) {
+	for _, a := range t.Adapters {
+		if on {
+			a.SetDropout(t.Dropout)
+		} else {
+			a.SetDropout(nil)
+		}
+	}
+}
+
+// Run trains for args.Iters steps over trainSet, validating on valid (if
+// it has examples) at step 1, every StepsPerEval steps and at the last,
+// reporting every StepsPerReport steps and at the last, and saving the
+// adapters to AdapterFile and a numbered copy beside it every
+// StepsPerSave steps and at the end.
+func (t *Trainer) Run(args Args, trainSet, valid []Example) error {
+	if _, ok := t.B.(backend.Differentiator); !ok {
+		return fmt.Errorf("train: backend %s has no gradients", t.B.Name())
+	}
+	if args.GradAccumulationSteps < 1 {
+		return fmt.Errorf("train: grad_accumulation_steps must be at least 1")
+	}
+	if args.Iters < 1 || args.StepsPerReport < 1 || args.StepsPerEval < 1 || args.StepsPerSave < 1 {
+		return fmt.Errorf("train: iters %d, steps per report %d, per eval %d and per save %d must be positive", args.Iters, args.StepsPerReport, args.StepsPerEval, args.StepsPerSave)
+	}
+	batches, err := NewBatches(trainSet, args.BatchSize, args.MaxSeqLength, true, t.RNG, t.Warn)
+	if err != nil {
+		return fmt.Errorf("%w (training set)", err)
+	}
+	var (
+		losses    float32
+		nTokens   int
+		steps     int
+		trained   int
+		trainTime time.Duration
+		accum     []backend.Array
+	)
+	t.setDropout(true)
+	for it := 1; it <= args.Iters; it++ {
+		batch, _ := batches.Next()
+		tic := time.Now()
+		if len(valid) > 0 && (it == 1 || it%args.StepsPerEval == 0 || it == args.Iters) {
+			t.setDropout(false)
+			vt := time.Now()
+			vl, err := t.Evaluate(valid, args.BatchSize, args.ValBatches, args.MaxSeqLength)
+			if err != nil {
+				return fmt.Errorf("%w (validation set)", err)
+			}
+			t.setDropout(true)
+			if t.OnVal != nil {
+				t.OnVal(ValReport{Iteration: it, ValLoss: vl, ValTime: time.Since(vt)})
+			}
+			tic = time.Now()
+		}
+		lv, toks, err := t.step(batch, &accum, it%args.GradAccumulationSteps == 0, args.GradAccumulationSteps)
+		if err != nil {
+			return fmt.Errorf("train: step %d: %w", it, err)
+		}
+		if t.OnStep != nil {
+			t.OnStep(it, lv, toks)
+		}
+		losses += lv
+		nTokens += toks
+		steps++
+		trainTime += time.Since(tic)
+		if it%args.StepsPerReport == 0 || it == args.Iters {
+			lr, err := t.B.ToHost(t.Opt.LearningRate())
+			if err != nil {
+				return err
+			}
+			secs := trainTime.Seconds()
+			trained += nTokens
+			r := Report{
+				Iteration:     it,
+				TrainLoss:     float64(losses) / float64(steps),
+				LearningRate:  lr.ToFloat64()[0],
+				ItPerSec:      float64(args.StepsPerReport) / secs,
+				TokensPerSec:  float64(nTokens) / secs,
+				TrainedTokens: trained,
+				PeakMemoryGB:  float64(t.peak()) / 1e9,
+			}
+			if t.OnReport != nil {
+				t.OnReport(r)
+			}
+			losses, nTokens, steps, trainTime = 0, 0, 0, 0
+		}
+		if it%args.StepsPerSave == 0 {
+			if err := t.save(args.AdapterFile); err != nil {
+				return err
+			}
+			ck := filepath.Join(filepath.Dir(args.AdapterFile), fmt.Sprintf("%07d_adapters.safetensors", it))
+			if err := t.save(ck); err != nil {
+				return err
+			}
+			if t.OnSave != nil {
+				t.OnSave(it, ck)
+			}
+		}
+	}
+	t.B.Release(accum...)
+	t.setDropout(false)
+	return t.save(args.AdapterFile)
+}
+
+func (t *Trainer) peak() int64 {
+	if t.PeakMemory != nil {
+		return t.PeakMemory()
+	}
+	return t.B.Stats().PeakBytes
+}
+
+func (t *Trainer) save(path string) error {
+	if err := lora.SaveWeights(t.B, path, t.Adapters); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	return nil
+}
+
+// step is the trainer's compiled step: the loss and its gradients w.r.t.
+// every adapter parameter, added to the accumulated gradients, and with
+// update the optimizer's step on their mean (divided by accumSteps when
+// above 1), after which the accumulation is emptied.
+func (t *Trainer) step(batch Batch, accum *[]backend.Array, update bool, accumSteps int) (float32, int, error) {
+	b := t.B
+	d := b.(backend.Differentiator)
+	slots := t.params()
+	params := make([]backend.Array, len(slots))
+	all := make([]int, len(slots))
+	for i, s := range slots {
+		params[i], all[i] = *s, i
+	}
+	s := b.Scope()
+	defer s.Close()
+	fn := func(x []backend.Array) ([]backend.Array, error) {
+		for i, s := range slots {
+			*s = x[i]
+		}
+		var fo minicpm5.ForwardOptions
+		if t.GradCheckpoint {
+			fo.Block = t.checkpointed
+		}
+		l, n, err := lossWith(b, t.Model, batch, fo)
+		return []backend.Array{l, n}, err
+	}
+	outs, grads, err := d.ValueAndGrad(fn, params, all)
+	for i, s := range slots {
+		*s = params[i]
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if *accum != nil {
+		for i := range grads {
+			grads[i] = b.Binary(backend.Add, grads[i], (*accum)[i])
+		}
+	}
+	var keep []backend.Array
+	if update {
+		if accumSteps > 1 {
+			n := b.Full(tensor.Shape{}, float64(accumSteps), grads[0].DType())
+			for i := range grads {
+				grads[i] = b.Binary(backend.Divide, grads[i], n)
+			}
+		}
+		next, err := t.Opt.Update(params, grads)
+		if err != nil {
+			return 0, 0, err
+		}
+		for i, s := range slots {
+			*s = next[i]
+		}
+		keep = append(keep, next...)
+		keep = append(keep, t.Opt.State()...)
+		b.Release(*accum...)
+		*accum = nil
+	} else {
+		b.Release(*accum...)
+		*accum = grads
+		keep = append(keep, grads...)
+	}
+	if err := b.Eval(append(keep, outs...)...); err != nil {
+		return 0, 0, err
+	}
+	lv, err := b.ToHost(outs[0])
+	if err != nil {
+		return 0, 0, err
+	}
+	nt, err := b.ToHost(outs[1])
+	if err != nil {
+		return 0, 0, err
+	}
+	s.Keep(keep...)
+	if update {
+		b.Release(params...)
+	}
+	return float32(lv.ToFloat64()[0]), int(nt.ToFloat64()[0]), nil
+}
+
+// checkpointed runs block i through Differentiator.Checkpoint with h
+// and the block's adapter arrays as the checkpointed function's inputs,
+// so that their gradients flow through the recomputation.
+func (t *Trainer) checkpointed(i int, block *minicpm5.Block, h backend.Array, mask backend.Mask) backend.Array {
+	d := t.B.(backend.Differentiator)
+	prefix := fmt.Sprintf("model.layers.%d.", i)
+	var slots []*backend.Array
+	for _, a := range t.Adapters {
+		if strings.HasPrefix(a.Path, prefix) {
+			for _, p := range a.Params() {
+				slots = append(slots, p.Array)
+			}
+		}
+	}
+	outer := make([]backend.Array, len(slots))
+	for k, s := range slots {
+		outer[k] = *s
+	}
+	fn := d.Checkpoint(func(in []backend.Array) ([]backend.Array, error) {
+		for k, s := range slots {
+			*s = in[1+k]
+		}
+		return []backend.Array{block.Forward(in[0], mask, nil)}, nil
+	})
+	out, err := fn(append([]backend.Array{h}, outer...))
+	for k, s := range slots {
+		*s = outer[k]
+	}
+	if err != nil {
+		panic(&backend.OpError{Op: "Checkpoint", Err: err})
+	}
+	return out[0]
+}
+
+// Evaluate is mlx_lm's evaluate: the token-weighted mean of the loss over
+// numBatches batches of set (-1: all of them), in one non-looping pass of
+// iterate_batches (which draws its order from the trainer's RNG), the
+// sums in float32 as mlx_lm keeps them.
+func (t *Trainer) Evaluate(set []Example, batchSize, numBatches, maxSeq int) (float64, error) {
+	it, err := NewBatches(set, batchSize, maxSeq, false, t.RNG, t.Warn)
+	if err != nil {
+		return 0, err
+	}
+	var all float32
+	var ntok int32
+	for k := 0; numBatches == -1 || k < numBatches; k++ {
+		batch, ok := it.Next()
+		if !ok {
+			break
+		}
+		l, n, err := t.lossOnly(batch)
+		if err != nil {
+			return 0, err
+		}
+		all += float32(l * float32(n))
+		ntok += int32(n)
+	}
+	return float64(all / float32(ntok)), nil
+}
+
+func (t *Trainer) lossOnly(batch Batch) (float32, int, error) {
+	s := t.B.Scope()
+	defer s.Close()
+	l, n, err := Loss(t.B, t.Model, batch)
+	if err != nil {
+		return 0, 0, err
+	}
+	lv, err := t.B.ToHost(l)
+	if err != nil {
+		return 0, 0, err
+	}
+	nv, err := t.B.ToHost(n)
+	if err != nil {
+		return 0, 0, err
+	}
+	return float32(lv.ToFloat64()[0]), int(nv.ToFloat64()[0]), nil
+}
