@@ -137,7 +137,11 @@ def write_case(directory, name, kind, op, dtype, params, inputs, outputs,
         # float64, or float32 when the reference computation itself ran in float32
         # (storing its values as F64 would double the bytes and add nothing).
         v = np.asarray(v)
-        arrays["ref." + k] = v if v.dtype == np.float32 else v.astype(np.float64)
+        v = v if v.dtype == np.float32 else v.astype(np.float64)
+        # One NaN for every NaN: numpy's vector math (its SIMD log on a negative, for
+        # one) sets the sign bit of a NaN differently on different CPUs, and the
+        # references must come out the same bytes wherever they are made.
+        arrays["ref." + k] = np.where(np.isnan(v), v.dtype.type(np.nan), v)
     write_safetensors(os.path.join(directory, stem + ".safetensors"), arrays)
     order = params.get("input_order") if params else None
     manifest = {
