@@ -271,22 +271,10 @@ func RunBatchSweep(o BatchSweepOptions) (*BatchSweepResult, error) {
 // runBatchChild runs one configuration's child process and summarises it.
 func (o *BatchSweepOptions) runBatchChild(h *Options, name, engine string, argv []string) BatchConfigResult {
 	cr := BatchConfigResult{Engine: engine}
-	var stdout bytes.Buffer
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout = &stdout
-	cmd.Stderr = h.Progress
-	if cmd.Stderr == nil {
-		cmd.Stderr = io.Discard
-	}
-	err := cmd.Run()
-	cr.PeakRSS = maxRSS(cmd.ProcessState)
+	rep, peak, err := runReport(name, h.Progress, argv)
+	cr.PeakRSS = peak
 	if err != nil {
-		cr.Err = fmt.Sprintf("%s: %v", strings.Join(argv, " "), err)
-		return cr
-	}
-	var rep ChildReport
-	if err := json.Unmarshal(lastLine(stdout.Bytes()), &rep); err != nil {
-		cr.Err = fmt.Sprintf("%s: its output is not a report: %v", name, err)
+		cr.Err = err.Error()
 		return cr
 	}
 	cr.Device = rep.Device
@@ -453,3 +441,13 @@ func (r *BatchSweepResult) find(name string) *BatchConfigResult {
 
 // WriteJSON writes the sweep to path.
 func (r *BatchSweepResult) WriteJSON(path string) error { return writeJSON(path, r) }
+
+// Failed reports whether a configuration failed.
+func (r *BatchSweepResult) Failed() bool {
+	for _, c := range r.Configs {
+		if c.Err != "" {
+			return true
+		}
+	}
+	return false
+}

@@ -594,3 +594,13 @@ func ggufKVShape(path string) (int64, error) {
 	}
 	return n, nil
 }
+
+// Failed reports whether a configuration failed.
+func (r *ContextResult) Failed() bool {
+	for _, c := range r.Rows {
+		if c.Err != "" {
+			return true
+		}
+	}
+	return false
+}

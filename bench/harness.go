@@ -479,28 +479,37 @@ func (p runPlan) args(idsFile string) []string {
 // runChild runs one configuration's child process and summarises its report.
 func (o *Options) runChild(name, engine string, argv []string) ConfigResult {
 	cr := ConfigResult{Engine: engine}
-	var stdout bytes.Buffer
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout = &stdout
-	cmd.Stderr = o.Progress
-	if cmd.Stderr == nil {
-		cmd.Stderr = io.Discard
-	}
-	err := cmd.Run()
-	cr.PeakRSSBytes = maxRSS(cmd.ProcessState)
+	rep, peak, err := runReport(name, o.Progress, argv)
+	cr.PeakRSSBytes = peak
 	if err != nil {
-		cr.Err = fmt.Sprintf("%s: %v", strings.Join(argv, " "), err)
-		return cr
-	}
-	var rep ChildReport
-	if err := json.Unmarshal(lastLine(stdout.Bytes()), &rep); err != nil {
-		cr.Err = fmt.Sprintf("%s: its output is not a report: %v", name, err)
+		cr.Err = err.Error()
 		return cr
 	}
 	cr.Device, cr.LoadS, cr.DecodePeakRSSBytes = rep.Device, rep.LoadS, rep.DecodePeakRSSBytes
 	cr.PeakRSSBytes = max(cr.PeakRSSBytes, rep.PrefillPeakRSSBytes) // the child's reset lowered ru_maxrss
 	cr.Prompts, cr.TTFT, cr.TTFTPrompt, cr.Decode = summarise(rep.Runs)
 	return cr
+}
+
+// runReport runs a child process, its stderr to progress, and reads the
+// ChildReport on the last line of its stdout; peak is the child's peak
+// resident set (ru_maxrss).
+func runReport(name string, progress io.Writer, argv []string) (rep ChildReport, peak int64, err error) {
+	var stdout bytes.Buffer
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = &stdout, progress
+	if progress == nil {
+		cmd.Stderr = io.Discard
+	}
+	err = cmd.Run()
+	peak = maxRSS(cmd.ProcessState)
+	if err != nil {
+		return rep, peak, fmt.Errorf("%s: %v", strings.Join(argv, " "), err)
+	}
+	if err := json.Unmarshal(lastLine(stdout.Bytes()), &rep); err != nil {
+		return rep, peak, fmt.Errorf("%s: its output is not a report: %v", name, err)
+	}
+	return rep, peak, nil
 }
 
 func lastLine(b []byte) []byte {

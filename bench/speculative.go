@@ -238,19 +238,9 @@ func RunSpecSweep(o SpecSweepOptions) (*SpecSweepResult, error) {
 // runSpecChild runs a Go child and summarises its runs.
 func runSpecChild(h *Options, argv []string) SpecConfigResult {
 	var cr SpecConfigResult
-	var stdout bytes.Buffer
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = &stdout, h.Progress
-	if cmd.Stderr == nil {
-		cmd.Stderr = io.Discard
-	}
-	if err := cmd.Run(); err != nil {
-		cr.Err = fmt.Sprintf("%s: %v", strings.Join(argv, " "), err)
-		return cr
-	}
-	var rep ChildReport
-	if err := json.Unmarshal(lastLine(stdout.Bytes()), &rep); err != nil {
-		cr.Err = fmt.Sprintf("its output is not a report: %v", err)
+	rep, _, err := runReport("speculative child", h.Progress, argv)
+	if err != nil {
+		cr.Err = err.Error()
 		return cr
 	}
 	cr.Device = rep.Device
@@ -388,3 +378,13 @@ func (r *SpecSweepResult) Markdown() string {
 
 // WriteJSON writes the sweep to path.
 func (r *SpecSweepResult) WriteJSON(path string) error { return writeJSON(path, r) }
+
+// Failed reports whether a configuration failed.
+func (r *SpecSweepResult) Failed() bool {
+	for _, c := range r.Configs {
+		if c.Err != "" {
+			return true
+		}
+	}
+	return false
+}

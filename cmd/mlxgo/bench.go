@@ -584,26 +584,7 @@ func runBatchSweep(o bench.BatchSweepOptions, results string, stdout, stderr io.
 		}
 	}
 	res, err := bench.RunBatchSweep(o)
-	if err != nil {
-		fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
-		return 1
-	}
-	fmt.Fprint(stdout, res.Markdown())
-	if results != "" {
-		host, _ := os.Hostname()
-		path := filepath.Join(results, time.Now().Format("2006-01-02T150405")+"-"+host+"-batch.json")
-		if err := res.WriteJSON(path); err != nil {
-			fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "\nResults: %s\n", path)
-	}
-	for _, c := range res.Configs {
-		if c.Err != "" {
-			return 1
-		}
-	}
-	return 0
+	return finishSweep(res, err, "batch", results, stdout, stderr)
 }
 
 // defaultSpecPrompt is the speculative sweep's default prompt: a text to
@@ -630,6 +611,20 @@ func runSpecSweep(o bench.SpecSweepOptions, results string, stdout, stderr io.Wr
 		}
 	}
 	res, err := bench.RunSpecSweep(o)
+	return finishSweep(res, err, "speculative", results, stdout, stderr)
+}
+
+// sweepResult is a sweep's result: its table, its JSON, whether a row failed.
+type sweepResult interface {
+	Markdown() string
+	WriteJSON(path string) error
+	Failed() bool
+}
+
+// finishSweep prints a sweep's table, writes its JSON under results as
+// TIME-HOST-kind.json (unless results is empty) and returns the exit
+// status: 1 when the sweep could not run or a row failed.
+func finishSweep[R sweepResult](res R, err error, kind, results string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
 		return 1
@@ -637,17 +632,15 @@ func runSpecSweep(o bench.SpecSweepOptions, results string, stdout, stderr io.Wr
 	fmt.Fprint(stdout, res.Markdown())
 	if results != "" {
 		host, _ := os.Hostname()
-		path := filepath.Join(results, time.Now().Format("2006-01-02T150405")+"-"+host+"-speculative.json")
+		path := filepath.Join(results, time.Now().Format("2006-01-02T150405")+"-"+host+"-"+kind+".json")
 		if err := res.WriteJSON(path); err != nil {
 			fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
 			return 1
 		}
 		fmt.Fprintf(stdout, "\nResults: %s\n", path)
 	}
-	for _, c := range res.Configs {
-		if c.Err != "" {
-			return 1
-		}
+	if res.Failed() {
+		return 1
 	}
 	return 0
 }

@@ -4,10 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/mlxgo/mlxgo/bench"
 )
@@ -117,24 +114,5 @@ func runContextSweep(cx *contextOptions, o bench.ContextOptions, results string,
 	}
 	o.KVBits, o.KVGroupSize, o.MaxKVSize, o.Prefill = cx.kvBits, cx.kvGroupSize, cx.maxKV, cx.p
 	res, err := bench.RunContext(o)
-	if err != nil {
-		fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
-		return 1
-	}
-	fmt.Fprint(stdout, res.Markdown())
-	if results != "" {
-		host, _ := os.Hostname()
-		path := filepath.Join(results, time.Now().Format("2006-01-02T150405")+"-"+host+"-context.json")
-		if err := res.WriteJSON(path); err != nil {
-			fmt.Fprintf(stderr, "mlxgo bench: %v\n", err)
-			return 1
-		}
-		fmt.Fprintf(stdout, "\nResults: %s\n", path)
-	}
-	for _, r := range res.Rows {
-		if r.Err != "" {
-			return 1
-		}
-	}
-	return 0
+	return finishSweep(res, err, "context", results, stdout, stderr)
 }
