@@ -11,6 +11,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/internal/testenv"
+	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -168,7 +169,7 @@ func loraLoss(b backend.Backend, m *minicpm5.Model, names []string, shapes map[s
 			return 0, nil, fmt.Errorf("adapter %s: no such layer", n)
 		}
 		proj := strings.TrimSuffix(strings.TrimSuffix(leaf, ".lora_a"), ".lora_b")
-		slot := projection(m.Layers[i], proj)
+		slot := lora.Projection(m.Layers[i], proj)
 		if slot == nil {
 			return 0, nil, fmt.Errorf("adapter %s: no projection %s", n, proj)
 		}
@@ -218,26 +219,4 @@ func loraLoss(b backend.Backend, m *minicpm5.Model, names []string, shapes map[s
 		res[n] = g.ToFloat64()
 	}
 	return lv.ToFloat64()[0], res, nil
-}
-
-// projection returns the field of block that holds the projection named
-// as in mlx_lm (self_attn.q_proj, ..., mlp.down_proj), or nil.
-func projection(block *minicpm5.Block, name string) *nn.Linear {
-	switch name {
-	case "self_attn.q_proj":
-		return &block.SelfAttn.QProj
-	case "self_attn.k_proj":
-		return &block.SelfAttn.KProj
-	case "self_attn.v_proj":
-		return &block.SelfAttn.VProj
-	case "self_attn.o_proj":
-		return &block.SelfAttn.OProj
-	case "mlp.gate_proj":
-		return &block.MLP.GateProj
-	case "mlp.up_proj":
-		return &block.MLP.UpProj
-	case "mlp.down_proj":
-		return &block.MLP.DownProj
-	}
-	return nil
 }

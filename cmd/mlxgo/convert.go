@@ -43,26 +43,11 @@ func cmdConvert(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opts.Bits, "bits", 4, "bits for --requantize (2, 3, 4, 5, 6 or 8)")
 	fs.IntVar(&opts.GroupSize, "group-size", 64, "group size for --requantize (32, 64 or 128)")
 	quiet := fs.Bool("quiet", false, "no progress output")
-	printUsage := func(w io.Writer) {
-		fmt.Fprint(w, convertUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			printUsage(stdout)
-			return 0
-		}
-		fmt.Fprintf(stderr, "mlxgo convert: %v\n\n", err)
-		printUsage(stderr)
-		return 2
+	printUsage, status, done := parseArgs(fs, "convert", convertUsage, args, stdout, stderr)
+	if done {
+		return status
 	}
 	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "mlxgo convert: unexpected argument %q\n\n", fs.Arg(0))
-		printUsage(stderr)
-		return 2
 	case *src == "" || *out == "":
 		fmt.Fprint(stderr, "mlxgo convert: --gguf and --out are required\n\n")
 		printUsage(stderr)
@@ -117,4 +102,33 @@ func cmdConvert(args []string, stdout, stderr io.Writer) int {
 	PrintWarnings(stderr, res.Warnings)
 	fmt.Fprintf(stdout, "wrote %s (%d tensors; %s) in %.1fs\n", *out, res.Tensors, strings.Join(res.Files, ", "), time.Since(start).Seconds())
 	return 0
+}
+
+// parseArgs parses args into fs for command name: --help prints usage and
+// the flags to stdout (done, status 0); a bad flag or a positional
+// argument prints the error, usage and flags to stderr (done, status 2).
+// printUsage writes usage and flags to a writer, for the command's own
+// later usage errors.
+func parseArgs(fs *flag.FlagSet, name, usage string, args []string, stdout, stderr io.Writer) (printUsage func(io.Writer), status int, done bool) {
+	printUsage = func(w io.Writer) {
+		fmt.Fprint(w, usage)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			printUsage(stdout)
+			return printUsage, 0, true
+		}
+		fmt.Fprintf(stderr, "mlxgo %s: %v\n\n", name, err)
+		printUsage(stderr)
+		return printUsage, 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mlxgo %s: unexpected argument %q\n\n", name, fs.Arg(0))
+		printUsage(stderr)
+		return printUsage, 2, true
+	}
+	return printUsage, 0, false
 }

@@ -37,26 +37,11 @@ func cmdFuse(args []string, stdout, stderr io.Writer) int {
 	out := fs.String("save-path", "", "directory to write the fused model to (must not exist); required")
 	dequantize := fs.Bool("de-quantize", false, "write every quantized weight dequantized (mlx_lm.fuse --dequantize)")
 	name := fs.String("backend", defaultBackend(), "backend that computes the fused weights: "+strings.Join(backend.Names(), " or "))
-	printUsage := func(w io.Writer) {
-		fmt.Fprint(w, fuseUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			printUsage(stdout)
-			return 0
-		}
-		fmt.Fprintf(stderr, "mlxgo fuse: %v\n\n", err)
-		printUsage(stderr)
-		return 2
+	printUsage, status, done := parseArgs(fs, "fuse", fuseUsage, args, stdout, stderr)
+	if done {
+		return status
 	}
 	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "mlxgo fuse: unexpected argument %q\n\n", fs.Arg(0))
-		printUsage(stderr)
-		return 2
 	case *model == "" || *adapters == "" || *out == "":
 		fmt.Fprint(stderr, "mlxgo fuse: --model, --adapter-path and --save-path are required\n\n")
 		printUsage(stderr)

@@ -71,25 +71,9 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	config := fs.String("c", "", "YAML config file of mlx_lm.lora options")
 	fs.StringVar(config, "config", "", "same as -c")
 	name := fs.String("backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
-	printUsage := func(w io.Writer) {
-		fmt.Fprint(w, loraUsage)
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			printUsage(stdout)
-			return 0
-		}
-		fmt.Fprintf(stderr, "mlxgo lora: %v\n\n", err)
-		printUsage(stderr)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "mlxgo lora: unexpected argument %q\n\n", fs.Arg(0))
-		printUsage(stderr)
-		return 2
+	printUsage, status, done := parseArgs(fs, "lora", loraUsage, args, stdout, stderr)
+	if done {
+		return status
 	}
 	// Flags given win over the config file, which wins over the defaults
 	// (mlx_lm.lora's main).
