@@ -30,6 +30,9 @@ kind per step.
 turbo:k<K>v<V>/eager, and kv4, kv8 (mlx_lm's quantized cache, group 64,
 quantized from the first forward on, as turbo is).
 
+Example:
+  mlxgo kvquality --model smollm2-mlx --prompt "Write a poem about the sea." --steps 128 --kinds kv8,turbo,turbo:k4v3/eager
+
 Flags:
 `
 
