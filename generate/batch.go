@@ -208,6 +208,12 @@ type BatchGenerator struct {
 type batchPart struct {
 	rows  []*batchSeq
 	cache []*nn.BatchKVCache
+	// next holds the rows' next tokens ([B] int32 on the backend) when the
+	// last step picked them there (every row greedy, without processors or
+	// log-probabilities); the rows' next fields are stale then. The next
+	// step is built on them and started before they are read back, as
+	// mlx_lm's GenerationBatch keeps its tokens lazy behind async_eval.
+	next backend.Array
 }
 
 type batchSeq struct {
@@ -549,6 +555,7 @@ func (g *BatchGenerator) Close() {
 		defer backend.Recover(&err)
 		for _, p := range []*batchPart{&g.prompt, &g.gen, &g.ready} {
 			release(p.cache)
+			g.b.Release(p.next)
 			*p = batchPart{}
 		}
 		for _, s := range g.queue {
@@ -590,6 +597,9 @@ func (g *BatchGenerator) states() []backend.Array {
 	for _, p := range []*batchPart{&g.prompt, &g.gen, &g.ready} {
 		for _, c := range p.cache {
 			out = append(out, c.State()...)
+		}
+		if p.next != nil {
+			out = append(out, p.next)
 		}
 	}
 	for _, s := range g.queue {
@@ -693,6 +703,19 @@ func (g *BatchGenerator) extend(p *batchPart, q batchPart) error {
 		*p = q
 		return nil
 	}
+	switch {
+	case p.next != nil && q.next != nil:
+		old := []backend.Array{p.next, q.next}
+		p.next = g.b.Concatenate(0, p.next, q.next)
+		g.b.Release(old...)
+	case p.next != nil || q.next != nil:
+		if err := g.settle(p); err != nil {
+			return err
+		}
+		if err := g.settle(&q); err != nil {
+			return err
+		}
+	}
 	for i, c := range p.cache {
 		if err := c.Extend(q.cache[i]); err != nil {
 			return err
@@ -704,6 +727,9 @@ func (g *BatchGenerator) extend(p *batchPart, q batchPart) error {
 
 // split moves the rows idx (ascending) of p into a part of their own.
 func (g *BatchGenerator) split(p *batchPart, idx []int) (batchPart, error) {
+	if err := g.settle(p); err != nil {
+		return batchPart{}, err
+	}
 	q := batchPart{cache: make([]*nn.BatchKVCache, len(p.cache))}
 	for _, i := range idx {
 		q.rows = append(q.rows, p.rows[i])
@@ -737,6 +763,7 @@ func (g *BatchGenerator) split(p *batchPart, idx []int) (batchPart, error) {
 func (g *BatchGenerator) filter(p *batchPart, keep []int) error {
 	if len(keep) == 0 {
 		release(p.cache)
+		g.b.Release(p.next)
 		*p = batchPart{}
 		return nil
 	}
@@ -749,7 +776,34 @@ func (g *BatchGenerator) filter(p *batchPart, keep []int) error {
 			return err
 		}
 	}
+	if p.next != nil {
+		idx := make([]int32, len(keep))
+		for i, k := range keep {
+			idx[i] = int32(k)
+		}
+		old := p.next
+		p.next = g.b.Take(p.next, g.b.FromHost(tensor.FromInt32(tensor.Shape{len(idx)}, idx)), 0)
+		g.b.Release(old)
+	}
 	p.rows = rows
+	return nil
+}
+
+// settle reads p's tokens picked on the backend (batchPart.next) back into
+// its rows.
+func (g *BatchGenerator) settle(p *batchPart) error {
+	if p.next == nil {
+		return nil
+	}
+	h, err := g.b.ToHost(p.next)
+	if err != nil {
+		return err
+	}
+	for i, s := range p.rows {
+		s.next, s.nextLP = h.Int32s()[i], nil
+	}
+	g.b.Release(p.next)
+	p.next = nil
 	return nil
 }
 
@@ -831,12 +885,30 @@ func (g *BatchGenerator) decode() ([]BatchToken, error) {
 		tok int32
 		lp  []float32
 	}
+	if g.gen.next != nil && onHost(&g.gen) {
+		if err := g.settle(&g.gen); err != nil {
+			return nil, fmt.Errorf("generate: batch decode step: %w", err)
+		}
+	}
 	cur := make([]prev, len(g.gen.rows))
 	for i, s := range g.gen.rows {
 		cur[i] = prev{s.next, s.nextLP}
 	}
+	lazy := g.gen.next
 	if err := g.forward(&g.gen); err != nil {
 		return nil, err
+	}
+	if lazy != nil {
+		// The step on lazy has started; now its tokens are read back.
+		h, err := g.b.ToHost(lazy)
+		if err != nil {
+			return nil, fmt.Errorf("generate: batch decode step: %w", err)
+		}
+		for i, s := range g.gen.rows {
+			cur[i].tok = h.Int32s()[i]
+			s.context = append(s.context, cur[i].tok)
+		}
+		g.b.Release(lazy)
 	}
 	out := make([]BatchToken, len(g.gen.rows))
 	var keep []int
@@ -871,27 +943,48 @@ func (g *BatchGenerator) decode() ([]BatchToken, error) {
 	return out, nil
 }
 
+// onHost reports whether p's step samples on the host: unless every row is
+// greedy, without processors, and wants no log-probabilities
+// (BatchOptions.NoLogprobs).
+func onHost(p *batchPart) bool {
+	for _, s := range p.rows {
+		if s.wantLP || !s.sampler.Greedy() || s.processors.Enabled() {
+			return true
+		}
+	}
+	return false
+}
+
 // forward is GenerationBatch._step on part p: the rows' next tokens go
 // through the model, each row's processors and sampler give its new next
 // token (row order, so rows sharing the random state draw in that order).
 func (g *BatchGenerator) forward(p *batchPart) error {
 	B := len(p.rows)
-	in := make([]int32, B)
-	for i, s := range p.rows {
-		in[i] = s.next
+	host := onHost(p)
+	if host {
+		if err := g.settle(p); err != nil {
+			return fmt.Errorf("generate: batch decode step: %w", err)
+		}
 	}
-	for i, s := range p.rows {
-		s.context = append(s.context, in[i])
+	// lazy: the input tokens are still on the backend (decode reads them
+	// back, and adds them to the rows' context, after this step started).
+	lazy := p.next
+	var in []int32
+	if lazy == nil {
+		in = make([]int32, B)
+		for i, s := range p.rows {
+			in[i] = s.next
+			s.context = append(s.context, s.next)
+		}
 	}
-	// The step samples on the host unless every row is greedy, without
-	// processors, and wants no log-probabilities (BatchOptions.NoLogprobs).
-	host := false
-	for _, s := range p.rows {
-		host = host || s.wantLP || !s.sampler.Greedy() || s.processors.Enabled()
-	}
-	var lp, picked *tensor.Dense
+	var lp *tensor.Dense
 	err := g.scoped(func() error {
-		x := g.b.FromHost(tensor.FromInt32(tensor.Shape{B, 1}, in))
+		var x backend.Array
+		if lazy != nil {
+			x = g.b.Reshape(lazy, B, 1)
+		} else {
+			x = g.b.FromHost(tensor.FromInt32(tensor.Shape{B, 1}, in))
+		}
 		logits, err := g.m.BatchLogits(x, p.cache)
 		if err != nil {
 			return err
@@ -910,8 +1003,15 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 		}
 		out := g.b.Binary(backend.Subtract, logits, g.b.LogSumExp(logits, -1, true))
 		if !host {
-			picked, err = g.b.ToHost(g.b.Argmax(out, -1, false))
-			return err
+			p.next = g.b.AsType(g.b.Argmax(out, -1, false), tensor.I32)
+			if a, ok := g.b.(backend.AsyncEvaler); ok {
+				st := []backend.Array{p.next}
+				for _, c := range p.cache {
+					st = append(st, c.State()...)
+				}
+				return a.AsyncEval(st...)
+			}
+			return g.b.Eval(p.next)
 		}
 		lp, err = g.b.ToHost(out)
 		return err
@@ -920,9 +1020,6 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 		return fmt.Errorf("generate: batch decode step: %w", err)
 	}
 	if !host {
-		for i, s := range p.rows {
-			s.next, s.nextLP = int32(picked.Uint32s()[i]), nil
-		}
 		return nil
 	}
 	rows := lp.ToFloat32()
