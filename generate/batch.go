@@ -1110,7 +1110,9 @@ func BatchGenerate(m BatchModel, prompts [][]int32, opts BatchOptions, seqs []Se
 			}
 			if t.FinishReason != FinishStop {
 				res[i].Tokens = append(res[i].Tokens, t.Token)
-				res[i].Logprobs = append(res[i].Logprobs, t.Logprobs[t.Token])
+				if t.Logprobs != nil { // nil under BatchOptions.NoLogprobs
+					res[i].Logprobs = append(res[i].Logprobs, t.Logprobs[t.Token])
+				}
 			}
 			res[i].FinishReason = t.FinishReason
 		}
