@@ -58,6 +58,11 @@ type Config struct {
 	QueueSize int
 	// PrefillStep is the prompt chunk length; 0 means 2048.
 	PrefillStep int
+	// PrefillBudget bounds the prompt tokens prefilled between two decode
+	// steps while sequences decode (generate.BatchOptions.PrefillBudget),
+	// so that a long prompt does not stall them; 0 means 256, negative
+	// means no budget (PrefillStep tokens per prompt every step).
+	PrefillBudget int
 	// PromptCacheBytes bounds the prefix cache of finished sequences'
 	// keys and values (0: no prefix cache).
 	PromptCacheBytes int64
@@ -73,6 +78,9 @@ type Config struct {
 	// Log receives one line per request; nil discards them.
 	Log io.Writer
 }
+
+// DefaultPrefillBudget is the default Config.PrefillBudget.
+const DefaultPrefillBudget = 256
 
 // DefaultMaxBodyBytes is the default cap on a request body: 1 MiB.
 const DefaultMaxBodyBytes = 1 << 20
@@ -112,6 +120,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = 32
 	}
+	if cfg.PrefillBudget == 0 {
+		cfg.PrefillBudget = DefaultPrefillBudget
+	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -137,6 +148,7 @@ func New(cfg Config) (*Server, error) {
 		CompletionBatchSize: cfg.MaxConcurrency,
 		PrefillBatchSize:    min(cfg.PrefillConcurrency, cfg.MaxConcurrency),
 		PrefillStepSize:     cfg.PrefillStep,
+		PrefillBudget:       max(cfg.PrefillBudget, 0),
 		// Log-probabilities come to the host only for requests that ask
 		// for them (job.logprobs); greedy steps otherwise pick on the backend.
 		NoLogprobs: true,

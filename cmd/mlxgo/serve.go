@@ -34,9 +34,11 @@ state of its own: its text is mlxgo generate --seed's.
 
 Requests are decoded together (continuous batching): up to
 --max-concurrency sequences decode at once and new ones join between
-decode steps, --prefill-concurrency prompts prefill at once; up to
---queue-size more wait, and beyond that the server answers 429 with
-Retry-After. A client that disconnects cancels its sequence at once.
+decode steps, --prefill-concurrency prompts prefill at once, in chunks
+of --prefill-step tokens and of at most --prefill-budget tokens in all
+between two decode steps while sequences decode (a long prompt does not
+stall them); up to --queue-size more wait, and beyond that the server
+answers 429 with Retry-After. A client that disconnects cancels its sequence at once.
 Finished sequences' KV caches are kept, up to --prompt-cache-bytes, and a
 request whose prompt starts with one of them prefills only the rest
 (usage.prompt_tokens_details.cached_tokens says how many were reused).
@@ -62,6 +64,7 @@ type serveFlags struct {
 	host                    string
 	port                    int
 	maxConcurrency, prefill int
+	prefillBudget           int
 	queue                   int
 	promptCacheBytes        int64
 	maxBodyBytes            int64
@@ -75,6 +78,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	f.sampleFlags.register(fs, 512)
 	fs.IntVar(&f.maxConcurrency, "max-concurrency", 8, "most sequences decoding at once (>= 1)")
 	fs.IntVar(&f.prefill, "prefill-concurrency", 4, "most prompts prefilled at once (>= 1; at most --max-concurrency)")
+	fs.IntVar(&f.prefillBudget, "prefill-budget", server.DefaultPrefillBudget, "most prompt tokens prefilled between two decode steps while sequences decode, over all prompts prefilling (0: no budget, --prefill-step tokens per prompt)")
 	fs.IntVar(&f.queue, "queue-size", 32, "most requests waiting beyond --max-concurrency (>= 0); more are answered 429")
 	fs.Int64Var(&f.promptCacheBytes, "prompt-cache-bytes", 512<<20, "most bytes of finished sequences' KV caches kept for prefix reuse (0: none)")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (>= 1024); larger ones are answered 413")
@@ -96,6 +100,8 @@ func (f *serveFlags) checkServe() error {
 		err = usagef("--max-concurrency %d: want >= 1", f.maxConcurrency)
 	case f.prefill < 1:
 		err = usagef("--prefill-concurrency %d: want >= 1", f.prefill)
+	case f.prefillBudget < 0:
+		err = usagef("--prefill-budget %d: want >= 0 (0: none)", f.prefillBudget)
 	case f.queue < 0:
 		err = usagef("--queue-size %d: want >= 0", f.queue)
 	case f.promptCacheBytes < 0:
@@ -221,16 +227,19 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 		ctxLen = defaultServeContext
 		fmt.Fprintf(stderr, "note: %s/config.json has no max_position_embeddings; mlxgo serve bounds prompt plus completion at %d tokens\n", f.model, ctxLen)
 	}
-	queue := f.queue
+	queue, budget := f.queue, f.prefillBudget
 	if queue == 0 {
 		queue = -1 // server.Config's "none"; its 0 is the default
+	}
+	if budget == 0 {
+		budget = -1
 	}
 	srv, err := server.New(server.Config{
 		Model: m, ModelID: f.given, Text: tm, ContextLength: ctxLen,
 		Defaults: server.Defaults{MaxTokens: f.maxTokens, Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
 			RepetitionPenalty: f.repPenalty, RepetitionContext: f.repContext},
 		Seed: f.seed, MaxConcurrency: f.maxConcurrency, PrefillConcurrency: min(f.prefill, f.maxConcurrency),
-		QueueSize: queue, PrefillStep: f.prefillStep, PromptCacheBytes: f.promptCacheBytes,
+		QueueSize: queue, PrefillStep: f.prefillStep, PrefillBudget: budget, PromptCacheBytes: f.promptCacheBytes,
 		MaxBodyBytes: f.maxBodyBytes, WriteTimeout: f.writeTimeout, Log: log,
 	})
 	if err != nil {
