@@ -71,6 +71,7 @@ type serveFlags struct {
 	writeTimeout            time.Duration
 	think, noThink          bool
 	given                   string // --model as given: the served model's id
+	kvCacheFlags
 }
 
 // register adds the model, sampling and serving flags to fs.
@@ -85,6 +86,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 60*time.Second, "drop a client that reads nothing for this long (> 0)")
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
+	f.registerKV(fs)
 }
 
 // checkServe validates the flags and resolves --model.
@@ -112,6 +114,8 @@ func (f *serveFlags) checkServe() error {
 		err = usagef("--write-timeout %v: want > 0", f.writeTimeout)
 	case f.think && f.noThink:
 		err = usagef("--think and --no-think are mutually exclusive")
+	case f.batchKVErr() != nil:
+		err = f.batchKVErr()
 	}
 	if err != nil {
 		return err
