@@ -59,6 +59,15 @@ type BatchOptions struct {
 	PrefillBatchSize int
 	// PrefillStepSize is the prompt chunk length (0 means 2048).
 	PrefillStepSize int
+	// PrefillBudget, when positive, bounds the prompt tokens a step
+	// prefills while sequences are generating (chunked prefill, as vLLM's
+	// max_num_batched_tokens): each of the n prefilling rows then runs
+	// min(PrefillStepSize, max(1, PrefillBudget/n)) tokens, so a long
+	// prompt is prefilled over several steps and the generating rows
+	// decode between them instead of waiting for it whole. While nothing
+	// generates, chunks are PrefillStepSize long. 0 means no budget:
+	// PrefillStepSize tokens per row every step (mlx_lm's BatchGenerator).
+	PrefillBudget int
 	// MaxSequences, when positive, bounds the sequences a generator holds
 	// (queued, prefilling and decoding): Insert fails rather than exceed it.
 	MaxSequences int
@@ -165,7 +174,8 @@ func rate(n int, d time.Duration) float64 {
 // first runs one decode step of the sequences generating, then moves up to
 // PrefillBatchSize queued prompts into prefill (while fewer than
 // CompletionBatchSize generate), starts generating those whose prompt is
-// done, and prefills one chunk of the rest. Prompts of different lengths are
+// done, and prefills one chunk of the rest (of at most PrefillBudget tokens
+// in all while sequences generate). Prompts of different lengths are
 // prefilled together right-padded (nn.BatchKVCache turns that into left
 // padding); sequences join the generating batch while others decode
 // (nn.BatchKVCache.Extend) and leave it when they finish or are removed
@@ -256,6 +266,8 @@ func NewBatchGenerator(m BatchModel, opts BatchOptions) (*BatchGenerator, error)
 		return nil, fmt.Errorf("generate: completion batch size is %d, want > 0 (0 = 32)", opts.CompletionBatchSize)
 	case opts.PrefillStepSize < 0:
 		return nil, fmt.Errorf("generate: prefill step size is %d, want > 0 (0 = 2048)", opts.PrefillStepSize)
+	case opts.PrefillBudget < 0:
+		return nil, fmt.Errorf("generate: prefill budget is %d, want >= 0 (0 = none)", opts.PrefillBudget)
 	case opts.MaxSequences < 0:
 		return nil, fmt.Errorf("generate: max sequences is %d, want >= 0 (0 = no limit)", opts.MaxSequences)
 	}
@@ -660,9 +672,13 @@ func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 		}
 	}
 	if len(g.prompt.rows) > 0 {
+		step := g.opts.PrefillStepSize
+		if g.opts.PrefillBudget > 0 && len(g.gen.rows) > 0 {
+			step = min(step, max(1, g.opts.PrefillBudget/len(g.prompt.rows)))
+		}
 		chunks := make([][]int32, len(g.prompt.rows))
 		for i, s := range g.prompt.rows {
-			k := min(len(s.rest), g.opts.PrefillStepSize)
+			k := min(len(s.rest), step)
 			chunks[i], s.rest = s.rest[:k], s.rest[k:]
 		}
 		if err := g.prefill(chunks); err != nil {

@@ -116,10 +116,8 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 		err = usagef("--think and --no-think are mutually exclusive")
 	case f.raw && (f.think || f.noThink || f.system != ""):
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
-	case kvErr(&f.kvCacheFlags) != nil:
-		err = kvErr(&f.kvCacheFlags)
-	case f.kvFlagsSet():
-		err = usagef("%s: batch generation keeps its rows in one left-padded full cache (nn.BatchKVCache); quantized, rotating and turbo caches run in generate and chat, one sequence at a time", kvDescription(f.cacheOptions()))
+	case f.batchKVErr() != nil:
+		err = f.batchKVErr()
 	}
 	if err != nil {
 		return nil, err

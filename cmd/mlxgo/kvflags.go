@@ -100,3 +100,15 @@ func kvErr(f *kvCacheFlags) error {
 	_, err := f.cacheKind()
 	return err
 }
+
+// batchKVErr is cacheKind's error, or a usage error for a kind batch
+// generation (mlxgo batch and serve) does not hold.
+func (f *kvCacheFlags) batchKVErr() error {
+	if err := kvErr(f); err != nil {
+		return err
+	}
+	if f.kvFlagsSet() {
+		return usagef("%s: batch generation keeps its rows in one left-padded full cache (nn.BatchKVCache); quantized, rotating and turbo caches run in generate and chat, one sequence at a time", kvDescription(f.cacheOptions()))
+	}
+	return nil
+}
