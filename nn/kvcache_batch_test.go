@@ -80,7 +80,7 @@ func batchExtract(t *testing.T, b backend.Backend, c *nn.BatchKVCache, r int) []
 		t.Fatal(err)
 	}
 	defer e.Release()
-	return batchTokens(t, b, e)
+	return batchTokens(t, b, e.(*nn.FullKVCache))
 }
 
 // TestBatchKVCacheMask: create_causal_mask(N=2, offset=3, left_padding=[1, 0])

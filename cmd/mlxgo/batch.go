@@ -14,6 +14,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -118,8 +119,8 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
 	case kvErr(&f.kvCacheFlags) != nil:
 		err = kvErr(&f.kvCacheFlags)
-	case f.kvFlagsSet():
-		err = usagef("%s: batch generation keeps its rows in one left-padded full cache (nn.BatchKVCache); quantized, rotating and turbo caches run in generate and chat, one sequence at a time", kvDescription(f.cacheOptions()))
+	case f.cacheOptions().MaxKVSize > 0:
+		err = usagef("%s: %v", kvDescription(f.cacheOptions()), nn.ErrRotatingBatch)
 	}
 	if err != nil {
 		return nil, err
@@ -363,7 +364,14 @@ func runBatch(f *batchFlags, stdout, stderr io.Writer) error {
 			opts.StopTokens = append(opts.StopTokens, int32(e))
 		}
 	}
-	g, err := generate.NewBatchGenerator(m, opts)
+	view, err := m.WithCache(f.cacheOptions())
+	if err == nil {
+		err = view.CheckBatch()
+	}
+	if err != nil {
+		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+	}
+	g, err := generate.NewBatchGenerator(view, opts)
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,8 @@ func TestGenerateKVCacheFlagsBad(t *testing.T) {
 }
 
 // TestKVCacheFlagsChatBatch: chat takes the KV cache flags (bad ones are
-// usage errors naming them); batch refuses every cache but its full one.
+// usage errors naming them); batch refuses the rotating cache and a
+// turbo cache of a head_dim TurboQuant has no sign vector for.
 func TestKVCacheFlagsChatBatch(t *testing.T) {
 	model := filepath.Join(fixtures, "models", "optiq-f32")
 	for _, tc := range []struct {
@@ -122,8 +123,8 @@ func TestKVCacheFlagsChatBatch(t *testing.T) {
 	}{
 		{"chat-bits", []string{"chat", "--model", model, "--kv-cache", "turbo:k8v7"}, "turboquant value bits 7"},
 		{"chat-kind", []string{"chat", "--model", model, "--kv-cache", "turbo8"}, `--kv-cache "turbo8"`},
-		{"batch-turbo", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-cache", "turbo"}, "--kv-cache turbo:k8v3: batch generation keeps its rows"},
-		{"batch-bits", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-bits", "8"}, "--kv-bits 8: batch generation"},
+		{"batch-rotating", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--max-kv-size", "64"}, "--max-kv-size 64: batch cache: a rotating KV cache (max KV size) is not offered in batches"},
+		{"batch-bits", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-bits", "3"}, "KV bits 3: want one of [4 8]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, _, stderr := mlxgo(tc.args...)
