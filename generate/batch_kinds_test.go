@@ -16,16 +16,22 @@ import (
 
 // head64Model writes and loads a tiny float32 synthetic checkpoint with
 // head_dim 64 (the fixtures' 32 is not a TurboQuant head_dim) on the CPU
-// backend.
-func head64Model(t *testing.T) *minicpm5.Model {
+// backend b (nil: a new one); a seed other than 0 replaces the preset's.
+func head64Model(t *testing.T, b backend.Backend, seed uint64) *minicpm5.Model {
 	t.Helper()
 	s := synth.Presets["tiny"]
 	s.HeadDim, s.Heads, s.Quant, s.DType = 64, 4, "f32", tensor.F32
+	if seed != 0 {
+		s.Seed = seed
+	}
 	dir := t.TempDir()
 	if err := synth.WriteMLX(dir, s, nil); err != nil {
 		t.Fatal(err)
 	}
-	m, err := minicpm5.Load(cpuBackend(t), dir)
+	if b == nil {
+		b = cpuBackend(t)
+	}
+	m, err := minicpm5.Load(b, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +60,7 @@ var rowKinds = []struct {
 // row's cache holds only its tokens and attends as alone; every other
 // kernel computes a row from that row's inputs).
 func TestBatchRowCachesForwardEqualsAlone(t *testing.T) {
-	m := head64Model(t)
+	m := head64Model(t, nil, 0)
 	b := m.Backend()
 	V := m.Config().VocabSize
 	lengths, L := []int{3, 7, 1}, 7
@@ -172,7 +178,7 @@ func aloneLogits(t *testing.T, view minicpm5.CacheView, p, next []int32) [][]flo
 // prompt alone on a cache of that kind (the sampled rows draw from a random
 // state of their own, so their tokens too must be the prompt's alone).
 func TestBatchRowCachesEqualAlone(t *testing.T) {
-	m := head64Model(t)
+	m := head64Model(t, nil, 0)
 	V := m.Config().VocabSize
 	prompts := batchPrompts(V, 3, 9, 1, 14, 6)
 	maxTokens := []int{5, 8, 3, 6, 7}

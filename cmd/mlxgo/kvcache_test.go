@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,6 +72,35 @@ func testGenerateCase(t *testing.T, ckpt, file string, flags []struct{ flag, par
 	}
 }
 
+// TestGenerateSpeculativeKVCaches: mlxgo generate with a draft model or
+// prompt lookup on a quantized or rotating cache prints the tokens plain
+// decoding on that cache prints (float32 checkpoints, greedy).
+func TestGenerateSpeculativeKVCaches(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	draft := filepath.Join(fixtures, "models", "q4g64-f32")
+	base := []string{"generate", "--model", model, "--prompt-ids", "5,9,11,200,7,5,9,11,31,8,5,9", "--max-tokens", "12", "--prefill-step", "4", "--backend", "cpu"}
+	for _, kv := range [][]string{
+		{"--kv-cache", "quantized", "--kv-bits", "8", "--kv-group-size", "32", "--quantized-kv-start", "0"},
+		{"--kv-bits", "4", "--kv-group-size", "32", "--quantized-kv-start", "3"},
+		{"--max-kv-size", "40"},
+	} {
+		rc, out, errOut := mlxgo(append(slices.Clone(base), kv...)...)
+		if rc != 0 {
+			t.Fatalf("%v: exit %d, stderr:\n%s", kv, rc, errOut)
+		}
+		want := generated(t, out)
+		for _, spec := range [][]string{{"--draft-model", draft, "--num-draft-tokens", "2"}, {"--prompt-lookup", "2"}} {
+			rc, out, errOut := mlxgo(append(append(slices.Clone(base), kv...), spec...)...)
+			if rc != 0 {
+				t.Fatalf("%v %v: exit %d, stderr:\n%s", kv, spec, rc, errOut)
+			}
+			if got := generated(t, out); fmt.Sprint(got) != fmt.Sprint(want) || !strings.Contains(out, "drafted tokens accepted") {
+				t.Errorf("%v %v: got %v, want %v (plain decoding)\n%s", kv, spec, got, want, out)
+			}
+		}
+	}
+}
+
 // TestGenerateKVCacheFlagsBad: sizes the rotating cache cannot have, bits,
 // group sizes and starts the quantized cache does not offer, and the flags
 // with a prompt cache file, are usage errors naming what is wrong.
@@ -99,7 +129,8 @@ func TestGenerateKVCacheFlagsBad(t *testing.T) {
 		{"turbo-kv-bits", []string{"--kv-cache", "turbo", "--kv-bits", "8"}, "sets its own bits"},
 		{"turbo-read", []string{"--kv-cache", "turbo", "--turbo-read", "lazy"}, `--turbo-read "lazy": want deferred or eager`},
 		{"turbo-head-dim", []string{"--kv-cache", "turbo"}, "head_dim 32 is not supported"},
-		{"turbo-speculative", []string{"--kv-cache", "turbo", "--prompt-lookup", "2"}, "speculative decoding"},
+		{"rotating-speculative", []string{"--max-kv-size", "16", "--prompt-lookup", "2", "--max-tokens", "14"}, "--max-kv-size 16 with speculative decoding: the prompt's 2 tokens and --max-tokens 14 must fit in the window"},
+		{"draft-head-dim", []string{"--kv-cache", "turbo", "--draft-model", model}, "head_dim 32 is not supported"},
 		{"turbo-prompt-cache", []string{"--kv-cache", "turbo", "--prompt-cache-file", "x.safetensors"}, "apply to a new cache"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
