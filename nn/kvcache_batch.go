@@ -37,6 +37,8 @@ type BatchKVCache struct {
 	// instead of the shared buffers; its rows have no padding.
 	kind CacheOptions
 	rows []KVCache
+	// A rotating batch (NewBatchRotatingKVCache) has this too.
+	rot *batchRotating
 }
 
 // NewBatchKVCache returns an empty cache of len(leftPadding) rows with the
@@ -56,6 +58,9 @@ func (c *BatchKVCache) Offset() int {
 	if c.rows != nil {
 		return slices.Max(append(c.rowOffsets(), 0))
 	}
+	if c.rot != nil {
+		return c.rot.total
+	}
 	return c.idx
 }
 
@@ -67,6 +72,9 @@ func (c *BatchKVCache) LeftPadding() []int { return append([]int{}, c.leftPaddin
 func (c *BatchKVCache) Offsets() []int {
 	if c.rows != nil {
 		return c.rowOffsets()
+	}
+	if c.rot != nil {
+		return slices.Clone(c.rot.offsets)
 	}
 	out := make([]int, len(c.leftPadding))
 	for r, p := range c.leftPadding {
@@ -109,6 +117,12 @@ func (c *BatchKVCache) Update(k, v backend.Array) (backend.Array, backend.Array)
 		}
 		return c.rows[0].Update(k, v)
 	}
+	if c.rot != nil {
+		if B := k.Shape()[0]; B != len(c.leftPadding) || v.Shape()[0] != B {
+			panic(backend.Errorf("BatchKVCache.Update", []backend.Array{k, v}, "keys and values have %d and %d rows, the cache %d", B, v.Shape()[0], len(c.leftPadding)))
+		}
+		return c.rotUpdate(k, v)
+	}
 	if B := k.Shape()[0]; B != len(c.leftPadding) || v.Shape()[0] != B {
 		panic(backend.Errorf("BatchKVCache.Update", []backend.Array{k, v}, "keys and values have %d and %d rows, the cache %d", B, v.Shape()[0], len(c.leftPadding)))
 	}
@@ -142,6 +156,9 @@ func (c *BatchKVCache) Attend(q, k, v backend.Array, scale float32, mask backend
 func (c *BatchKVCache) Mask(L int) backend.Mask {
 	if c.rows != nil {
 		return backend.NoMask{}
+	}
+	if c.rot != nil {
+		return c.rotMask(L)
 	}
 	B, S := len(c.leftPadding), c.idx+L
 	m := tensor.New(tensor.Bool, tensor.Shape{B, 1, L, S})
@@ -187,6 +204,9 @@ func (c *BatchKVCache) Trim(n int) int {
 		}
 		return max(least, 0)
 	}
+	if c.rot != nil {
+		return c.rotTrim(n)
+	}
 	n = max(0, min(n, c.idx))
 	c.idx -= n
 	return n
@@ -200,6 +220,12 @@ func (c *BatchKVCache) Release() {
 	}
 	c.b.Release(c.keys, c.values)
 	c.keys, c.values, c.idx, c.rightPadding = nil, nil, 0, nil
+	if r := c.rot; r != nil {
+		for i, p := range c.leftPadding {
+			r.offsets[i] = -p
+		}
+		r.total, r.rotated, r.pad, r.lengths = 0, false, nil, nil
+	}
 }
 
 // PrepareRightPadding announces that the next Update(s), until Finalize,
@@ -216,7 +242,9 @@ func (c *BatchKVCache) PrepareRightPadding(pad []int) error {
 		}
 		any = any || p > 0
 	}
-	if any {
+	if any && c.rot != nil {
+		c.rot.pad, c.rot.lengths = slices.Clone(pad), nil
+	} else if any {
 		c.rightPadding = append([]int{}, pad...)
 	}
 	return nil
@@ -227,6 +255,10 @@ func (c *BatchKVCache) PrepareRightPadding(pad []int) error {
 // padding over the whole capacity, so the padded tokens wrap to slots the
 // mask hides, and the row's left padding grows by as much.
 func (c *BatchKVCache) Finalize() {
+	if c.rot != nil {
+		c.rotFinalize()
+		return
+	}
 	pad := c.rightPadding
 	c.rightPadding = nil
 	if pad == nil || c.rows != nil {
@@ -279,6 +311,10 @@ func (c *BatchKVCache) filter(keep []int, owned bool) error {
 	}
 	if c.rows != nil {
 		c.filterRows(keep)
+		return nil
+	}
+	if c.rot != nil {
+		c.rotFilter(keep, owned)
 		return nil
 	}
 	if c.keys != nil {
@@ -334,6 +370,9 @@ func (c *BatchKVCache) Extend(other *BatchKVCache) error {
 	}
 	if err := c.sameKind(other); err != nil {
 		return err
+	}
+	if c.rot != nil {
+		return c.rotExtend(other)
 	}
 	if c.rows != nil {
 		c.rows = append(c.rows, other.rows...)
@@ -437,6 +476,9 @@ func (c *BatchKVCache) Extract(r int) (KVCache, error) {
 	if c.rows != nil {
 		return forkCache(c.rows[r]), nil
 	}
+	if c.rot != nil {
+		return c.rotExtract(r)
+	}
 	out := NewFullKVCache(c.b)
 	p := c.leftPadding[r]
 	if c.keys == nil || p >= c.idx {
@@ -459,6 +501,9 @@ func (c *BatchKVCache) Split(idx []int) (*BatchKVCache, error) {
 	}
 	if c.rows != nil {
 		return c.splitRows(idx)
+	}
+	if c.rot != nil {
+		return c.rotSplit(idx)
 	}
 	out := &BatchKVCache{b: c.b, keys: c.keys, values: c.values, leftPadding: slices.Clone(c.leftPadding), idx: c.idx}
 	var keep []int

@@ -1,7 +1,6 @@
 package nn
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -15,7 +14,8 @@ import (
 //
 //   - the full cache (the zero value): NewBatchKVCache, mlx_lm's
 //     BatchKVCache;
-//   - a rotating window (MaxKVSize): not offered (ErrRotatingBatch);
+//   - a rotating window (MaxKVSize): NewBatchRotatingKVCache, mlx_lm's
+//     BatchRotatingKVCache (which keeps no first tokens: keep 0);
 //   - quantized (KVBits) and TurboQuant (Turbo): one cache of that kind per
 //     row, each holding only its row's tokens, so that every row computes
 //     what it computes alone. mlx_lm has no batch form of its quantized
@@ -40,14 +40,10 @@ func NewBatchCache(b backend.Backend, leftPadding []int, o CacheOptions) (*Batch
 		}
 		return c, nil
 	case o.MaxKVSize > 0:
-		return nil, ErrRotatingBatch
+		return NewBatchRotatingKVCache(b, o.MaxKVSize, leftPadding), nil
 	}
 	return NewBatchKVCache(b, leftPadding), nil
 }
-
-// ErrRotatingBatch is NewBatchCache's error for a rotating window: mlx_lm's
-// BatchRotatingKVCache has no port here yet.
-var ErrRotatingBatch = errors.New("batch cache: a rotating KV cache (max KV size) is not offered in batches (mlx_lm's BatchRotatingKVCache is not ported); run it one sequence at a time")
 
 // kindName names the cache kind o selects, for messages.
 func (o CacheOptions) kindName() string {

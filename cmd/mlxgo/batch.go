@@ -14,7 +14,6 @@ import (
 
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -119,8 +118,6 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
 	case kvErr(&f.kvCacheFlags) != nil:
 		err = kvErr(&f.kvCacheFlags)
-	case f.cacheOptions().MaxKVSize > 0:
-		err = usagef("%s: %v", kvDescription(f.cacheOptions()), nn.ErrRotatingBatch)
 	}
 	if err != nil {
 		return nil, err

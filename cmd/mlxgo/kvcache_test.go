@@ -143,8 +143,7 @@ func TestGenerateKVCacheFlagsBad(t *testing.T) {
 }
 
 // TestKVCacheFlagsChatBatch: chat takes the KV cache flags (bad ones are
-// usage errors naming them); batch refuses the rotating cache and a
-// turbo cache of a head_dim TurboQuant has no sign vector for.
+// usage errors naming them), and so does batch.
 func TestKVCacheFlagsChatBatch(t *testing.T) {
 	model := filepath.Join(fixtures, "models", "optiq-f32")
 	for _, tc := range []struct {
@@ -154,7 +153,7 @@ func TestKVCacheFlagsChatBatch(t *testing.T) {
 	}{
 		{"chat-bits", []string{"chat", "--model", model, "--kv-cache", "turbo:k8v7"}, "turboquant value bits 7"},
 		{"chat-kind", []string{"chat", "--model", model, "--kv-cache", "turbo8"}, `--kv-cache "turbo8"`},
-		{"batch-rotating", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--max-kv-size", "64"}, "--max-kv-size 64: batch cache: a rotating KV cache (max KV size) is not offered in batches"},
+		{"batch-rotating", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--max-kv-size", "3"}, "max KV size 3: want 0 (keep every token) or more than 4"},
 		{"batch-bits", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-bits", "3"}, "KV bits 3: want one of [4 8]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
