@@ -285,3 +285,55 @@ func TestRoPERowOffsets(t *testing.T) {
 		t.Errorf("dynamic RoPE with per-row offsets: got %v, want the scalar-offset error", err)
 	}
 }
+
+// TestBatchRotatingExtract: a rotating batch of window 4 (rows left-padded
+// by 1 and 0) takes a 3-token chunk and 3 single tokens, wrapping its write
+// index; as mlx_lm's BatchRotatingKVCache, the offsets and left paddings
+// move (the paddings past 0 as evicted slots are counted off), and each
+// row extracts to a RotatingKVCache of keep 0 holding its last 4 tokens in
+// temporal order: the offsets [5 6], paddings [-1 -2] and extracted keys
+// mlx_lm 0.32.2's BatchRotatingKVCache gives for the same calls.
+func TestBatchRotatingExtract(t *testing.T) {
+	b := newBatchCPU(t)
+	c := nn.NewBatchRotatingKVCache(b, 4, []int{1, 0})
+	defer c.Release()
+	k, v := batchKV(b, 2, 3, 0)
+	c.Update(k, v)
+	for s := range 3 {
+		k, v := batchKV(b, 2, 1, float32(50000+10000*s))
+		c.Update(k, v)
+	}
+	if got, want := c.Offsets(), []int{5, 6}; !slices.Equal(got, want) {
+		t.Errorf("offsets %v, want %v", got, want)
+	}
+	if got, want := c.LeftPadding(), []int{-1, -2}; !slices.Equal(got, want) {
+		t.Errorf("left padding %v, want %v", got, want)
+	}
+	for r := range 2 {
+		e, err := c.Extract(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, ok := e.(*nn.RotatingKVCache)
+		if !ok || rc.Keep() != 0 || rc.MaxSize() != 4 || rc.Offset() != 5+r {
+			t.Fatalf("row %d: extracted %T (keep %d, max %d, offset %d), want a RotatingKVCache of keep 0, max 4, offset %d", r, e, rc.Keep(), rc.MaxSize(), rc.Offset(), 5+r)
+		}
+		d, err := b.ToHost(rc.State()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := d.ToFloat32()
+		for h := range bH {
+			// The chunk's last token (l = 2), then the three single tokens.
+			for j, base := range []float32{20, 50000, 60000, 70000} {
+				for dd := range bD {
+					want := base + float32(1000*r+100*h+dd)
+					if g := got[(h*4+j)*bD+dd]; g != want {
+						t.Fatalf("row %d head %d slot %d dim %d: %v, want %v", r, h, j, dd, g, want)
+					}
+				}
+			}
+		}
+		e.Release()
+	}
+}
