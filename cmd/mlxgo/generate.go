@@ -236,11 +236,11 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if f.kvFlagsSet() && f.cacheFile != "" {
-		return nil, usagef("--kv-cache, --max-kv-size and --kv-bits apply to a new cache, not to the caches of --prompt-cache-file")
-	}
 	if f.cacheFile != "" {
 		if err := f.readCache(); err != nil {
+			return nil, err
+		}
+		if err := f.checkFileKind(f.cache, f.cacheFile, set); err != nil {
 			return nil, err
 		}
 	}
@@ -487,9 +487,13 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			return usagef("--prompt-ids: item %d is %d, out of the vocabulary (vocab_size %d in %s/config.json)", i, id, cfg.VocabSize, f.model)
 		}
 	}
-	view, err := m.WithCache(f.cacheOptions())
+	co := f.cacheOptions()
+	if f.cache != nil {
+		co = nn.CacheOptions{} // the file's caches are used as stored (checkFileKind)
+	}
+	view, err := m.WithCache(co)
 	if err != nil {
-		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+		return usagef("%s: %v", kvDescription(co), err)
 	}
 	if w := f.cacheOptions().MaxKVSize; w > 0 && (f.draftModel != "" || f.promptLookup > 0) && len(f.ids)+f.maxTokens >= w {
 		return usagef("--max-kv-size %d with speculative decoding: the prompt's %d tokens and --max-tokens %d must fit in the window (fewer than %d): a verify step past it evicts tokens that a rejected draft needs back", w, len(f.ids), f.maxTokens, w)
