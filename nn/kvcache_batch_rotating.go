@@ -31,13 +31,16 @@ type batchRotating struct {
 
 // NewBatchRotatingKVCache returns an empty rotating batch cache of
 // len(leftPadding) rows keeping at most maxSize slots per row (mlx_lm's
-// BatchRotatingKVCache(max_size, left_padding)).
-func NewBatchRotatingKVCache(b backend.Backend, maxSize int, leftPadding []int) *BatchKVCache {
+// BatchRotatingKVCache(max_size, left_padding)); maxSize < 1 is an error.
+func NewBatchRotatingKVCache(b backend.Backend, maxSize int, leftPadding []int) (*BatchKVCache, error) {
+	if maxSize < 1 {
+		return nil, fmt.Errorf("rotating batch cache: max size %d, want >= 1", maxSize)
+	}
 	r := &batchRotating{max: maxSize, offsets: make([]int, len(leftPadding))}
 	for i, p := range leftPadding {
 		r.offsets[i] = -p
 	}
-	return &BatchKVCache{b: b, leftPadding: slices.Clone(leftPadding), rot: r, kind: CacheOptions{MaxKVSize: maxSize}}
+	return &BatchKVCache{b: b, leftPadding: slices.Clone(leftPadding), rot: r, kind: CacheOptions{MaxKVSize: maxSize}}, nil
 }
 
 // MaxSize returns the window of a rotating batch cache (0 for other kinds).

@@ -40,7 +40,7 @@ func NewBatchCache(b backend.Backend, leftPadding []int, o CacheOptions) (*Batch
 		}
 		return c, nil
 	case o.MaxKVSize > 0:
-		return NewBatchRotatingKVCache(b, o.MaxKVSize, leftPadding), nil
+		return NewBatchRotatingKVCache(b, o.MaxKVSize, leftPadding)
 	}
 	return NewBatchKVCache(b, leftPadding), nil
 }
@@ -49,7 +49,7 @@ func NewBatchCache(b backend.Backend, leftPadding []int, o CacheOptions) (*Batch
 func (o CacheOptions) kindName() string {
 	switch {
 	case o.Turbo != (turboquant.Scheme{}):
-		return "TurboQuant " + o.Turbo.String()
+		return o.Turbo.String() + " TurboQuant"
 	case o.KVBits > 0:
 		return fmt.Sprintf("%d-bit quantized", o.KVBits)
 	case o.MaxKVSize > 0:

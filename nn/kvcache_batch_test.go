@@ -9,6 +9,7 @@ import (
 	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/nn/turboquant"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -295,7 +296,10 @@ func TestRoPERowOffsets(t *testing.T) {
 // mlx_lm 0.32.2's BatchRotatingKVCache gives for the same calls.
 func TestBatchRotatingExtract(t *testing.T) {
 	b := newBatchCPU(t)
-	c := nn.NewBatchRotatingKVCache(b, 4, []int{1, 0})
+	c, err := nn.NewBatchRotatingKVCache(b, 4, []int{1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Release()
 	k, v := batchKV(b, 2, 3, 0)
 	c.Update(k, v)
@@ -335,5 +339,60 @@ func TestBatchRotatingExtract(t *testing.T) {
 			}
 		}
 		e.Release()
+	}
+}
+
+// TestNewBatchCacheErrors: what a batch cache of each kind refuses is an
+// error naming it (a panic with a *backend.OpError inside a forward).
+func TestNewBatchCacheErrors(t *testing.T) {
+	b := newBatchCPU(t)
+	turbo := nn.CacheOptions{Turbo: turboquant.Scheme{KBits: 8, VBits: 3}}
+	quant := nn.CacheOptions{KVBits: 8, KVGroupSize: 32}
+	for _, tc := range []struct {
+		name string
+		pad  []int
+		o    nn.CacheOptions
+		want string
+	}{
+		{"padded-turbo", []int{0, 2}, turbo, "left padding 2 of row 1: a turbo:k8v3 TurboQuant batch holds each row's tokens alone"},
+		{"padded-quantized", []int{1}, quant, "left padding 1 of row 0: a 8-bit quantized batch"},
+		{"bits", nil, nn.CacheOptions{KVBits: 3, KVGroupSize: 32}, "KV bits 3"},
+		{"window", nil, nn.CacheOptions{MaxKVSize: 3}, "max KV size 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := nn.NewBatchCache(b, tc.pad, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := nn.NewBatchRotatingKVCache(b, 0, []int{0}); err == nil || !strings.Contains(err.Error(), "max size 0") {
+		t.Errorf("window 0: got %v", err)
+	}
+	a, _ := nn.NewBatchCache(b, []int{0}, turbo)
+	q, _ := nn.NewBatchCache(b, []int{0}, quant)
+	r, _ := nn.NewBatchCache(b, []int{0}, nn.CacheOptions{MaxKVSize: 8})
+	r2, _ := nn.NewBatchCache(b, []int{0}, nn.CacheOptions{MaxKVSize: 16})
+	full := nn.NewBatchKVCache(b, []int{0})
+	for _, tc := range []struct {
+		c, o *nn.BatchKVCache
+		want string
+	}{
+		{a, q, "extend a turbo:k8v3 TurboQuant batch with a 8-bit quantized one"},
+		{full, r, "extend a full batch with a rotating (max 8) one"},
+		{r, r2, "extend a rotating (max 8) batch with a rotating (max 16) one"},
+	} {
+		if err := tc.c.Extend(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
+	}
+	two, _ := nn.NewBatchCache(b, []int{0, 0}, quant)
+	k, v := batchKV(b, 2, 1, 0)
+	err := func() (err error) {
+		defer backend.Recover(&err)
+		two.Update(k, v)
+		return nil
+	}()
+	if err == nil || !strings.Contains(err.Error(), "a 8-bit quantized batch of 2 rows holds rows of different lengths: read it through Attend") {
+		t.Errorf("Update of a 2-row quantized batch: got %v", err)
 	}
 }
