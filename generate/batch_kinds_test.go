@@ -247,3 +247,66 @@ func TestBatchRowCachesEqualAlone(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchRotatingReturnCaches: a batch on rotating caches (window 8, some
+// prompts longer) hands each finished sequence its cache as mlx_lm's
+// BatchRotatingKVCache.extract does: a RotatingKVCache of window 8 and keep
+// 0 at the sequence's offset, holding its last min(offset, 8) tokens.
+func TestBatchRotatingReturnCaches(t *testing.T) {
+	m, b := loadTiny(t, "optiq-f32")
+	view, err := m.WithCache(nn.CacheOptions{MaxKVSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := generate.NewBatchGenerator(view, generate.BatchOptions{PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 2, ReturnCaches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	prompts := batchPrompts(m.Config().VocabSize, 3, 12, 5)
+	maxTokens := []int{4, 6, 9}
+	seqs := make([]generate.SequenceOptions, len(prompts))
+	for i := range seqs {
+		seqs[i].MaxTokens = maxTokens[i]
+	}
+	uids, err := g.Insert(prompts, seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := 0
+	for {
+		toks, err := g.NextGenerated()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(toks) == 0 {
+			break
+		}
+		for _, tk := range toks {
+			if tk.FinishReason == "" {
+				continue
+			}
+			done++
+			i := slices.Index(uids, tk.UID)
+			off := len(prompts[i]) + maxTokens[i]
+			for l, c := range tk.Cache {
+				rc, ok := c.(*nn.RotatingKVCache)
+				if !ok {
+					t.Fatalf("prompt %d layer %d: returned a %T, want *nn.RotatingKVCache", i, l, c)
+				}
+				if slots := rc.State()[0].Shape()[2]; rc.Offset() != off || rc.Keep() != 0 || rc.MaxSize() != 8 || slots != min(off, 8) {
+					t.Errorf("prompt %d layer %d: offset %d, keep %d, window %d, %d slots; want %d, 0, 8, %d", i, l, rc.Offset(), rc.Keep(), rc.MaxSize(), slots, off, min(off, 8))
+				}
+			}
+			_ = b.Do(func() error {
+				for _, c := range tk.Cache {
+					c.Release()
+				}
+				return nil
+			})
+		}
+	}
+	if done != len(prompts) {
+		t.Errorf("%d sequences finished, want %d", done, len(prompts))
+	}
+}

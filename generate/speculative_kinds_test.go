@@ -111,3 +111,37 @@ func TestSpeculativeRotatingPastWindow(t *testing.T) {
 		t.Fatalf("got %v, want an error about trimming a rotating cache past its window", err)
 	}
 }
+
+// TestSessionRotatingPastWindow: a session on a rotating cache that has
+// evicted tokens refuses Trim (releasing the session) and Reuse starts over
+// (keeps nothing) rather than trimming a window that lost what it needs;
+// within the window both trim as on the full cache.
+func TestSessionRotatingPastWindow(t *testing.T) {
+	m, _ := loadTiny(t, "optiq-f32")
+	view, err := m.WithCache(nn.CacheOptions{MaxKVSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := generate.NewSession[nn.KVCache](view)
+	defer s.Release()
+	p := ids(10, 3)
+	if err := s.Append(p, 4); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := s.Reuse(append(p[:8:8], 1, 2)); err != nil || kept != 8 || s.Len() != 8 {
+		t.Fatalf("within the window: Reuse kept %d (session %d tokens), %v; want 8", kept, s.Len(), err)
+	}
+	if err := s.Append(ids(12, 4), 4); err != nil { // 20 tokens: past the window of 16
+		t.Fatal(err)
+	}
+	held := s.Tokens()
+	if kept, err := s.Reuse(append(held[:18:18], 7, 7)); err != nil || kept != 0 || s.Len() != 0 {
+		t.Errorf("past the window: Reuse kept %d (session %d tokens), %v; want 0 (start over)", kept, s.Len(), err)
+	}
+	if err := s.Append(held, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Trim(18); err == nil || !strings.Contains(err.Error(), "past its window") || s.Len() != 0 {
+		t.Errorf("past the window: Trim gave %v with %d tokens held; want an error and the session released", err, s.Len())
+	}
+}
