@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/nn/turboquant"
 )
 
 func TestParseContexts(t *testing.T) {
@@ -49,7 +50,10 @@ func TestContextCacheOptions(t *testing.T) {
 		{"full", nn.CacheOptions{}, ""},
 		{"quantized", nn.CacheOptions{KVBits: 8, KVGroupSize: 64}, ""},
 		{"rotating", nn.CacheOptions{MaxKVSize: 4096}, ""},
-		{"turbo", nn.CacheOptions{}, "want one of full, quantized, rotating"},
+		{"turbo", nn.CacheOptions{Turbo: turboquant.Scheme{KBits: 8, VBits: 3}}, ""},
+		{"turbo:k4v2", nn.CacheOptions{Turbo: turboquant.Scheme{KBits: 4, VBits: 2}}, ""},
+		{"turbo:k3v3", nn.CacheOptions{}, "key bits 3"},
+		{"paged", nn.CacheOptions{}, "want one of full, quantized, rotating, turbo"},
 	} {
 		t.Run(c.kind, func(t *testing.T) {
 			got, err := ContextCacheOptions(c.kind, 8, 64, 4096)

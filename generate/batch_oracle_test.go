@@ -14,6 +14,7 @@ import (
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -39,6 +40,9 @@ type batchFixture struct {
 	Steps         [][]int   `json:"steps"`
 	Alone         [][]int32 `json:"alone"`
 	AloneEqual    []bool    `json:"alone_equal"`
+	// MaxKVSize > 0: the rows on rotating caches of that window (mlx_lm's
+	// BatchRotatingKVCache).
+	MaxKVSize int `json:"max_kv_size"`
 }
 
 // batchRun is what the generator handed out, in the fixture's terms.
@@ -113,7 +117,8 @@ func runBatchFixture(t *testing.T, m generate.BatchModel, f *batchFixture, noLog
 // (its logprobs differ from MLX's in the last bits: the largest difference
 // is logged); its bfloat16 runs are logged, not checked. Each greedy row is
 // also compared with Generate on that prompt alone (the fixture records that
-// mlx_lm's own rows equal generate_step's alone: alone_equal).
+// mlx_lm's own rows equal generate_step's alone: alone_equal). The rotating
+// case runs on rotating batch caches (max_kv_size).
 func TestBatchOracle(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(fixtureDir(), "batch", "*", "*.json"))
 	if len(files) == 0 {
@@ -139,7 +144,11 @@ func TestBatchOracle(t *testing.T) {
 				cas := strings.TrimSuffix(filepath.Base(file), ".json")
 				t.Run(ckpt+"/"+cas, func(t *testing.T) {
 					m := batchCheckpoint(t, b, ckpt)
-					got := runBatchFixture(t, m, &f, false)
+					view, err := m.WithCache(nn.CacheOptions{MaxKVSize: f.MaxKVSize})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := runBatchFixture(t, view, &f, false)
 					exact := name != "cpu"
 					f32 := strings.HasSuffix(ckpt, "-f32")
 					report := t.Errorf
@@ -161,7 +170,7 @@ func TestBatchOracle(t *testing.T) {
 						// Without logprobs every row is picked on the backend and
 						// the next step starts before the tokens are read back
 						// (the pipelined path): the same tokens and steps.
-						checkTokens(runBatchFixture(t, m, &f, true), "NoLogprobs: ")
+						checkTokens(runBatchFixture(t, view, &f, true), "NoLogprobs: ")
 					}
 					worst := checkLogprobs(t, file, &f, got, exact)
 					t.Logf("%s: logprob rows, largest |Δ| against mlx_lm %.3g", name, worst)

@@ -116,8 +116,8 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 		err = usagef("--think and --no-think are mutually exclusive")
 	case f.raw && (f.think || f.noThink || f.system != ""):
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
-	case f.batchKVErr() != nil:
-		err = f.batchKVErr()
+	case kvErr(&f.kvCacheFlags) != nil:
+		err = kvErr(&f.kvCacheFlags)
 	}
 	if err != nil {
 		return nil, err
@@ -361,7 +361,14 @@ func runBatch(f *batchFlags, stdout, stderr io.Writer) error {
 			opts.StopTokens = append(opts.StopTokens, int32(e))
 		}
 	}
-	g, err := generate.NewBatchGenerator(m, opts)
+	view, err := m.WithCache(f.cacheOptions())
+	if err == nil {
+		err = view.CheckBatch()
+	}
+	if err != nil {
+		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+	}
+	g, err := generate.NewBatchGenerator(view, opts)
 	if err != nil {
 		return err
 	}
