@@ -22,6 +22,9 @@ pack(){ cp $R/*.log $R/*.json $R/*.md $OUT/ 2>/dev/null; cp -r $W/bench/*.log $O
 { echo "unpacked at $(el)s"; uname -r; nproc; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
   $PY -c "import mlx.core as mx, mlx_lm, mlx_lm.lora, yaml; a=mx.random.normal((256,256)); print('mlx', mx.__version__, 'mlx_lm', mlx_lm.__version__, mx.default_device(), (a@a).sum().item())"
   $W/mlxgo synth --preset smollm2-135m --embed-bits 8 --dtype f16 --quant q4g32 --out /tmp/smol
+  # TOKENIZER: a directory with SmolLM2's tokenizer.json and tokenizer_config.json (mlxgo
+  # reads BPE tokenizers only, not synth's word-level one); the vocabulary sizes agree.
+  if [ -n "${TOKENIZER:-}" ]; then cp $TOKENIZER/tokenizer*.json /tmp/smol/ || exit 1; fi
   mkdir -p /tmp/data
   for s in train valid test; do
     $PY -c "import json,sys; [print(json.dumps({'text': (d:=json.loads(l))['prompt'] + ' ' + d['completion']})) for l in sys.stdin]" \
