@@ -14,8 +14,8 @@ import (
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
