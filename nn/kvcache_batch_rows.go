@@ -195,7 +195,7 @@ func (c *BatchKVCache) splitRows(idx []int) (*BatchKVCache, error) {
 		return nil, err
 	}
 	out := &BatchKVCache{b: c.b, kind: c.kind, leftPadding: make([]int, len(idx)), rows: make([]KVCache, len(idx))}
-	var keep []KVCache
+	keep := make([]KVCache, 0, len(c.rows)) // never nil: c stays a batch of row caches
 	for r, rc := range c.rows {
 		if i := slices.Index(idx, r); i >= 0 {
 			out.rows[i] = rc
@@ -204,8 +204,5 @@ func (c *BatchKVCache) splitRows(idx []int) (*BatchKVCache, error) {
 		}
 	}
 	c.rows, c.leftPadding = keep, make([]int, len(keep))
-	if len(keep) == 0 {
-		c.rows, c.leftPadding = nil, nil
-	}
 	return out, nil
 }
