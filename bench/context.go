@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/gguf"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
@@ -368,8 +369,17 @@ func RunContext(o ContextOptions) (*ContextResult, error) {
 			o.Reps, o.Warmup, o.DecodeTokens, o.Prefill, len(o.Contexts), len(o.Caches))
 	}
 	for _, k := range o.Caches {
-		if _, err := ContextCacheOptions(k, o.KVBits, o.KVGroupSize, o.MaxKVSize); err != nil {
+		co, err := ContextCacheOptions(k, o.KVBits, o.KVGroupSize, o.MaxKVSize)
+		if err != nil {
 			return nil, fmt.Errorf("bench: --kv-cache %s: %w", k, err)
+		}
+		if co.Turbo != (turboquant.Scheme{}) {
+			// Named here rather than as a failed row of every configuration.
+			if cfg, err := checkpoint.LoadConfig(o.Model); err == nil {
+				if err := turboquant.CheckHeadDim(cfg.HeadDim); err != nil {
+					return nil, fmt.Errorf("bench: --kv-cache %s: %w (the head_dim of %s/config.json)", k, err, o.Model)
+				}
+			}
 		}
 	}
 	host, _ := os.Hostname()

@@ -154,3 +154,13 @@ func TestContextChild(t *testing.T) {
 		}
 	}
 }
+
+// TestRunContextTurboHeadDim: a TurboQuant kind on a checkpoint whose
+// head_dim TurboQuant does not offer is an error naming both before any
+// child runs.
+func TestRunContextTurboHeadDim(t *testing.T) {
+	_, err := RunContext(ContextOptions{Model: fixture, Configs: []string{"cpu-fast"}, Contexts: []int{64}, Caches: []string{"turbo:k4v2"}, Reps: 1, DecodeTokens: 3, Prefill: 16})
+	if err == nil || !strings.Contains(err.Error(), "--kv-cache turbo:k4v2: turboquant: head_dim 32 is not supported") || !strings.Contains(err.Error(), fixture) {
+		t.Errorf("got %v, want the head_dim and the checkpoint named", err)
+	}
+}

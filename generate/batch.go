@@ -104,7 +104,9 @@ type SequenceOptions struct {
 	// non-nil slice: none).
 	StopTokens []int32
 	// Prefix, when not nil, holds the caches of the prompt's first tokens,
-	// one *nn.FullKVCache per layer, all at one Offset n with
+	// one per layer (a *nn.FullKVCache, or for a batch of quantized or
+	// TurboQuant row caches one of that kind: nn.BatchKVCache.SeedRow),
+	// all at one Offset n with
 	// 0 < n < len(prompt) (a finished sequence's BatchToken.Cache, a
 	// session's caches): the sequence starts from a copy of their first n
 	// slots and only the rest of the prompt is prefilled (mlx_lm's insert
@@ -138,7 +140,8 @@ type BatchToken struct {
 	// FinishLength; the sequence is then gone from the generator.
 	FinishReason string
 	// Cache, with BatchOptions.ReturnCaches and a FinishReason, is the
-	// sequence's cache, one nn.FullKVCache per layer (BatchKVCache.Extract):
+	// sequence's cache, one per layer (BatchKVCache.Extract: a FullKVCache,
+	// a RotatingKVCache, or the row's quantized or TurboQuant cache):
 	// its prompt and every token handed out, this one included, which a
 	// one-sequence generation can continue. It belongs to the caller, who
 	// releases it. (It may share memory with the batch's buffers until
@@ -410,12 +413,9 @@ func (g *BatchGenerator) copyPrefixes(pending []*batchSeq, prompts [][]int32, se
 			}
 			n := len(s.context)
 			for l, c := range o.Prefix {
-				st := c.State()
-				k, v := st[0], st[1]
-				ks, vs := k.Shape(), v.Shape()
-				k = g.b.Slice(k, []int{0, 0, 0, 0}, []int{1, ks[1], n, ks[3]})
-				v = g.b.Slice(v, []int{0, 0, 0, 0}, []int{1, vs[1], n, vs[3]})
-				s.prefix[l].Update(k, v)
+				if err := s.prefix[l].SeedRow(c, n); err != nil {
+					return fmt.Errorf("generate: prompt %d: prefix cache %d: %w", i, l, err)
+				}
 			}
 		}
 		return nil
@@ -438,13 +438,10 @@ func (g *BatchGenerator) copyPrefixes(pending []*batchSeq, prompts [][]int32, se
 func prefixLen(prefix []nn.KVCache, use, m int) (int, error) {
 	held := prefix[0].Offset()
 	for l, c := range prefix {
-		if _, ok := c.(*nn.FullKVCache); !ok {
-			return 0, fmt.Errorf("prefix cache %d is a %T, want *nn.FullKVCache", l, c)
-		}
 		if c.Offset() != held {
 			return 0, fmt.Errorf("prefix cache %d holds %d tokens, cache 0 holds %d", l, c.Offset(), held)
 		}
-		if len(c.State()) != 2 {
+		if c.State() == nil {
 			return 0, fmt.Errorf("prefix cache %d is empty", l)
 		}
 	}

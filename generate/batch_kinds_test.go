@@ -3,6 +3,7 @@ package generate_test
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -308,5 +309,93 @@ func TestBatchRotatingReturnCaches(t *testing.T) {
 	}
 	if done != len(prompts) {
 		t.Errorf("%d sequences finished, want %d", done, len(prompts))
+	}
+}
+
+// TestBatchRowCachesPrefix: a sequence inserted with the caches of its
+// prompt's first tokens (SequenceOptions.Prefix, all of them or the first
+// PrefixTokens) into a quantized or TurboQuant batch continues from a fork
+// of those caches: its tokens equal a fork of the session that made them,
+// trimmed alike, generating the rest of the prompt alone; a prefix of
+// another kind is an error naming it.
+func TestBatchRowCachesPrefix(t *testing.T) {
+	m := head64Model(t, nil, 0)
+	V := m.Config().VocabSize
+	full := batchPrompts(V, 14)[0]
+	other := batchPrompts(V, 5)[0]
+	for _, k := range rowKinds[:3] {
+		t.Run(k.name, func(t *testing.T) {
+			view, err := m.WithCache(k.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := generate.NewSession[nn.KVCache](view)
+			defer s.Release()
+			if err := s.Append(full[:9], 4); err != nil {
+				t.Fatal(err)
+			}
+			opts := generate.Options{MaxTokens: 6, PrefillStepSize: 4}
+			for _, use := range []int{0, 6} {
+				n := 9
+				if use > 0 {
+					n = use
+				}
+				f, err := s.Fork()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Trim(n); err != nil {
+					t.Fatal(err)
+				}
+				want, err := f.Generate(full[n:], opts, nil)
+				f.Release()
+				if err != nil {
+					t.Fatal(err)
+				}
+				g, err := generate.NewBatchGenerator(view, generate.BatchOptions{PrefillStepSize: 4})
+				if err != nil {
+					t.Fatal(err)
+				}
+				uids, err := g.Insert([][]int32{other, full}, []generate.SequenceOptions{{MaxTokens: 6}, {MaxTokens: 6, Prefix: s.Caches(), PrefixTokens: use}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []int32
+				for {
+					toks, err := g.NextGenerated()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(toks) == 0 {
+						break
+					}
+					for _, tk := range toks {
+						if tk.UID == uids[1] {
+							got = append(got, tk.Token)
+						}
+					}
+				}
+				g.Close()
+				if !slices.Equal(got, want.Tokens) {
+					t.Errorf("prefix of %d tokens: batch row %v, the session alone %v", n, got, want.Tokens)
+				}
+			}
+			if s.Len() != 9 {
+				t.Errorf("the session holds %d tokens after the batches, want 9 (Insert copies the prefix)", s.Len())
+			}
+		})
+	}
+	// Caches of another kind than the batch's.
+	view, _ := m.WithCache(rowKinds[2].o)
+	plain, _ := generate.NewSession[nn.KVCache](m)
+	defer plain.Release()
+	if err := plain.Append(full[:9], 4); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := generate.NewBatchGenerator(view, generate.BatchOptions{})
+	defer g.Close()
+	_, err := g.Insert([][]int32{full}, []generate.SequenceOptions{{Prefix: plain.Caches()}})
+	if err == nil || !strings.Contains(err.Error(), "prefix cache 0: batch cache: a turbo:k8v3 TurboQuant batch is seeded from a cache of its kind, not a *nn.FullKVCache") {
+		t.Errorf("a full prefix for a turbo batch: got %v", err)
 	}
 }

@@ -26,6 +26,11 @@ import (
 // BatchGenerator does: PrepareRightPadding before the chunk, Finalize after
 // it, which rolls each row right by its padding so that the row is
 // left-padded again.
+//
+// NewBatchCache makes the other kinds behind the same methods: mlx_lm's
+// BatchRotatingKVCache (a window shared by the left-padded rows), and
+// batches of quantized or TurboQuant caches, one per row, each holding only
+// its row's tokens (kvcache_batch_rows.go).
 type BatchKVCache struct {
 	b            backend.Backend
 	keys, values backend.Array // [B, Hk, capacity, D]; nil when empty
@@ -117,14 +122,11 @@ func (c *BatchKVCache) Update(k, v backend.Array) (backend.Array, backend.Array)
 		}
 		return c.rows[0].Update(k, v)
 	}
-	if c.rot != nil {
-		if B := k.Shape()[0]; B != len(c.leftPadding) || v.Shape()[0] != B {
-			panic(backend.Errorf("BatchKVCache.Update", []backend.Array{k, v}, "keys and values have %d and %d rows, the cache %d", B, v.Shape()[0], len(c.leftPadding)))
-		}
-		return c.rotUpdate(k, v)
-	}
 	if B := k.Shape()[0]; B != len(c.leftPadding) || v.Shape()[0] != B {
 		panic(backend.Errorf("BatchKVCache.Update", []backend.Array{k, v}, "keys and values have %d and %d rows, the cache %d", B, v.Shape()[0], len(c.leftPadding)))
+	}
+	if c.rot != nil {
+		return c.rotUpdate(k, v)
 	}
 	var keys, values backend.Array
 	c.keys, c.values, keys, values = appendKV(c.b, c.keys, c.values, k, v, c.idx)
@@ -377,7 +379,7 @@ func (c *BatchKVCache) Extend(other *BatchKVCache) error {
 	if c.rows != nil {
 		c.rows = append(c.rows, other.rows...)
 		c.leftPadding = append(c.leftPadding, other.leftPadding...)
-		other.rows, other.leftPadding = nil, nil
+		other.rows, other.leftPadding = []KVCache{}, nil // its rows now belong to c
 		return nil
 	}
 	defer func() {

@@ -195,7 +195,7 @@ func (c *BatchKVCache) splitRows(idx []int) (*BatchKVCache, error) {
 		return nil, err
 	}
 	out := &BatchKVCache{b: c.b, kind: c.kind, leftPadding: make([]int, len(idx)), rows: make([]KVCache, len(idx))}
-	var keep []KVCache
+	keep := make([]KVCache, 0, len(c.rows)) // never nil: c stays a batch of row caches
 	for r, rc := range c.rows {
 		if i := slices.Index(idx, r); i >= 0 {
 			out.rows[i] = rc
@@ -204,8 +204,49 @@ func (c *BatchKVCache) splitRows(idx []int) (*BatchKVCache, error) {
 		}
 	}
 	c.rows, c.leftPadding = keep, make([]int, len(keep))
-	if len(keep) == 0 {
-		c.rows, c.leftPadding = nil, nil
-	}
 	return out, nil
+}
+
+// SeedRow fills an empty one-row batch cache with the first n tokens of
+// prefix, a one-sequence cache (the generator's SequenceOptions.Prefix):
+// for the full and the rotating batch a *FullKVCache whose slots are copied
+// in (one update of n tokens); for a batch of row caches a cache of the
+// batch's own kind (the same bits and group size, or TurboQuant scheme and
+// read), forked and trimmed to n, so that the row continues exactly as that
+// cache would alone. Another cache type, another kind, n outside [1,
+// prefix.Offset()] or a cache not empty and of one row is an error naming
+// it; the new arrays are made in the scope open at the time.
+func (c *BatchKVCache) SeedRow(prefix KVCache, n int) error {
+	if len(c.leftPadding) != 1 || c.Offset() != 0 || (c.rows == nil && c.keys != nil) {
+		return fmt.Errorf("batch cache: seed a row into a cache of %d rows holding %d tokens, want an empty one-row cache", len(c.leftPadding), c.Offset())
+	}
+	if n < 1 || n > prefix.Offset() {
+		return fmt.Errorf("batch cache: seed %d tokens from a cache holding %d", n, prefix.Offset())
+	}
+	if c.rows == nil {
+		fc, ok := prefix.(*FullKVCache)
+		if !ok || fc.keys == nil {
+			return fmt.Errorf("batch cache: a %s batch is seeded from a *nn.FullKVCache, not a %T", c.kind.kindName(), prefix)
+		}
+		k := c.b.Slice(fc.keys, zeros4, upTo(fc.keys.Shape(), n))
+		v := c.b.Slice(fc.values, zeros4, upTo(fc.values.Shape(), n))
+		c.Update(k, v)
+		c.b.Release(k, v)
+		return nil
+	}
+	ok := false
+	switch p := prefix.(type) {
+	case *QuantizedKVCache:
+		ok = c.kind.KVBits == p.bits && c.kind.KVGroupSize == p.groupSize
+	case *TurboKVCache:
+		ok = c.kind.Turbo == p.scheme && c.kind.TurboEager == !p.deferred
+	}
+	if !ok {
+		return fmt.Errorf("batch cache: a %s batch is seeded from a cache of its kind, not a %T", c.kind.kindName(), prefix)
+	}
+	f := forkCache(prefix)
+	f.Trim(f.Offset() - n)
+	c.rows[0].Release()
+	c.rows[0] = f
+	return nil
 }

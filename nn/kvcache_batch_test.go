@@ -396,3 +396,37 @@ func TestNewBatchCacheErrors(t *testing.T) {
 		t.Errorf("Update of a 2-row quantized batch: got %v", err)
 	}
 }
+
+// TestSeedRowErrors: SeedRow takes an empty one-row cache, 1 <= n <=
+// the prefix's tokens, and a prefix of the batch's kind; anything else is
+// an error naming it.
+func TestSeedRowErrors(t *testing.T) {
+	b := newBatchCPU(t)
+	full := nn.NewFullKVCache(b)
+	k, v := batchKV(b, 1, 4, 0)
+	full.Update(k, v)
+	two := nn.NewBatchKVCache(b, []int{0, 0})
+	one := nn.NewBatchKVCache(b, []int{0})
+	quant, _ := nn.NewBatchCache(b, []int{0}, nn.CacheOptions{KVBits: 8, KVGroupSize: 32})
+	for _, tc := range []struct {
+		name string
+		c    *nn.BatchKVCache
+		n    int
+		want string
+	}{
+		{"two-rows", two, 2, "cache of 2 rows holding 0 tokens, want an empty one-row cache"},
+		{"too-many", one, 5, "seed 5 tokens from a cache holding 4"},
+		{"none", one, 0, "seed 0 tokens"},
+		{"kind", quant, 2, "a 8-bit quantized batch is seeded from a cache of its kind, not a *nn.FullKVCache"},
+	} {
+		if err := tc.c.SeedRow(full, tc.n); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	if err := one.SeedRow(full, 3); err != nil || one.Offset() != 3 {
+		t.Fatalf("seed 3 of 4: %v, offset %d", err, one.Offset())
+	}
+	if err := one.SeedRow(full, 2); err == nil || !strings.Contains(err.Error(), "holding 3 tokens") {
+		t.Errorf("seeding a seeded cache: got %v", err)
+	}
+}

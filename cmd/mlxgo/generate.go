@@ -74,6 +74,11 @@ RotatingKVCache, --max-kv-size N) or turbo[:k<K>v<V>] (TurboQuant: keys
 affine per 32-group in K bits, values rotated and Lloyd-Max quantized in V
 bits; turbo is k8v3; head_dim 64, 128, 256 or 512; --turbo-read deferred or
 eager). --kv-bits or --max-kv-size alone choose their kind, as in mlx_lm.
+Speculative decoding runs on every kind (the draft model's caches of the
+same kind, as mlx_lm quantizes both); with --max-kv-size the prompt and
+--max-tokens must fit in the window (a rotating cache cannot be trimmed
+once it has evicted tokens). With --prompt-cache-file the file's caches are
+used as stored: KV cache flags must name the kind it holds.
 
 --adapter-path DIR puts LoRA or DoRA adapters on the model after loading, as
 mlx_lm.generate --adapter-path does: a directory mlx_lm.lora (or mlxgo)
