@@ -84,6 +84,36 @@ func qmvQ8B8BF16(a *qmvArgs)
 //go:noescape
 func qmvQ8B8BF16H(a *qmvArgs)
 
+// qmvQ8B4F32P to qmvQ8B8BF16HP are qmvQ8B4F32 to qmvQ8B8BF16H with the
+// float32 kernels' prefetch (qmvQ8PF): the same bits.
+//
+//go:noescape
+func qmvQ8B4F32P(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B4BF16P(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B4BF16HP(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B8F32P(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B8BF16P(a *qmvArgs)
+
+//go:noescape
+func qmvQ8B8BF16HP(a *qmvArgs)
+
+// cpuAMD reports an AMD CPU (CPUID vendor AuthenticAMD).
+func cpuAMD() bool
+
+// qmvQ8PF selects the int8 kernels that prefetch the weights (qmvCall):
+// set on AMD CPUs, where they took two thirds of the CPU time of the
+// others on Zen 5; on the Intel Xeon measured before, prefetching made
+// them slower (qmv_amd64.s gives the figures). Tests set it both ways.
+var qmvQ8PF = cpuAMD()
+
 // qmvF32B4F32 is qmvQ8B4F32 against float32 x (permF32's layout): per
 // block the codes as float32 times x, two partial products summed, times
 // the block's scales into the row's total; each output the bits of
@@ -138,8 +168,26 @@ func qmvKind(bits int, q8, bf16, half bool) int {
 	return v
 }
 
-// qmvCall runs kernel v (qmvKind) on a.
+// qmvCall runs kernel v (qmvKind) on a; the int8 kernels (v >= 6) in
+// their prefetching form when qmvQ8PF is set.
 func qmvCall(a *qmvArgs, v int) {
+	if v >= 6 && qmvQ8PF {
+		switch v {
+		case 6:
+			qmvQ8B4F32P(a)
+		case 7:
+			qmvQ8B4BF16P(a)
+		case 8:
+			qmvQ8B4BF16HP(a)
+		case 9:
+			qmvQ8B8F32P(a)
+		case 10:
+			qmvQ8B8BF16P(a)
+		default:
+			qmvQ8B8BF16HP(a)
+		}
+		return
+	}
 	switch v {
 	case 0:
 		qmvF32B4F32(a)
@@ -168,9 +216,10 @@ func qmvCall(a *qmvArgs, v int) {
 	}
 }
 
-// qmvPrefetch is how far the float32 kernels prefetch the weights, in bytes
-// past one tile ahead of the loads (the int8 kernels leave it to the
-// hardware prefetcher; see qmv_amd64.s). qmvChunk is the weight bytes of
+// qmvPrefetch is how far the kernels that prefetch (the float32 ones, and
+// the int8 ones under qmvQ8PF) read ahead of the loads, in bytes past one
+// tile (see qmv_amd64.s; 0 to 8192 made no difference beyond the noise on
+// Zen 5). qmvChunk is the weight bytes of
 // one chunk of tiles taken by a worker (32-128 KiB within a few percent of
 // each other once each worker reads its own range; see run).
 const qmvPrefetch = 2048

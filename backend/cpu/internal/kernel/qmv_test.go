@@ -84,40 +84,57 @@ func TestQMVEqualsRowKernels(t *testing.T) {
 							if acc == AccQ8 && !asmQ8 {
 								t.Skip("SKIPPED: this CPU lacks AVX512-VNNI; the int8 kernels are not installed")
 							}
-							x, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+sh.k+sh.bits*7+sh.gs), n, sh.k, sh.gs, sh.bits)
-							scv, biv := F32Vec(sc), F32Vec(bi)
-							if dt == "bf16" {
-								scv, biv = BF16Vec(sb), BF16Vec(bb)
-							}
-							old := qmvChunk
-							qmvChunk = chunk
-							defer func() { qmvChunk = old }()
-							want := make([]float32, n)
-							qmvOn = false
-							QuantizedMatmulTVec(want, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
-							qmvOn = true
-							// 2 and 5 workers: one range per worker, a worker
-							// done with its own range helps with the others.
-							for _, th := range []int{2, 5} {
-								got, whole := guarded(n)
-								withThreads(th, func() {
-									QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
-								})
-								checkGuards(t, whole, name)
-								expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
-							}
-							// Unrounded: the kernel's float32 results themselves.
-							got32, want32 := make([]float32, n), make([]float32, n)
-							QuantizedMatmulTVec(got32, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, Identity, acc)
-							qmvOn = false
-							QuantizedMatmulTVec(want32, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, Identity, acc)
-							qmvOn = true
-							expectSame(t, got32, want32, name+" float32")
+							withQ8PF(t, acc, func(t *testing.T) {
+								x, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+sh.k+sh.bits*7+sh.gs), n, sh.k, sh.gs, sh.bits)
+								scv, biv := F32Vec(sc), F32Vec(bi)
+								if dt == "bf16" {
+									scv, biv = BF16Vec(sb), BF16Vec(bb)
+								}
+								old := qmvChunk
+								qmvChunk = chunk
+								defer func() { qmvChunk = old }()
+								want := make([]float32, n)
+								qmvOn = false
+								QuantizedMatmulTVec(want, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
+								qmvOn = true
+								// 2 and 5 workers: one range per worker, a worker
+								// done with its own range helps with the others.
+								for _, th := range []int{2, 5} {
+									got, whole := guarded(n)
+									withThreads(th, func() {
+										QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
+									})
+									checkGuards(t, whole, name)
+									expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
+								}
+								// Unrounded: the kernel's float32 results themselves.
+								got32, want32 := make([]float32, n), make([]float32, n)
+								QuantizedMatmulTVec(got32, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, Identity, acc)
+								qmvOn = false
+								QuantizedMatmulTVec(want32, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, Identity, acc)
+								qmvOn = true
+								expectSame(t, got32, want32, name+" float32")
+							})
 						})
 					}
 				}
 			}
 		}
+	}
+}
+
+// withQ8PF runs fn once, or under AccQ8 twice: with the int8 one-row
+// kernels that prefetch and with those that do not (qmvQ8PF).
+func withQ8PF(t *testing.T, acc Acc, fn func(t *testing.T)) {
+	if acc != AccQ8 {
+		fn(t)
+		return
+	}
+	old := qmvQ8PF
+	defer func() { qmvQ8PF = old }()
+	for _, pf := range []bool{false, true} {
+		qmvQ8PF = pf
+		t.Run(fmt.Sprintf("prefetch=%v", pf), fn)
 	}
 }
 
@@ -141,12 +158,14 @@ func TestQMVSpecialX(t *testing.T) {
 					x, wq, _, _, sb, bb := qmvInputs(uint64(si*13+c.k), n, c.k, c.gs, c.bits)
 					x[5], x[c.k-1] = sv, -sv
 					clear(x[64:96]) // an all-zero block of 32
-					got, want := make([]float32, n), make([]float32, n)
-					QuantizedMatmulTVec(got, x, wq, BF16Vec(sb), BF16Vec(bb), 1, n, c.k, c.gs, c.bits, tensor.RoundBF16, acc)
-					qmvOn = false
-					QuantizedMatmulTVec(want, x, wq, BF16Vec(sb), BF16Vec(bb), 1, n, c.k, c.gs, c.bits, tensor.RoundBF16, acc)
-					qmvOn = true
-					expectSame(t, got, want, name)
+					withQ8PF(t, acc, func(t *testing.T) {
+						got, want := make([]float32, n), make([]float32, n)
+						QuantizedMatmulTVec(got, x, wq, BF16Vec(sb), BF16Vec(bb), 1, n, c.k, c.gs, c.bits, tensor.RoundBF16, acc)
+						qmvOn = false
+						QuantizedMatmulTVec(want, x, wq, BF16Vec(sb), BF16Vec(bb), 1, n, c.k, c.gs, c.bits, tensor.RoundBF16, acc)
+						qmvOn = true
+						expectSame(t, got, want, name)
+					})
 				})
 			}
 		}
