@@ -84,24 +84,34 @@ func qmvQ8B8BF16(a *qmvArgs)
 //go:noescape
 func qmvQ8B8BF16H(a *qmvArgs)
 
-// qmvQ8B4F32P to qmvQ8B8BF16HP are qmvQ8B4F32 to qmvQ8B8BF16H with the
-// float32 kernels' prefetch (qmvQ8PF): the same bits.
+// qmvQ8B4F32P is qmvQ8B4F32 with the float32 kernels' prefetch (qmvQ8PF):
+// the same bits.
 //
 //go:noescape
 func qmvQ8B4F32P(a *qmvArgs)
 
+// qmvQ8B4BF16P is qmvQ8B4BF16 with the prefetch.
+//
 //go:noescape
 func qmvQ8B4BF16P(a *qmvArgs)
 
+// qmvQ8B4BF16HP is qmvQ8B4BF16H with the prefetch.
+//
 //go:noescape
 func qmvQ8B4BF16HP(a *qmvArgs)
 
+// qmvQ8B8F32P is qmvQ8B8F32 with the prefetch.
+//
 //go:noescape
 func qmvQ8B8F32P(a *qmvArgs)
 
+// qmvQ8B8BF16P is qmvQ8B8BF16 with the prefetch.
+//
 //go:noescape
 func qmvQ8B8BF16P(a *qmvArgs)
 
+// qmvQ8B8BF16HP is qmvQ8B8BF16H with the prefetch.
+//
 //go:noescape
 func qmvQ8B8BF16HP(a *qmvArgs)
 

@@ -130,6 +130,21 @@ func qavxG8B4(a *avxArgs)
 //go:noescape
 func qavxG8B8(a *avxArgs)
 
+// qzmmF32B4 is qavxF32B4 with AVX-512 (F/BW/DQ/VL): the same lane steps
+// and bits, the eight rows of a tile in two ZMM registers (half the
+// instructions per weight byte; on Zen 5 qavxF32B4 ran at 7 GB of weights
+// per CPU second, short of the 16 a core must read to keep decode at the
+// bandwidth limit).
+//
+//go:noescape
+func qzmmF32B4(a *avxArgs)
+
+// qzmmQ8B4 is qavxQ8B4 with AVX-512 and VNNI (the integer block sums by
+// VPDPBUSD, exact): the same bits.
+//
+//go:noescape
+func qzmmQ8B4(a *avxArgs)
+
 // avxStageF32 writes n8 blocks of eight groups of the eight float32 rows
 // at src (rstr bytes apart) to dst transposed: dst[8g+l] = row avxLanes[l]'s
 // value of group g (avxStage).
@@ -162,8 +177,10 @@ func hasF16C() bool
 // flag marks the CPU generation); avxF16 when it also has F16C.
 var avxQMM, avxF16 bool
 
-// avxOn switches the kernels on (tests compare with them off).
-var avxOn = true
+// avxOn switches the kernels on (tests compare with them off); avxZMM
+// lets the 4-bit one-row kernels take their AVX-512 forms (qzmmF32B4,
+// qzmmQ8B4) where the CPU has them (asmF32, asmQ8).
+var avxOn, avxZMM = true, true
 
 func init() {
 	avxQMM = cpu.X86.HasAVX && cpu.X86.HasAVX2 && cpu.X86.HasFMA
@@ -217,8 +234,12 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	switch {
 	case gemm:
 		kern = avxKernelsG8[avxBitsIndex(bits)]
+	case q8 && bits == 4 && avxZMM && asmQ8:
+		kern = qzmmQ8B4
 	case q8:
 		kern = avxKernelsQ8[avxBitsIndex(bits)]
+	case bits == 4 && avxZMM && asmF32:
+		kern = qzmmF32B4
 	}
 	upg := gs * bits / 128 // units of four words (4- and 8-bit)
 	if bits != 4 && bits != 8 {
