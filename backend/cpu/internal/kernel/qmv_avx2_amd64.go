@@ -145,22 +145,23 @@ func qzmmF32B4(a *avxArgs)
 //go:noescape
 func qzmmQ8B4(a *avxArgs)
 
-// avxStageF32 writes n8 blocks of eight groups of the eight float32 rows
-// at src (rstr bytes apart) to dst transposed: dst[8g+l] = row avxLanes[l]'s
-// value of group g (avxStage).
+// avxStageF32 writes, for nt tiles of eight float32 rows from src (rows
+// rstr bytes apart, tiles eight rows apart), n8 blocks of eight groups of
+// the tile's rows to dst transposed, the tiles one after the other:
+// dst[8g+l] = row avxLanes[l]'s value of group g (avxStage).
 //
 //go:noescape
-func avxStageF32(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
+func avxStageF32(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)
 
 // avxStageBF16 is avxStageF32 for bfloat16 rows (widened exactly).
 //
 //go:noescape
-func avxStageBF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
+func avxStageBF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)
 
 // avxStageF16 is avxStageF32 for float16 rows (VCVTPH2PS, exact).
 //
 //go:noescape
-func avxStageF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
+func avxStageF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)
 
 // avxQuantQ8 is quantizeQ8Scalar on nb blocks of 32 values of x (codes
 // to xq, block scales to d), also writing the codes to lay in the int8
@@ -433,16 +434,20 @@ func avxStage(dst []float32, v Vec, row0, tiles, gpr, gpad int) {
 		size = 4
 	}
 	rstr := uintptr(size * gpr)
-	for t := range tiles {
+	// The tiles whose last row's blocks stay inside v, in one call.
+	whole := 0
+	if last := v.Len() - 7*gpr - gpad - row0*gpr; last >= 0 {
+		whole = min(tiles, last/(8*gpr)+1)
+	}
+	if whole > 0 {
+		avxStageBlocks(&dst[0], v, row0*gpr, rstr, gpad/8, whole)
+	}
+	for t := whole; t < tiles; t++ {
 		base := (row0 + 8*t) * gpr
 		out := dst[t*8*gpad:][:8*gpad]
-		if base+7*gpr+gpad <= v.Len() {
-			avxStageBlocks(&out[0], v, base, rstr, gpad/8)
-			continue
-		}
 		g8, rem := gpr&^7, gpr&7
 		if g8 > 0 {
-			avxStageBlocks(&out[0], v, base, rstr, g8/8)
+			avxStageBlocks(&out[0], v, base, rstr, g8/8, 1)
 		}
 		var tail [8 * 8]uint32 // eight rows of eight values: the last groups, padded
 		for r := range 8 {
@@ -459,19 +464,19 @@ func avxStage(dst []float32, v Vec, row0, tiles, gpr, gpad int) {
 		} else {
 			tv.U16 = unsafe.Slice((*uint16)(unsafe.Pointer(&tail[0])), 64)
 		}
-		avxStageBlocks(&out[8*g8], tv, 0, uintptr(8*size), 1)
+		avxStageBlocks(&out[8*g8], tv, 0, uintptr(8*size), 1, 1)
 	}
 }
 
-// avxStageBlocks runs the transpose of v's kind on n8 blocks of eight
-// groups from element base, rows rstr bytes apart.
-func avxStageBlocks(dst *float32, v Vec, base int, rstr uintptr, n8 int) {
+// avxStageBlocks runs the transpose of v's kind on nt tiles of n8 blocks
+// of eight groups from element base, rows rstr bytes apart.
+func avxStageBlocks(dst *float32, v Vec, base int, rstr uintptr, n8, nt int) {
 	switch {
 	case v.F32 != nil:
-		avxStageF32(dst, unsafe.Pointer(&v.F32[base]), rstr, n8)
+		avxStageF32(dst, unsafe.Pointer(&v.F32[base]), rstr, n8, nt)
 	case v.F16:
-		avxStageF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8)
+		avxStageF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8, nt)
 	default:
-		avxStageBF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8)
+		avxStageBF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8, nt)
 	}
 }

@@ -3436,15 +3436,19 @@ qzmmQ8B4_done:
 	VZEROUPPER
 	RET
 
-// func avxStageF32(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
-TEXT ·avxStageF32(SB), NOSPLIT, $0-32
+// func avxStageF32(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)
+TEXT ·avxStageF32(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), R8
 	MOVQ rstr+16(FP), R9
-	MOVQ n8+24(FP), CX
+	MOVQ nt+32(FP), BX
 	LEAQ (R9)(R9*2), R10
 	LEAQ (R9)(R9*4), R11
 	LEAQ (R10)(R9*4), R12
+stageF32_tile:
+	TESTQ BX, BX
+	JZ stageF32_done
+	MOVQ R8, SI
 	MOVQ R9, R13
 	SHLQ $6, R13
 	ADDQ R8, R13
@@ -3455,8 +3459,9 @@ stageF32_pf:
 	ADDQ $64, R13
 	SUBQ $64, R14
 	JGT stageF32_pf
+	MOVQ n8+24(FP), CX
 	TESTQ CX, CX
-	JZ stageF32_done
+	JZ stageF32_next
 stageF32_loop:
 	VMOVUPS (R8), Y0
 	VMOVUPS (R8)(R9*2), Y1
@@ -3502,19 +3507,27 @@ stageF32_loop:
 	ADDQ $256, DI
 	DECQ CX
 	JNZ stageF32_loop
+stageF32_next:
+	LEAQ (SI)(R9*8), R8
+	DECQ BX
+	JMP stageF32_tile
 stageF32_done:
 	VZEROUPPER
 	RET
 
-// func avxStageBF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
-TEXT ·avxStageBF16(SB), NOSPLIT, $0-32
+// func avxStageBF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)
+TEXT ·avxStageBF16(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), R8
 	MOVQ rstr+16(FP), R9
-	MOVQ n8+24(FP), CX
+	MOVQ nt+32(FP), BX
 	LEAQ (R9)(R9*2), R10
 	LEAQ (R9)(R9*4), R11
 	LEAQ (R10)(R9*4), R12
+stageBF16_tile:
+	TESTQ BX, BX
+	JZ stageBF16_done
+	MOVQ R8, SI
 	MOVQ R9, R13
 	SHLQ $6, R13
 	ADDQ R8, R13
@@ -3525,8 +3538,9 @@ stageBF16_pf:
 	ADDQ $64, R13
 	SUBQ $64, R14
 	JGT stageBF16_pf
+	MOVQ n8+24(FP), CX
 	TESTQ CX, CX
-	JZ stageBF16_done
+	JZ stageBF16_next
 stageBF16_loop:
 	VPMOVZXWD (R8), Y0
 	VPSLLD $16, Y0, Y0
@@ -3580,19 +3594,27 @@ stageBF16_loop:
 	ADDQ $256, DI
 	DECQ CX
 	JNZ stageBF16_loop
+stageBF16_next:
+	LEAQ (SI)(R9*8), R8
+	DECQ BX
+	JMP stageBF16_tile
 stageBF16_done:
 	VZEROUPPER
 	RET
 
-// func avxStageF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
-TEXT ·avxStageF16(SB), NOSPLIT, $0-32
+// func avxStageF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)
+TEXT ·avxStageF16(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), R8
 	MOVQ rstr+16(FP), R9
-	MOVQ n8+24(FP), CX
+	MOVQ nt+32(FP), BX
 	LEAQ (R9)(R9*2), R10
 	LEAQ (R9)(R9*4), R11
 	LEAQ (R10)(R9*4), R12
+stageF16_tile:
+	TESTQ BX, BX
+	JZ stageF16_done
+	MOVQ R8, SI
 	MOVQ R9, R13
 	SHLQ $6, R13
 	ADDQ R8, R13
@@ -3603,8 +3625,9 @@ stageF16_pf:
 	ADDQ $64, R13
 	SUBQ $64, R14
 	JGT stageF16_pf
+	MOVQ n8+24(FP), CX
 	TESTQ CX, CX
-	JZ stageF16_done
+	JZ stageF16_next
 stageF16_loop:
 	VCVTPH2PS (R8), Y0
 	VCVTPH2PS (R8)(R9*2), Y1
@@ -3650,6 +3673,10 @@ stageF16_loop:
 	ADDQ $256, DI
 	DECQ CX
 	JNZ stageF16_loop
+stageF16_next:
+	LEAQ (SI)(R9*8), R8
+	DECQ BX
+	JMP stageF16_tile
 stageF16_done:
 	VZEROUPPER
 	RET
