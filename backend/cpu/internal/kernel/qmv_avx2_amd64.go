@@ -179,8 +179,8 @@ func hasF16C() bool
 var avxQMM, avxF16 bool
 
 // avxOn switches the kernels on (tests compare with them off); avxZMM
-// lets the 4-bit one-row kernels take their AVX-512 forms (qzmmF32B4,
-// qzmmQ8B4) where the CPU has them (asmF32, asmQ8).
+// lets the 4-bit kernels take their AVX-512 forms (qzmmF32B4, qzmmQ8B4)
+// where the CPU has them (asmF32, asmQ8).
 var avxOn, avxZMM = true, true
 
 func init() {

@@ -74,6 +74,11 @@ func avxVecs(dt string, sc, bi []float32, sb, bb []uint16) (Vec, Vec) {
 	return F32Vec(sc), F32Vec(bi)
 }
 
+// zmmTakes reports the combinations that, with AVX-512, take the AVX-512
+// forms of the AVX2 kernels: 4-bit group 32 (the other 4- and 8-bit ones
+// take the AVX-512 kernels of qmv_amd64.s and qmm_amd64.s).
+func zmmTakes(c avxCase) bool { return c.bits == 4 && c.gs == 32 }
+
 // TestAVX2EqualsPortable holds the AVX2 kernels (qmv_avx2_amd64.s) to the
 // portable loops (dotF32 or dotQ8, + dotBias) bit for bit, for every covered
 // bits × group × scale dtype, both precisions, one and (float32) three rows
@@ -95,7 +100,7 @@ func TestAVX2EqualsPortable(t *testing.T) {
 						}
 						name := fmt.Sprintf("b%dg%d/%s/%s/acc%d", c.bits, c.gs, c.dt, dims(m, n, k), acc)
 						t.Run(name, func(t *testing.T) { noAVX512(func() { testAVX2EqualsPortable(t, c, m, n, k, acc, name) }) })
-						if c.bits == 4 && c.gs == 32 {
+						if zmmTakes(c) {
 							// AVX-512 left on: the AVX-512 forms of the
 							// 4-bit kernels (qzmmF32B4, qzmmQ8B4).
 							t.Run(name+"/zmm", func(t *testing.T) {
@@ -236,7 +241,7 @@ func BenchmarkAVX2QMV(b *testing.B) {
 			}
 			for _, acc := range []Acc{AccF32, AccQ8} {
 				impls := []string{"avx2", "portable"}
-				if c.bits == 4 && c.gs == 32 && asmF32 && (acc == AccF32 || asmQ8) {
+				if zmmTakes(c) && asmF32 && (acc == AccF32 || asmQ8) {
 					impls = append(impls, "zmm") // qzmmF32B4, qzmmQ8B4
 				}
 				for _, impl := range impls {
