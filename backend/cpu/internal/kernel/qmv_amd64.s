@@ -4,7 +4,7 @@
 
 // AVX-512 quantized matrix-vector products for one row of x (decode): each
 // call runs a.ntile tiles of four consecutive weight rows, reading the
-// scales and biases in their storage dtype (float32 or bfloat16), and
+// scales and biases in their storage dtype (float32, bfloat16 or float16), and
 // writes the four float32 results of a tile to a.out (qmv_amd64.go
 // describes the arguments, qmvArgs). Per output the lane operations and
 // their order are those of qmm_amd64.s for one row of x (per block the
@@ -33,8 +33,8 @@
 // Z0-Z3 totals of rows 0-3, Z4 the scale vector of the row in
 // progress, Z4-Z7 the bias sums of the tile's rows, Z8-Z13 scratch, Z14-Z15
 // constants of the kernel, Z16-Z23 the block of x, Y24 scratch of SCALE,
-// Z25 = 0xffff0000, K1 the bias chunk mask, K2 = 0x1111 (HSUM4),
-// K3 = 0x00ff (SCALEBF16H).
+// Z25 = 0xffff0000, Z26-Z27 scratch of SCALEF16 and BIASF16, K1 the bias
+// chunk mask, K2 = 0x1111 (HSUM4), K3 = 0x00ff (SCALEBF16H).
 
 // nibble floats 0..15 (VPERMPS table of the 4-bit float32 kernel)
 DATA qmvnib<>+0(SB)/4, $0x0
@@ -85,6 +85,19 @@ GLOBL qmvnib<>(SB), RODATA|NOPTR, $64
 #define BIASBF16(addr, z) \
 	VPMOVZXWD.Z addr, K1, z \
 	VPSLLD $16, z, z
+
+// float16 scales: the two values broadcast to the halves of a YMM register
+// of halves, converted exactly by VCVTPH2PS (for two groups per block the
+// two adjacent values, the same macro).
+#define SCALEF16(lo, hi, z) \
+	VPBROADCASTW lo, X26 \
+	VPBROADCASTW hi, X27 \
+	VINSERTI32X4 $1, X27, Y26, Y26 \
+	VCVTPH2PS Y26, z
+
+#define BIASF16(addr, z) \
+	VMOVDQU16.Z addr, K1, Y26 \
+	VCVTPH2PS Y26, z
 
 // Per-kernel constants, loads of one block of x and the step past it.
 #define SETUPQ8B4 \
@@ -425,6 +438,57 @@ TEXT ·qmvF32B8BF16(SB), NOSPLIT, $0-8
 // func qmvF32B8BF16H(a *qmvArgs)
 TEXT ·qmvF32B8BF16H(SB), NOSPLIT, $0-8
 	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEBF16H, BIASBF16, $32, PFF32)
+
+// The kernels with float16 scales and biases (F16, and F16H for two groups
+// per block), the int8 ones also with the prefetch (P).
+
+// func qmvQ8B4F16(a *qmvArgs)
+TEXT ·qmvQ8B4F16(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF16, BIASF16, $32, PFQ8)
+
+// func qmvQ8B4F16P(a *qmvArgs)
+TEXT ·qmvQ8B4F16P(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvQ8B4F16H(a *qmvArgs)
+TEXT ·qmvQ8B4F16H(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF16, BIASF16, $32, PFQ8)
+
+// func qmvQ8B4F16HP(a *qmvArgs)
+TEXT ·qmvQ8B4F16HP(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvQ8B8F16(a *qmvArgs)
+TEXT ·qmvQ8B8F16(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF16, BIASF16, $32, PFQ8)
+
+// func qmvQ8B8F16P(a *qmvArgs)
+TEXT ·qmvQ8B8F16P(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvQ8B8F16H(a *qmvArgs)
+TEXT ·qmvQ8B8F16H(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF16, BIASF16, $32, PFQ8)
+
+// func qmvQ8B8F16HP(a *qmvArgs)
+TEXT ·qmvQ8B8F16HP(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvF32B4F16(a *qmvArgs)
+TEXT ·qmvF32B4F16(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvF32B4F16H(a *qmvArgs)
+TEXT ·qmvF32B4F16H(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvF32B8F16(a *qmvArgs)
+TEXT ·qmvF32B8F16(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvF32B8F16H(a *qmvArgs)
+TEXT ·qmvF32B8F16H(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEF16, BIASF16, $32, PFF32)
 
 // The rearrangements of x for the kernels above, bit for bit those of
 // groupSums, permF32, quantizeQ8 and permQ8 (qmm_t.go) for one row.

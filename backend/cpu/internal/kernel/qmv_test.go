@@ -4,6 +4,7 @@ package kernel
 
 import (
 	"fmt"
+	"runtime"
 	"math"
 	"os"
 	"testing"
@@ -53,8 +54,8 @@ func qmvInputs(seed uint64, n, k, gs, bits int) (x []float32, wq []uint32, sc, b
 
 // TestQMVEqualsRowKernels holds the one-row kernels (qmv_amd64.s) to the
 // general path (the per-row kernels of qmm_amd64.s) bit for bit, for both
-// precisions, bit widths, the group sizes of the vector kernels, float32
-// and bf16 scales, row counts that leave a partial tile, and with several
+// precisions, bit widths, the group sizes of the vector kernels, float32,
+// bf16 and f16 scales, row counts that leave a partial tile, and with several
 // chunks per worker.
 func TestQMVEqualsRowKernels(t *testing.T) {
 	if !asmF32 {
@@ -77,7 +78,7 @@ func TestQMVEqualsRowKernels(t *testing.T) {
 	for _, sh := range shapes {
 		for _, n := range []int{1, 3, 4, 5, 38, 131} {
 			for _, acc := range []Acc{AccF32, AccQ8} {
-				for _, dt := range []string{"f32", "bf16"} {
+				for _, dt := range []string{"f32", "bf16", "f16"} {
 					for _, chunk := range []int{64 << 10, 1} {
 						name := fmt.Sprintf("b%dg%d/%s/acc%d/%s/chunk%d", sh.bits, sh.gs, dims(1, n, sh.k), acc, dt, chunk)
 						t.Run(name, func(t *testing.T) {
@@ -86,10 +87,7 @@ func TestQMVEqualsRowKernels(t *testing.T) {
 							}
 							withQ8PF(t, acc, func(t *testing.T) {
 								x, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+sh.k+sh.bits*7+sh.gs), n, sh.k, sh.gs, sh.bits)
-								scv, biv := F32Vec(sc), F32Vec(bi)
-								if dt == "bf16" {
-									scv, biv = BF16Vec(sb), BF16Vec(bb)
-								}
+								scv, biv := avxVecs(dt, sc, bi, sb, bb)
 								old := qmvChunk
 								qmvChunk = chunk
 								defer func() { qmvChunk = old }()
@@ -212,8 +210,9 @@ func TestQMVUsed(t *testing.T) {
 	}{
 		{"f32", F32Vec(f32), F32Vec(f32), 64, 4, true},
 		{"bf16", BF16Vec(u16), BF16Vec(u16), 64, 8, true},
-		{"f16", F16Vec(u16), F16Vec(u16), 64, 4, false},
+		{"f16", F16Vec(u16), F16Vec(u16), 64, 4, true},
 		{"mixed", F32Vec(f32), BF16Vec(u16), 64, 4, false},
+		{"bf16-f16", BF16Vec(u16), F16Vec(u16), 64, 8, false},
 		{"g32b4", F32Vec(f32), F32Vec(f32), 32, 4, false},
 	}
 	for _, c := range cases {
@@ -449,6 +448,54 @@ func TestQMVPrep(t *testing.T) {
 						expectSame(t, gotD, wantD, fmt.Sprintf("%s b%d lane scales", name, bits))
 					}
 				})
+			}
+		}
+	}
+}
+
+// BenchmarkQMVScaleDtypes runs one 4096×1536 one-row matvec (8-bit group
+// 32 and 4-bit group 64, the one-row kernels' half-block layouts) with
+// float32, bfloat16 and float16 scales and biases, the one-row kernels on
+// and off (off: the per-row kernels of qmm_amd64.s, which float16 scales
+// took before qmv_amd64.s read them), on one thread, reporting the weight,
+// scale and bias bytes read per second of the thread's CPU time.
+func BenchmarkQMVScaleDtypes(b *testing.B) {
+	if !asmF32 {
+		b.Skip("SKIPPED: this CPU lacks AVX-512; the one-row kernels are not installed")
+	}
+	for _, c := range []struct{ bits, gs int }{{8, 32}, {4, 64}} {
+		const n, k = 4096, 1536
+		x, wq, sc, bi, sb, bb := qmvInputs(1, n, k, c.gs, c.bits)
+		y := make([]float32, n)
+		for _, dt := range []string{"f32", "bf16", "f16"} {
+			scv, biv := avxVecs(dt, sc, bi, sb, bb)
+			esz := 2
+			if scv.F32 != nil {
+				esz = 4
+			}
+			bytes := int64(4*len(wq) + 2*esz*len(sc))
+			for _, acc := range []Acc{AccF32, AccQ8} {
+				for _, on := range []bool{true, false} {
+					b.Run(fmt.Sprintf("b%dg%d/%s/acc%d/qmv=%v", c.bits, c.gs, dt, acc, on), func(b *testing.B) {
+						if acc == AccQ8 && !asmQ8 {
+							b.Skip("SKIPPED: this CPU lacks AVX512-VNNI")
+						}
+						b.SetBytes(bytes)
+						qmvOn = on
+						defer func() { qmvOn = true }()
+						withThreads(1, func() {
+							runtime.LockOSThread()
+							defer runtime.UnlockOSThread()
+							t0 := threadCPU()
+							for b.Loop() {
+								QuantizedMatmulTVec(y, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
+							}
+							if sec := (threadCPU() - t0).Seconds(); sec > 0 {
+								b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+							}
+						})
+					})
+				}
 			}
 		}
 	}
