@@ -4,9 +4,9 @@ package kernel
 
 import (
 	"fmt"
-	"runtime"
 	"math"
 	"os"
+	"runtime"
 	"testing"
 	"unsafe"
 
