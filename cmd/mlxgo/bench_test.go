@@ -251,7 +251,16 @@ func TestBenchModelsUsageErrors(t *testing.T) {
 		{[]string{"--models", "synth:nope"}, `--models entry "synth:nope"`},
 		{[]string{"--models", "synth:tiny", "--llama-bench", "/no/such/llama-bench"}, "--llama-bench /no/such/llama-bench is not a file"},
 		{[]string{"--models", "synth:tiny", "--reps", "2", "--rounds", "3"}, "--rounds 3: want 1 to --reps (2)"},
-		{[]string{"--decode-tokens", "2"}, "--decode-tokens and --slow-decode-tokens must be >= 3"},
+		{[]string{"--decode-tokens", "2"}, "--decode-tokens 2: want >= 3"},
+		// Each out-of-range count is named; flags of another mode, or the
+		// child runs' internal flags, were ignored and the benchmark ran
+		// (issue 19).
+		{[]string{"--reps", "0"}, "--reps 0: want >= 1"},
+		{[]string{"--warmup", "-1"}, "--warmup -1: want >= 0"},
+		{[]string{"--threads", "-1"}, "--threads -1: want >= 0"},
+		{[]string{"--num-draft-tokens", "-2"}, "--num-draft-tokens -2: want >= 1"},
+		{[]string{"--kv-cache", "bogus"}, "--kv-cache applies only to the context sweep (--contexts)"},
+		{[]string{"--ids-file", "/dev/zero"}, "--ids-file is internal to the child runs"},
 		// Before any synth: entry is written.
 		{[]string{"--models", "synth:tiny", "--synth-cache", "/nonexistent/cache", "--configs", "gpu"}, `unknown configuration "gpu"`},
 	} {
