@@ -346,8 +346,8 @@ func hostileCases(t *testing.T, good, root string) []hostileCase {
 		{name: "conform/manifest-zero", args: []string{"conform", "--fixtures", "{D}/f"}, files: map[string]string{"f/manifest.json": "@zero"}, want: `manifest.json: not a regular file`},
 		{name: "conform/manifest-truncated", args: []string{"conform", "--fixtures", "{D}/f"}, files: map[string]string{"f/manifest.json": `{"cases": [`}, want: `manifest.json`},
 		{name: "conform/manifest-escape", args: []string{"conform", "--fixtures", "{D}/f"}, files: map[string]string{"f/manifest.json": `{"format": 1, "cases": [{"name": "c", "kind": "op", "file": "../../../etc/passwd"}]}`}, want: `(outside|\.\./)`},
-		{name: "conform/run-bad-regexp", args: []string{"conform", "--run", "("}, want: `match "\("`},
-		{name: "conform/backend-bogus", args: []string{"conform", "--backend", "tpu"}, want: `tpu`},
+		{name: "conform/run-bad-regexp", args: []string{"conform", "--fixtures", "{FIX}", "--run", "("}, want: `no cases in .* match "\("`},
+		{name: "conform/backend-bogus", args: []string{"conform", "--fixtures", "{FIX}", "--backend", "tpu"}, want: `tpu`},
 		// Unknown command.
 		{name: "mlxgo/unknown-command", args: []string{"frobnicate"}, want: `frobnicate`},
 	}

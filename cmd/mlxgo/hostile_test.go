@@ -66,7 +66,7 @@ var panicMarks = regexp.MustCompile(`(?m)^(panic:|fatal error:|goroutine \d+ \[|
 
 // runHostile runs args as mlxgo (this test binary standing in for it)
 // under the address-space limit and the timeout.
-func runHostile(t *testing.T, args []string, stdin string, env []string) outcome {
+func runHostile(t *testing.T, dir string, args []string, stdin string, env []string) outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), hostileTimeout)
 	defer cancel()
 	self, err := os.Executable()
@@ -76,6 +76,7 @@ func runHostile(t *testing.T, args []string, stdin string, env []string) outcome
 	sh := fmt.Sprintf(`ulimit -v %d && exec "$0" "$@"`, hostileASLimit>>10)
 	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", sh, self}, args...)...)
 	cmd.Env = append(append(os.Environ(), "MLXGO_TEST_AS_MLXGO=1", "HF_HUB_OFFLINE=", "HF_ENDPOINT=http://127.0.0.1:9"), env...)
+	cmd.Dir = dir // whatever a command writes beside it stays in the case's directory
 	cmd.Stdin = strings.NewReader(stdin)
 	var errOut bytes.Buffer
 	cmd.Stdout = io.Discard
@@ -333,7 +334,11 @@ func TestHostileInputs(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			repl := strings.NewReplacer("{M}", good, "{O}", filepath.Join(root, "other-model"), "{D}", dir, "{ADAPTERW}", filepath.Join(adapter, lora.WeightsFile), "{ADAPTER}", adapter, "{DATA}", data)
+			fix, err := filepath.Abs(fixtures)
+			if err != nil {
+				t.Fatal(err)
+			}
+			repl := strings.NewReplacer("{FIX}", fix, "{M}", good, "{O}", filepath.Join(root, "other-model"), "{D}", dir, "{ADAPTERW}", filepath.Join(adapter, lora.WeightsFile), "{ADAPTER}", adapter, "{DATA}", data)
 			files := map[string]string{}
 			for k, v := range c.files {
 				files[k] = repl.Replace(v)
@@ -347,7 +352,7 @@ func TestHostileInputs(t *testing.T) {
 			for j, e := range c.env {
 				env[j] = repl.Replace(e)
 			}
-			o := runHostile(t, args, repl.Replace(c.stdin), env)
+			o := runHostile(t, dir, args, repl.Replace(c.stdin), env)
 			worstRSS, worstTime = max(worstRSS, o.rss), max(worstTime, o.elapsed)
 			verdict := ""
 			switch {
