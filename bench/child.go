@@ -14,6 +14,7 @@ import (
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/internal/procmem"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 )
 
@@ -143,7 +144,7 @@ func repName(r, warmup, reps int) string {
 
 // ReadIDs reads a JSON list of token ids.
 func ReadIDs(path string) ([]int32, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

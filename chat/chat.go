@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -157,7 +158,7 @@ func StopTokens(dir string, cfg *checkpoint.Config, tok *tokenizer.Tokenizer) ([
 		add(int32(id))
 	}
 	path := filepath.Join(dir, "generation_config.json")
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxJSONBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return ids, nil
 	}

@@ -185,10 +185,17 @@ func TestStopTokens(t *testing.T) {
 		{"generation-null", nil, `{"eos_token_id": null}`, []int32{eos}, ""},
 		{"generation-bad", nil, `{"eos_token_id": "x"}`, nil, "eos_token_id is \"x\""},
 		{"generation-not-json", nil, `{`, nil, "generation_config.json"},
+		// A link to /dev/zero was read without end (issue 19; the
+		// checkpoint loader, which reads the file first, refused it).
+		{"generation-dev-zero", nil, "@zero", nil, "generation_config.json: not a regular file: it is a device"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			if tc.genJSON != "" {
+			if tc.genJSON == "@zero" {
+				if err := os.Symlink("/dev/zero", filepath.Join(dir, "generation_config.json")); err != nil {
+					t.Fatal(err)
+				}
+			} else if tc.genJSON != "" {
 				if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(tc.genJSON), 0o644); err != nil {
 					t.Fatal(err)
 				}

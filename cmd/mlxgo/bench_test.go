@@ -270,3 +270,16 @@ func TestBenchModelsUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchReportNotRegular: --report of a link to /dev/zero was read
+// without end (issue 19); it is refused by name.
+func TestBenchReportNotRegular(t *testing.T) {
+	zero := filepath.Join(t.TempDir(), "r.json")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "--report", zero}, &out, &errb); code != 1 || !strings.Contains(errb.String(), zero+": not a regular file") {
+		t.Errorf("exit %d, stderr %q; want 1 and a not-a-regular-file error naming %s", code, errb.String(), zero)
+	}
+}

@@ -276,6 +276,8 @@ func hostileCases(t *testing.T, good, root string) []hostileCase {
 		{name: "bench/contexts-kv-cache-bogus", args: []string{"bench", "--model", "{M}", "--contexts", "1k", "--kv-cache", "bogus"}, want: `--kv-cache bogus`},
 		{name: "bench/model-zero-config", args: []string{"bench", "--model", "{D}/m", "--reps", "1"}, files: map[string]string{"m/config.json": "@zero"}, want: `config.json: not a regular file`},
 		{name: "bench/ids-file-zero", args: []string{"bench", "--model", "{M}", "--ids-file", "{D}/i"}, files: map[string]string{"i": "@zero"}, want: `--ids-file is internal`},
+		{name: "bench/report-zero", args: []string{"bench", "--report", "{D}/r.json"}, files: map[string]string{"r.json": "@zero"}, want: `r.json: not a regular file`},
+		{name: "bench/report-truncated", args: []string{"bench", "--report", "{D}/r.json"}, files: map[string]string{"r.json": `{"rows": [`}, want: `r.json`},
 		{name: "bench/rounds-zero", args: []string{"bench", "--model", "{M}", "--rounds", "0"}, want: `--rounds 0`},
 		{name: "bench/num-draft-negative", args: []string{"bench", "--model", "{M}", "--num-draft-tokens", "-2"}, want: `--num-draft-tokens -2`},
 		// synth.
