@@ -20,6 +20,9 @@ import (
 type FuseResult struct {
 	Fused   int // adapted layers folded into their weights
 	Tensors int // tensors written
+	// Warnings are what the checkpoint loader noticed in src (the
+	// caller prints them).
+	Warnings []string
 }
 
 // Fuse is mlx_lm.fuse: it loads the model of src with the adapters of
@@ -47,6 +50,7 @@ func Fuse(b backend.Backend, src, adapterDir, out string, dequantize bool) (res 
 			return err
 		}
 		defer m.Close()
+		res.Warnings = m.Warnings()
 		s := b.Scope()
 		defer s.Close()
 		ads, _, err := Load(b, m, adapterDir)

@@ -63,9 +63,14 @@ func TestLoadWarningsPrinted(t *testing.T) {
 	cfg["eos_token_id"] = cfg["vocab_size"].(float64) + 5
 	os.Remove(cfgPath)
 	writeJSONFile(t, cfgPath, cfg)
+	adapters := hostileAdapter(t, filepath.Join(fixtures, "models", "optiq-f32"), t.TempDir())
 	for _, args := range [][]string{
 		{"generate", "--model", dir, "--prompt-ids", "1,2", "--max-tokens", "1", "--backend", "cpu"},
 		{"cache-prompt", "--model", dir, "--prompt-ids", "1,2", "--prompt-cache-file", filepath.Join(t.TempDir(), "c.safetensors"), "--backend", "cpu"},
+		// fuse and diff did not print them (found checking issue 19's
+		// item 6 against the code).
+		{"fuse", "--model", dir, "--adapter-path", adapters, "--save-path", filepath.Join(t.TempDir(), "fused"), "--backend", "cpu"},
+		{"diff", "--model", dir, "--a", "cpu", "--b", "cpu:high", "--prompt-ids", "1,2"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
 			rc, _, stderr := mlxgo(args...)
@@ -76,5 +81,14 @@ func TestLoadWarningsPrinted(t *testing.T) {
 				t.Errorf("stderr %q: want the eos_token_id warning once", stderr)
 			}
 		})
+	}
+	// The draft model's warnings, named as the draft's (they were not
+	// printed).
+	rc, _, stderr := mlxgo("generate", "--model", filepath.Join(fixtures, "models", "optiq-f32"), "--draft-model", dir, "--prompt-ids", "1,2", "--max-tokens", "2", "--backend", "cpu")
+	if rc != 0 {
+		t.Fatalf("--draft-model: exit %d, stderr:\n%s", rc, stderr)
+	}
+	if n := strings.Count(stderr, "warning: --draft-model: "); n != 1 || !strings.Contains(stderr, "is not below vocab_size") {
+		t.Errorf("--draft-model: stderr %q: want the draft's eos_token_id warning once", stderr)
 	}
 }

@@ -117,6 +117,7 @@ func cmdDiff(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mlxgo diff:", err)
 		return 1
 	}
+	PrintWarnings(stderr, r.Warnings)
 	switch *format {
 	case "json":
 		err = r.WriteJSON(stdout)
