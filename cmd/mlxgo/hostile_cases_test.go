@@ -97,6 +97,23 @@ func hostileCases(t *testing.T, good, root string) []hostileCase {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The GGUF with one tensor's type, or a dimension, changed in the
+	// header. (mlxgo synth's GGUF has a llama tokenizer, which convert
+	// refuses before it reads tensors: the tensor-level checks of convert,
+	// a missing tensor or one of the wrong shape, are held by
+	// convert.TestConvertChecksOutput and FuzzConvert on a convertible GGUF.)
+	patch := func(tensor string, skip int, v []byte) string {
+		i := bytes.Index(ggufData, []byte(tensor))
+		if i < 0 {
+			t.Fatalf("%s not in the GGUF", tensor)
+		}
+		out := bytes.Clone(ggufData)
+		copy(out[i+len(tensor)+skip:], v)
+		return string(out)
+	}
+	norm := "blk.0.attn_norm.weight"
+	ggufType := patch(norm, 4+8, binary.LittleEndian.AppendUint32(nil, 99))     // n_dims (4 bytes), dims[0], then the ggml type
+	ggufHugeDim := patch(norm, 4, binary.LittleEndian.AppendUint64(nil, 1<<62)) // a dimension of 2^62
 	gen := func(name, want string, flags ...string) hostileCase {
 		return hostileCase{name: "generate/" + name, args: append([]string{"generate", "--model", "{M}", "--prompt", "hi", "--max-tokens", "2"}, flags...), want: want}
 	}
@@ -211,6 +228,8 @@ func hostileCases(t *testing.T, good, root string) []hostileCase {
 		{name: "convert/gguf-header-only", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": string(ggufData[:64])}, want: `/g`},
 		{name: "convert/gguf-count-huge", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": "GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f\xff\xff\xff\xff\xff\xff\xff\x7f"}, want: `/g`},
 		{name: "convert/gguf-not-gguf", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": "PK\x03\x04 not a gguf file at all"}, want: `/g.*(magic|GGUF)`},
+		{name: "convert/gguf-tensor-type", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": ggufType}, want: `attn_norm.*(type|99)|(type|99).*attn_norm`},
+		{name: "convert/gguf-tensor-huge-dim", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": ggufHugeDim}, want: `attn_norm`},
 		{name: "convert/out-is-file", args: []string{"convert", "--gguf", gguf, "--out", "{D}/o"}, files: map[string]string{"o": "x"}, want: `/o`},
 		{name: "convert/bits-7", args: []string{"convert", "--gguf", gguf, "--out", "{D}/o", "--requantize", "--bits", "7"}, want: `--bits 7`},
 		{name: "convert/no-out", args: []string{"convert", "--gguf", gguf}, want: `--out`},
@@ -310,6 +329,9 @@ func hostileCases(t *testing.T, good, root string) []hostileCase {
 		{name: "serve/write-timeout-negative", args: []string{"serve", "--model", "{M}", "--port", "0", "--write-timeout", "-1s"}, want: `--write-timeout`},
 		{name: "serve/prefill-concurrency-zero", args: []string{"serve", "--model", "{M}", "--port", "0", "--prefill-concurrency", "0"}, want: `--prefill-concurrency 0`},
 		{name: "serve/host-bad", args: []string{"serve", "--model", "{M}", "--host", "999.1.1.1", "--port", "0"}, want: `999.1.1.1`},
+		{name: "serve/adapter-other-rank", args: []string{"serve", "--model", "{M}", "--port", "0", "--adapter-path", "{D}/a"}, files: map[string]string{"a/adapter_config.json": `{"num_layers": 1, "lora_parameters": {"rank": 4, "scale": 5}}`, "a/adapters.safetensors": "@copy:{ADAPTERW}"}, want: `adapters.safetensors.*want F32 \[128 4\]`},
+		{name: "chat/adapter-config-zero", args: []string{"chat", "--model", "{M}", "--adapter-path", "{D}/a"}, stdin: "hi\n", files: map[string]string{"a/adapter_config.json": "@zero", "a/adapters.safetensors": "@copy:{ADAPTERW}"}, want: `adapter_config.json: not a regular file`},
+		{name: "batch/adapter-other-rank", args: []string{"batch", "--model", "{M}", "--prompts", "-", "--adapter-path", "{D}/a"}, stdin: `{"prompt": "hi"}` + "\n", files: map[string]string{"a/adapter_config.json": `{"num_layers": 1, "lora_parameters": {"rank": 4, "scale": 5}}`, "a/adapters.safetensors": "@copy:{ADAPTERW}"}, want: `want F32 \[128 4\]`},
 		{name: "serve/no-model", args: []string{"serve"}, want: `--model`},
 		// pull (the Hub is unreachable here: HF_ENDPOINT is a closed port).
 		{name: "pull/no-repo", args: []string{"pull"}, want: `ORG/NAME|repo`},
