@@ -64,13 +64,19 @@ func TestLoadWarningsPrinted(t *testing.T) {
 	os.Remove(cfgPath)
 	writeJSONFile(t, cfgPath, cfg)
 	adapters := hostileAdapter(t, filepath.Join(fixtures, "models", "optiq-f32"), t.TempDir())
+	ids := filepath.Join(t.TempDir(), "ids.json")
+	if err := os.WriteFile(ids, []byte("[1, 2, 3, 4, 5, 6, 7, 8]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"generate", "--model", dir, "--prompt-ids", "1,2", "--max-tokens", "1", "--backend", "cpu"},
 		{"cache-prompt", "--model", dir, "--prompt-ids", "1,2", "--prompt-cache-file", filepath.Join(t.TempDir(), "c.safetensors"), "--backend", "cpu"},
-		// fuse and diff did not print them (found checking issue 19's
-		// item 6 against the code).
+		// fuse, diff and bench's children did not print them (found
+		// checking issue 19's item 6 against the code).
 		{"fuse", "--model", dir, "--adapter-path", adapters, "--save-path", filepath.Join(t.TempDir(), "fused"), "--backend", "cpu"},
 		{"diff", "--model", dir, "--a", "cpu", "--b", "cpu:high", "--prompt-ids", "1,2"},
+		// A bench child (its stderr reaches the parent's).
+		{"bench", "--child", "--config", "cpu-fast", "--model", dir, "--ids-file", ids, "--prompt-lens", "4", "--decode-tokens", "3", "--reps", "1", "--warmup", "0"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
 			rc, _, stderr := mlxgo(args...)
