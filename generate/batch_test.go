@@ -1,6 +1,7 @@
 package generate_test
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -115,6 +116,86 @@ func TestBatchRowsEqualAlone(t *testing.T) {
 	}
 }
 
+// TestBatchPrefillBudget: a long prompt inserted while other rows decode is
+// prefilled over several steps under BatchOptions.PrefillBudget, the
+// decoding rows getting a token at every one of them; every row's greedy
+// tokens equal Generate's for its prompt alone (whole-prompt prefill), as
+// they do with no budget (the long prompt prefilled in one step).
+func TestBatchPrefillBudget(t *testing.T) {
+	for _, name := range []string{"fp-f32", "optiq-f32"} {
+		for _, budget := range []int{0, 6} {
+			t.Run(fmt.Sprintf("%s/budget%d", name, budget), func(t *testing.T) {
+				b := cpuBackend(t)
+				m := batchCheckpoint(t, b, name)
+				prompts := batchPrompts(m.VocabSize(), 3, 5, 2, 40)
+				short, long := prompts[:3], prompts[3]
+				g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 24, PrefillBudget: budget})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer g.Close()
+				uids, err := g.Insert(short, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[int][]int32{}
+				next := func() []generate.BatchToken {
+					t.Helper()
+					toks, err := g.Next()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, tk := range toks {
+						got[tk.UID] = append(got[tk.UID], tk.Token)
+					}
+					return toks
+				}
+				for len(got[uids[0]]) < 3 {
+					next()
+				}
+				lu, err := g.Insert([][]int32{long}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				uids = append(uids, lu[0])
+				// Steps until the long row's first token, each handing out
+				// a token of every short row.
+				steps := 0
+				for len(got[lu[0]]) == 0 {
+					toks := next()
+					steps++
+					if len(toks) < 3 {
+						t.Fatalf("step %d after the long prompt's insertion handed out %d tokens, want the 3 decoding rows' at least", steps, len(toks))
+					}
+				}
+				// The prompt's 39 tokens before its last: one chunk of 2048
+				// without a budget, 7 chunks of 6 with one; then a step
+				// samples the first token from the last, and the next hands
+				// it out (one step ahead).
+				want := 1 + 2
+				if budget > 0 {
+					want = (len(long)-1+budget-1)/budget + 2
+				}
+				if steps != want {
+					t.Errorf("the long prompt's first token came %d steps after its insertion, want %d", steps, want)
+				}
+				for !g.Done() {
+					next()
+				}
+				for i, p := range prompts {
+					alone, err := generate.Generate(m, p, generate.Options{MaxTokens: 24}, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(got[uids[i]], alone.Tokens) {
+						t.Errorf("row %d (prompt length %d): batch gave %v, alone %v", i, len(p), got[uids[i]], alone.Tokens)
+					}
+				}
+			})
+		}
+	}
+}
+
 // TestBatchGeneratorErrors: bad input is an error naming it, and nothing is
 // queued.
 func TestBatchGeneratorErrors(t *testing.T) {
@@ -160,11 +241,20 @@ func TestBatchGeneratorErrors(t *testing.T) {
 // hands out no token of the removed ones after the call, and Close gives
 // back every array the generator made.
 func TestBatchRemove(t *testing.T) {
+	// NoLogprobs: greedy rows are picked on the backend and kept there
+	// between steps (the pipelined path), so Remove and Close must take
+	// those arrays out too.
+	for _, noLP := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoLogprobs=%v", noLP), func(t *testing.T) { testBatchRemove(t, noLP) })
+	}
+}
+
+func testBatchRemove(t *testing.T, noLogprobs bool) {
 	b := cpuBackend(t)
 	m := batchCheckpoint(t, b, "optiq-f32")
 	prompts := batchPrompts(m.VocabSize(), 6, 3, 9, 4, 2)
 	before := b.Stats().LiveArrays
-	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3})
+	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3, NoLogprobs: noLogprobs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +307,7 @@ func TestBatchRemove(t *testing.T) {
 	}
 
 	// Closed mid-run, with rows prefilling, generating and queued.
-	g, err = generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3})
+	g, err = generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3, NoLogprobs: noLogprobs})
 	if err != nil {
 		t.Fatal(err)
 	}

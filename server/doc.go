@@ -37,8 +37,18 @@
 // request whose prompt shares a prefix with an entry starts from a copy of
 // the longest such prefix (generate.SequenceOptions.Prefix) and prefills
 // only the rest, which usage.prompt_tokens_details.cached_tokens reports.
-// Sequences cancelled mid-way are not cached. The entries are not written
-// to prompt cache files.
+// Sequences cancelled mid-way are not cached (nor in mlx_lm.server). With
+// PromptCacheDir the entries outlive the server: saved as prompt cache
+// files (mlx_lm's format, package promptcache) when evicted and at Close,
+// loaded by New, which refuses a file made for another model
+// (ErrOtherModel).
+//
+// # Prefill
+//
+// Prompts are prefilled in chunks between decode steps; while sequences
+// decode, a step prefills at most PrefillBudget prompt tokens
+// (generate.BatchOptions.PrefillBudget), so that a long prompt joining
+// delays each decode step by one chunk instead of its whole prefill.
 //
 // # Sampling
 //

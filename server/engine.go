@@ -110,13 +110,24 @@ type engine struct {
 	jobs   map[int]*job
 }
 
-func newEngine(m generate.BatchModel, opts generate.BatchOptions, cacheBytes int64) (*engine, error) {
+// newEngine starts the engine; dir, when not nil, is where the prefix
+// cache is saved, and its files are loaded first.
+func newEngine(m generate.BatchModel, opts generate.BatchOptions, cacheBytes int64, dir *cacheDir) (*engine, error) {
 	opts.ReturnCaches = cacheBytes > 0
+	cache := newPrefixCache(m.Backend(), cacheBytes)
+	if dir != nil {
+		if err := dir.load(cache); err != nil {
+			return nil, err
+		}
+		cache.dir = dir
+	}
 	g, err := generate.NewBatchGenerator(m, opts)
 	if err != nil {
+		cache.dir = nil
+		cache.clear()
 		return nil, err
 	}
-	e := &engine{m: m, opts: opts, g: g, cache: newPrefixCache(m.Backend(), cacheBytes),
+	e := &engine{m: m, opts: opts, g: g, cache: cache,
 		submit: make(chan *job), cancel: make(chan *job, 64), stats: make(chan chan MemoryStats),
 		quit: make(chan struct{}), done: make(chan struct{}), jobs: map[int]*job{}}
 	go e.run()

@@ -18,12 +18,14 @@ type prefixCache struct {
 	limit   int64
 	bytes   int64
 	entries []*prefixEntry // least recently used first
+	dir     *cacheDir      // where entries are saved; nil: nowhere
 }
 
 type prefixEntry struct {
 	tokens []int32
 	cache  []nn.KVCache // one compact *nn.FullKVCache per layer
 	bytes  int64
+	saved  bool // a file of the directory holds it
 }
 
 func newPrefixCache(b backend.Backend, limit int64) *prefixCache {
@@ -50,10 +52,7 @@ func (p *prefixCache) lookup(prompt []int32) (*prefixEntry, int) {
 }
 
 // add stores a compact copy of cache (a finished sequence's, per layer)
-// for tokens, and releases cache. Entries whose tokens are a prefix of
-// tokens are dropped (the new one serves them), then the least recently
-// used until the total fits the limit; an entry larger than the limit is
-// not kept.
+// for tokens, and releases cache (see insert).
 func (p *prefixCache) add(tokens []int32, cache []nn.KVCache) {
 	var e *prefixEntry
 	_ = p.b.Do(func() (err error) {
@@ -66,7 +65,6 @@ func (p *prefixCache) add(tokens []int32, cache []nn.KVCache) {
 		sc := p.b.Scope()
 		defer sc.Close()
 		out := make([]nn.KVCache, len(cache))
-		var size int64
 		for l, c := range cache {
 			st := c.State()
 			if len(st) != 2 {
@@ -88,17 +86,32 @@ func (p *prefixCache) add(tokens []int32, cache []nn.KVCache) {
 				return err
 			}
 			sc.Keep(fc.State()...)
-			for _, a := range fc.State() {
-				size += int64(a.Shape().Size() * a.DType().Size())
-			}
 			out[l] = fc
 		}
-		e = &prefixEntry{tokens: slices.Clone(tokens), cache: out, bytes: size}
+		e = newEntry(tokens, out)
 		return nil
 	})
-	if e == nil {
-		return
+	if e != nil {
+		p.insert(e)
 	}
+}
+
+func newEntry(tokens []int32, cache []nn.KVCache) *prefixEntry {
+	e := &prefixEntry{tokens: slices.Clone(tokens), cache: cache}
+	for _, c := range cache {
+		for _, a := range c.State() {
+			e.bytes += int64(a.Shape().Size() * a.DType().Size())
+		}
+	}
+	return e
+}
+
+// insert makes e the most recently used entry. Entries whose tokens are a
+// prefix of e's are dropped (e serves them; their files too), then the
+// least recently used are evicted (saved to the directory first, when
+// there is one) until the total fits the limit; an entry larger than the
+// limit is not kept.
+func (p *prefixCache) insert(e *prefixEntry) {
 	if e.bytes > p.limit {
 		p.free(e)
 		return
@@ -106,6 +119,11 @@ func (p *prefixCache) add(tokens []int32, cache []nn.KVCache) {
 	p.entries = slices.DeleteFunc(p.entries, func(o *prefixEntry) bool {
 		if len(o.tokens) <= len(e.tokens) && slices.Equal(o.tokens, e.tokens[:len(o.tokens)]) {
 			p.bytes -= o.bytes
+			if slices.Equal(o.tokens, e.tokens) {
+				e.saved = e.saved || o.saved // the same file holds both
+			} else if p.dir != nil && o.saved {
+				p.dir.remove(o.tokens)
+			}
 			p.free(o)
 			return true
 		}
@@ -114,8 +132,12 @@ func (p *prefixCache) add(tokens []int32, cache []nn.KVCache) {
 	p.entries = append(p.entries, e)
 	p.bytes += e.bytes
 	for p.bytes > p.limit && len(p.entries) > 0 {
-		p.bytes -= p.entries[0].bytes
-		p.free(p.entries[0])
+		o := p.entries[0]
+		p.bytes -= o.bytes
+		if p.dir != nil && !o.saved {
+			p.dir.save(o)
+		}
+		p.free(o)
 		p.entries = p.entries[1:]
 	}
 }
@@ -131,9 +153,13 @@ func (p *prefixCache) free(e *prefixEntry) {
 	})
 }
 
-// clear frees every entry.
+// clear frees every entry, saving each to the directory first (when
+// there is one).
 func (p *prefixCache) clear() {
 	for _, e := range p.entries {
+		if p.dir != nil {
+			p.dir.save(e)
+		}
 		p.free(e)
 	}
 	p.entries, p.bytes = nil, 0

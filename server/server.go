@@ -16,6 +16,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/chat"
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/promptcache"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -58,9 +59,27 @@ type Config struct {
 	QueueSize int
 	// PrefillStep is the prompt chunk length; 0 means 2048.
 	PrefillStep int
+	// PrefillBudget bounds the prompt tokens prefilled between two decode
+	// steps while sequences decode (generate.BatchOptions.PrefillBudget),
+	// so that a long prompt does not stall them; 0 means 256, negative
+	// means no budget (PrefillStep tokens per prompt every step).
+	PrefillBudget int
 	// PromptCacheBytes bounds the prefix cache of finished sequences'
 	// keys and values (0: no prefix cache).
 	PromptCacheBytes int64
+	// PromptCacheDir, when not "", keeps the prefix cache across restarts:
+	// entries evicted from it, and every entry at Close, are saved there
+	// as prompt cache files (mlx_lm's format, package promptcache, with
+	// the metadata "model", ModelID, and "tokens", the token ids held),
+	// the files taking at most PromptCacheBytes (the least recently
+	// written deleted first), and New loads the files there. A file New
+	// cannot read, or one made for another model (ErrOtherModel: another
+	// ModelID, or caches that do not fit PromptCacheShape), fails New
+	// with an error naming it.
+	PromptCacheDir string
+	// PromptCacheShape is the shape of the model's caches
+	// (promptcache.ModelShape), which files of PromptCacheDir must have.
+	PromptCacheShape promptcache.Shape
 	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// WriteTimeout bounds each write to a client (a client that reads
@@ -73,6 +92,9 @@ type Config struct {
 	// Log receives one line per request; nil discards them.
 	Log io.Writer
 }
+
+// DefaultPrefillBudget is the default Config.PrefillBudget.
+const DefaultPrefillBudget = 256
 
 // DefaultMaxBodyBytes is the default cap on a request body: 1 MiB.
 const DefaultMaxBodyBytes = 1 << 20
@@ -112,6 +134,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = 32
 	}
+	if cfg.PrefillBudget == 0 {
+		cfg.PrefillBudget = DefaultPrefillBudget
+	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -137,11 +162,26 @@ func New(cfg Config) (*Server, error) {
 		CompletionBatchSize: cfg.MaxConcurrency,
 		PrefillBatchSize:    min(cfg.PrefillConcurrency, cfg.MaxConcurrency),
 		PrefillStepSize:     cfg.PrefillStep,
+		PrefillBudget:       max(cfg.PrefillBudget, 0),
 		// Log-probabilities come to the host only for requests that ask
 		// for them (job.logprobs); greedy steps otherwise pick on the backend.
 		NoLogprobs: true,
 	}
-	eng, err := newEngine(cfg.Model, opts, cfg.PromptCacheBytes)
+	var dir *cacheDir
+	if cfg.PromptCacheDir != "" {
+		if cfg.PromptCacheBytes == 0 {
+			return nil, errors.New("server: a prompt cache directory needs a prompt cache (PromptCacheBytes > 0)")
+		}
+		log := cfg.Log
+		var mu sync.Mutex
+		dir = &cacheDir{path: cfg.PromptCacheDir, model: cfg.ModelID, shape: cfg.PromptCacheShape, vocab: cfg.Model.VocabSize(),
+			limit: cfg.PromptCacheBytes, b: cfg.Model.Backend(), log: func(format string, a ...any) {
+				mu.Lock()
+				defer mu.Unlock()
+				fmt.Fprintf(log, format+"\n", a...)
+			}}
+	}
+	eng, err := newEngine(cfg.Model, opts, cfg.PromptCacheBytes, dir)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}

@@ -637,10 +637,13 @@ func TestBackpressure(t *testing.T) {
 
 // TestDisconnect: a client that goes away mid-stream cancels its sequence:
 // the engine drops it (its cache rows freed) long before its max_tokens,
-// and the backend's arrays are back at the baseline.
+// and the backend's arrays are back at the baseline. The cancelled
+// sequence does not enter the prefix cache (as in mlx_lm.server, whose
+// cancelled sequences are removed without their cache): the same prompt
+// then reuses nothing, and once answered in full, it is reused.
 func TestDisconnect(t *testing.T) {
 	var g *gatedModel
-	f := newFixture(t, func(c *server.Config) { g = gate(c) })
+	f := newFixture(t, func(c *server.Config) { g = gate(c); c.PromptCacheBytes = 1 << 20 })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", f.url+"/v1/completions", strings.NewReader(`{"prompt": [1, 2, 3], "max_tokens": 200, "stream": true}`))
@@ -693,6 +696,15 @@ loop:
 	close(g.permits)
 	if !strings.Contains(f.log.String(), "status=499") {
 		t.Errorf("no disconnect (499) logged:\n%s", f.log.String())
+	}
+	if m := f.waitIdle(); m.PromptCacheSeqs != 0 {
+		t.Errorf("after the cancellation the prompt cache holds %d sequences, want 0", m.PromptCacheSeqs)
+	}
+	for i, want := range []float64{0, 2} {
+		_, got, _ := f.post("/v1/completions", `{"prompt": [1, 2, 3], "max_tokens": 3}`)
+		if c := get(got, "usage", "prompt_tokens_details", "cached_tokens"); c != want {
+			t.Errorf("request %d with the cancelled prompt: cached_tokens %v, want %v (%v)", i+1, c, want, got)
+		}
 	}
 	f.checkIdle()
 }

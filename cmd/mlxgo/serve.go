@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/promptcache"
 	"github.com/mlxgo/mlxgo/server"
 )
 
@@ -34,12 +35,17 @@ state of its own: its text is mlxgo generate --seed's.
 
 Requests are decoded together (continuous batching): up to
 --max-concurrency sequences decode at once and new ones join between
-decode steps, --prefill-concurrency prompts prefill at once; up to
---queue-size more wait, and beyond that the server answers 429 with
-Retry-After. A client that disconnects cancels its sequence at once.
+decode steps, --prefill-concurrency prompts prefill at once, in chunks
+of --prefill-step tokens and of at most --prefill-budget tokens in all
+between two decode steps while sequences decode (a long prompt does not
+stall them); up to --queue-size more wait, and beyond that the server
+answers 429 with Retry-After. A client that disconnects cancels its sequence at once.
 Finished sequences' KV caches are kept, up to --prompt-cache-bytes, and a
 request whose prompt starts with one of them prefills only the rest
 (usage.prompt_tokens_details.cached_tokens says how many were reused).
+With --prompt-cache-dir they outlive the server: saved there as prompt
+cache files (mlx_lm's format) when evicted and at shutdown, loaded at
+start; a file there made for another model stops the start, naming it.
 
 Request bodies are capped at --max-body-bytes (413 beyond); headers must
 arrive within 10 s and the whole request within 60 s; a client that reads
@@ -62,12 +68,15 @@ type serveFlags struct {
 	host                    string
 	port                    int
 	maxConcurrency, prefill int
+	prefillBudget           int
 	queue                   int
 	promptCacheBytes        int64
+	promptCacheDir          string
 	maxBodyBytes            int64
 	writeTimeout            time.Duration
 	think, noThink          bool
 	given                   string // --model as given: the served model's id
+	kvCacheFlags
 }
 
 // register adds the model, sampling and serving flags to fs.
@@ -75,12 +84,15 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	f.sampleFlags.register(fs, 512)
 	fs.IntVar(&f.maxConcurrency, "max-concurrency", 8, "most sequences decoding at once (>= 1)")
 	fs.IntVar(&f.prefill, "prefill-concurrency", 4, "most prompts prefilled at once (>= 1; at most --max-concurrency)")
+	fs.IntVar(&f.prefillBudget, "prefill-budget", server.DefaultPrefillBudget, "most prompt tokens prefilled between two decode steps while sequences decode, over all prompts prefilling (0: no budget, --prefill-step tokens per prompt)")
 	fs.IntVar(&f.queue, "queue-size", 32, "most requests waiting beyond --max-concurrency (>= 0); more are answered 429")
 	fs.Int64Var(&f.promptCacheBytes, "prompt-cache-bytes", 512<<20, "most bytes of finished sequences' KV caches kept for prefix reuse (0: none)")
+	fs.StringVar(&f.promptCacheDir, "prompt-cache-dir", "", "keep the prompt cache across restarts in this directory: entries evicted from it, and all at shutdown, are saved there as prompt cache files (mlx_lm's format; at most --prompt-cache-bytes of them), and the files there are loaded at start")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (>= 1024); larger ones are answered 413")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", 60*time.Second, "drop a client that reads nothing for this long (> 0)")
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
+	f.registerKV(fs)
 }
 
 // checkServe validates the flags and resolves --model.
@@ -96,16 +108,22 @@ func (f *serveFlags) checkServe() error {
 		err = usagef("--max-concurrency %d: want >= 1", f.maxConcurrency)
 	case f.prefill < 1:
 		err = usagef("--prefill-concurrency %d: want >= 1", f.prefill)
+	case f.prefillBudget < 0:
+		err = usagef("--prefill-budget %d: want >= 0 (0: none)", f.prefillBudget)
 	case f.queue < 0:
 		err = usagef("--queue-size %d: want >= 0", f.queue)
 	case f.promptCacheBytes < 0:
 		err = usagef("--prompt-cache-bytes %d: want >= 0", f.promptCacheBytes)
+	case f.promptCacheDir != "" && f.promptCacheBytes == 0:
+		err = usagef("--prompt-cache-dir needs a prompt cache: --prompt-cache-bytes is 0")
 	case f.maxBodyBytes < 1024:
 		err = usagef("--max-body-bytes %d: want >= 1024", f.maxBodyBytes)
 	case f.writeTimeout <= 0:
 		err = usagef("--write-timeout %v: want > 0", f.writeTimeout)
 	case f.think && f.noThink:
 		err = usagef("--think and --no-think are mutually exclusive")
+	case f.serveKVErr() != nil:
+		err = f.serveKVErr()
 	}
 	if err != nil {
 		return err
@@ -221,16 +239,33 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 		ctxLen = defaultServeContext
 		fmt.Fprintf(stderr, "note: %s/config.json has no max_position_embeddings; mlxgo serve bounds prompt plus completion at %d tokens\n", f.model, ctxLen)
 	}
-	queue := f.queue
+	var shape promptcache.Shape
+	if f.promptCacheDir != "" {
+		if err := os.MkdirAll(f.promptCacheDir, 0o755); err != nil {
+			free()
+			return nil, nil, usagef("--prompt-cache-dir: %v", err)
+		}
+		dts, err := m.CacheDTypes()
+		if err != nil {
+			free()
+			return nil, nil, err
+		}
+		shape = promptcache.ModelShape(m.Config(), dts)
+	}
+	queue, budget := f.queue, f.prefillBudget
 	if queue == 0 {
 		queue = -1 // server.Config's "none"; its 0 is the default
+	}
+	if budget == 0 {
+		budget = -1
 	}
 	srv, err := server.New(server.Config{
 		Model: m, ModelID: f.given, Text: tm, ContextLength: ctxLen,
 		Defaults: server.Defaults{MaxTokens: f.maxTokens, Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
 			RepetitionPenalty: f.repPenalty, RepetitionContext: f.repContext},
 		Seed: f.seed, MaxConcurrency: f.maxConcurrency, PrefillConcurrency: min(f.prefill, f.maxConcurrency),
-		QueueSize: queue, PrefillStep: f.prefillStep, PromptCacheBytes: f.promptCacheBytes,
+		QueueSize: queue, PrefillStep: f.prefillStep, PrefillBudget: budget, PromptCacheBytes: f.promptCacheBytes,
+		PromptCacheDir: f.promptCacheDir, PromptCacheShape: shape,
 		MaxBodyBytes: f.maxBodyBytes, WriteTimeout: f.writeTimeout, Log: log,
 	})
 	if err != nil {

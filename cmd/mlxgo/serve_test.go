@@ -3,10 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -125,6 +128,11 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--model", model, "--queue-size", "-1"}, "--queue-size -1"},
 		{[]string{"--model", model, "--max-body-bytes", "10"}, "--max-body-bytes 10"},
 		{[]string{"--model", model, "--write-timeout", "0s"}, "--write-timeout 0s"},
+		{[]string{"--model", model, "--prefill-budget", "-1"}, "--prefill-budget -1"},
+		{[]string{"--model", model, "--prompt-cache-dir", "/tmp/x", "--prompt-cache-bytes", "0"}, "--prompt-cache-dir needs a prompt cache"},
+		{[]string{"--model", model, "--kv-cache", "turbo"}, "--kv-cache turbo:k8v3: serve keeps its rows"},
+		{[]string{"--model", model, "--kv-bits", "8"}, "--kv-bits 8: serve keeps its rows"},
+		{[]string{"--model", model, "--kv-cache", "zip"}, `--kv-cache "zip"`},
 		{[]string{"--model", model, "--port", "0"}, "has no tokenizer.json, which mlxgo serve needs"},
 	} {
 		rc, _, errOut := mlxgo(append([]string{"serve"}, c.args...)...)
@@ -191,5 +199,73 @@ func TestLoadTestUnreachable(t *testing.T) {
 	rc, _, errOut := mlxgo("loadtest", "--url", "http://127.0.0.1:9", "--requests", "1", "--clients", "1")
 	if rc != 1 || !strings.Contains(errOut, "the first: ") || !strings.Contains(errOut, "127.0.0.1:9") {
 		t.Errorf("exit %d, stderr %q; want 1 and the first error, naming 127.0.0.1:9", rc, errOut)
+	}
+}
+
+// fixtureIDs maps textFixture's text back to its ids (one per character).
+func fixtureIDs(t *testing.T, text string) []int32 {
+	t.Helper()
+	var ids []int32
+	for _, r := range text {
+		switch {
+		case r >= ' ' && r <= '~':
+			ids = append(ids, int32(r-' ')+2)
+		case r >= 0x4E00 && r < 0x4E00+999-97:
+			ids = append(ids, int32(r-0x4E00)+97)
+		case r == '\n':
+			ids = append(ids, 999)
+		default:
+			t.Fatalf("text %q: %q is not in the fixture's vocabulary", text, r)
+		}
+	}
+	return ids
+}
+
+// TestServeAdapterPath: mlxgo serve --adapter-path answers with mlx_lm's
+// greedy tokens for the model with those adapters (a directory as
+// mlx_lm.lora writes it; adapterOracle), which differ from its tokens
+// without them, which mlxgo serve gives without the flag; --kv-cache full
+// is accepted (the batch generator's cache).
+func TestServeAdapterPath(t *testing.T) {
+	dir := textFixture(t, chatML)
+	ad := t.TempDir()
+	ids := []int32{3, 14, 15, 92, 65, 35, 89, 79}
+	args, _ := json.Marshal(map[string]any{"path": filepath.Join(fixtures, "models", "optiq-f32"), "dir": ad, "ids": ids, "n": 12})
+	out, err := exec.Command(testenv.Python(t), "-c", adapterOracle, string(args)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("oracle: %v\n%s", err, out)
+	}
+	var want struct{ Plain, Adapted []int32 }
+	if err := json.Unmarshal(out, &want); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(want.Plain) == fmt.Sprint(want.Adapted) {
+		t.Fatalf("the adapters do not change mlx_lm's tokens (%v): the test would check nothing", want.Plain)
+	}
+	body, _ := json.Marshal(map[string]any{"prompt": ids, "max_tokens": 12})
+	for _, c := range []struct {
+		extra []string
+		want  []int32
+	}{{[]string{"--kv-cache", "full"}, want.Plain}, {[]string{"--adapter-path", ad}, want.Adapted}} {
+		url, logs := startServe(t, append([]string{"--model", dir}, c.extra...)...)
+		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Choices []struct{ Text string }
+		}
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(got.Choices) != 1 {
+			t.Fatalf("%v: status %d, %+v, %v\n%s", c.extra, resp.StatusCode, got, err, logs())
+		}
+		w := c.want
+		if i := slices.Index(w, 1); i >= 0 {
+			w = w[:i] // the EOS (<|im_end|>) ends the text
+		}
+		if g := fixtureIDs(t, got.Choices[0].Text); fmt.Sprint(g) != fmt.Sprint(w) {
+			t.Errorf("%v: served tokens %v, want (mlx_lm) %v", c.extra, g, w)
+		}
 	}
 }
