@@ -16,7 +16,6 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/models/minicpm5"
 )
 
 // A batch sweep (`mlxgo bench --batch-sizes`) measures the aggregate decode
@@ -123,7 +122,7 @@ func RunBatchChild(o ChildOptions, sizes []int, stdout, stderr io.Writer) error 
 	}
 	defer b.Close()
 	start := time.Now()
-	m, err := minicpm5.Load(b, o.Model)
+	m, err := load(b, o.Model, "", stderr)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/internal/procmem"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 )
 
@@ -48,7 +49,7 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 	}
 	defer b.Close()
 	start := time.Now()
-	m, err := minicpm5.Load(b, o.Model)
+	m, err := load(b, o.Model, "", stderr)
 	if err != nil {
 		return err
 	}
@@ -141,9 +142,23 @@ func repName(r, warmup, reps int) string {
 	return fmt.Sprintf("rep %d/%d", r-warmup+1, reps)
 }
 
+// load loads the checkpoint dir on b and writes what the loader noticed to
+// stderr as "warning: " lines (each prefixed with who, when set), which the
+// parent passes through.
+func load(b backend.Backend, dir, who string, stderr io.Writer) (*minicpm5.Model, error) {
+	m, err := minicpm5.Load(b, dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range m.Warnings() {
+		fmt.Fprintf(stderr, "warning: %s%s\n", who, w)
+	}
+	return m, nil
+}
+
 // ReadIDs reads a JSON list of token ids.
 func ReadIDs(path string) ([]int32, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

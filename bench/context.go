@@ -18,7 +18,6 @@ import (
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/gguf"
-	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/nn/turboquant"
 )
@@ -245,7 +244,7 @@ func RunContextChild(o ContextChildOptions, stdout, stderr io.Writer) error {
 	}
 	defer b.Close()
 	start := time.Now()
-	m, err := minicpm5.Load(b, o.Model)
+	m, err := load(b, o.Model, "", stderr)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mlxgo/mlxgo/internal/safefile"
 )
 
 // Markdown renders the sweep as two tables (decode tok/s, then prefill
@@ -126,7 +128,7 @@ func (r *ContextResult) WriteJSON(path string) error {
 
 // ReadContextResult reads a sweep written by WriteJSON.
 func ReadContextResult(path string) (*ContextResult, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/mlxgo/mlxgo/internal/safefile"
 )
 
 // find returns the successful result of the named configuration.
@@ -68,7 +70,7 @@ func (r *Result) promptLens() []int {
 
 // ReadResult reads a result written by WriteJSON.
 func ReadResult(path string) (*Result, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxJSONBytes)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/generate"
-	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -103,7 +102,7 @@ func RunSpecChild(o SpecChildOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer b.Close()
-	m, err := minicpm5.Load(b, o.Model)
+	m, err := load(b, o.Model, "", stderr)
 	if err != nil {
 		return err
 	}
@@ -111,7 +110,7 @@ func RunSpecChild(o SpecChildOptions, stdout, stderr io.Writer) error {
 	rep := ChildReport{Engine: "mlxgo", Device: o.Backend + " " + o.Options.Precision}
 	var d generate.Drafter
 	if o.Draft != "" {
-		dm, err := minicpm5.Load(b, o.Draft)
+		dm, err := load(b, o.Draft, "draft model: ", stderr)
 		if err != nil {
 			return fmt.Errorf("draft model: %w", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -142,7 +143,9 @@ func (t *Text) RenderAfter(msgs []tokenizer.Message) (string, error) {
 
 // StopTokens gathers the stop tokens: tokenizer_config.json's eos_token,
 // config.json's eos_token_id and generation_config.json's eos_token_id
-// (a number or a list), each once, in that order.
+// (a number or a list), each once, in that order. A generation_config.json
+// that does not parse is ignored, as mlx_lm ignores it
+// (checkpoint.LoadConfig returns a warning for it).
 func StopTokens(dir string, cfg *checkpoint.Config, tok *tokenizer.Tokenizer) ([]int32, error) {
 	var ids []int32
 	add := func(id int32) {
@@ -157,7 +160,7 @@ func StopTokens(dir string, cfg *checkpoint.Config, tok *tokenizer.Tokenizer) ([
 		add(int32(id))
 	}
 	path := filepath.Join(dir, "generation_config.json")
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxJSONBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return ids, nil
 	}
@@ -168,7 +171,7 @@ func StopTokens(dir string, cfg *checkpoint.Config, tok *tokenizer.Tokenizer) ([
 		EOS json.RawMessage `json:"eos_token_id"`
 	}
 	if err := json.Unmarshal(data, &gc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return ids, nil
 	}
 	if len(gc.EOS) == 0 || string(gc.EOS) == "null" {
 		return ids, nil

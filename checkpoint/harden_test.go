@@ -110,3 +110,22 @@ func TestTokenIDFields(t *testing.T) {
 		t.Errorf("eos 1000 of 1000: got warnings %q, want one about vocab_size", cfg.Warnings)
 	}
 }
+
+// TestMalformedGenerationConfigWarns: an unparsable generation_config.json
+// is ignored, as mlx_lm ignores it, but not silently (issue 19): LoadConfig
+// returns a warning naming the file, which every command prints
+// (TestLoadWarningsPrinted in cmd/mlxgo).
+func TestMalformedGenerationConfigWarns(t *testing.T) {
+	dir := writeModelDir(t, nil, `{"eos_token_id": `)
+	cfg, err := LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(dir, "generation_config.json") + ": ignored, does not parse"
+	for _, w := range cfg.Warnings {
+		if strings.Contains(w, want) {
+			return
+		}
+	}
+	t.Errorf("warnings %q: want one containing %q", cfg.Warnings, want)
+}

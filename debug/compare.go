@@ -86,7 +86,9 @@ type Report struct {
 	Taps       []TapStat `json:"taps"`
 	// FirstFail is the first tap over its tolerance in graph order ("" when
 	// all pass); FirstFailOps are the ops that produce it.
-	FirstFail    string   `json:"first_fail"`
+	FirstFail string `json:"first_fail"`
+	// Warnings are what the checkpoint loader noticed, per side loaded.
+	Warnings     []string `json:"warnings,omitempty"`
 	FirstFailOps []string `json:"first_fail_ops"`
 	// OnlyA and OnlyB list taps present on one side only.
 	OnlyA   []string  `json:"only_a,omitempty"`

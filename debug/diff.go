@@ -114,6 +114,9 @@ func Diff(o Options) (*Report, error) {
 	if eb != nil {
 		r.BLabel = eb.Label
 	}
+	for _, e := range opened {
+		r.Warnings = append(r.Warnings, e.M.Warnings()...)
+	}
 	if o.Op == "" {
 		return r, nil
 	}

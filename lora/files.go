@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -95,7 +96,7 @@ func SaveConfig(dir string, cfg Config, extra map[string]any) error {
 // ReadConfig reads dir/adapter_config.json, checking the fields Load uses.
 func ReadConfig(dir string) (Config, error) {
 	path := filepath.Join(dir, ConfigFile)
-	raw, err := os.ReadFile(path)
+	raw, err := safefile.ReadFile(path, safefile.MaxJSONBytes)
 	if err != nil {
 		return Config{}, fmt.Errorf("lora: %w", err)
 	}

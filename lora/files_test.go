@@ -250,6 +250,24 @@ func TestLoadErrors(t *testing.T) {
 	if _, _, err := Load(b, load(t), t.TempDir()); err == nil || !strings.Contains(err.Error(), ConfigFile) {
 		t.Errorf("empty directory: got %v", err)
 	}
+	// adapter_config.json as a symbolic link to /dev/zero was read without
+	// end, and a directory gave a message naming no file (issue 19).
+	for name, mk := range map[string]func(path string) error{
+		"dev zero":  func(p string) error { return os.Symlink("/dev/zero", p) },
+		"directory": func(p string) error { return os.Mkdir(p, 0o755) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, WeightsFile), weights, 0o644)
+			if err := mk(filepath.Join(dir, ConfigFile)); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := Load(b, load(t), dir)
+			if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, ConfigFile)+": not a regular file") {
+				t.Errorf("got %v, want a not-a-regular-file error naming %s", err, ConfigFile)
+			}
+		})
+	}
 }
 
 // TestLoadWeights: --resume-adapter-file's weights replace the adapters'

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -19,6 +20,9 @@ import (
 type FuseResult struct {
 	Fused   int // adapted layers folded into their weights
 	Tensors int // tensors written
+	// Warnings are what the checkpoint loader noticed in src (the
+	// caller prints them).
+	Warnings []string
 }
 
 // Fuse is mlx_lm.fuse: it loads the model of src with the adapters of
@@ -46,6 +50,7 @@ func Fuse(b backend.Backend, src, adapterDir, out string, dequantize bool) (res 
 			return err
 		}
 		defer m.Close()
+		res.Warnings = m.Warnings()
 		s := b.Scope()
 		defer s.Close()
 		ads, _, err := Load(b, m, adapterDir)
@@ -171,7 +176,7 @@ func dequantizeAll(b backend.Backend, src string, set *tensor.SafetensorsSet, re
 // writeConfig copies src's config.json to out, without its quantization
 // blocks when dequantize is set (as mlx_lm.fuse --dequantize).
 func writeConfig(src, out string, dequantize bool) error {
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	raw, err := safefile.ReadFile(filepath.Join(src, "config.json"), safefile.MaxJSONBytes)
 	if err != nil {
 		return fmt.Errorf("lora: fuse: %w", err)
 	}
@@ -198,7 +203,13 @@ func copyOthers(src, out string) error {
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if !e.Type().IsRegular() || n == "config.json" || strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, ".safetensors.index.json") {
+		if n == "config.json" || strings.HasSuffix(n, ".safetensors") || strings.HasSuffix(n, ".safetensors.index.json") {
+			continue
+		}
+		// A symbolic link to a regular file is copied (the Hugging Face
+		// cache's snapshots are links to blobs); directories, devices and
+		// links to them are not.
+		if _, err := safefile.Check(filepath.Join(src, n)); err != nil {
 			continue
 		}
 		if err := copyFile(filepath.Join(src, n), filepath.Join(out, n)); err != nil {

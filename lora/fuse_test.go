@@ -3,11 +3,14 @@ package lora
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu"
+	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -128,4 +131,57 @@ func testFuse(t *testing.T, py, name, model, adapters string, ids []int32, dq bo
 			}
 		}
 	})
+}
+
+// TestFuseCopiesLinkedFiles: the tokenizer files of a model whose files are
+// symbolic links (the Hugging Face cache's snapshots link to blobs) were
+// skipped, so the fused model had no tokenizer (found by the issue 19
+// sweep); a link to a directory or a device is still not copied.
+func TestFuseCopiesLinkedFiles(t *testing.T) {
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	src, blobs := t.TempDir(), t.TempDir()
+	ckpt := checkpointDir(t)
+	for _, n := range []string{"config.json", "model.safetensors", "model.safetensors.index.json"} {
+		if err := os.Symlink(filepath.Join(ckpt, n), filepath.Join(src, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(blobs, "tok"), []byte(`{"x": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for n, target := range map[string]string{"tokenizer.json": filepath.Join(blobs, "tok"), "zero": "/dev/zero", "dir": blobs} {
+		if err := os.Symlink(target, filepath.Join(src, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := minicpm5.Load(b, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Params{Rank: 2, Scale: 5}
+	ads, err := Apply(b, m, 1, p, generate.NewRNG(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapters := t.TempDir()
+	if err := Save(b, adapters, ads, Config{NumLayers: 1, LoRA: p}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	out := filepath.Join(t.TempDir(), "fused")
+	if _, err := Fuse(b, src, adapters, out, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(out, "tokenizer.json")); err != nil || string(got) != `{"x": 1}` {
+		t.Errorf("fused tokenizer.json: %q, %v", got, err)
+	}
+	for _, n := range []string{"zero", "dir"} {
+		if _, err := os.Lstat(filepath.Join(out, n)); err == nil {
+			t.Errorf("%s (a link to a directory or a device) was copied", n)
+		}
+	}
 }

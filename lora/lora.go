@@ -136,7 +136,8 @@ func apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, dora b
 	if numLayers > 0 {
 		first = len(m.Layers) - numLayers
 	}
-	var out []Adapter
+	// Every layer is checked before any is wrapped, so that an error
+	// leaves m as it was.
 	for i := first; i < len(m.Layers); i++ {
 		for _, key := range keys {
 			slot := Projection(m.Layers[i], key)
@@ -148,6 +149,19 @@ func apply(b backend.Backend, m *minicpm5.Model, numLayers int, p Params, dora b
 			if err != nil {
 				return nil, fmt.Errorf("lora: model.layers.%d.%s: %w", i, key, err)
 			}
+			if p.Rank > min(in, outDims) {
+				// mlx_lm accepts any rank; one above min(in, out) adds
+				// nothing (the product's rank is at most that), and a huge
+				// one would size the allocations below.
+				return nil, fmt.Errorf("lora: rank %d exceeds model.layers.%d.%s's dimensions %d×%d (want a rank of at most %d)", p.Rank, i, key, in, outDims, min(in, outDims))
+			}
+		}
+	}
+	var out []Adapter
+	for i := first; i < len(m.Layers); i++ {
+		for _, key := range keys {
+			slot := Projection(m.Layers[i], key)
+			in, outDims, _ := dims(*slot) // checked above
 			la := b.FromHost(tensor.FromFloat32(tensor.Shape{in, p.Rank}, initA(in, in*p.Rank)))
 			lb := b.Zeros(tensor.Shape{p.Rank, outDims}, tensor.F32)
 			var l nn.Linear = &nn.LoRALinear{B: b, Base: *slot, Scale: float32(p.Scale), LoraA: la, LoraB: lb}

@@ -35,7 +35,7 @@ linear_to_lora_layers(model, a["num_layers"], {"rank": a["rank"], "scale": a["sc
 print(json.dumps([[n, list(p.shape), np.array(p).ravel().tolist()] for n, p in tree_flatten(model.trainable_parameters())]))
 `
 
-func checkpointDir(t *testing.T) string {
+func checkpointDir(t testing.TB) string {
 	return filepath.Join(testenv.RepoRoot(t), "conformance", "testdata", "models", "optiq-f32")
 }
 
@@ -141,9 +141,21 @@ func TestApplyErrors(t *testing.T) {
 	}{
 		{1, Params{Rank: 0, Scale: 20}, "rank 0"},
 		{4, Params{Rank: 4, Scale: 20}, "4 layers requested but the model has 3"},
+		// A rank beyond the projections' dimensions was allocated as asked
+		// (1e9 × 128 float32s: a crash); it is refused before any layer is
+		// wrapped (issue 19).
+		{-1, Params{Rank: 1000000000, Scale: 20}, "lora: rank 1000000000 exceeds model.layers.0.mlp.up_proj's dimensions 128×384 (want a rank of at most 128)"},
+		{1, Params{Rank: 65, Scale: 20}, "rank 65 exceeds model.layers.2.self_attn.v_proj's dimensions 128×64"},
 	} {
 		if _, err := Apply(b, m, c.numLayers, c.p, generate.NewRNG(0)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Apply(%d, %+v): got %v, want an error containing %q", c.numLayers, c.p, err, c.want)
+		}
+	}
+	for i, blk := range m.Layers {
+		for _, k := range Keys {
+			if l, ok := (*Projection(blk, k)).(*nn.LoRALinear); ok {
+				t.Fatalf("model.layers.%d.%s is %T after failed Applies", i, k, l)
+			}
 		}
 	}
 	if _, err := Apply(b, m, 1, Params{Rank: 4, Scale: 20}, generate.NewRNG(0)); err != nil {

@@ -20,7 +20,7 @@ import (
 
 // head64 writes and loads a tiny float32 synthetic checkpoint with head_dim
 // 64 (the fixtures' 32 is not a TurboQuant head_dim).
-func head64(t *testing.T) *minicpm5.Model {
+func head64(t testing.TB) *minicpm5.Model {
 	t.Helper()
 	s := synth.Presets["tiny"]
 	s.HeadDim, s.Heads, s.Quant, s.DType = 64, 4, "f32", tensor.F32

@@ -160,6 +160,27 @@ func (s Spec) Group() int {
 	return g
 }
 
+// MaxParams bounds the parameters of a synthetic checkpoint (2^37, about
+// 137 billion; the largest preset, llama3.2-3b, has about 3.2 billion), so that a
+// mistyped dimension is refused instead of filling the disk or memory.
+const MaxParams = 1 << 37
+
+// maxDims bound each dimension: the layer count and head_dim as the
+// checkpoint loader bounds them (2^16), the others at 2^20.
+var maxDims = map[string]int{"hidden": 1 << 20, "layers": 1 << 16, "heads": 1 << 16, "kv-heads": 1 << 16,
+	"head-dim": 1 << 16, "intermediate": 1 << 20, "vocab": 1 << 22, "max-positions": 1 << 24}
+
+// params is the spec's parameter count (float64: the product of
+// unchecked dimensions can overflow an int).
+func (s Spec) params() float64 {
+	h, q, kv := float64(s.Hidden), float64(s.Heads*s.HeadDim), float64(s.KVHeads*s.HeadDim)
+	embed := float64(s.Vocab) * h
+	if !s.Tied {
+		embed *= 2
+	}
+	return embed + float64(s.Layers)*(2*h*q+2*h*kv+3*h*float64(s.Intermediate)+2*h)
+}
+
 // Validate checks that the spec describes a model both formats can hold.
 func (s Spec) Validate() error {
 	for _, f := range []struct {
@@ -170,6 +191,12 @@ func (s Spec) Validate() error {
 		if f.v <= 0 {
 			return fmt.Errorf("synth: %s is %d, want > 0", f.name, f.v)
 		}
+		if limit := maxDims[f.name]; f.v > limit {
+			return fmt.Errorf("synth: %s is %d, more than the limit of %d", f.name, f.v, limit)
+		}
+	}
+	if n := s.params(); n > MaxParams {
+		return fmt.Errorf("synth: %.3g parameters, more than the limit of %.3g (%d layers, hidden %d, intermediate %d, vocab %d)", n, float64(MaxParams), s.Layers, s.Hidden, s.Intermediate, s.Vocab)
 	}
 	if s.Heads%s.KVHeads != 0 {
 		return fmt.Errorf("synth: heads %d is not a multiple of kv-heads %d", s.Heads, s.KVHeads)

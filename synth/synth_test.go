@@ -183,6 +183,11 @@ func TestValidate(t *testing.T) {
 		{"embed bits", "tiny", func(s *Spec) { s.EmbedBits = 7 }, "embed bits 7 with quant optiq"},
 		{"embed bits dense", "tiny", func(s *Spec) { s.Quant, s.EmbedBits = "bf16", 8 }, "embed bits 8 with quant bf16"},
 		{"gguf q4 type", "tiny", func(s *Spec) { s.Q4Type = "q5_0" }, `gguf 4-bit type "q5_0"`},
+		// A huge dimension ran out of memory (layers) or ran for minutes
+		// (hidden) before anything was refused (issue 19).
+		{"layers huge", "tiny", func(s *Spec) { s.Layers = 1000000000 }, "layers is 1000000000, more than the limit of 65536"},
+		{"hidden huge", "tiny", func(s *Spec) { s.Hidden = 1000000000 }, "hidden is 1000000000, more than the limit of 1048576"},
+		{"params", "tiny", func(s *Spec) { s.Hidden, s.Intermediate, s.Layers = 1<<20, 1<<20, 1<<10 }, "parameters, more than the limit"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := Presets[c.preset]

@@ -3,15 +3,20 @@ package train
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
+	"math"
 	"slices"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/lora"
 )
+
+// maxConfigBytes bounds a -c YAML config file (mlx_lm's are a few KB).
+const maxConfigBytes = 1 << 20
 
 // Config holds mlx_lm.lora's options, named as its YAML config file
 // (-c) and adapter_config.json name them.
@@ -71,7 +76,7 @@ func Defaults() Config {
 // or one this trainer does not implement, is an error naming it and its
 // line.
 func ReadConfig(path string, c *Config) error {
-	raw, err := os.ReadFile(path)
+	raw, err := safefile.ReadFile(path, maxConfigBytes)
 	if err != nil {
 		return fmt.Errorf("train: config: %w", err)
 	}
@@ -81,6 +86,68 @@ func ReadConfig(path string, c *Config) error {
 		return fmt.Errorf("train: config %s: %w", path, err)
 	}
 	return nil
+}
+
+// Check returns an error naming the first option of c that is out of
+// range, before any model is loaded: mlx_lm.lora fails on these later
+// (or, for val_batches 0 or a NaN rate, prints NaN losses).
+func (c Config) Check() error {
+	bad := func(name string, v any, want string) error {
+		return fmt.Errorf("train: %s %v: want %s", name, v, want)
+	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	switch {
+	case c.FineTuneType != "lora" && c.FineTuneType != "dora":
+		return bad("fine_tune_type", fmt.Sprintf("%q", c.FineTuneType), `"lora" or "dora" (mlx_lm's "full" is not implemented)`)
+	case c.Optimizer != "adam" && c.Optimizer != "adamw" && c.Optimizer != "sgd":
+		return bad("optimizer", fmt.Sprintf("%q", c.Optimizer), "adam, adamw or sgd")
+	case c.Seed < 0 || int64(c.Seed) > math.MaxUint32:
+		return bad("seed", c.Seed, "0 to 2^32-1 (numpy's seed range)")
+	case c.BatchSize < 1:
+		return bad("batch_size", c.BatchSize, "at least 1")
+	case c.Train && c.Iters < 1:
+		return bad("iters", c.Iters, "at least 1")
+	case c.ValBatches < -1 || c.ValBatches == 0:
+		return bad("val_batches", c.ValBatches, "-1 (the whole set) or at least 1")
+	case c.TestBatches < -1 || c.TestBatches == 0:
+		return bad("test_batches", c.TestBatches, "-1 (the whole set) or at least 1")
+	case !finite(c.LearningRate):
+		return bad("learning_rate", c.LearningRate, "a finite number")
+	case c.StepsPerReport < 1:
+		return bad("steps_per_report", c.StepsPerReport, "at least 1")
+	case c.StepsPerEval < 1:
+		return bad("steps_per_eval", c.StepsPerEval, "at least 1")
+	case c.SaveEvery < 1:
+		return bad("save_every", c.SaveEvery, "at least 1")
+	case c.MaxSeqLength < 1:
+		return bad("max_seq_length", c.MaxSeqLength, "at least 1")
+	case c.GradAccumulationSteps < 1:
+		return bad("grad_accumulation_steps", c.GradAccumulationSteps, "at least 1")
+	case c.LoRAParameters.Rank < 1:
+		return bad("lora_parameters.rank", c.LoRAParameters.Rank, "at least 1")
+	case !finite(c.LoRAParameters.Scale):
+		return bad("lora_parameters.scale", c.LoRAParameters.Scale, "a finite number")
+	case !(c.LoRAParameters.Dropout >= 0 && c.LoRAParameters.Dropout < 1):
+		return bad("lora_parameters.dropout", c.LoRAParameters.Dropout, "0 <= dropout < 1")
+	}
+	if c.LRSchedule != nil {
+		if c.LRSchedule.Name == "" {
+			return errors.New("train: lr_schedule has no name (want cosine_decay or linear_schedule, as mlx_lm's build_schedule)")
+		}
+		if err := c.LRSchedule.check(); err != nil {
+			return err
+		}
+	}
+	for kind := range c.OptimizerConfig {
+		if kind != "adam" && kind != "adamw" && kind != "sgd" {
+			return fmt.Errorf("train: optimizer_config.%s: not an optimizer (want adam, adamw or sgd)", kind)
+		}
+	}
+	oc, err := c.optimizerConfig(c.Optimizer)
+	if err != nil {
+		return err
+	}
+	return oc.check(c.Optimizer)
 }
 
 // optimizerConfig is MLX's defaults for kind with c.OptimizerConfig[kind]

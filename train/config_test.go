@@ -1,6 +1,7 @@
 package train
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,5 +75,84 @@ lora_parameters:
 		if err == nil || !strings.Contains(err.Error(), bad.want) || !strings.Contains(err.Error(), path) {
 			t.Errorf("%q: got %v, want an error naming %s and %q", bad.body, err, path, bad.want)
 		}
+	}
+}
+
+// TestConfigCheck: out-of-range options were accepted and failed late (after
+// the model loaded), trained into NaN (a NaN learning rate or beta), or
+// printed NaN losses (val_batches 0); Check names each (issue 19).
+func TestConfigCheck(t *testing.T) {
+	nan := math.NaN()
+	for _, c := range []struct {
+		edit func(c *Config)
+		want string
+	}{
+		{func(c *Config) {}, ""},
+		{func(c *Config) { c.BatchSize = 0 }, "train: batch_size 0: want at least 1"},
+		{func(c *Config) { c.Train, c.Iters = true, -3 }, "train: iters -3"},
+		{func(c *Config) { c.ValBatches = 0 }, "train: val_batches 0"},
+		{func(c *Config) { c.TestBatches = -2 }, "train: test_batches -2"},
+		{func(c *Config) { c.LearningRate = nan }, "train: learning_rate NaN: want a finite number"},
+		{func(c *Config) { c.Seed = -1 }, "train: seed -1"},
+		{func(c *Config) { c.MaxSeqLength = 0 }, "train: max_seq_length 0"},
+		{func(c *Config) { c.SaveEvery = 0 }, "train: save_every 0"},
+		{func(c *Config) { c.StepsPerEval = 0 }, "train: steps_per_eval 0"},
+		{func(c *Config) { c.GradAccumulationSteps = 0 }, "train: grad_accumulation_steps 0"},
+		{func(c *Config) { c.LoRAParameters.Rank = 0 }, "train: lora_parameters.rank 0"},
+		{func(c *Config) { c.LoRAParameters.Scale = math.Inf(1) }, "train: lora_parameters.scale +Inf"},
+		{func(c *Config) { c.LoRAParameters.Dropout = 1 }, "train: lora_parameters.dropout 1"},
+		{func(c *Config) { c.FineTuneType = "full" }, `train: fine_tune_type "full"`},
+		{func(c *Config) { c.Optimizer = "lion" }, `train: optimizer "lion"`},
+		{func(c *Config) { c.LRSchedule = &Schedule{Warmup: 5} }, "train: lr_schedule has no name"},
+		{func(c *Config) { c.LRSchedule = &Schedule{Name: "cosine_decay", Arguments: []float64{1e-5, 1e300}} }, "magnitude at most 2^31"},
+		{func(c *Config) { c.LRSchedule = &Schedule{Name: "linear_schedule", Arguments: []float64{nan, 0, 10}} }, "each must be a finite number"},
+		{func(c *Config) {
+			c.OptimizerConfig = map[string]map[string]any{"adam": {"betas": []any{nan, 0.9}}}
+		}, "train: optimizer_config.adam: json: unsupported value: NaN"},
+		{func(c *Config) {
+			c.Optimizer, c.OptimizerConfig = "sgd", map[string]map[string]any{"sgd": {"momentum": math.Inf(1)}}
+		}, "train: optimizer_config.sgd"},
+		{func(c *Config) { c.OptimizerConfig = map[string]map[string]any{"adagrad": {}} }, "train: optimizer_config.adagrad: not an optimizer"},
+	} {
+		cfg := Defaults()
+		c.edit(&cfg)
+		err := cfg.Check()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("the defaults: %v", err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an error containing %q", err, c.want)
+		}
+	}
+}
+
+// TestNotRegularFiles: a -c file or a data .jsonl that is a symbolic link
+// to /dev/zero was read without end (the config) or up to the line limit
+// (the data), and a directory gave a message naming no file; each is
+// refused by name now (issue 19).
+func TestNotRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	zero := filepath.Join(dir, "zero")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	c := Defaults()
+	for _, p := range []string{zero, dir} {
+		if err := ReadConfig(p, &c); err == nil || !strings.Contains(err.Error(), p+": not a regular file") {
+			t.Errorf("ReadConfig(%s): got %v", p, err)
+		}
+		if _, err := LoadFile(p, nil, DataOptions{}); err == nil || !strings.Contains(err.Error(), p+": not a regular file") {
+			t.Errorf("LoadFile(%s): got %v", p, err)
+		}
+	}
+	data := t.TempDir()
+	if err := os.Symlink("/dev/zero", filepath.Join(data, "valid.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := LoadDir(data, nil, DataOptions{}); err == nil || !strings.Contains(err.Error(), "valid.jsonl: not a regular file") {
+		t.Errorf("LoadDir with valid.jsonl -> /dev/zero: got %v", err)
 	}
 }

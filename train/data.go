@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/mlxgo/mlxgo/chat"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -71,7 +72,7 @@ func LoadDir(dir string, text *chat.Text, o DataOptions) (trainSet, valid, test 
 // object or lacks its format's fields is an error naming the file and
 // line. The error wraps fs.ErrNotExist when the file is missing.
 func LoadFile(path string, text *chat.Text, o DataOptions) ([]Example, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}

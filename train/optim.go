@@ -49,25 +49,41 @@ func DefaultOptimizerConfig(kind string) OptimizerConfig {
 	return c
 }
 
-// NewOptimizer returns mlx.optimizers' Adam ("adam"), AdamW ("adamw")
-// or SGD ("sgd") with the learning rate schedule lr.
-func NewOptimizer(b backend.Backend, kind string, lr Schedule, cfg OptimizerConfig) (*Optimizer, error) {
+// check returns an error naming an argument of kind's constructor that
+// MLX refuses, or that is NaN or infinite (which MLX would accept and
+// train into NaN weights).
+func (cfg OptimizerConfig) check(kind string) error {
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+	for _, v := range []float64{cfg.Eps, cfg.WeightDecay, cfg.Momentum, cfg.Dampening} {
+		if !finite(v) {
+			return fmt.Errorf("train: optimizer_config.%s: %+v: every argument must be a finite number", kind, cfg)
+		}
+	}
 	switch kind {
 	case "adam", "adamw":
 		for i, beta := range cfg.Betas {
-			if beta < 0 || beta >= 1 {
-				return nil, fmt.Errorf("train: Adam beta%d should be in [0, 1), %v was provided instead", i+1, beta)
+			if !(beta >= 0 && beta < 1) {
+				return fmt.Errorf("train: Adam beta%d should be in [0, 1), %v was provided instead", i+1, beta)
 			}
 		}
 		if cfg.Eps < 0 {
-			return nil, fmt.Errorf("train: Adam epsilon should be >=0, %v was provided instead", cfg.Eps)
+			return fmt.Errorf("train: Adam epsilon should be >=0, %v was provided instead", cfg.Eps)
 		}
 	case "sgd":
 		if cfg.Nesterov && (cfg.Momentum <= 0 || cfg.Dampening != 0) {
-			return nil, fmt.Errorf("train: Nesterov momentum requires a momentum and zero dampening")
+			return fmt.Errorf("train: Nesterov momentum requires a momentum and zero dampening")
 		}
 	default:
-		return nil, fmt.Errorf("train: unsupported optimizer %q (want adam, adamw or sgd)", kind)
+		return fmt.Errorf("train: unsupported optimizer %q (want adam, adamw or sgd)", kind)
+	}
+	return nil
+}
+
+// NewOptimizer returns mlx.optimizers' Adam ("adam"), AdamW ("adamw")
+// or SGD ("sgd") with the learning rate schedule lr.
+func NewOptimizer(b backend.Backend, kind string, lr Schedule, cfg OptimizerConfig) (*Optimizer, error) {
+	if err := cfg.check(kind); err != nil {
+		return nil, err
 	}
 	if err := lr.check(); err != nil {
 		return nil, err

@@ -27,6 +27,9 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if !c.Train && !c.Test {
 		return errors.New("train: must provide at least one of --train or --test")
 	}
+	if err := c.Check(); err != nil {
+		return err
+	}
 	rng := NewNumpyRNG(uint32(c.Seed))
 	fmt.Fprintln(out, "Loading datasets")
 	trainSet, valid, test, err := LoadDir(c.Data, text, DataOptions{MaskPrompt: c.MaskPrompt,

@@ -27,9 +27,15 @@ type Schedule struct {
 func Constant(lr float64) Schedule { return Schedule{Init: lr} }
 
 func (s Schedule) check() error {
-	switch s.Name {
-	case "":
+	if s.Name == "" {
 		return nil
+	}
+	for _, v := range append([]float64{s.WarmupInit}, s.Arguments...) {
+		if math.IsNaN(v) || math.IsInf(v, 0) || math.Abs(v) > 1<<31 {
+			return fmt.Errorf("train: lr_schedule %s: arguments %v, warmup_init %v: each must be a finite number of magnitude at most 2^31", s.Name, s.Arguments, s.WarmupInit)
+		}
+	}
+	switch s.Name {
 	case "cosine_decay":
 		if len(s.Arguments) < 2 || len(s.Arguments) > 3 {
 			return fmt.Errorf("train: lr_schedule cosine_decay: %d arguments, want init, decay_steps[, end]", len(s.Arguments))
@@ -47,8 +53,8 @@ func (s Schedule) check() error {
 	default:
 		return fmt.Errorf("train: lr_schedule %q is not implemented (want cosine_decay or linear_schedule)", s.Name)
 	}
-	if s.Warmup < 0 {
-		return fmt.Errorf("train: lr_schedule warmup %d is negative", s.Warmup)
+	if s.Warmup < 0 || s.Warmup > 1<<31 {
+		return fmt.Errorf("train: lr_schedule warmup %d: want 0 to 2^31", s.Warmup)
 	}
 	return nil
 }

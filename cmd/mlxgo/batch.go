@@ -14,6 +14,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -295,7 +296,7 @@ type batchResult struct {
 func runBatch(f *batchFlags, stdout, stderr io.Writer) error {
 	var in io.Reader = stdin
 	if f.prompts != "-" {
-		file, err := os.Open(f.prompts)
+		file, _, err := safefile.Open(f.prompts) // a device or directory is refused (stdin is --prompts -)
 		if err != nil {
 			return usagef("--prompts: %v", err)
 		}

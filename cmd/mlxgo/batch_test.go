@@ -185,6 +185,17 @@ func TestBatchCLIErrors(t *testing.T) {
 	if rc, _, errOut := mlxgo("batch", "--model", model, "--prompts", filepath.Join(t.TempDir(), "missing.jsonl")); rc != 2 || !strings.Contains(errOut, "missing.jsonl") {
 		t.Errorf("missing file: exit %d, stderr %q", rc, errOut)
 	}
+	// /dev/zero was read up to the 16 MiB line limit and a directory gave
+	// "read ...: is a directory" (issue 19): each is refused by name now.
+	zero := filepath.Join(t.TempDir(), "zero.jsonl")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{zero, t.TempDir()} {
+		if rc, _, errOut := mlxgo("batch", "--model", model, "--prompts", p); rc != 2 || !strings.Contains(errOut, p+": not a regular file") {
+			t.Errorf("--prompts %s: exit %d, stderr %q", p, rc, errOut)
+		}
+	}
 	long := filepath.Join(t.TempDir(), "long.jsonl")
 	if err := os.WriteFile(long, []byte(`{"prompt_ids": [1]}`+"\n"+strings.Repeat(" ", maxBatchLine+1)+"\n"), 0o644); err != nil {
 		t.Fatal(err)

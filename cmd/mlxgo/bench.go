@@ -154,6 +154,32 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !*child && !cx.child {
+		// Flags that only one mode reads were ignored silently elsewhere.
+		for _, n := range []string{"config", "ids-file", "bandwidth"} {
+			if given[n] {
+				return bad("--%s is internal to the child runs (--child, --context-child)", n)
+			}
+		}
+		if cx.contexts == "" {
+			for _, n := range []string{"kv-cache", "kv-bits", "kv-group-size", "max-kv-size", "context-prefill"} {
+				if given[n] {
+					return bad("--%s applies only to the context sweep (--contexts)", n)
+				}
+			}
+		}
+		for _, c := range []struct {
+			name     string
+			v, least int
+		}{{"decode-tokens", *decode, 3}, {"slow-decode-tokens", *slowDecode, 3}, {"reps", *reps, 1}, {"slow-reps", *slowReps, 1},
+			{"warmup", *warmup, 0}, {"threads", *threads, 0}, {"num-draft-tokens", *numDraft, 1}, {"prompt-lookup", *lookup, 0}} {
+			if c.v < c.least {
+				return bad("--%s %d: want >= %d", c.name, c.v, c.least)
+			}
+		}
+	}
 	promptLens, err := parseInts(*lens)
 	if err != nil {
 		return bad("--prompt-lens: %v", err)
@@ -235,10 +261,8 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 
-	// Decode speed is (N-2) / (t[N-1] - t[1]): it needs three tokens.
-	if *decode < 3 || *reps < 1 || *warmup < 0 || *slowDecode < 3 || *slowReps < 1 {
-		return bad("--decode-tokens and --slow-decode-tokens must be >= 3, --reps and --slow-reps >= 1, --warmup >= 0")
-	}
+	// (--decode-tokens >= 3, checked above: decode speed is (N-2) /
+	// (t[N-1] - t[1]).)
 	if *rounds < 1 || *rounds > *reps {
 		return bad("--rounds %d: want 1 to --reps (%d)", *rounds, *reps)
 	}

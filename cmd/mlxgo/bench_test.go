@@ -251,7 +251,16 @@ func TestBenchModelsUsageErrors(t *testing.T) {
 		{[]string{"--models", "synth:nope"}, `--models entry "synth:nope"`},
 		{[]string{"--models", "synth:tiny", "--llama-bench", "/no/such/llama-bench"}, "--llama-bench /no/such/llama-bench is not a file"},
 		{[]string{"--models", "synth:tiny", "--reps", "2", "--rounds", "3"}, "--rounds 3: want 1 to --reps (2)"},
-		{[]string{"--decode-tokens", "2"}, "--decode-tokens and --slow-decode-tokens must be >= 3"},
+		{[]string{"--decode-tokens", "2"}, "--decode-tokens 2: want >= 3"},
+		// Each out-of-range count is named; flags of another mode, or the
+		// child runs' internal flags, were ignored and the benchmark ran
+		// (issue 19).
+		{[]string{"--reps", "0"}, "--reps 0: want >= 1"},
+		{[]string{"--warmup", "-1"}, "--warmup -1: want >= 0"},
+		{[]string{"--threads", "-1"}, "--threads -1: want >= 0"},
+		{[]string{"--num-draft-tokens", "-2"}, "--num-draft-tokens -2: want >= 1"},
+		{[]string{"--kv-cache", "bogus"}, "--kv-cache applies only to the context sweep (--contexts)"},
+		{[]string{"--ids-file", "/dev/zero"}, "--ids-file is internal to the child runs"},
 		// Before any synth: entry is written.
 		{[]string{"--models", "synth:tiny", "--synth-cache", "/nonexistent/cache", "--configs", "gpu"}, `unknown configuration "gpu"`},
 	} {
@@ -259,5 +268,18 @@ func TestBenchModelsUsageErrors(t *testing.T) {
 		if code := run(append([]string{"bench"}, c.args...), &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
 		}
+	}
+}
+
+// TestBenchReportNotRegular: --report of a link to /dev/zero was read
+// without end (issue 19); it is refused by name.
+func TestBenchReportNotRegular(t *testing.T) {
+	zero := filepath.Join(t.TempDir(), "r.json")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "--report", zero}, &out, &errb); code != 1 || !strings.Contains(errb.String(), zero+": not a regular file") {
+		t.Errorf("exit %d, stderr %q; want 1 and a not-a-regular-file error naming %s", code, errb.String(), zero)
 	}
 }

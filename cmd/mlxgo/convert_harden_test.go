@@ -63,9 +63,20 @@ func TestLoadWarningsPrinted(t *testing.T) {
 	cfg["eos_token_id"] = cfg["vocab_size"].(float64) + 5
 	os.Remove(cfgPath)
 	writeJSONFile(t, cfgPath, cfg)
+	adapters := hostileAdapter(t, filepath.Join(fixtures, "models", "optiq-f32"), t.TempDir())
+	ids := filepath.Join(t.TempDir(), "ids.json")
+	if err := os.WriteFile(ids, []byte("[1, 2, 3, 4, 5, 6, 7, 8]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"generate", "--model", dir, "--prompt-ids", "1,2", "--max-tokens", "1", "--backend", "cpu"},
 		{"cache-prompt", "--model", dir, "--prompt-ids", "1,2", "--prompt-cache-file", filepath.Join(t.TempDir(), "c.safetensors"), "--backend", "cpu"},
+		// fuse, diff and bench's children did not print them (found
+		// checking issue 19's item 6 against the code).
+		{"fuse", "--model", dir, "--adapter-path", adapters, "--save-path", filepath.Join(t.TempDir(), "fused"), "--backend", "cpu"},
+		{"diff", "--model", dir, "--a", "cpu", "--b", "cpu:high", "--prompt-ids", "1,2"},
+		// A bench child (its stderr reaches the parent's).
+		{"bench", "--child", "--config", "cpu-fast", "--model", dir, "--ids-file", ids, "--prompt-lens", "4", "--decode-tokens", "3", "--reps", "1", "--warmup", "0"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
 			rc, _, stderr := mlxgo(args...)
@@ -76,5 +87,14 @@ func TestLoadWarningsPrinted(t *testing.T) {
 				t.Errorf("stderr %q: want the eos_token_id warning once", stderr)
 			}
 		})
+	}
+	// The draft model's warnings, named as the draft's (they were not
+	// printed).
+	rc, _, stderr := mlxgo("generate", "--model", filepath.Join(fixtures, "models", "optiq-f32"), "--draft-model", dir, "--prompt-ids", "1,2", "--max-tokens", "2", "--backend", "cpu")
+	if rc != 0 {
+		t.Fatalf("--draft-model: exit %d, stderr:\n%s", rc, stderr)
+	}
+	if n := strings.Count(stderr, "warning: --draft-model: "); n != 1 || !strings.Contains(stderr, "is not below vocab_size") {
+		t.Errorf("--draft-model: stderr %q: want the draft's eos_token_id warning once", stderr)
 	}
 }

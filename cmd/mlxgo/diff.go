@@ -73,6 +73,12 @@ func cmdDiff(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mlxgo diff: --format %q, want text, markdown or json\n", *format)
 		return 2
 	}
+	switch *exact {
+	case "auto", "on", "off":
+	default: // checked here, not after both forward passes
+		fmt.Fprintf(stderr, "mlxgo diff: --exact %q, want auto, on or off\n", *exact)
+		return 2
+	}
 	o := debug.Options{Model: *model, Op: *op, Worst: *worst, Exact: *exact, SaveA: *saveA, SaveB: *saveB}
 	if o.Op == "none" {
 		o.Op = ""
@@ -111,6 +117,7 @@ func cmdDiff(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "mlxgo diff:", err)
 		return 1
 	}
+	PrintWarnings(stderr, r.Warnings)
 	switch *format {
 	case "json":
 		err = r.WriteJSON(stdout)

@@ -85,6 +85,8 @@ func TestDiffBadInput(t *testing.T) {
 		{"bad-format", []string{"--format", "xml"}, 2, "--format"},
 		{"negative-worst", []string{"--worst", "-1"}, 2, "--worst -1, want >= 1"},
 		{"zero-worst", []string{"--worst", "0"}, 2, "--worst 0, want >= 1"},
+		// --exact was checked only after both forward passes had run (issue 19).
+		{"bad-exact", []string{"--exact", "maybe"}, 2, `--exact "maybe", want auto, on or off`},
 		{"ids-vs-dump", []string{"--model", dir, "--prompt-ids", "1,2"}, 1, "was recorded for prompt"},
 		{"bad-op", []string{"--model", dir, "--op", "layers.0.nosuch"}, 1, "no tap is made by an op"},
 		{"id-too-large", []string{"--model", dir, "--b", "cpu:high", "--prompt-ids", "5000"}, 1, "vocab_size"},

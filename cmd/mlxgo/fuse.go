@@ -57,6 +57,7 @@ func cmdFuse(args []string, stdout, stderr io.Writer) int {
 	}
 	defer b.Close()
 	res, err := lora.Fuse(b, *model, *adapters, *out, *dequantize)
+	PrintWarnings(stderr, res.Warnings)
 	if err != nil {
 		fmt.Fprintf(stderr, "mlxgo fuse: %v\n", err)
 		return 1

@@ -518,7 +518,7 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 	opts := f.options()
 	var spec *generate.SpeculativeResult
 	if f.draftModel != "" || f.promptLookup > 0 {
-		d, release, err := f.drafter(b, m, tm, stdout)
+		d, release, err := f.drafter(b, m, tm, stdout, stderr)
 		if err != nil {
 			return err
 		}
@@ -574,7 +574,7 @@ func draftLine(r generate.SpeculativeResult) string {
 // function that frees it. The draft model loads on b, the model's backend,
 // after its vocabulary was checked against m's (tm: the model's tokenizer,
 // nil with --prompt-ids).
-func (f *generateFlags) drafter(b backend.Backend, m *minicpm5.Model, tm *chat.Text, stdout io.Writer) (generate.Drafter, func(), error) {
+func (f *generateFlags) drafter(b backend.Backend, m *minicpm5.Model, tm *chat.Text, stdout, stderr io.Writer) (generate.Drafter, func(), error) {
 	if f.promptLookup > 0 {
 		d, err := generate.NewPromptLookup(f.promptLookup)
 		return d, func() {}, err
@@ -592,6 +592,11 @@ func (f *generateFlags) drafter(b backend.Backend, m *minicpm5.Model, tm *chat.T
 		return nil, nil, fmt.Errorf("--draft-model %s: %w", f.draftModel, err)
 	}
 	fmt.Fprintf(stdout, "loaded draft model %s in %s (%s, %d layers)\n", f.draftModel, ms(time.Since(start)), dm.DType().MLXName(), dcfg.NumHiddenLayers)
+	var warnings []string
+	for _, w := range dm.Warnings() {
+		warnings = append(warnings, "--draft-model: "+w)
+	}
+	PrintWarnings(stderr, warnings)
 	// The draft model's caches are of the model's kind, as mlx_lm's
 	// speculative_generate_step quantizes both (kv_bits).
 	dv, err := dm.WithCache(f.cacheOptions())

@@ -114,13 +114,27 @@ func TestGenerateTextStopsAtEOS(t *testing.T) {
 		t.Errorf("want the two tokens before the stop token %d as text (%q), 3 generated tokens and finish: stop; got:\n%s", gen[2], wantText, stdout)
 	}
 
-	for _, bad := range []string{`{"eos_token_id": "x"}`, `{"eos_token_id": [1, "x"]}`, `not json`} {
+	for _, bad := range []string{`{"eos_token_id": "x"}`, `{"eos_token_id": [1, "x"]}`} {
 		if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(bad), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := chat.StopTokens(dir, cfg, o.tok); err == nil || !strings.Contains(err.Error(), "generation_config.json") {
 			t.Errorf("generation_config.json %s: got %v, want an error naming the file", bad, err)
 		}
+	}
+	// One that does not parse is ignored, as mlx_lm ignores it; the loader
+	// warns about it (issue 19).
+	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`not json`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	only := []int32{1} // tokenizer_config.json's eos_token and config.json's ids
+	for _, id := range cfg.EOSTokenIDs {
+		if !slices.Contains(only, int32(id)) {
+			only = append(only, int32(id))
+		}
+	}
+	if got, err := chat.StopTokens(dir, cfg, o.tok); err != nil || !slices.Equal(got, only) {
+		t.Errorf("generation_config.json not json: got %v, %v; want %v and no error", got, err, only)
 	}
 }
 

@@ -132,6 +132,10 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mlxgo lora: --backend %q is not compiled in (available: %s)\n", *name, strings.Join(backend.Names(), ", "))
 		return 2
 	}
+	if err := final.Check(); err != nil {
+		fmt.Fprintf(stderr, "mlxgo lora: %v\n", err)
+		return 2
+	}
 	stopProfile, err := startCPUProfile(*cpuProfile)
 	if err != nil {
 		fmt.Fprintf(stderr, "mlxgo lora: %v\n", err)

@@ -162,7 +162,7 @@ func TestLoRACLIErrors(t *testing.T) {
 		{"neither train nor test", []string{"lora", "--model", model, "--data", data}, 1, "at least one of --train or --test"},
 		{"no training set", []string{"lora", "--model", model, "--train", "--data", dir}, 1, "training set not found or empty"},
 		{"too many layers", []string{"lora", "--model", model, "--train", "--data", data, "--adapter-path", filepath.Join(dir, "a")}, 1, "requested to train 16 layers but the model only has 3"},
-		{"bad optimizer", []string{"lora", "--model", model, "--train", "--data", data, "--num-layers", "1", "--optimizer", "lion", "--adapter-path", filepath.Join(dir, "b")}, 1, `unsupported optimizer "lion"`},
+		{"bad optimizer", []string{"lora", "--model", model, "--train", "--data", data, "--num-layers", "1", "--optimizer", "lion", "--adapter-path", filepath.Join(dir, "b")}, 2, `optimizer "lion": want adam, adamw or sgd`}, // checked before the model loads (issue 19)
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -192,6 +192,16 @@ func TestLoadTestFlags(t *testing.T) {
 	}
 }
 
+// TestLoadTestUnreachable: a server that cannot be reached failed with
+// "1 errors ... no request was answered", naming neither the server nor
+// the cause (issue 19); the first error is in the message now.
+func TestLoadTestUnreachable(t *testing.T) {
+	rc, _, errOut := mlxgo("loadtest", "--url", "http://127.0.0.1:9", "--requests", "1", "--clients", "1")
+	if rc != 1 || !strings.Contains(errOut, "the first: ") || !strings.Contains(errOut, "127.0.0.1:9") {
+		t.Errorf("exit %d, stderr %q; want 1 and the first error, naming 127.0.0.1:9", rc, errOut)
+	}
+}
+
 // fixtureIDs maps textFixture's text back to its ids (one per character).
 func fixtureIDs(t *testing.T, text string) []int32 {
 	t.Helper()

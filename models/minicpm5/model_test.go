@@ -275,6 +275,11 @@ func TestBadInput(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got error %v, want one mentioning %q", err, c.want)
 			}
+			// The fixture is a llama checkpoint (model_type llama): errors said "minicpm5:"
+			// (issue 19); they say "model:".
+			if !strings.HasPrefix(err.Error(), "model: ") || strings.Contains(err.Error(), "minicpm5") {
+				t.Errorf("error %q: want the prefix \"model: \" and no \"minicpm5\"", err)
+			}
 		})
 	}
 	if cache[0].Offset() != 0 {

@@ -117,7 +117,11 @@ func (r *Report) Write(w io.Writer) {
 func (r *Report) Check() error {
 	var errs []string
 	if r.Errors > 0 {
-		errs = append(errs, fmt.Sprintf("%d errors besides deliberate 429s and malformed 400s", r.Errors))
+		e := fmt.Sprintf("%d errors besides deliberate 429s and malformed 400s", r.Errors)
+		if len(r.ErrorSamples) > 0 {
+			e += " (the first: " + r.ErrorSamples[0] + ")"
+		}
+		errs = append(errs, e)
 	}
 	if r.OK == 0 {
 		errs = append(errs, "no request was answered")
