@@ -39,13 +39,16 @@ decode steps, --prefill-concurrency prompts prefill at once, in chunks
 of --prefill-step tokens and of at most --prefill-budget tokens in all
 between two decode steps while sequences decode (a long prompt does not
 stall them); up to --queue-size more wait, and beyond that the server
-answers 429 with Retry-After. A client that disconnects cancels its sequence at once.
+answers 429 with Retry-After. A client that disconnects cancels its
+sequence at once.
 Finished sequences' KV caches are kept, up to --prompt-cache-bytes, and a
 request whose prompt starts with one of them prefills only the rest
 (usage.prompt_tokens_details.cached_tokens says how many were reused).
 With --prompt-cache-dir they outlive the server: saved there as prompt
 cache files (mlx_lm's format) when evicted and at shutdown, loaded at
 start; a file there made for another model stops the start, naming it.
+--adapter-path puts LoRA or DoRA adapters on the model, as for generate;
+--kv-cache takes the kinds batch generation holds (full).
 
 Request bodies are capped at --max-body-bytes (413 beyond); headers must
 arrive within 10 s and the whole request within 60 s; a client that reads
