@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/gguf"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/nn/turboquant"
 )
 
 // The context sweep (mlxgo bench --contexts): decode and prefill speed
@@ -43,7 +45,7 @@ import (
 // is bench/mlx_lm_driver.py --contexts (mlx_lm's caches and kv_bits).
 
 // Cache kinds of the context sweep.
-var ContextCaches = []string{"full", "quantized", "rotating"}
+var ContextCaches = []string{"full", "quantized", "rotating", "turbo"}
 
 // ContextOptions configure a context sweep.
 type ContextOptions struct {
@@ -168,16 +170,23 @@ func ParseContexts(s string) ([]int, error) {
 }
 
 // ContextCacheOptions returns the cache options of a kind: the full cache,
-// a quantized one (bits, groupSize, quantized from the start) or a
-// rotating one of maxKVSize slots.
+// a quantized one (bits, groupSize, quantized from the start), a rotating
+// one of maxKVSize slots, or TurboQuant ("turbo", k8v3, or
+// "turbo:k<K>v<V>"; read deferred).
 func ContextCacheOptions(kind string, bits, groupSize, maxKVSize int) (nn.CacheOptions, error) {
 	var o nn.CacheOptions
-	switch kind {
-	case "full":
-	case "quantized":
+	switch {
+	case kind == "full":
+	case kind == "quantized":
 		o = nn.CacheOptions{KVBits: bits, KVGroupSize: groupSize}
-	case "rotating":
+	case kind == "rotating":
 		o = nn.CacheOptions{MaxKVSize: maxKVSize}
+	case kind == "turbo" || strings.HasPrefix(kind, "turbo:"):
+		s, err := turboquant.ParseScheme(kind)
+		if err != nil {
+			return o, err
+		}
+		o = nn.CacheOptions{Turbo: s}
 	default:
 		return o, fmt.Errorf("KV cache kind %q: want one of %s", kind, strings.Join(ContextCaches, ", "))
 	}
@@ -191,6 +200,9 @@ func contextCacheName(kind string, bits, groupSize, maxKVSize int) string {
 		return fmt.Sprintf("quantized %d-bit g%d", bits, groupSize)
 	case "rotating":
 		return fmt.Sprintf("rotating %d", maxKVSize)
+	}
+	if o, err := ContextCacheOptions(kind, bits, groupSize, maxKVSize); err == nil && o.Turbo != (turboquant.Scheme{}) {
+		return o.Turbo.String() + " deferred"
 	}
 	return "full"
 }
@@ -357,8 +369,17 @@ func RunContext(o ContextOptions) (*ContextResult, error) {
 			o.Reps, o.Warmup, o.DecodeTokens, o.Prefill, len(o.Contexts), len(o.Caches))
 	}
 	for _, k := range o.Caches {
-		if _, err := ContextCacheOptions(k, o.KVBits, o.KVGroupSize, o.MaxKVSize); err != nil {
+		co, err := ContextCacheOptions(k, o.KVBits, o.KVGroupSize, o.MaxKVSize)
+		if err != nil {
 			return nil, fmt.Errorf("bench: --kv-cache %s: %w", k, err)
+		}
+		if co.Turbo != (turboquant.Scheme{}) {
+			// Named here rather than as a failed row of every configuration.
+			if cfg, err := checkpoint.LoadConfig(o.Model); err == nil {
+				if err := turboquant.CheckHeadDim(cfg.HeadDim); err != nil {
+					return nil, fmt.Errorf("bench: --kv-cache %s: %w (the head_dim of %s/config.json)", k, err, o.Model)
+				}
+			}
 		}
 	}
 	host, _ := os.Hostname()
@@ -405,29 +426,46 @@ func RunContext(o ContextOptions) (*ContextResult, error) {
 				o.logf("mlx_lm skipped: no python virtualenv")
 				continue
 			}
+			var kinds []string
+			for _, kind := range o.Caches {
+				if isTurbo(kind) {
+					res.Notes = append(res.Notes, fmt.Sprintf("mlx_lm has no TurboQuant cache: no mlx_lm row for %s", kind))
+				} else {
+					kinds = append(kinds, kind)
+				}
+			}
+			for _, kind := range kinds {
+				argv := append([]string{o.Python, o.Driver, "--model", o.Model, "--kv-cache", kind}, plan...)
+				o.logf("=== %s, %s cache: contexts %v, prefill %d, %d decode tokens, %d warm-up + %d reps", name, kind, o.Contexts, o.Prefill, o.DecodeTokens, o.Warmup, o.Reps)
+				res.Rows = append(res.Rows, o.contextRow(name, kind, argv))
+			}
+			continue
 		default:
 			if _, _, err := ParseConfig(name); err != nil {
 				return nil, err
 			}
 		}
 		for _, kind := range o.Caches {
-			var argv []string
-			if name == "mlx_lm" {
-				argv = append([]string{o.Python, o.Driver, "--model", o.Model, "--kv-cache", kind}, plan...)
-			} else {
-				argv = append(append(slices.Clone(o.Self), "--context-child", "--config", name, "--model", o.Model, "--kv-cache", kind), plan...)
-			}
+			argv := append(append(slices.Clone(o.Self), "--context-child", "--config", name, "--model", o.Model, "--kv-cache", kind), plan...)
 			o.logf("=== %s, %s cache: contexts %v, prefill %d, %d decode tokens, %d warm-up + %d reps", name, kind, o.Contexts, o.Prefill, o.DecodeTokens, o.Warmup, o.Reps)
-			row := o.runContextChild(argv)
-			row.Config, row.Kind = name, kind
-			if row.Err != "" {
-				o.logf("%s, %s cache failed: %s", name, kind, row.Err)
-			}
-			res.Rows = append(res.Rows, row)
+			res.Rows = append(res.Rows, o.contextRow(name, kind, argv))
 		}
 	}
 	res.LoadAvgEnd = loadAvg()
 	return res, nil
+}
+
+// isTurbo reports whether a kind is TurboQuant.
+func isTurbo(kind string) bool { return kind == "turbo" || strings.HasPrefix(kind, "turbo:") }
+
+// contextRow runs one child (argv) of configuration name on one kind.
+func (o *ContextOptions) contextRow(name, kind string, argv []string) ContextRow {
+	row := o.runContextChild(argv)
+	row.Config, row.Kind = name, kind
+	if row.Err != "" {
+		o.logf("%s, %s cache failed: %s", name, kind, row.Err)
+	}
+	return row
 }
 
 func (o *ContextOptions) logf(format string, a ...any) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/nn/turboquant"
 )
 
 func TestParseContexts(t *testing.T) {
@@ -49,7 +50,10 @@ func TestContextCacheOptions(t *testing.T) {
 		{"full", nn.CacheOptions{}, ""},
 		{"quantized", nn.CacheOptions{KVBits: 8, KVGroupSize: 64}, ""},
 		{"rotating", nn.CacheOptions{MaxKVSize: 4096}, ""},
-		{"turbo", nn.CacheOptions{}, "want one of full, quantized, rotating"},
+		{"turbo", nn.CacheOptions{Turbo: turboquant.Scheme{KBits: 8, VBits: 3}}, ""},
+		{"turbo:k4v2", nn.CacheOptions{Turbo: turboquant.Scheme{KBits: 4, VBits: 2}}, ""},
+		{"turbo:k3v3", nn.CacheOptions{}, "key bits 3"},
+		{"paged", nn.CacheOptions{}, "want one of full, quantized, rotating, turbo"},
 	} {
 		t.Run(c.kind, func(t *testing.T) {
 			got, err := ContextCacheOptions(c.kind, 8, 64, 4096)
@@ -148,5 +152,15 @@ func TestContextChild(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// TestRunContextTurboHeadDim: a TurboQuant kind on a checkpoint whose
+// head_dim TurboQuant does not offer is an error naming both before any
+// child runs.
+func TestRunContextTurboHeadDim(t *testing.T) {
+	_, err := RunContext(ContextOptions{Model: fixture, Configs: []string{"cpu-fast"}, Contexts: []int{64}, Caches: []string{"turbo:k4v2"}, Reps: 1, DecodeTokens: 3, Prefill: 16})
+	if err == nil || !strings.Contains(err.Error(), "--kv-cache turbo:k4v2: turboquant: head_dim 32 is not supported") || !strings.Contains(err.Error(), fixture) {
+		t.Errorf("got %v, want the head_dim and the checkpoint named", err)
 	}
 }

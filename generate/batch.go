@@ -104,7 +104,9 @@ type SequenceOptions struct {
 	// non-nil slice: none).
 	StopTokens []int32
 	// Prefix, when not nil, holds the caches of the prompt's first tokens,
-	// one *nn.FullKVCache per layer, all at one Offset n with
+	// one per layer (a *nn.FullKVCache, or for a batch of quantized or
+	// TurboQuant row caches one of that kind: nn.BatchKVCache.SeedRow),
+	// all at one Offset n with
 	// 0 < n < len(prompt) (a finished sequence's BatchToken.Cache, a
 	// session's caches): the sequence starts from a copy of their first n
 	// slots and only the rest of the prompt is prefilled (mlx_lm's insert
@@ -138,7 +140,8 @@ type BatchToken struct {
 	// FinishLength; the sequence is then gone from the generator.
 	FinishReason string
 	// Cache, with BatchOptions.ReturnCaches and a FinishReason, is the
-	// sequence's cache, one nn.FullKVCache per layer (BatchKVCache.Extract):
+	// sequence's cache, one per layer (BatchKVCache.Extract: a FullKVCache,
+	// a RotatingKVCache, or the row's quantized or TurboQuant cache):
 	// its prompt and every token handed out, this one included, which a
 	// one-sequence generation can continue. It belongs to the caller, who
 	// releases it. (It may share memory with the batch's buffers until
@@ -218,6 +221,12 @@ type BatchGenerator struct {
 type batchPart struct {
 	rows  []*batchSeq
 	cache []*nn.BatchKVCache
+	// next holds the rows' next tokens ([B] int32 on the backend) when the
+	// last step picked them there (every row greedy, without processors or
+	// log-probabilities); the rows' next fields are stale then. The next
+	// step is built on them and started before they are read back, as
+	// mlx_lm's GenerationBatch keeps its tokens lazy behind async_eval.
+	next backend.Array
 }
 
 type batchSeq struct {
@@ -404,12 +413,9 @@ func (g *BatchGenerator) copyPrefixes(pending []*batchSeq, prompts [][]int32, se
 			}
 			n := len(s.context)
 			for l, c := range o.Prefix {
-				st := c.State()
-				k, v := st[0], st[1]
-				ks, vs := k.Shape(), v.Shape()
-				k = g.b.Slice(k, []int{0, 0, 0, 0}, []int{1, ks[1], n, ks[3]})
-				v = g.b.Slice(v, []int{0, 0, 0, 0}, []int{1, vs[1], n, vs[3]})
-				s.prefix[l].Update(k, v)
+				if err := s.prefix[l].SeedRow(c, n); err != nil {
+					return fmt.Errorf("generate: prompt %d: prefix cache %d: %w", i, l, err)
+				}
 			}
 		}
 		return nil
@@ -432,13 +438,10 @@ func (g *BatchGenerator) copyPrefixes(pending []*batchSeq, prompts [][]int32, se
 func prefixLen(prefix []nn.KVCache, use, m int) (int, error) {
 	held := prefix[0].Offset()
 	for l, c := range prefix {
-		if _, ok := c.(*nn.FullKVCache); !ok {
-			return 0, fmt.Errorf("prefix cache %d is a %T, want *nn.FullKVCache", l, c)
-		}
 		if c.Offset() != held {
 			return 0, fmt.Errorf("prefix cache %d holds %d tokens, cache 0 holds %d", l, c.Offset(), held)
 		}
-		if len(c.State()) != 2 {
+		if c.State() == nil {
 			return 0, fmt.Errorf("prefix cache %d is empty", l)
 		}
 	}
@@ -561,6 +564,7 @@ func (g *BatchGenerator) Close() {
 		defer backend.Recover(&err)
 		for _, p := range []*batchPart{&g.prompt, &g.gen, &g.ready} {
 			release(p.cache)
+			g.b.Release(p.next)
 			*p = batchPart{}
 		}
 		for _, s := range g.queue {
@@ -602,6 +606,9 @@ func (g *BatchGenerator) states() []backend.Array {
 	for _, p := range []*batchPart{&g.prompt, &g.gen, &g.ready} {
 		for _, c := range p.cache {
 			out = append(out, c.State()...)
+		}
+		if p.next != nil {
+			out = append(out, p.next)
 		}
 	}
 	for _, s := range g.queue {
@@ -709,6 +716,19 @@ func (g *BatchGenerator) extend(p *batchPart, q batchPart) error {
 		*p = q
 		return nil
 	}
+	switch {
+	case p.next != nil && q.next != nil:
+		old := []backend.Array{p.next, q.next}
+		p.next = g.b.Concatenate(0, p.next, q.next)
+		g.b.Release(old...)
+	case p.next != nil || q.next != nil:
+		if err := g.settle(p); err != nil {
+			return err
+		}
+		if err := g.settle(&q); err != nil {
+			return err
+		}
+	}
 	for i, c := range p.cache {
 		if err := c.Extend(q.cache[i]); err != nil {
 			return err
@@ -720,6 +740,9 @@ func (g *BatchGenerator) extend(p *batchPart, q batchPart) error {
 
 // split moves the rows idx (ascending) of p into a part of their own.
 func (g *BatchGenerator) split(p *batchPart, idx []int) (batchPart, error) {
+	if err := g.settle(p); err != nil {
+		return batchPart{}, err
+	}
 	q := batchPart{cache: make([]*nn.BatchKVCache, len(p.cache))}
 	for _, i := range idx {
 		q.rows = append(q.rows, p.rows[i])
@@ -753,6 +776,7 @@ func (g *BatchGenerator) split(p *batchPart, idx []int) (batchPart, error) {
 func (g *BatchGenerator) filter(p *batchPart, keep []int) error {
 	if len(keep) == 0 {
 		release(p.cache)
+		g.b.Release(p.next)
 		*p = batchPart{}
 		return nil
 	}
@@ -765,7 +789,34 @@ func (g *BatchGenerator) filter(p *batchPart, keep []int) error {
 			return err
 		}
 	}
+	if p.next != nil {
+		idx := make([]int32, len(keep))
+		for i, k := range keep {
+			idx[i] = int32(k)
+		}
+		old := p.next
+		p.next = g.b.Take(p.next, g.b.FromHost(tensor.FromInt32(tensor.Shape{len(idx)}, idx)), 0)
+		g.b.Release(old)
+	}
 	p.rows = rows
+	return nil
+}
+
+// settle reads p's tokens picked on the backend (batchPart.next) back into
+// its rows.
+func (g *BatchGenerator) settle(p *batchPart) error {
+	if p.next == nil {
+		return nil
+	}
+	h, err := g.b.ToHost(p.next)
+	if err != nil {
+		return err
+	}
+	for i, s := range p.rows {
+		s.next, s.nextLP = h.Int32s()[i], nil
+	}
+	g.b.Release(p.next)
+	p.next = nil
 	return nil
 }
 
@@ -847,12 +898,30 @@ func (g *BatchGenerator) decode() ([]BatchToken, error) {
 		tok int32
 		lp  []float32
 	}
+	if g.gen.next != nil && onHost(&g.gen) {
+		if err := g.settle(&g.gen); err != nil {
+			return nil, fmt.Errorf("generate: batch decode step: %w", err)
+		}
+	}
 	cur := make([]prev, len(g.gen.rows))
 	for i, s := range g.gen.rows {
 		cur[i] = prev{s.next, s.nextLP}
 	}
+	lazy := g.gen.next
 	if err := g.forward(&g.gen); err != nil {
 		return nil, err
+	}
+	if lazy != nil {
+		// The step on lazy has started; now its tokens are read back.
+		h, err := g.b.ToHost(lazy)
+		if err != nil {
+			return nil, fmt.Errorf("generate: batch decode step: %w", err)
+		}
+		for i, s := range g.gen.rows {
+			cur[i].tok = h.Int32s()[i]
+			s.context = append(s.context, cur[i].tok)
+		}
+		g.b.Release(lazy)
 	}
 	out := make([]BatchToken, len(g.gen.rows))
 	var keep []int
@@ -887,27 +956,48 @@ func (g *BatchGenerator) decode() ([]BatchToken, error) {
 	return out, nil
 }
 
+// onHost reports whether p's step samples on the host: unless every row is
+// greedy, without processors, and wants no log-probabilities
+// (BatchOptions.NoLogprobs).
+func onHost(p *batchPart) bool {
+	for _, s := range p.rows {
+		if s.wantLP || !s.sampler.Greedy() || s.processors.Enabled() {
+			return true
+		}
+	}
+	return false
+}
+
 // forward is GenerationBatch._step on part p: the rows' next tokens go
 // through the model, each row's processors and sampler give its new next
 // token (row order, so rows sharing the random state draw in that order).
 func (g *BatchGenerator) forward(p *batchPart) error {
 	B := len(p.rows)
-	in := make([]int32, B)
-	for i, s := range p.rows {
-		in[i] = s.next
+	host := onHost(p)
+	if host {
+		if err := g.settle(p); err != nil {
+			return fmt.Errorf("generate: batch decode step: %w", err)
+		}
 	}
-	for i, s := range p.rows {
-		s.context = append(s.context, in[i])
+	// lazy: the input tokens are still on the backend (decode reads them
+	// back, and adds them to the rows' context, after this step started).
+	lazy := p.next
+	var in []int32
+	if lazy == nil {
+		in = make([]int32, B)
+		for i, s := range p.rows {
+			in[i] = s.next
+			s.context = append(s.context, s.next)
+		}
 	}
-	// The step samples on the host unless every row is greedy, without
-	// processors, and wants no log-probabilities (BatchOptions.NoLogprobs).
-	host := false
-	for _, s := range p.rows {
-		host = host || s.wantLP || !s.sampler.Greedy() || s.processors.Enabled()
-	}
-	var lp, picked *tensor.Dense
+	var lp *tensor.Dense
 	err := g.scoped(func() error {
-		x := g.b.FromHost(tensor.FromInt32(tensor.Shape{B, 1}, in))
+		var x backend.Array
+		if lazy != nil {
+			x = g.b.Reshape(lazy, B, 1)
+		} else {
+			x = g.b.FromHost(tensor.FromInt32(tensor.Shape{B, 1}, in))
+		}
 		logits, err := g.m.BatchLogits(x, p.cache)
 		if err != nil {
 			return err
@@ -926,8 +1016,15 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 		}
 		out := g.b.Binary(backend.Subtract, logits, g.b.LogSumExp(logits, -1, true))
 		if !host {
-			picked, err = g.b.ToHost(g.b.Argmax(out, -1, false))
-			return err
+			p.next = g.b.AsType(g.b.Argmax(out, -1, false), tensor.I32)
+			if a, ok := g.b.(backend.AsyncEvaler); ok {
+				st := []backend.Array{p.next}
+				for _, c := range p.cache {
+					st = append(st, c.State()...)
+				}
+				return a.AsyncEval(st...)
+			}
+			return g.b.Eval(p.next)
 		}
 		lp, err = g.b.ToHost(out)
 		return err
@@ -936,9 +1033,6 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 		return fmt.Errorf("generate: batch decode step: %w", err)
 	}
 	if !host {
-		for i, s := range p.rows {
-			s.next, s.nextLP = int32(picked.Uint32s()[i]), nil
-		}
 		return nil
 	}
 	rows := lp.ToFloat32()
@@ -1029,7 +1123,9 @@ func BatchGenerate(m BatchModel, prompts [][]int32, opts BatchOptions, seqs []Se
 			}
 			if t.FinishReason != FinishStop {
 				res[i].Tokens = append(res[i].Tokens, t.Token)
-				res[i].Logprobs = append(res[i].Logprobs, t.Logprobs[t.Token])
+				if t.Logprobs != nil { // nil under BatchOptions.NoLogprobs
+					res[i].Logprobs = append(res[i].Logprobs, t.Logprobs[t.Token])
+				}
 			}
 			res[i].FinishReason = t.FinishReason
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -39,6 +40,9 @@ type batchFixture struct {
 	Steps         [][]int   `json:"steps"`
 	Alone         [][]int32 `json:"alone"`
 	AloneEqual    []bool    `json:"alone_equal"`
+	// MaxKVSize > 0: the rows on rotating caches of that window (mlx_lm's
+	// BatchRotatingKVCache).
+	MaxKVSize int `json:"max_kv_size"`
 }
 
 // batchRun is what the generator handed out, in the fixture's terms.
@@ -49,10 +53,11 @@ type batchRun struct {
 	steps    [][]int
 }
 
-func runBatchFixture(t *testing.T, m generate.BatchModel, f *batchFixture) batchRun {
+func runBatchFixture(t *testing.T, m generate.BatchModel, f *batchFixture, noLogprobs bool) batchRun {
 	t.Helper()
 	opts := generate.BatchOptions{StopTokens: f.StopTokens, PrefillStepSize: f.PrefillStepSize,
-		PrefillBatchSize: f.PrefillBatchSize, CompletionBatchSize: f.CompletionBatchSize, Seed: f.Seed}
+		PrefillBatchSize: f.PrefillBatchSize, CompletionBatchSize: f.CompletionBatchSize, Seed: f.Seed,
+		NoLogprobs: noLogprobs}
 	seqs := make([]generate.SequenceOptions, len(f.Prompts))
 	for i := range seqs {
 		seqs[i].MaxTokens = f.MaxTokens[i]
@@ -112,7 +117,8 @@ func runBatchFixture(t *testing.T, m generate.BatchModel, f *batchFixture) batch
 // (its logprobs differ from MLX's in the last bits: the largest difference
 // is logged); its bfloat16 runs are logged, not checked. Each greedy row is
 // also compared with Generate on that prompt alone (the fixture records that
-// mlx_lm's own rows equal generate_step's alone: alone_equal).
+// mlx_lm's own rows equal generate_step's alone: alone_equal). The rotating
+// case runs on rotating batch caches (max_kv_size).
 func TestBatchOracle(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(fixtureDir(), "batch", "*", "*.json"))
 	if len(files) == 0 {
@@ -138,20 +144,33 @@ func TestBatchOracle(t *testing.T) {
 				cas := strings.TrimSuffix(filepath.Base(file), ".json")
 				t.Run(ckpt+"/"+cas, func(t *testing.T) {
 					m := batchCheckpoint(t, b, ckpt)
-					got := runBatchFixture(t, m, &f)
+					view, err := m.WithCache(nn.CacheOptions{MaxKVSize: f.MaxKVSize})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got := runBatchFixture(t, view, &f, false)
 					exact := name != "cpu"
 					f32 := strings.HasSuffix(ckpt, "-f32")
 					report := t.Errorf
 					if !exact && !f32 {
 						report = t.Logf
 					}
-					for i := range f.Prompts {
-						if !slices.Equal(got.tokens[i], f.Tokens[i]) || got.finish[i] != f.FinishReasons[i] {
-							report("prompt %d: got %v (%s), want %v (%s)", i, got.tokens[i], got.finish[i], f.Tokens[i], f.FinishReasons[i])
+					checkTokens := func(got batchRun, how string) {
+						for i := range f.Prompts {
+							if !slices.Equal(got.tokens[i], f.Tokens[i]) || got.finish[i] != f.FinishReasons[i] {
+								report("%sprompt %d: got %v (%s), want %v (%s)", how, i, got.tokens[i], got.finish[i], f.Tokens[i], f.FinishReasons[i])
+							}
+						}
+						if fmt.Sprint(got.steps) != fmt.Sprint(f.Steps) {
+							report("%ssteps: got %v, want %v", how, got.steps, f.Steps)
 						}
 					}
-					if fmt.Sprint(got.steps) != fmt.Sprint(f.Steps) {
-						report("steps: got %v, want %v", got.steps, f.Steps)
+					checkTokens(got, "")
+					if cas == "greedy" {
+						// Without logprobs every row is picked on the backend and
+						// the next step starts before the tokens are read back
+						// (the pipelined path): the same tokens and steps.
+						checkTokens(runBatchFixture(t, view, &f, true), "NoLogprobs: ")
 					}
 					worst := checkLogprobs(t, file, &f, got, exact)
 					t.Logf("%s: logprob rows, largest |Δ| against mlx_lm %.3g", name, worst)

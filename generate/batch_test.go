@@ -244,11 +244,20 @@ func TestBatchGeneratorErrors(t *testing.T) {
 // hands out no token of the removed ones after the call, and Close gives
 // back every array the generator made.
 func TestBatchRemove(t *testing.T) {
+	// NoLogprobs: greedy rows are picked on the backend and kept there
+	// between steps (the pipelined path), so Remove and Close must take
+	// those arrays out too.
+	for _, noLP := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoLogprobs=%v", noLP), func(t *testing.T) { testBatchRemove(t, noLP) })
+	}
+}
+
+func testBatchRemove(t *testing.T, noLogprobs bool) {
 	b := cpuBackend(t)
 	m := batchCheckpoint(t, b, "optiq-f32")
 	prompts := batchPrompts(m.VocabSize(), 6, 3, 9, 4, 2)
 	before := b.Stats().LiveArrays
-	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3})
+	g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3, NoLogprobs: noLogprobs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +310,7 @@ func TestBatchRemove(t *testing.T) {
 	}
 
 	// Closed mid-run, with rows prefilling, generating and queued.
-	g, err = generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3})
+	g, err = generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 8, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3, NoLogprobs: noLogprobs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,9 @@ func (s *Session[C]) Append(tokens []int32, step int) error {
 }
 
 // Trim keeps the first n tokens and forgets the rest (the caches' offsets
-// move back; nothing is copied). n must be between 0 and Len.
+// move back; nothing is copied). n must be between 0 and Len. A cache that
+// cannot be trimmed (a rotating cache past its window) is an error, and the
+// session is released.
 func (s *Session[C]) Trim(n int) error {
 	if n < 0 || n > len(s.tokens) {
 		return fmt.Errorf("generate: trim to %d tokens, want 0 <= n <= %d (the tokens held)", n, len(s.tokens))
@@ -215,6 +217,10 @@ func (s *Session[C]) Trim(n int) error {
 		return nil
 	}
 	drop := len(s.tokens) - n
+	if i := untrimmable(s.cache); i >= 0 {
+		s.Release()
+		return fmt.Errorf("generate: cache %d is %s; the session was released", i, pastWindow)
+	}
 	for i, c := range s.cache {
 		if got := c.Trim(drop); got != drop {
 			s.Release()
@@ -230,15 +236,31 @@ func (s *Session[C]) Trim(n int) error {
 // prompt, but at most len(prompt)-1 tokens, so that at least one token runs
 // through the model to give the next logits, trims the rest, and returns
 // how many tokens it kept. The caller then generates from prompt[kept:].
-// With nothing in common the session is released (its caches reused
-// nothing); Unknown tokens match nothing.
+// With nothing in common, or tokens to drop from a cache that cannot be
+// trimmed (a rotating cache past its window), the session is released (its
+// caches reused nothing); Unknown tokens match nothing.
 func (s *Session[C]) Reuse(prompt []int32) (kept int, err error) {
 	kept = min(CommonPrefix(s.tokens, prompt), max(len(prompt)-1, 0))
-	if kept == 0 {
+	if kept == 0 || kept < len(s.tokens) && untrimmable(s.cache) >= 0 {
 		s.Release()
 		return 0, nil
 	}
 	return kept, s.Trim(kept)
+}
+
+// pastWindow says why untrimmable's cache cannot be trimmed.
+const pastWindow = "a rotating cache past its window: it evicted tokens that trimming would need back (mlx_lm's RotatingKVCache is not trimmable then)"
+
+// untrimmable returns the index of the first cache that cannot be trimmed
+// (a rotating cache that has evicted tokens, whose Trimmable is false), or
+// -1.
+func untrimmable[C Cache](cache []C) int {
+	for i, c := range cache {
+		if t, ok := any(c).(interface{ Trimmable() bool }); ok && !t.Trimmable() {
+			return i
+		}
+	}
+	return -1
 }
 
 // CommonPrefix is the length of the longest common prefix of a and b.

@@ -332,8 +332,14 @@ func speculate[C Cache](s *Session[C], m WindowModel[C], d Drafter, sp *speculat
 	return res, history, nil
 }
 
-// trimCaches drops the last n tokens of every cache.
+// trimCaches drops the last n tokens of every cache. A cache that cannot
+// be trimmed (a rotating cache past its window) is an error even for n = 0:
+// past its window a verify step sees another window than one-token steps
+// would, and the next rejected draft could not be trimmed.
 func trimCaches[C Cache](cache []C, n int) error {
+	if i := untrimmable(cache); i >= 0 {
+		return fmt.Errorf("generate: speculative decoding: cache %d is %s; keep the whole sequence in the window (prompt, max tokens and drafts)", i, pastWindow)
+	}
 	if n == 0 {
 		return nil
 	}

@@ -27,13 +27,19 @@ type specCase struct {
 	Prompt         []int32 `json:"prompt"`
 	Tokens         []int32 `json:"tokens"`
 	FromDraft      []bool  `json:"from_draft"`
+	// KVBits, KVGroupSize and QuantizedKVStart: speculative decoding on
+	// quantized caches (the target's and the draft's) when KVBits > 0.
+	KVBits           int `json:"kv_bits"`
+	KVGroupSize      int `json:"kv_group_size"`
+	QuantizedKVStart int `json:"quantized_kv_start"`
 }
 
 // TestSpeculativeOracle replays mlx_lm's speculative_generate_step cases:
 // the mlx backend must give its tokens and from_draft flags exactly on
 // every checkpoint (the same MLX CPU kernels), the cpu backend its tokens
 // and from_draft flags on the float32 checkpoints (where the oracle's
-// greedy margins exceed summation-order noise).
+// greedy margins exceed summation-order noise). Cases with kv_bits run on
+// quantized caches (nn.CacheOptions, the draft's too, as mlx_lm's).
 func TestSpeculativeOracle(t *testing.T) {
 	path := fixtureDir() + "/speculative/cases.json"
 	testenv.Need(t, path, "the oracle's speculative fixtures; run `make oracle`")
@@ -61,12 +67,21 @@ func TestSpeculativeOracle(t *testing.T) {
 			t.Run(be+"/"+strings.ReplaceAll(c.Name, "/", "_"), func(t *testing.T) {
 				m, b := loadTinyOn(t, be, c.Target)
 				d := loadTinyWith(t, b, c.Draft)
-				dm, err := generate.NewDraftModel[nn.KVCache](d)
+				o := nn.CacheOptions{KVBits: c.KVBits, KVGroupSize: c.KVGroupSize, QuantizedKVStart: c.QuantizedKVStart}
+				view, err := m.WithCache(o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dview, err := d.WithCache(o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dm, err := generate.NewDraftModel[nn.KVCache](dview)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer dm.Release()
-				s, _ := generate.NewSession[nn.KVCache](m)
+				s, _ := generate.NewSession[nn.KVCache](view)
 				defer s.Release()
 				opts := generate.SpeculativeOptions{
 					Options:        generate.Options{MaxTokens: c.MaxTokens, PrefillStepSize: c.PrefillStep},

@@ -16,6 +16,13 @@ import (
 // mx.random.seed and the same calls in the same order, the masks are
 // MLX's. p must be in [0, 1); p = 0 returns x itself, as MLX does.
 func Dropout(b backend.Backend, p float64, rng *generate.RNG) (func(x backend.Array) backend.Array, error) {
+	return DropoutKeys(b, p, rng.Next)
+}
+
+// DropoutKeys is Dropout with each call's key from next (a trainer that
+// recomputes a checkpointed block hands the recomputation the keys its
+// forward drew, so that both draw the same masks).
+func DropoutKeys(b backend.Backend, p float64, next func() [2]uint32) (func(x backend.Array) backend.Array, error) {
 	if !(p >= 0 && p < 1) {
 		return nil, fmt.Errorf("lora: dropout %g, want 0 <= p < 1", p)
 	}
@@ -25,7 +32,7 @@ func Dropout(b backend.Backend, p float64, rng *generate.RNG) (func(x backend.Ar
 			return x
 		}
 		s := x.Shape()
-		u := generate.Uniform(rng.Next(), s.Size())
+		u := generate.Uniform(next(), s.Size())
 		mask := make([]byte, len(u))
 		for i, v := range u {
 			if v < float32(keep) {

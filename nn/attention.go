@@ -62,17 +62,7 @@ func (a *Attention) ForwardTap(x backend.Array, mask backend.Mask, cache KVCache
 		tap("k", k)
 		tap("v", v)
 	}
-	var o backend.Array
-	if qc, ok := cache.(*QuantizedKVCache); ok {
-		o = qc.attend(q, k, v, a.Scale, mask)
-	} else if tc, ok := cache.(*TurboKVCache); ok {
-		o = tc.Attend(q, k, v, a.Scale, mask)
-	} else {
-		if cache != nil {
-			k, v = cache.Update(k, v)
-		}
-		o = b.ScaledDotProductAttention(q, k, v, a.Scale, mask)
-	}
+	o := attendCache(b, cache, q, k, v, a.Scale, mask)
 	if tap != nil {
 		tap("attn", o)
 	}

@@ -26,12 +26,24 @@ import (
 // BatchGenerator does: PrepareRightPadding before the chunk, Finalize after
 // it, which rolls each row right by its padding so that the row is
 // left-padded again.
+//
+// NewBatchCache makes the other kinds behind the same methods: mlx_lm's
+// BatchRotatingKVCache (a window shared by the left-padded rows), and
+// batches of quantized or TurboQuant caches, one per row, each holding only
+// its row's tokens (kvcache_batch_rows.go).
 type BatchKVCache struct {
 	b            backend.Backend
 	keys, values backend.Array // [B, Hk, capacity, D]; nil when empty
 	leftPadding  []int
 	idx          int
 	rightPadding []int // pending until Finalize; nil when none
+
+	// A batch of another kind (NewBatchCache) holds one cache per row
+	// instead of the shared buffers; its rows have no padding.
+	kind CacheOptions
+	rows []KVCache
+	// A rotating batch (NewBatchRotatingKVCache) has this too.
+	rot *batchRotating
 }
 
 // NewBatchKVCache returns an empty cache of len(leftPadding) rows with the
@@ -45,8 +57,17 @@ func NewBatchKVCache(b backend.Backend, leftPadding []int) *BatchKVCache {
 func (c *BatchKVCache) Rows() int { return len(c.leftPadding) }
 
 // Offset returns the write index: the slots every row has used, left
-// padding included (mlx_lm's _idx).
-func (c *BatchKVCache) Offset() int { return c.idx }
+// padding included (mlx_lm's _idx). For a batch of row caches it is the
+// largest row offset.
+func (c *BatchKVCache) Offset() int {
+	if c.rows != nil {
+		return slices.Max(append(c.rowOffsets(), 0))
+	}
+	if c.rot != nil {
+		return c.rot.total
+	}
+	return c.idx
+}
 
 // LeftPadding returns a copy of each row's left padding.
 func (c *BatchKVCache) LeftPadding() []int { return append([]int{}, c.leftPadding...) }
@@ -54,6 +75,12 @@ func (c *BatchKVCache) LeftPadding() []int { return append([]int{}, c.leftPaddin
 // Offsets returns each row's position of its next token (mlx_lm's offset
 // array): Offset() − LeftPadding()[r].
 func (c *BatchKVCache) Offsets() []int {
+	if c.rows != nil {
+		return c.rowOffsets()
+	}
+	if c.rot != nil {
+		return slices.Clone(c.rot.offsets)
+	}
 	out := make([]int, len(c.leftPadding))
 	for r, p := range c.leftPadding {
 		out[r] = c.idx - p
@@ -66,8 +93,8 @@ func (c *BatchKVCache) Offsets() []int {
 // scope open at the time.
 func (c *BatchKVCache) RoPEOffset() backend.Offset {
 	off := make([]int32, len(c.leftPadding))
-	for r, p := range c.leftPadding {
-		off[r] = int32(c.idx - p)
+	for r, o := range c.Offsets() {
+		off[r] = int32(o)
 	}
 	return backend.Offset{Rows: c.b.FromHost(tensor.FromInt32(tensor.Shape{len(off)}, off))}
 }
@@ -84,10 +111,22 @@ func (c *BatchKVCache) Capacity() int {
 // steps of KVStep slots, cut to the write index first when it is not a
 // multiple of KVStep), writes k and v ([B, Hk, L, D], B = Rows) at the
 // write index and returns every row's slots up to the new index. A batch
-// size other than Rows panics with a *backend.OpError.
+// size other than Rows panics with a *backend.OpError. A batch of row
+// caches (NewBatchCache) updates its one row's cache when it has one row;
+// with more its rows' lengths differ and only Attend can read it: Update
+// panics with a *backend.OpError.
 func (c *BatchKVCache) Update(k, v backend.Array) (backend.Array, backend.Array) {
+	if c.rows != nil {
+		if len(c.rows) != 1 || k.Shape()[0] != 1 {
+			panic(backend.Errorf("BatchKVCache.Update", []backend.Array{k, v}, "a %s batch of %d rows holds rows of different lengths: read it through Attend", c.kind.kindName(), len(c.rows)))
+		}
+		return c.rows[0].Update(k, v)
+	}
 	if B := k.Shape()[0]; B != len(c.leftPadding) || v.Shape()[0] != B {
 		panic(backend.Errorf("BatchKVCache.Update", []backend.Array{k, v}, "keys and values have %d and %d rows, the cache %d", B, v.Shape()[0], len(c.leftPadding)))
+	}
+	if c.rot != nil {
+		return c.rotUpdate(k, v)
 	}
 	var keys, values backend.Array
 	c.keys, c.values, keys, values = appendKV(c.b, c.keys, c.values, k, v, c.idx)
@@ -100,14 +139,29 @@ func (c *BatchKVCache) replace(old, next backend.Array) backend.Array {
 	return next
 }
 
+// Attend appends k and v ([B, Hk, L, D]) and attends q ([B, H, L, D]) to
+// every stored key: Update then the fused SDPA under mask for the shared
+// buffer; for a batch of row caches each row through its own cache, its
+// right padding left out (the padded positions' outputs are zeros) and mask
+// ignored (each row's cache gives its own, as alone).
+func (c *BatchKVCache) Attend(q, k, v backend.Array, scale float32, mask backend.Mask) backend.Array {
+	return attendCache(c.b, c, q, k, v, scale, mask)
+}
+
 // Mask is make_mask (create_causal_mask with the write index as offset and
 // the left padding): a Bool [B, 1, L, Offset()+L] array, true where query i
 // of row r may see key j: j <= Offset()+i and j >= LeftPadding[r]. Unlike
 // FullKVCache it is an array for L == 1 too, as in mlx_lm. Right padding is
 // not masked: right-padded tokens come after a row's real ones, which the
 // causal rule already hides from them. The array is made in the scope open
-// at the time.
+// at the time. A batch of row caches returns NoMask: Attend masks each row.
 func (c *BatchKVCache) Mask(L int) backend.Mask {
+	if c.rows != nil {
+		return backend.NoMask{}
+	}
+	if c.rot != nil {
+		return c.rotMask(L)
+	}
 	B, S := len(c.leftPadding), c.idx+L
 	m := tensor.New(tensor.Bool, tensor.Shape{B, 1, L, S})
 	for r, p := range c.leftPadding {
@@ -122,8 +176,17 @@ func (c *BatchKVCache) Mask(L int) backend.Mask {
 }
 
 // State returns the key and value buffers (full capacity), or nil when
-// empty. The padding and offsets live on the host.
+// empty. The padding and offsets live on the host. A batch of row caches
+// returns its rows' states, in row order (converting those due, as each
+// row's State does).
 func (c *BatchKVCache) State() []backend.Array {
+	if c.rows != nil {
+		var out []backend.Array
+		for _, rc := range c.rows {
+			out = append(out, rc.State()...)
+		}
+		return out
+	}
 	if c.keys == nil {
 		return nil
 	}
@@ -131,8 +194,21 @@ func (c *BatchKVCache) State() []backend.Array {
 }
 
 // Trim moves the write index (and so every row's offset) back by up to n
-// slots and returns how many.
+// slots and returns how many; a batch of row caches trims every row by up
+// to n and returns the least any row forgot.
 func (c *BatchKVCache) Trim(n int) int {
+	if c.rows != nil {
+		least := -1
+		for _, rc := range c.rows {
+			if m := rc.Trim(n); least < 0 || m < least {
+				least = m
+			}
+		}
+		return max(least, 0)
+	}
+	if c.rot != nil {
+		return c.rotTrim(n)
+	}
 	n = max(0, min(n, c.idx))
 	c.idx -= n
 	return n
@@ -141,8 +217,17 @@ func (c *BatchKVCache) Trim(n int) int {
 // Release frees the buffers and empties the cache; the rows and their
 // padding stay.
 func (c *BatchKVCache) Release() {
+	for _, rc := range c.rows {
+		rc.Release()
+	}
 	c.b.Release(c.keys, c.values)
 	c.keys, c.values, c.idx, c.rightPadding = nil, nil, 0, nil
+	if r := c.rot; r != nil {
+		for i, p := range c.leftPadding {
+			r.offsets[i] = -p
+		}
+		r.total, r.rotated, r.pad, r.lengths = 0, false, nil, nil
+	}
 }
 
 // PrepareRightPadding announces that the next Update(s), until Finalize,
@@ -159,7 +244,9 @@ func (c *BatchKVCache) PrepareRightPadding(pad []int) error {
 		}
 		any = any || p > 0
 	}
-	if any {
+	if any && c.rot != nil {
+		c.rot.pad, c.rot.lengths = slices.Clone(pad), nil
+	} else if any {
 		c.rightPadding = append([]int{}, pad...)
 	}
 	return nil
@@ -170,9 +257,13 @@ func (c *BatchKVCache) PrepareRightPadding(pad []int) error {
 // padding over the whole capacity, so the padded tokens wrap to slots the
 // mask hides, and the row's left padding grows by as much.
 func (c *BatchKVCache) Finalize() {
+	if c.rot != nil {
+		c.rotFinalize()
+		return
+	}
 	pad := c.rightPadding
 	c.rightPadding = nil
-	if pad == nil {
+	if pad == nil || c.rows != nil {
 		return
 	}
 	if c.keys != nil {
@@ -217,15 +308,16 @@ func (c *BatchKVCache) Filter(keep []int) error { return c.filter(keep, true) }
 // filter is Filter; with owned false the buffers are shared with another
 // cache and not released when replaced.
 func (c *BatchKVCache) filter(keep []int, owned bool) error {
-	if len(keep) == 0 {
-		return fmt.Errorf("batch cache: filter keeps no rows (release the cache instead)")
+	if err := c.checkKeep(keep, "filter"); err != nil {
+		return err
 	}
-	seen := make(map[int]bool, len(keep))
-	for _, r := range keep {
-		if r < 0 || r >= len(c.leftPadding) || seen[r] {
-			return fmt.Errorf("batch cache: filter row %d, want distinct rows in [0, %d)", r, len(c.leftPadding))
-		}
-		seen[r] = true
+	if c.rows != nil {
+		c.filterRows(keep)
+		return nil
+	}
+	if c.rot != nil {
+		c.rotFilter(keep, owned)
+		return nil
 	}
 	if c.keys != nil {
 		idx := make([]int32, len(keep))
@@ -277,6 +369,18 @@ func (c *BatchKVCache) filter(keep []int, owned bool) error {
 func (c *BatchKVCache) Extend(other *BatchKVCache) error {
 	if c.rightPadding != nil || other.rightPadding != nil {
 		return fmt.Errorf("batch cache: extend between PrepareRightPadding and Finalize")
+	}
+	if err := c.sameKind(other); err != nil {
+		return err
+	}
+	if c.rot != nil {
+		return c.rotExtend(other)
+	}
+	if c.rows != nil {
+		c.rows = append(c.rows, other.rows...)
+		c.leftPadding = append(c.leftPadding, other.leftPadding...)
+		other.rows, other.leftPadding = []KVCache{}, nil // its rows now belong to c
+		return nil
 	}
 	defer func() {
 		other.keys, other.values, other.idx, other.leftPadding = nil, nil, 0, nil
@@ -363,12 +467,19 @@ func (c *BatchKVCache) padSlots(x backend.Array, left, right int) backend.Array 
 	return out
 }
 
-// Extract returns row r as a one-sequence FullKVCache holding its tokens
-// (the slots from its left padding to the write index), mlx_lm's extract.
+// Extract returns row r as a one-sequence cache holding its tokens: a
+// FullKVCache of the slots from its left padding to the write index
+// (mlx_lm's extract), or for a batch of row caches a fork of row r's cache.
 // The cache itself is unchanged.
-func (c *BatchKVCache) Extract(r int) (*FullKVCache, error) {
+func (c *BatchKVCache) Extract(r int) (KVCache, error) {
 	if r < 0 || r >= len(c.leftPadding) {
 		return nil, fmt.Errorf("batch cache: extract row %d of %d", r, len(c.leftPadding))
+	}
+	if c.rows != nil {
+		return forkCache(c.rows[r]), nil
+	}
+	if c.rot != nil {
+		return c.rotExtract(r)
 	}
 	out := NewFullKVCache(c.b)
 	p := c.leftPadding[r]
@@ -389,6 +500,12 @@ func (c *BatchKVCache) Extract(r int) (*FullKVCache, error) {
 func (c *BatchKVCache) Split(idx []int) (*BatchKVCache, error) {
 	if c.rightPadding != nil {
 		return nil, fmt.Errorf("batch cache: split between PrepareRightPadding and Finalize")
+	}
+	if c.rows != nil {
+		return c.splitRows(idx)
+	}
+	if c.rot != nil {
+		return c.rotSplit(idx)
 	}
 	out := &BatchKVCache{b: c.b, keys: c.keys, values: c.values, leftPadding: slices.Clone(c.leftPadding), idx: c.idx}
 	var keep []int

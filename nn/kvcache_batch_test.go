@@ -9,6 +9,7 @@ import (
 	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/nn/turboquant"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -80,7 +81,7 @@ func batchExtract(t *testing.T, b backend.Backend, c *nn.BatchKVCache, r int) []
 		t.Fatal(err)
 	}
 	defer e.Release()
-	return batchTokens(t, b, e)
+	return batchTokens(t, b, e.(*nn.FullKVCache))
 }
 
 // TestBatchKVCacheMask: create_causal_mask(N=2, offset=3, left_padding=[1, 0])
@@ -283,5 +284,149 @@ func TestRoPERowOffsets(t *testing.T) {
 	}()
 	if err == nil || !strings.Contains(err.Error(), "dynamic needs a scalar offset") {
 		t.Errorf("dynamic RoPE with per-row offsets: got %v, want the scalar-offset error", err)
+	}
+}
+
+// TestBatchRotatingExtract: a rotating batch of window 4 (rows left-padded
+// by 1 and 0) takes a 3-token chunk and 3 single tokens, wrapping its write
+// index; as mlx_lm's BatchRotatingKVCache, the offsets and left paddings
+// move (the paddings past 0 as evicted slots are counted off), and each
+// row extracts to a RotatingKVCache of keep 0 holding its last 4 tokens in
+// temporal order: the offsets [5 6], paddings [-1 -2] and extracted keys
+// mlx_lm 0.32.2's BatchRotatingKVCache gives for the same calls.
+func TestBatchRotatingExtract(t *testing.T) {
+	b := newBatchCPU(t)
+	c, err := nn.NewBatchRotatingKVCache(b, 4, []int{1, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	k, v := batchKV(b, 2, 3, 0)
+	c.Update(k, v)
+	for s := range 3 {
+		k, v := batchKV(b, 2, 1, float32(50000+10000*s))
+		c.Update(k, v)
+	}
+	if got, want := c.Offsets(), []int{5, 6}; !slices.Equal(got, want) {
+		t.Errorf("offsets %v, want %v", got, want)
+	}
+	if got, want := c.LeftPadding(), []int{-1, -2}; !slices.Equal(got, want) {
+		t.Errorf("left padding %v, want %v", got, want)
+	}
+	for r := range 2 {
+		e, err := c.Extract(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, ok := e.(*nn.RotatingKVCache)
+		if !ok || rc.Keep() != 0 || rc.MaxSize() != 4 || rc.Offset() != 5+r {
+			t.Fatalf("row %d: extracted %T (keep %d, max %d, offset %d), want a RotatingKVCache of keep 0, max 4, offset %d", r, e, rc.Keep(), rc.MaxSize(), rc.Offset(), 5+r)
+		}
+		d, err := b.ToHost(rc.State()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := d.ToFloat32()
+		for h := range bH {
+			// The chunk's last token (l = 2), then the three single tokens.
+			for j, base := range []float32{20, 50000, 60000, 70000} {
+				for dd := range bD {
+					want := base + float32(1000*r+100*h+dd)
+					if g := got[(h*4+j)*bD+dd]; g != want {
+						t.Fatalf("row %d head %d slot %d dim %d: %v, want %v", r, h, j, dd, g, want)
+					}
+				}
+			}
+		}
+		e.Release()
+	}
+}
+
+// TestNewBatchCacheErrors: what a batch cache of each kind refuses is an
+// error naming it (a panic with a *backend.OpError inside a forward).
+func TestNewBatchCacheErrors(t *testing.T) {
+	b := newBatchCPU(t)
+	turbo := nn.CacheOptions{Turbo: turboquant.Scheme{KBits: 8, VBits: 3}}
+	quant := nn.CacheOptions{KVBits: 8, KVGroupSize: 32}
+	for _, tc := range []struct {
+		name string
+		pad  []int
+		o    nn.CacheOptions
+		want string
+	}{
+		{"padded-turbo", []int{0, 2}, turbo, "left padding 2 of row 1: a turbo:k8v3 TurboQuant batch holds each row's tokens alone"},
+		{"padded-quantized", []int{1}, quant, "left padding 1 of row 0: a 8-bit quantized batch"},
+		{"bits", nil, nn.CacheOptions{KVBits: 3, KVGroupSize: 32}, "KV bits 3"},
+		{"window", nil, nn.CacheOptions{MaxKVSize: 3}, "max KV size 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := nn.NewBatchCache(b, tc.pad, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	if _, err := nn.NewBatchRotatingKVCache(b, 0, []int{0}); err == nil || !strings.Contains(err.Error(), "max size 0") {
+		t.Errorf("window 0: got %v", err)
+	}
+	a, _ := nn.NewBatchCache(b, []int{0}, turbo)
+	q, _ := nn.NewBatchCache(b, []int{0}, quant)
+	r, _ := nn.NewBatchCache(b, []int{0}, nn.CacheOptions{MaxKVSize: 8})
+	r2, _ := nn.NewBatchCache(b, []int{0}, nn.CacheOptions{MaxKVSize: 16})
+	full := nn.NewBatchKVCache(b, []int{0})
+	for _, tc := range []struct {
+		c, o *nn.BatchKVCache
+		want string
+	}{
+		{a, q, "extend a turbo:k8v3 TurboQuant batch with a 8-bit quantized one"},
+		{full, r, "extend a full batch with a rotating (max 8) one"},
+		{r, r2, "extend a rotating (max 8) batch with a rotating (max 16) one"},
+	} {
+		if err := tc.c.Extend(tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v, want an error containing %q", err, tc.want)
+		}
+	}
+	two, _ := nn.NewBatchCache(b, []int{0, 0}, quant)
+	k, v := batchKV(b, 2, 1, 0)
+	err := func() (err error) {
+		defer backend.Recover(&err)
+		two.Update(k, v)
+		return nil
+	}()
+	if err == nil || !strings.Contains(err.Error(), "a 8-bit quantized batch of 2 rows holds rows of different lengths: read it through Attend") {
+		t.Errorf("Update of a 2-row quantized batch: got %v", err)
+	}
+}
+
+// TestSeedRowErrors: SeedRow takes an empty one-row cache, 1 <= n <=
+// the prefix's tokens, and a prefix of the batch's kind; anything else is
+// an error naming it.
+func TestSeedRowErrors(t *testing.T) {
+	b := newBatchCPU(t)
+	full := nn.NewFullKVCache(b)
+	k, v := batchKV(b, 1, 4, 0)
+	full.Update(k, v)
+	two := nn.NewBatchKVCache(b, []int{0, 0})
+	one := nn.NewBatchKVCache(b, []int{0})
+	quant, _ := nn.NewBatchCache(b, []int{0}, nn.CacheOptions{KVBits: 8, KVGroupSize: 32})
+	for _, tc := range []struct {
+		name string
+		c    *nn.BatchKVCache
+		n    int
+		want string
+	}{
+		{"two-rows", two, 2, "cache of 2 rows holding 0 tokens, want an empty one-row cache"},
+		{"too-many", one, 5, "seed 5 tokens from a cache holding 4"},
+		{"none", one, 0, "seed 0 tokens"},
+		{"kind", quant, 2, "a 8-bit quantized batch is seeded from a cache of its kind, not a *nn.FullKVCache"},
+	} {
+		if err := tc.c.SeedRow(full, tc.n); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	if err := one.SeedRow(full, 3); err != nil || one.Offset() != 3 {
+		t.Fatalf("seed 3 of 4: %v, offset %d", err, one.Offset())
+	}
+	if err := one.SeedRow(full, 2); err == nil || !strings.Contains(err.Error(), "holding 3 tokens") {
+		t.Errorf("seeding a seeded cache: got %v", err)
 	}
 }

@@ -361,3 +361,20 @@ func RestoreQuantizedKVCache(b backend.Backend, keys, values backend.QuantizedAr
 	}
 	return &QuantizedKVCache{b: b, keys: keys, values: values, quantized: true, offset: offset, groupSize: keys.GroupSize, bits: keys.Bits}, nil
 }
+
+// Fork returns a new cache holding the same tokens without copying them
+// (the quantized parts, or the full cache before conversion, as views:
+// SliceUpdate copies a buffer another array still views, so the first
+// write to either cache copies it). Release each cache on its own.
+func (c *QuantizedKVCache) Fork() KVCache {
+	f := *c
+	f.keys, f.values = backendQ{}, backendQ{}
+	if c.full != nil {
+		f.full = c.full.Fork().(*FullKVCache)
+	}
+	if c.keys.W != nil {
+		f.keys = c.sliceQ(c.keys, c.keys.W.Shape()[2], false)
+		f.values = c.sliceQ(c.values, c.values.W.Shape()[2], false)
+	}
+	return &f
+}

@@ -137,13 +137,8 @@ func setup(t *Trainer, c Config, out io.Writer) error {
 		return err
 	}
 	if c.LoRAParameters.Dropout > 0 {
-		if c.GradCheckpoint {
-			// A checkpointed block runs again in the backward, and each
-			// run of lora.Dropout draws a new key: the recomputed masks
-			// would not be the forward's, nor MLX's sequence of keys.
-			return fmt.Errorf("train: lora_parameters.dropout %g with --grad-checkpoint is not implemented (the recomputed blocks would draw new dropout masks)", c.LoRAParameters.Dropout)
-		}
-		if t.Dropout, err = lora.Dropout(b, c.LoRAParameters.Dropout, mxRNG); err != nil {
+		t.keys = &dropoutKeys{rng: mxRNG}
+		if t.Dropout, err = lora.DropoutKeys(b, c.LoRAParameters.Dropout, t.keys.next); err != nil {
 			return err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -55,8 +56,11 @@ type Trainer struct {
 	// the training and validation batches.
 	RNG *NumpyRNG
 	// Dropout, when not nil, is each adapter's training dropout (nil:
-	// none). Validation runs without it.
+	// none). Validation runs without it. With GradCheckpoint, its keys
+	// must come from keys (setup's lora.DropoutKeys), which replays a
+	// recomputed block's keys.
 	Dropout func(x backend.Array) backend.Array
+	keys    *dropoutKeys
 	// GradCheckpoint recomputes each block in the backward instead of
 	// keeping its intermediates (mlx_lm's --grad-checkpoint: every
 	// block's call through mx.checkpoint, the block's adapters among the
@@ -306,7 +310,21 @@ func (t *Trainer) checkpointed(i int, block *minicpm5.Block, h backend.Array, ma
 	for k, s := range slots {
 		outer[k] = *s
 	}
+	var keys [][2]uint32
+	calls := 0
 	fn := d.Checkpoint(func(in []backend.Array) ([]backend.Array, error) {
+		if t.keys != nil {
+			// The first run (the forward) draws the dropout keys from the
+			// RNG as an uncheckpointed block would and records them; a
+			// recomputation replays them, so it draws the same masks.
+			if calls == 0 {
+				t.keys.rec = &keys
+			} else {
+				t.keys.replay, t.keys.replaying = keys, true
+			}
+			defer t.keys.reset()
+		}
+		calls++
 		for k, s := range slots {
 			*s = in[1+k]
 		}
@@ -365,3 +383,36 @@ func (t *Trainer) lossOnly(batch Batch) (float32, int, error) {
 	}
 	return float32(lv.ToFloat64()[0]), int(nv.ToFloat64()[0]), nil
 }
+
+// dropoutKeys hands out the dropout masks' keys (mx.random's sequence
+// after mx.random.seed): drawn from rng in order, appended to *rec while a
+// checkpointed block's forward records them, or taken from replay while
+// that block is recomputed in the backward. The masks of a checkpointed
+// step are thus those of the same step without checkpointing. (MLX's own
+// mx.checkpoint draws new keys in the recomputation, so mlx_lm's masks
+// there differ from its forward's; ours do not.)
+type dropoutKeys struct {
+	rng       *generate.RNG
+	rec       *[][2]uint32
+	replay    [][2]uint32
+	replaying bool
+}
+
+func (k *dropoutKeys) next() [2]uint32 {
+	if k.replaying {
+		if len(k.replay) == 0 {
+			panic("train: a recomputed checkpointed block drew more dropout keys than its forward")
+		}
+		key := k.replay[0]
+		k.replay = k.replay[1:]
+		return key
+	}
+	key := k.rng.Next()
+	if k.rec != nil {
+		*k.rec = append(*k.rec, key)
+	}
+	return key
+}
+
+// reset ends a recording or a replay.
+func (k *dropoutKeys) reset() { k.rec, k.replay, k.replaying = nil, nil, false }

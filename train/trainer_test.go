@@ -2,10 +2,12 @@ package train
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -219,10 +221,32 @@ func TestTrainFixtures(t *testing.T) {
 // every live array, deterministically), a checkpointed training step
 // gives the same losses and adapters bit for bit as a plain one while its
 // peak memory is lower: the blocks' intermediates are recomputed in the
-// backward instead of kept.
+// backward instead of kept. With LoRA dropout too: the recomputed blocks
+// replay their forward's dropout keys, so the masks, and with SGD
+// (adapters = initial - lr·gradient) the gradients, are the plain run's;
+// the dropout run's losses differ from the run without dropout, so the
+// masks are in play.
 func TestGradCheckpointCPU(t *testing.T) {
 	model := trainModelDir(t, "bytelevel-llama3")
 	data := filepath.Join(testenv.RepoRoot(t), "conformance", "testdata", "train", "data", "text")
+	var noDropLoss []float32
+	for _, dropout := range []float64{0, 0.25} {
+		t.Run(fmt.Sprintf("dropout%g", dropout), func(t *testing.T) {
+			plainLoss := testGradCheckpoint(t, model, data, dropout)
+			if dropout == 0 {
+				noDropLoss = plainLoss
+			} else if noDropLoss != nil && slices.Equal(noDropLoss, plainLoss) {
+				t.Errorf("losses %v with dropout %g, the same without: the masks did nothing", plainLoss, dropout)
+			}
+		})
+	}
+}
+
+func testGradCheckpoint(t *testing.T, model, data string, dropout float64) []float32 {
+	optName := "adam"
+	if dropout > 0 {
+		optName = "sgd"
+	}
 	run := func(ck bool) (peak int64, losses []float32, ad map[string][]float64) {
 		b, err := backend.Open("cpu", backend.Options{})
 		if err != nil {
@@ -249,12 +273,18 @@ func TestGradCheckpointCPU(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			opt, err := NewOptimizer(b, "adam", Constant(1e-2), DefaultOptimizerConfig("adam"))
+			opt, err := NewOptimizer(b, optName, Constant(1e-2), DefaultOptimizerConfig(optName))
 			if err != nil {
 				return err
 			}
 			tn := &Trainer{B: b, Model: m, Adapters: ads, Opt: opt, RNG: NewNumpyRNG(0), GradCheckpoint: ck,
 				OnStep: func(it int, l float32, n int) { losses = append(losses, l) }}
+			if dropout > 0 {
+				tn.keys = &dropoutKeys{rng: generate.NewRNG(5)}
+				if tn.Dropout, err = lora.DropoutKeys(b, dropout, tn.keys.next); err != nil {
+					return err
+				}
+			}
 			return tn.Run(Args{BatchSize: 6, Iters: 2, ValBatches: 0, StepsPerReport: 10, StepsPerEval: 10, StepsPerSave: 10,
 				MaxSeqLength: 2048, AdapterFile: filepath.Join(dir, lora.WeightsFile), GradAccumulationSteps: 1}, tr, nil)
 		})
@@ -292,4 +322,5 @@ func TestGradCheckpointCPU(t *testing.T) {
 		t.Errorf("peak memory %d bytes with checkpointing, %d without", ckPeak, plainPeak)
 	}
 	t.Logf("peak memory: %d bytes with checkpointing, %d without", ckPeak, plainPeak)
+	return plainLoss
 }

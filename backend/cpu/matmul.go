@@ -40,7 +40,7 @@ func (b *Backend) Matmul(x, y backend.Array) (traced backend.Array) {
 	if w, ok := b.transposedRows(ya, p); ok {
 		matmulNT(dst, b.f32In(xa, p.dt), w, p, b.fast)
 	} else {
-		matmulPar(dst, b.f32In(xa, p.dt), b.f32In(ya, p.dt), p, b.threads)
+		matmulNN(dst, b.f32In(xa, p.dt), b.f32In(ya, p.dt), p)
 	}
 	roundTo(p.dt, dst)
 	return b.valuesOut(p.dt, p.outShape, dst)
@@ -92,6 +92,18 @@ func matmulNT(dst, a []float32, w kernel.Vec, p mmPlan, fast bool) {
 		}
 	}
 	kernel.DenseMatmulT(dst, a, w, rows, p.n, p.k, fast)
+}
+
+// matmulNN computes what matmulPar computes in float32, the same
+// operations in the same order for every output (so the same bits), one
+// batch's matrices at a time on kernel.MatmulNN (the dense reference
+// kernels where the CPU has them, split across the kernel package's worker
+// pool).
+func matmulNN(dst, a, b []float32, p mmPlan) {
+	for bi := range p.batch.Size() {
+		kernel.MatmulNN(dst[bi*p.m*p.n:(bi+1)*p.m*p.n], a[p.aBatch[bi]*p.aMatrix:][:p.aMatrix],
+			b[p.bBatch[bi]*p.bMatrix:][:p.bMatrix], p.m, p.n, p.k)
+	}
 }
 
 // mmPlan is the shape bookkeeping of one Matmul.

@@ -54,8 +54,9 @@ func TestMatmul(t *testing.T) {
 	})
 }
 
-// TestMatmulParMatchesRef holds the parallel loop to the reference loop,
-// bit for bit, on odd sizes and with more workers than rows.
+// TestMatmulParMatchesRef holds the parallel loop and matmulNN (the float32
+// product on kernel.MatmulNN) to the reference loop, bit for bit, on odd
+// sizes and with more workers than rows.
 func TestMatmulParMatchesRef(t *testing.T) {
 	sizes := []struct{ batch, m, k, n, threads int }{
 		{1, 1, 1, 1, 4},
@@ -63,6 +64,7 @@ func TestMatmulParMatchesRef(t *testing.T) {
 		{3, 13, 17, 65, 8},
 		{2, 33, 129, 31, 2},
 		{1, 300, 64, 300, 5}, // large enough to split
+		{2, 70, 300, 8, 2},   // matmulNN: chunks of k, blocks of rows, a narrow tile
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, s := range sizes {
@@ -86,9 +88,14 @@ func TestMatmulParMatchesRef(t *testing.T) {
 			par := make([]float32, len(ref))
 			matmulRef(ref, x.buf.f32, y.buf.f32, p)
 			matmulPar(par, x.buf.f32, y.buf.f32, p, s.threads)
+			nn := make([]float32, len(ref))
+			matmulNN(nn, x.buf.f32, y.buf.f32, p)
 			for i := range ref {
 				if ref[i] != par[i] {
 					t.Fatalf("got %v, want %v (index %d)", par[i], ref[i], i)
+				}
+				if ref[i] != nn[i] {
+					t.Fatalf("matmulNN: got %v, want %v (index %d)", nn[i], ref[i], i)
 				}
 			}
 			ref64 := make([]float64, len(ref))

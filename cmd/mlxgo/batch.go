@@ -26,6 +26,13 @@ other prompts wait in a queue and join as sequences finish, so any number
 of prompts can be given (up to --max-prompts). Prompts of different lengths
 are prefilled together, --prefill-batch at a time.
 
+KV caches: the rows share one left-padded full cache (mlx_lm's
+BatchKVCache), or with --max-kv-size N one rotating window of N slots
+(mlx_lm's BatchRotatingKVCache, which keeps no first tokens). With
+--kv-bits or --kv-cache quantized|turbo[:k<K>v<V>] each row has a cache of
+that kind of its own and computes what it computes alone (mlx_lm has no
+batch form of its quantized cache).
+
 Each non-blank line of FILE.jsonl (--prompts - reads stdin) is a JSON object
 with exactly one of
   "prompt": "text"            a user message in the chat template (after
@@ -55,6 +62,7 @@ Examples:
   (echo '{"prompt": "Name a colour."}'; echo '{"prompt": "Name a fruit.", "temperature": 0.7, "seed": 1}') | mlxgo batch --model DIR --prompts -
   mlxgo batch --model DIR --prompts in.jsonl --max-batch 16 --max-tokens 64 --backend cpu
   mlxgo batch --model conformance/testdata/models/optiq-f32 --prompts ids.jsonl   # lines {"prompt_ids": [1, 2, 3]}
+  mlxgo batch --model smollm2-mlx --prompts in.jsonl --kv-cache turbo
 
 Flags:
 `
@@ -116,8 +124,8 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 		err = usagef("--think and --no-think are mutually exclusive")
 	case f.raw && (f.think || f.noThink || f.system != ""):
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
-	case f.batchKVErr() != nil:
-		err = f.batchKVErr()
+	case kvErr(&f.kvCacheFlags) != nil:
+		err = kvErr(&f.kvCacheFlags)
 	}
 	if err != nil {
 		return nil, err
@@ -361,7 +369,14 @@ func runBatch(f *batchFlags, stdout, stderr io.Writer) error {
 			opts.StopTokens = append(opts.StopTokens, int32(e))
 		}
 	}
-	g, err := generate.NewBatchGenerator(m, opts)
+	view, err := m.WithCache(f.cacheOptions())
+	if err == nil {
+		err = view.CheckBatch()
+	}
+	if err != nil {
+		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+	}
+	g, err := generate.NewBatchGenerator(view, opts)
 	if err != nil {
 		return err
 	}

@@ -171,6 +171,8 @@ func TestBatchCLIErrors(t *testing.T) {
 		{"empty-file", "\n\n", nil, "no prompts"},
 		{"limit", many, []string{"--max-prompts", "3"}, "more than 3 prompts (line 4), over the configured limit --max-prompts 3"},
 		{"max-batch", `{"prompt_ids": [1]}`, []string{"--max-batch", "0"}, "--max-batch 0: want >= 1"},
+		{"turbo-head-dim", `{"prompt_ids": [1]}`, []string{"--kv-cache", "turbo"}, "head_dim 32 is not supported"},
+		{"kv-group-head-dim", `{"prompt_ids": [1]}`, []string{"--kv-bits", "8"}, "KV group size 64 does not divide the model's head_dim 32"},
 		{"text-no-tokenizer", `{"prompt": "hi"}`, nil, "has no tokenizer.json"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -189,6 +191,42 @@ func TestBatchCLIErrors(t *testing.T) {
 	}
 	if rc, _, errOut := mlxgo("batch", "--model", model, "--prompts", long); rc != 2 || !strings.Contains(errOut, "line 2: longer than") {
 		t.Errorf("long line: exit %d, stderr %q", rc, errOut)
+	}
+}
+
+// TestBatchCLIKVCache: mlxgo batch with a quantized KV cache (converting
+// part way through the prompts) gives each line what mlxgo generate gives
+// that prompt alone with the same flags.
+func TestBatchCLIKVCache(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	prompts := [][]int32{{9, 8, 7, 6, 5}, {3, 4}, {1, 2, 3, 4, 5, 6, 7, 8}}
+	kv := []string{"--kv-cache", "quantized", "--kv-bits", "4", "--kv-group-size", "32", "--quantized-kv-start", "4"}
+	var lines []string
+	for _, p := range prompts {
+		lines = append(lines, fmt.Sprintf(`{"prompt_ids": [%s]}`, joinIDs(p)))
+	}
+	rc, out, errOut := runBatchLines(strings.Join(lines, "\n"), append([]string{"--model", model, "--max-tokens", "5", "--prefill-step", "3", "--max-batch", "2"}, kv...)...)
+	if rc != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", rc, errOut)
+	}
+	got := strings.Split(strings.TrimSpace(out), "\n")
+	if len(got) != len(prompts) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(got), len(prompts), out)
+	}
+	for i, p := range prompts {
+		var r struct {
+			TokenIDs []int32 `json:"token_ids"`
+		}
+		if err := json.Unmarshal([]byte(got[i]), &r); err != nil {
+			t.Fatal(err)
+		}
+		rc, gout, gerr := mlxgo(append([]string{"generate", "--model", model, "--prompt-ids", joinIDs(p), "--max-tokens", "5", "--prefill-step", "3", "--backend", "cpu"}, kv...)...)
+		if rc != 0 {
+			t.Fatalf("generate: exit %d, stderr:\n%s", rc, gerr)
+		}
+		if want := generated(t, gout); fmt.Sprint(r.TokenIDs) != fmt.Sprint(want) {
+			t.Errorf("prompt %d: batch %v, generate %v", i, r.TokenIDs, want)
+		}
 	}
 }
 

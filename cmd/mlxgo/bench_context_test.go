@@ -86,7 +86,8 @@ func TestBenchContextUsageErrors(t *testing.T) {
 	}{
 		{[]string{"--contexts", "4k,1k"}, "want them ascending"},
 		{[]string{"--contexts", "1x"}, `context "1x"`},
-		{[]string{"--contexts", "1k", "--kv-cache", "turbo"}, `--kv-cache turbo: KV cache kind "turbo"`},
+		{[]string{"--contexts", "1k", "--kv-cache", "turbo:k3v3"}, `--kv-cache turbo:k3v3: turboquant key bits 3`},
+		{[]string{"--contexts", "1k", "--kv-cache", "paged"}, `--kv-cache paged: KV cache kind "paged": want one of full, quantized, rotating, turbo`},
 		{[]string{"--contexts", "1k", "--kv-cache", "quantized", "--kv-bits", "5"}, "KV bits 5"},
 		{[]string{"--contexts", "1k", "--kv-cache", "rotating", "--max-kv-size", "3"}, "max KV size 3"},
 		{[]string{"--contexts", "1k", "--context-prefill", "0"}, "--context-prefill 0"},

@@ -223,6 +223,7 @@ func (s *session) turn(user string, w io.Writer) error {
 	// Keep the cached tokens the new rendering starts with; at least one
 	// token must run through the model to give the next logits.
 	cached := s.seq.Len()
+	common := min(generate.CommonPrefix(s.seq.Tokens(), ids), max(len(ids)-1, 0))
 	keep, err := s.seq.Reuse(ids)
 	if err != nil {
 		return err
@@ -233,6 +234,8 @@ func (s *session) turn(user string, w io.Writer) error {
 		note = fmt.Sprintf("cache: new conversation, prefilled %d tokens", len(ids))
 	case keep == cached:
 		note = fmt.Sprintf("cache: reused %d tokens, prefilled %d new", keep, len(ids)-keep)
+	case keep == 0 && common > 0:
+		note = fmt.Sprintf("cache: reset (a rotating cache past its window cannot be cut back to the %d tokens the conversation shares with it), prefilled all %d tokens", common, len(ids))
 	case keep == 0:
 		note = fmt.Sprintf("cache: reset (the conversation's tokens do not extend the %d cached ones), prefilled all %d tokens", cached, len(ids))
 	default:

@@ -15,6 +15,7 @@ import (
 	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
@@ -247,6 +248,48 @@ func TestChatCutsCacheBack(t *testing.T) {
 	}
 	if !strings.Contains(stdout, ">>> "+reply2+"\n") {
 		t.Errorf("the second answer is not %q (greedy from an empty cache):\n%s", reply2, stdout)
+	}
+}
+
+// TestChatRotatingPastWindow: with --max-kv-size the conversation soon
+// passes the window; a cache that would have to be cut back then cannot be
+// (it evicted tokens), so the turn starts over from an empty cache, says
+// so, and answers as a generation of the whole rendering on an empty
+// rotating cache.
+func TestChatRotatingPastWindow(t *testing.T) {
+	const dropAnswers = `{% for message in messages %}{% if message['role'] != 'assistant' %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}`
+	dir := textFixture(t, dropAnswers)
+	o := newOracle(t, dir, []int32{1}, 4)
+	view, err := o.m.WithCache(nn.CacheOptions{MaxKVSize: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids1 := o.ids("user", "first")
+	res1, err := generate.Generate(view, ids1, generate.Options{MaxTokens: 4, EOS: o.eos}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply1 := o.tok.Decode(res1.Tokens)
+	ids2 := o.ids("user", "first", "assistant", reply1, "user", "second")
+	res2, err := generate.Generate(view, ids2, generate.Options{MaxTokens: 4, EOS: o.eos}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	common := commonPrefixForTest(ids1, ids2)
+	if len(ids1) <= 8 || common == 0 {
+		t.Fatalf("fixture: want a first prompt past the window of 8 and a common prefix, got %d tokens sharing %d", len(ids1), common)
+	}
+	rc, stdout, stderr := runChatScript(t, "first\nsecond\n", "--model", dir, "--backend", "cpu", "--max-tokens", "4", "--max-kv-size", "8")
+	if rc != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", rc, stderr)
+	}
+	notes, _ := chatTurns(stdout)
+	want := fmt.Sprintf("cache: reset (a rotating cache past its window cannot be cut back to the %d tokens the conversation shares with it), prefilled all %d tokens", common, len(ids2))
+	if len(notes) != 2 || notes[1] != want {
+		t.Errorf("got notes %q, want the second %q\n%s", notes, want, stdout)
+	}
+	if reply2 := o.tok.Decode(res2.Tokens); !strings.Contains(stdout, ">>> "+reply2+"\n") {
+		t.Errorf("the second answer is not %q (greedy on an empty rotating cache):\n%s", reply2, stdout)
 	}
 }
 

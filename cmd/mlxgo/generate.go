@@ -74,6 +74,11 @@ RotatingKVCache, --max-kv-size N) or turbo[:k<K>v<V>] (TurboQuant: keys
 affine per 32-group in K bits, values rotated and Lloyd-Max quantized in V
 bits; turbo is k8v3; head_dim 64, 128, 256 or 512; --turbo-read deferred or
 eager). --kv-bits or --max-kv-size alone choose their kind, as in mlx_lm.
+Speculative decoding runs on every kind (the draft model's caches of the
+same kind, as mlx_lm quantizes both); with --max-kv-size the prompt and
+--max-tokens must fit in the window (a rotating cache cannot be trimmed
+once it has evicted tokens). With --prompt-cache-file the file's caches are
+used as stored: KV cache flags must name the kind it holds.
 
 --adapter-path DIR puts LoRA or DoRA adapters on the model after loading, as
 mlx_lm.generate --adapter-path does: a directory mlx_lm.lora (or mlxgo)
@@ -236,11 +241,11 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if f.kvFlagsSet() && f.cacheFile != "" {
-		return nil, usagef("--kv-cache, --max-kv-size and --kv-bits apply to a new cache, not to the caches of --prompt-cache-file")
-	}
 	if f.cacheFile != "" {
 		if err := f.readCache(); err != nil {
+			return nil, err
+		}
+		if err := f.checkFileKind(f.cache, f.cacheFile, set); err != nil {
 			return nil, err
 		}
 	}
@@ -265,8 +270,6 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
 	case f.draftModel != "" && set["prompt-lookup"]:
 		err = usagef("--draft-model and --prompt-lookup are mutually exclusive: draft with a model or by prompt lookup, not both")
-	case (f.draftModel != "" || f.promptLookup > 0) && f.cacheOptions() != (nn.CacheOptions{KVGroupSize: f.kvGroupSize, QuantizedKVStart: f.quantizedKVStart}):
-		err = usagef("--kv-cache, --max-kv-size and --kv-bits apply to plain decoding: speculative decoding (--draft-model, --prompt-lookup) keeps the full KV cache, which its verify steps trim")
 	case f.promptLookup < 0:
 		err = usagef("--prompt-lookup %d: want an n-gram size >= 1 (0: off)", f.promptLookup)
 	case f.numDraft < 1:
@@ -489,9 +492,16 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 			return usagef("--prompt-ids: item %d is %d, out of the vocabulary (vocab_size %d in %s/config.json)", i, id, cfg.VocabSize, f.model)
 		}
 	}
-	view, err := m.WithCache(f.cacheOptions())
+	co := f.cacheOptions()
+	if f.cache != nil {
+		co = nn.CacheOptions{} // the file's caches are used as stored (checkFileKind)
+	}
+	view, err := m.WithCache(co)
 	if err != nil {
-		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+		return usagef("%s: %v", kvDescription(co), err)
+	}
+	if w := f.cacheOptions().MaxKVSize; w > 0 && (f.draftModel != "" || f.promptLookup > 0) && len(f.ids)+f.maxTokens >= w {
+		return usagef("--max-kv-size %d with speculative decoding: the prompt's %d tokens and --max-tokens %d must fit in the window (fewer than %d): a verify step past it evicts tokens that a rejected draft needs back", w, len(f.ids), f.maxTokens, w)
 	}
 	gen := func(ids []int32, opts generate.Options, onToken func(generate.Token) bool) (generate.Result, error) {
 		return generate.Generate(view, ids, opts, onToken)
@@ -514,7 +524,7 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 		}
 		defer release()
 		if sess == nil {
-			if sess, err = generate.NewSession[nn.KVCache](m); err != nil {
+			if sess, err = generate.NewSession[nn.KVCache](view); err != nil {
 				return err
 			}
 			defer sess.Release()
@@ -582,7 +592,14 @@ func (f *generateFlags) drafter(b backend.Backend, m *minicpm5.Model, tm *chat.T
 		return nil, nil, fmt.Errorf("--draft-model %s: %w", f.draftModel, err)
 	}
 	fmt.Fprintf(stdout, "loaded draft model %s in %s (%s, %d layers)\n", f.draftModel, ms(time.Since(start)), dm.DType().MLXName(), dcfg.NumHiddenLayers)
-	d, err := generate.NewDraftModel[nn.KVCache](dm)
+	// The draft model's caches are of the model's kind, as mlx_lm's
+	// speculative_generate_step quantizes both (kv_bits).
+	dv, err := dm.WithCache(f.cacheOptions())
+	if err != nil {
+		b.Do(func() error { return dm.Close() })
+		return nil, nil, usagef("--draft-model %s with %s: %v", f.draftModel, kvDescription(f.cacheOptions()), err)
+	}
+	d, err := generate.NewDraftModel[nn.KVCache](dv)
 	if err != nil {
 		b.Do(func() error { return dm.Close() })
 		return nil, nil, err

@@ -134,8 +134,8 @@ func TestGenerateSpeculativeErrors(t *testing.T) {
 		{"num-draft-0", []string{"--prompt", "hi", "--prompt-lookup", "2", "--num-draft-tokens", "0"}, []string{"--num-draft-tokens 0: want >= 1"}},
 		{"lookup-negative", []string{"--prompt", "hi", "--prompt-lookup", "-1"}, []string{"--prompt-lookup -1", "n-gram size >= 1"}},
 		{"num-draft-alone", []string{"--prompt", "hi", "--num-draft-tokens", "2"}, []string{"--num-draft-tokens applies to speculative decoding"}},
-		{"lookup-rotating", []string{"--prompt", "hi", "--prompt-lookup", "2", "--max-kv-size", "16"}, []string{"speculative decoding (--draft-model, --prompt-lookup) keeps the full KV cache"}},
-		{"draft-quantized", []string{"--prompt", "hi", "--draft-model", otherTok, "--kv-bits", "8"}, []string{"speculative decoding (--draft-model, --prompt-lookup) keeps the full KV cache"}},
+		{"lookup-rotating", []string{"--prompt", "hi", "--prompt-lookup", "2", "--max-kv-size", "16"}, []string{"--max-kv-size 16 with speculative decoding", "must fit in the window"}},
+		{"draft-quantized", []string{"--prompt", "hi", "--draft-model", otherTok, "--kv-bits", "8"}, []string{"--kv-bits 8: KV group size 64 does not divide the model's head_dim 32"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, _, stderr := runGenerateText("", append([]string{"--model", dir, "--backend", "cpu"}, tc.args...)...)

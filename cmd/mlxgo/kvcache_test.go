@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,9 +72,38 @@ func testGenerateCase(t *testing.T, ckpt, file string, flags []struct{ flag, par
 	}
 }
 
+// TestGenerateSpeculativeKVCaches: mlxgo generate with a draft model or
+// prompt lookup on a quantized or rotating cache prints the tokens plain
+// decoding on that cache prints (float32 checkpoints, greedy).
+func TestGenerateSpeculativeKVCaches(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	draft := filepath.Join(fixtures, "models", "q4g64-f32")
+	base := []string{"generate", "--model", model, "--prompt-ids", "5,9,11,200,7,5,9,11,31,8,5,9", "--max-tokens", "12", "--prefill-step", "4", "--backend", "cpu"}
+	for _, kv := range [][]string{
+		{"--kv-cache", "quantized", "--kv-bits", "8", "--kv-group-size", "32", "--quantized-kv-start", "0"},
+		{"--kv-bits", "4", "--kv-group-size", "32", "--quantized-kv-start", "3"},
+		{"--max-kv-size", "40"},
+	} {
+		rc, out, errOut := mlxgo(append(slices.Clone(base), kv...)...)
+		if rc != 0 {
+			t.Fatalf("%v: exit %d, stderr:\n%s", kv, rc, errOut)
+		}
+		want := generated(t, out)
+		for _, spec := range [][]string{{"--draft-model", draft, "--num-draft-tokens", "2"}, {"--prompt-lookup", "2"}} {
+			rc, out, errOut := mlxgo(append(append(slices.Clone(base), kv...), spec...)...)
+			if rc != 0 {
+				t.Fatalf("%v %v: exit %d, stderr:\n%s", kv, spec, rc, errOut)
+			}
+			if got := generated(t, out); fmt.Sprint(got) != fmt.Sprint(want) || !strings.Contains(out, "drafted tokens accepted") {
+				t.Errorf("%v %v: got %v, want %v (plain decoding)\n%s", kv, spec, got, want, out)
+			}
+		}
+	}
+}
+
 // TestGenerateKVCacheFlagsBad: sizes the rotating cache cannot have, bits,
 // group sizes and starts the quantized cache does not offer, and the flags
-// with a prompt cache file, are usage errors naming what is wrong.
+// are usage errors naming what is wrong.
 func TestGenerateKVCacheFlagsBad(t *testing.T) {
 	model := filepath.Join(fixtures, "models", "optiq-f32")
 	for _, tc := range []struct {
@@ -83,7 +113,6 @@ func TestGenerateKVCacheFlagsBad(t *testing.T) {
 	}{
 		{"negative", []string{"--max-kv-size", "-1"}, "max KV size -1"},
 		{"keep", []string{"--max-kv-size", "4"}, "max KV size 4"},
-		{"prompt-cache", []string{"--max-kv-size", "16", "--prompt-cache-file", "x.safetensors"}, "apply to a new cache"},
 		{"kv-bits", []string{"--kv-bits", "3"}, "KV bits 3: want one of [4 8]"},
 		{"kv-group-size", []string{"--kv-bits", "4", "--kv-group-size", "128"}, "KV group size 128"},
 		{"kv-start", []string{"--kv-bits", "4", "--quantized-kv-start", "-2"}, "quantized KV start -2"},
@@ -99,8 +128,8 @@ func TestGenerateKVCacheFlagsBad(t *testing.T) {
 		{"turbo-kv-bits", []string{"--kv-cache", "turbo", "--kv-bits", "8"}, "sets its own bits"},
 		{"turbo-read", []string{"--kv-cache", "turbo", "--turbo-read", "lazy"}, `--turbo-read "lazy": want deferred or eager`},
 		{"turbo-head-dim", []string{"--kv-cache", "turbo"}, "head_dim 32 is not supported"},
-		{"turbo-speculative", []string{"--kv-cache", "turbo", "--prompt-lookup", "2"}, "speculative decoding"},
-		{"turbo-prompt-cache", []string{"--kv-cache", "turbo", "--prompt-cache-file", "x.safetensors"}, "apply to a new cache"},
+		{"rotating-speculative", []string{"--max-kv-size", "16", "--prompt-lookup", "2", "--max-tokens", "14"}, "--max-kv-size 16 with speculative decoding: the prompt's 2 tokens and --max-tokens 14 must fit in the window"},
+		{"draft-head-dim", []string{"--kv-cache", "turbo", "--draft-model", model}, "head_dim 32 is not supported"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, _, stderr := mlxgo(append([]string{"generate", "--model", model, "--prompt-ids", "1,2"}, tc.args...)...)
@@ -112,7 +141,7 @@ func TestGenerateKVCacheFlagsBad(t *testing.T) {
 }
 
 // TestKVCacheFlagsChatBatch: chat takes the KV cache flags (bad ones are
-// usage errors naming them); batch refuses every cache but its full one.
+// usage errors naming them), and so does batch.
 func TestKVCacheFlagsChatBatch(t *testing.T) {
 	model := filepath.Join(fixtures, "models", "optiq-f32")
 	for _, tc := range []struct {
@@ -122,8 +151,8 @@ func TestKVCacheFlagsChatBatch(t *testing.T) {
 	}{
 		{"chat-bits", []string{"chat", "--model", model, "--kv-cache", "turbo:k8v7"}, "turboquant value bits 7"},
 		{"chat-kind", []string{"chat", "--model", model, "--kv-cache", "turbo8"}, `--kv-cache "turbo8"`},
-		{"batch-turbo", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-cache", "turbo"}, "--kv-cache turbo:k8v3: batch generation keeps its rows"},
-		{"batch-bits", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-bits", "8"}, "--kv-bits 8: batch generation"},
+		{"batch-rotating", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--max-kv-size", "3"}, "max KV size 3: want 0 (keep every token) or more than 4"},
+		{"batch-bits", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-bits", "3"}, "KV bits 3: want one of [4 8]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, _, stderr := mlxgo(tc.args...)
@@ -155,5 +184,68 @@ func TestKVQualityFlagsBad(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want an error containing %q", rc, stderr, tc.want)
 			}
 		})
+	}
+}
+
+// TestGeneratePromptCacheKinds: generate --prompt-cache-file with KV cache
+// flags accepts the flags naming the kind the file holds (the continuation
+// then equals the one without them) and refuses any other kind with a
+// usage error naming the file's kind and the flags'.
+func TestGeneratePromptCacheKinds(t *testing.T) {
+	model := filepath.Join(fixtures, "models", "optiq-f32")
+	dir := t.TempDir()
+	files := map[string]string{}
+	for name, kv := range map[string][]string{
+		"full":      nil,
+		"quantized": {"--kv-bits", "8", "--kv-group-size", "32", "--quantized-kv-start", "0"},
+		"rotating":  {"--max-kv-size", "16"},
+	} {
+		files[name] = filepath.Join(dir, name+".safetensors")
+		args := append([]string{"cache-prompt", "--model", model, "--prompt-ids", "5,17,250,3,999,42,7", "--prompt-cache-file", files[name], "--backend", "cpu"}, kv...)
+		if rc, _, stderr := mlxgo(args...); rc != 0 {
+			t.Fatalf("cache-prompt %s: exit %d, stderr:\n%s", name, rc, stderr)
+		}
+	}
+	run := func(file string, kv ...string) (int, string, string) {
+		return mlxgo(append([]string{"generate", "--prompt-cache-file", file, "--prompt-ids", "8,9", "--backend", "cpu", "--max-tokens", "5"}, kv...)...)
+	}
+	for _, tc := range []struct {
+		file string
+		kv   []string
+	}{
+		{"full", []string{"--kv-cache", "full"}},
+		{"quantized", []string{"--kv-bits", "8"}},
+		{"quantized", []string{"--kv-cache", "quantized", "--kv-bits", "8", "--kv-group-size", "32"}},
+		{"rotating", []string{"--max-kv-size", "16"}},
+	} {
+		rc, plain, stderr := run(files[tc.file])
+		if rc != 0 {
+			t.Fatalf("%s: exit %d, stderr:\n%s", tc.file, rc, stderr)
+		}
+		rc, out, stderr := run(files[tc.file], tc.kv...)
+		if rc != 0 {
+			t.Fatalf("%s %v: exit %d, stderr:\n%s", tc.file, tc.kv, rc, stderr)
+		}
+		if got, want := generated(t, out), generated(t, plain); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s %v: got %v, want %v (without the flags)", tc.file, tc.kv, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		file string
+		kv   []string
+		want string
+	}{
+		{"quantized", []string{"--kv-bits", "4"}, "holds 8-bit quantized caches in groups of 32 (QuantizedKVCache); --kv-bits 4 asks for another kind"},
+		{"quantized", []string{"--kv-bits", "8", "--kv-group-size", "64"}, "holds 8-bit quantized caches in groups of 32"},
+		{"quantized", []string{"--kv-cache", "full"}, "--kv-cache full asks for another kind"},
+		{"rotating", []string{"--max-kv-size", "32"}, "holds rotating caches of 16 slots keeping 4 (RotatingKVCache); --max-kv-size 32 asks"},
+		{"full", []string{"--max-kv-size", "16"}, "holds full caches (KVCache); --max-kv-size 16 asks for another kind"},
+		{"full", []string{"--kv-bits", "8", "--kv-group-size", "32"}, "holds full caches (KVCache); --kv-bits 8 asks"},
+		{"full", []string{"--kv-cache", "turbo"}, "holds full caches (KVCache); --kv-cache turbo:k8v3 asks"},
+	} {
+		rc, _, stderr := run(files[tc.file], tc.kv...)
+		if rc != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%s %v: exit %d, stderr %q; want 2 and %q", tc.file, tc.kv, rc, stderr, tc.want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/nn/turboquant"
+	"github.com/mlxgo/mlxgo/promptcache"
 )
 
 // kvCacheFlags are the KV cache flags of generate, chat and batch.
@@ -101,14 +102,68 @@ func kvErr(f *kvCacheFlags) error {
 	return err
 }
 
-// batchKVErr is cacheKind's error, or a usage error for a kind batch
-// generation (mlxgo batch and serve) does not hold.
-func (f *kvCacheFlags) batchKVErr() error {
+// serveKVErr is cacheKind's error, or a usage error for a kind serve does
+// not hold (its prefix cache copies full caches).
+func (f *kvCacheFlags) serveKVErr() error {
 	if err := kvErr(f); err != nil {
 		return err
 	}
 	if f.kvFlagsSet() {
-		return usagef("%s: batch generation keeps its rows in one left-padded full cache (nn.BatchKVCache); quantized, rotating and turbo caches run in generate and chat, one sequence at a time", kvDescription(f.cacheOptions()))
+		return usagef("%s: serve keeps its rows in one left-padded full cache (nn.BatchKVCache), which its prefix cache copies (the other kinds: generate, chat, and batch where it holds them)", kvDescription(f.cacheOptions()))
+	}
+	return nil
+}
+
+// fileKind describes the kind of cache a prompt cache file holds (its first
+// layer's).
+func fileKind(pc *promptcache.File) string {
+	if len(pc.Layers) == 0 {
+		return "no caches"
+	}
+	l := pc.Layers[0]
+	switch l.Class {
+	case promptcache.QuantizedKVCacheClass:
+		return fmt.Sprintf("%d-bit quantized caches in groups of %d (QuantizedKVCache)", l.Bits, l.GroupSize)
+	case promptcache.RotatingKVCacheClass:
+		return fmt.Sprintf("rotating caches of %d slots keeping %d (RotatingKVCache)", l.MaxSize, l.Keep)
+	case promptcache.TurboQuantKVCacheClass:
+		read := "eager"
+		if l.TurboDeferred {
+			read = "deferred"
+		}
+		return fmt.Sprintf("TurboQuant %s caches read %s (TurboQuantKVCache)", l.Turbo, read)
+	}
+	return "full caches (KVCache)"
+}
+
+// checkFileKind returns a usage error when the KV cache flags (set: the
+// flags given) ask for another kind of cache than the prompt cache file
+// holds: the file's caches are used as they are stored, and flags naming
+// that kind are accepted (a quantized file its own bits and group size, as
+// mlx_lm checks). Unlike mlx_lm, --kv-bits with a file of full caches is
+// refused rather than quantizing them later.
+func (f *kvCacheFlags) checkFileKind(pc *promptcache.File, file string, set map[string]bool) error {
+	if f.kvCache == "" && !set["kv-bits"] && !set["max-kv-size"] || len(pc.Layers) == 0 {
+		return nil
+	}
+	o, err := f.cacheKind()
+	if err != nil {
+		return err
+	}
+	l := pc.Layers[0]
+	ok := false
+	switch {
+	case o.Turbo != (turboquant.Scheme{}):
+		ok = l.Class == promptcache.TurboQuantKVCacheClass && l.Turbo == o.Turbo && (!set["turbo-read"] || l.TurboDeferred == !o.TurboEager)
+	case o.KVBits > 0:
+		ok = l.Class == promptcache.QuantizedKVCacheClass && l.Bits == o.KVBits && (!set["kv-group-size"] || l.GroupSize == o.KVGroupSize)
+	case o.MaxKVSize > 0:
+		ok = l.Class == promptcache.RotatingKVCacheClass && l.MaxSize == o.MaxKVSize
+	default:
+		ok = l.Class == promptcache.KVCacheClass || l.Class == ""
+	}
+	if !ok {
+		return usagef("--prompt-cache-file %s holds %s; %s asks for another kind (a prompt cache file's caches are used as stored: drop the KV cache flags)", file, fileKind(pc), kvDescription(o))
 	}
 	return nil
 }

@@ -71,6 +71,7 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	config := fs.String("c", "", "YAML config file of mlx_lm.lora options")
 	fs.StringVar(config, "config", "", "same as -c")
 	name := fs.String("backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 	printUsage, status, done := parseArgs(fs, "lora", loraUsage, args, stdout, stderr)
 	if done {
 		return status
@@ -131,6 +132,12 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mlxgo lora: --backend %q is not compiled in (available: %s)\n", *name, strings.Join(backend.Names(), ", "))
 		return 2
 	}
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "mlxgo lora: %v\n", err)
+		return 2
+	}
+	defer stopProfile()
 	b, err := backend.Open(*name, backend.Options{})
 	if err != nil {
 		fmt.Fprintf(stderr, "mlxgo lora: --backend %s: %v\n", *name, err)

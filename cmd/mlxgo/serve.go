@@ -125,8 +125,8 @@ func (f *serveFlags) checkServe() error {
 		err = usagef("--write-timeout %v: want > 0", f.writeTimeout)
 	case f.think && f.noThink:
 		err = usagef("--think and --no-think are mutually exclusive")
-	case f.batchKVErr() != nil:
-		err = f.batchKVErr()
+	case f.serveKVErr() != nil:
+		err = f.serveKVErr()
 	}
 	if err != nil {
 		return err

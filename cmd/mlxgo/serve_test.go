@@ -130,8 +130,8 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--model", model, "--write-timeout", "0s"}, "--write-timeout 0s"},
 		{[]string{"--model", model, "--prefill-budget", "-1"}, "--prefill-budget -1"},
 		{[]string{"--model", model, "--prompt-cache-dir", "/tmp/x", "--prompt-cache-bytes", "0"}, "--prompt-cache-dir needs a prompt cache"},
-		{[]string{"--model", model, "--kv-cache", "turbo"}, "--kv-cache turbo:k8v3: batch generation keeps its rows"},
-		{[]string{"--model", model, "--kv-bits", "8"}, "--kv-bits 8: batch generation"},
+		{[]string{"--model", model, "--kv-cache", "turbo"}, "--kv-cache turbo:k8v3: serve keeps its rows"},
+		{[]string{"--model", model, "--kv-bits", "8"}, "--kv-bits 8: serve keeps its rows"},
 		{[]string{"--model", model, "--kv-cache", "zip"}, `--kv-cache "zip"`},
 		{[]string{"--model", model, "--port", "0"}, "has no tokenizer.json, which mlxgo serve needs"},
 	} {

@@ -15,6 +15,12 @@ right-padded and rolled, and rows join the decoding batch while others decode):
 
   greedy    the fallback (argmax) sampler for every row and one stop token (the third token
             prompt 0 generates alone); also checked against batch_generate's token ids
+  rotating  greedy as above on rotating caches of MAX_KV_SIZE slots: an empty
+            RotatingKVCache(MAX_KV_SIZE) per layer and prompt handed to insert (mlx_lm 0.32.2's
+            make_prompt_cache ignores max_kv_size for models with make_cache, llama's among
+            them), which BatchGenerator merges into BatchRotatingKVCache (keep 0): prompts
+            longer than the window, decode wrapping it, rows joining and leaving; field
+            max_kv_size
   sampled   mx.random.seed(SEED); prompts 1, 3, 5 each with a sampler of their own
             (make_sampler(temp=0.9, top_p=0.95), distinct objects, so each is sampled on its
             own row and the rows draw keys from the shared state in row order); prompt 4 with
@@ -36,6 +42,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlx_lm.generate import BatchGenerator, batch_generate, generate_step
+from mlx_lm.models.cache import RotatingKVCache
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 import common
@@ -52,6 +59,7 @@ SAMPLED_ROWS = (1, 3, 5)
 SAMPLER = {"temp": 0.9, "top_p": 0.95}
 PENALTY_ROW = 4
 PROCESSORS = {"repetition_penalty": 1.3}
+MAX_KV_SIZE = 8  # the rotating case's window: shorter than prompts 2 and 4, and most sequences
 
 
 def _prompts():
@@ -69,11 +77,12 @@ def _alone(model, prompt, max_tokens, stop):
     return out
 
 
-def _run(model, prompts, stop, samplers=None, processors=None):
+def _run(model, prompts, stop, samplers=None, processors=None, caches=None):
     """BatchGenerator over prompts: tokens, logprob rows, finish reasons and step order."""
     gen = BatchGenerator(model, stop_tokens=[[t] for t in stop], prefill_step_size=PREFILL_STEP,
                          prefill_batch_size=PREFILL_BATCH, completion_batch_size=COMPLETION_BATCH)
-    uids = gen.insert(prompts, MAX_TOKENS, samplers=samplers, logits_processors=processors)
+    uids = gen.insert(prompts, MAX_TOKENS, caches=caches, samplers=samplers,
+                      logits_processors=processors)
     index = {u: i for i, u in enumerate(uids)}
     tokens = [[] for _ in prompts]
     rows = [[] for _ in prompts]
@@ -133,6 +142,12 @@ def generate(out_dir, models_dir):
                                              steps=steps, alone=alone,
                                              alone_equal=[a == t for a, t in zip(alone, tokens)]),
                rows)
+
+        n_layers = len(model.layers)
+        caches = [[RotatingKVCache(MAX_KV_SIZE) for _ in range(n_layers)] for _ in prompts]
+        tokens, rows, finish, steps = _run(model, prompts, stop, caches=caches)
+        _write(out_dir, ckpt, "rotating", dict(base, max_kv_size=MAX_KV_SIZE, tokens=tokens,
+                                               finish_reasons=finish, steps=steps), rows)
 
         samplers = [make_sampler(**SAMPLER) if i in SAMPLED_ROWS else None
                     for i in range(len(prompts))]

@@ -10,6 +10,10 @@ from_draft. Each case also records generate_step's greedy tokens for the same pr
 decide acceptance, so the speculative tokens are the greedy ones unless a verify window (several
 positions in one forward) breaks a near-tie another way than single-token steps.
 
+KV_CASES add speculative decoding on quantized caches (kv_bits, kv_group_size and
+quantized_kv_start recorded in the case; greedy_tokens then from generate_step with the same
+arguments).
+
 Go checks (generate/speculative_oracle_test.go): the mlx backend byte-identical tokens and
 from_draft; the cpu backend the exact tokens on the f32 checkpoints.
 """
@@ -37,11 +41,21 @@ CASES = [
     ("fp", "tied", 3),
 ]
 
+# (target, draft, num_draft_tokens, kv_bits, kv_group_size, quantized_kv_start): speculative decoding
+# on quantized caches (speculative_generate_step's kv_bits: the target's and the draft's caches
+# quantized once they hold quantized_kv_start tokens). Start 0 converts after the prompt's prefill;
+# start 27 converts inside a verify window part way through the generation (on the drafts too,
+# before the rejected ones are trimmed).
+KV_CASES = [
+    ("optiq", "q4g64", 2, 8, 32, 0),
+    ("q8g32", "q4g64", 3, 4, 32, 27),
+]
 
-def _run(model, draft, ids, k):
+
+def _run(model, draft, ids, k, **kv):
     gen = speculative_generate_step(
         mx.array(ids), model, draft, num_draft_tokens=k, max_tokens=MAX_TOKENS,
-        prefill_step_size=models.PREFILL_STEP,
+        prefill_step_size=models.PREFILL_STEP, **kv,
     )
     tokens, from_draft = [], []
     for tok, _, fd in gen:
@@ -50,8 +64,8 @@ def _run(model, draft, ids, k):
     return tokens, from_draft
 
 
-def _greedy(model, ids):
-    gen = generate_step(mx.array(ids), model, max_tokens=MAX_TOKENS, prefill_step_size=models.PREFILL_STEP)
+def _greedy(model, ids, **kv):
+    gen = generate_step(mx.array(ids), model, max_tokens=MAX_TOKENS, prefill_step_size=models.PREFILL_STEP, **kv)
     return [int(tok) for tok, _ in gen]
 
 
@@ -91,6 +105,29 @@ def generate(out_dir, models_dir):
                 "from_draft": from_draft,
                 "greedy_tokens": greedy,
                 "same_as_greedy": tokens == greedy,
+            })
+    for i, (target, draft, k, bits, group, start) in enumerate(KV_CASES):
+        kv = {"kv_bits": bits, "kv_group_size": group, "quantized_kv_start": start}
+        for suffix, dtype in models.DTYPES:
+            t_ckpt, d_ckpt = f"{target}-{suffix}", f"{draft}-{suffix}"
+            ids = models._ids(PROMPT_SEED + len(CASES) + i, PROMPT_LENGTH)
+            tokens, from_draft = _run(load(t_ckpt), load(d_ckpt), ids, k, **kv)
+            greedy = _greedy(load(t_ckpt), ids, **kv)
+            cases.append({
+                "name": f"{t_ckpt}/draft-{d_ckpt}/k{k}/kv{bits}g{group}s{start}",
+                "target": t_ckpt,
+                "draft": d_ckpt,
+                "dtype": common.dtype_name(dtype),
+                "num_draft_tokens": k,
+                "max_tokens": MAX_TOKENS,
+                "prefill_step_size": models.PREFILL_STEP,
+                "sampler": "argmax",
+                "prompt": [int(x) for x in np.asarray(ids)],
+                "tokens": tokens,
+                "from_draft": from_draft,
+                "greedy_tokens": greedy,
+                "same_as_greedy": tokens == greedy,
+                **kv,
             })
     common.write_json(os.path.join(out_dir, "cases.json"), {
         "format": common.FORMAT_VERSION,

@@ -54,3 +54,31 @@ func layerCaches(cache []*nn.BatchKVCache) []nn.KVCache {
 	}
 	return out
 }
+
+var _ generate.BatchModel = CacheView{}
+
+// NewBatchCache returns an empty batch cache per layer of the kind
+// v.Options select (nn.NewBatchCache): mlx_lm's BatchKVCache for the full
+// cache, one cache per row for quantized and TurboQuant ones. It panics
+// when nn.NewBatchCache refuses the kind or the padding: check with
+// CheckBatch first.
+func (v CacheView) NewBatchCache(leftPadding []int) []*nn.BatchKVCache {
+	c := make([]*nn.BatchKVCache, len(v.Layers))
+	for i := range c {
+		var err error
+		if c[i], err = nn.NewBatchCache(v.b, leftPadding, v.Options); err != nil {
+			panic(err)
+		}
+	}
+	return c
+}
+
+// CheckBatch returns nn.NewBatchCache's error for v.Options (a kind not
+// offered in batches), or nil.
+func (v CacheView) CheckBatch() error {
+	c, err := nn.NewBatchCache(v.b, []int{0}, v.Options)
+	if err == nil {
+		c.Release()
+	}
+	return err
+}

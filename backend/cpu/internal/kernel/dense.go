@@ -100,3 +100,33 @@ func DenseFastBound(k int, abs float64) float64 {
 	nu := (float64(k)/8 + 12) * 0x1p-24
 	return nu / (1 - nu) * abs
 }
+
+// MatmulNN sets dst[i·n+j] = Σ_l a[i·k+l]·b[l·n+j] for row-major a [m, k]
+// and b [k, n], each output accumulated in order over l in float32, a
+// separate multiply and add per term: the bits of the plain loop
+// (MatmulNNRef), on the dense reference kernels where the CPU has them
+// (split across the worker pool), else on that loop.
+func MatmulNN(dst, a, b []float32, m, n, k int) {
+	need("MatmulNN", "dst", len(dst), m*n)
+	need("MatmulNN", "a", len(a), m*k)
+	need("MatmulNN", "b", len(b), k*n)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || !denseNNAsm(dst, a, b, m, n, k) {
+		MatmulNNRef(dst, a, b, m, n, k)
+	}
+}
+
+// MatmulNNRef is MatmulNN's plain loop (k-outer, n-inner per row of a).
+func MatmulNNRef(dst, a, b []float32, m, n, k int) {
+	for i := range m {
+		drow := dst[i*n : (i+1)*n]
+		clear(drow)
+		for l, av := range a[i*k : (i+1)*k] {
+			for j, bv := range b[l*n : (l+1)*n] {
+				drow[j] += float32(av * bv) // explicit conversion: no FMA
+			}
+		}
+	}
+}

@@ -396,3 +396,56 @@ func denseFastCall(a *denseArgs, dt int, two bool) {
 		denseFast1F16(a)
 	}
 }
+
+// denseNNAsm sets dst[i·n+j] = Σ_l a[i·k+l]·b[l·n+j] for a [m, k] and b
+// [k, n] row-major float32, accumulated in order over l in float32, a
+// separate multiply and add per term (the plain k-outer loop's bits), on
+// the reference kernels: per tile of sixteen columns of b (zero past n) and
+// block of up to denseRB rows of a, panels of denseKC rows of b copied as
+// they stand, added in order by denseRef1..4. It reports false when the
+// kernels do not cover the CPU.
+func denseNNAsm(dst, a, b []float32, m, n, k int) bool {
+	if !denseOn || !denseAVX {
+		return false
+	}
+	tiles, blocks := (n+15)/16, (m+denseRB-1)/denseRB
+	parallelFor(tiles*blocks, max(1, 65536/max(1, 16*denseRB*k)), func(lo, hi int) {
+		var panel [denseKC * 16]float32
+		var acc [denseRB * 16]float32
+		var d denseArgs
+		d.astr = uintptr(4 * k)
+		for u := lo; u < hi; u++ {
+			j0, r0 := 16*(u%tiles), denseRB*(u/tiles)
+			cols, rows := min(16, n-j0), min(denseRB, m-r0)
+			clear(acc[:rows*16])
+			for l0 := 0; l0 < k; l0 += denseKC {
+				kc := min(denseKC, k-l0)
+				for l := range kc {
+					pr := panel[16*l : 16*l+16]
+					copy(pr, b[(l0+l)*n+j0:(l0+l)*n+j0+cols])
+					clear(pr[cols:])
+				}
+				d.p = unsafe.Pointer(&panel[0])
+				d.n = kc
+				for i := 0; i < rows; i += 4 {
+					d.a = unsafe.Pointer(&a[(r0+i)*k+l0])
+					d.out = unsafe.Pointer(&acc[16*i])
+					switch min(4, rows-i) {
+					case 1:
+						denseRef1(&d)
+					case 2:
+						denseRef2(&d)
+					case 3:
+						denseRef3(&d)
+					default:
+						denseRef4(&d)
+					}
+				}
+			}
+			for i := range rows {
+				copy(dst[(r0+i)*n+j0:(r0+i)*n+j0+cols], acc[16*i:16*i+cols])
+			}
+		}
+	})
+	return true
+}

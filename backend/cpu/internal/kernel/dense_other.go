@@ -11,3 +11,6 @@ func denseCovers(w Vec) bool { return false }
 
 // denseAsm reports false: no assembly kernels on this platform.
 func denseAsm(dst, x []float32, w Vec, m, n, k int, fast bool) bool { return false }
+
+// denseNNAsm reports false: no assembly kernels on this platform.
+func denseNNAsm(dst, a, b []float32, m, n, k int) bool { return false }

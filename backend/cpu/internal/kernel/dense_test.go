@@ -214,3 +214,27 @@ func BenchmarkDense(b *testing.B) {
 		}
 	}
 }
+
+// TestMatmulNN holds MatmulNN (the dense reference kernels on panels of b)
+// to its plain twin MatmulNNRef bit for bit, with the kernels on and off,
+// on shapes that cross chunks of k, blocks of rows and partial tiles.
+func TestMatmulNN(t *testing.T) {
+	defer func(on bool) { denseOn = on }(denseOn)
+	r := newRand(17)
+	for _, vec := range []bool{true, false} {
+		for _, s := range [][3]int{{1, 1, 1}, {3, 8, 5}, {70, 300, 8}, {5, 257, 33}, {130, 40, 16}, {4, 0, 9}} {
+			m, k, n := s[0], s[1], s[2]
+			name := fmt.Sprintf("vec%v/%s", vec, dims(m, n, k))
+			t.Run(name, func(t *testing.T) {
+				denseOn = vec
+				a, b := randVec(r, m*k, 1, Identity), randVec(r, k*n, 1, Identity)
+				want := make([]float32, m*n)
+				MatmulNNRef(want, a, b, m, n, k)
+				got, whole := guarded(m * n)
+				withThreads(3, func() { MatmulNN(got, a, b, m, n, k) })
+				checkGuards(t, whole, name)
+				expectSame(t, got, want, name)
+			})
+		}
+	}
+}

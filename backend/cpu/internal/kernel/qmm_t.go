@@ -144,6 +144,9 @@ func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 	switch {
 	case acc == AccF64:
 		qmmT64(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
+	case acc == AccQ8 && qmvBatch(dst, x, wq, sc, bi, m, n, k, gs, bits, round):
+		// a few rows (a decode batch, a verify window): the one-row
+		// kernel's bits for each row (qmvb_amd64.go)
 	case acc == AccQ8 && m >= 2 && gemmQ8(k, gs, bits):
 		qmmTQ8Gemm(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
 	default:

@@ -30,8 +30,9 @@ func qmmTInputs(seed uint64, m, n, k, gs, bits int) (x []float32, wq []uint32, s
 // with a tail of 1 to 3; the int8 GEMM eight at a time with zero padding)
 // give the same bits as each row alone, in a one-row call (AccF32, whose
 // one-row path must match: chunked prefill one token at a time) or in a
-// two-row call beside another row (AccQ8, whose one-row path differs by
-// design, see qmm_gemm.go).
+// two-row call beside another row (AccQ8 through the GEMM, whose one-row
+// path differs by design, see qmm_gemm.go), or in a one-row call (AccQ8 of
+// two to eight rows, which take the batched one-row kernels).
 func TestQuantizedMatmulTRowsIndependent(t *testing.T) {
 	for _, bits := range []int{4, 8} {
 		for _, gs := range []int{32, 64, 128} {
@@ -64,8 +65,15 @@ func TestQuantizedMatmulTRowsIndependent(t *testing.T) {
 										QuantizedMatmulT(want[r*n:(r+1)*n], xr, wq, sc, bi, 1, n, k, gs, bits, dt.round, acc)
 										continue
 									}
+									if m <= qmvBatchMax && vecKernel(k, gs, bits, true) == 'a' {
+										// the batched one-row kernels: each row's one-row bits
+										QuantizedMatmulT(want[r*n:(r+1)*n], xr, wq, sc, bi, 1, n, k, gs, bits, dt.round, acc)
+										continue
+									}
+									qmvbOn = false // the pair through the GEMM, as the m rows
 									pair, y := append(append([]float32(nil), other...), xr...), make([]float32, 2*n)
 									QuantizedMatmulT(y, pair, wq, sc, bi, 2, n, k, gs, bits, dt.round, acc)
+									qmvbOn = true
 									copy(want[r*n:(r+1)*n], y[n:])
 								}
 								expectSame(t, got, want, name)

@@ -19,3 +19,8 @@ func avxRows(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, r
 func avxGemmQ8(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) bool {
 	return false
 }
+
+// qmvBatch is the batched one-row int8 kernel of qmvb_amd64.go; none here.
+func qmvBatch(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) bool {
+	return false
+}

@@ -10,8 +10,8 @@ import (
 
 // The quantized matmul for one row of x (decode, m = 1) with the kernels of
 // qmv_amd64.s: each assembly call loops over tiles of four weight rows,
-// reads the scales and biases in their storage dtype (float32 or bfloat16;
-// float16 goes the general way) and writes the results to dst. Workers take
+// reads the scales and biases in their storage dtype (float32, bfloat16
+// or float16) and writes the results to dst. Workers take
 // chunks of tiles from a shared counter, so a worker that starts late takes
 // fewer. Every output gets the same float32 bits as the one-row-of-x path
 // of the other vector kernels (qmm_amd64.s, simd_amd64.go), which keeps a
@@ -84,6 +84,110 @@ func qmvQ8B8BF16(a *qmvArgs)
 //go:noescape
 func qmvQ8B8BF16H(a *qmvArgs)
 
+// qmvQ8B4F32P is qmvQ8B4F32 with the float32 kernels' prefetch (qmvQ8PF):
+// the same bits.
+//
+//go:noescape
+func qmvQ8B4F32P(a *qmvArgs)
+
+// qmvQ8B4BF16P is qmvQ8B4BF16 with the prefetch.
+//
+//go:noescape
+func qmvQ8B4BF16P(a *qmvArgs)
+
+// qmvQ8B4BF16HP is qmvQ8B4BF16H with the prefetch.
+//
+//go:noescape
+func qmvQ8B4BF16HP(a *qmvArgs)
+
+// qmvQ8B8F32P is qmvQ8B8F32 with the prefetch.
+//
+//go:noescape
+func qmvQ8B8F32P(a *qmvArgs)
+
+// qmvQ8B8BF16P is qmvQ8B8BF16 with the prefetch.
+//
+//go:noescape
+func qmvQ8B8BF16P(a *qmvArgs)
+
+// qmvQ8B8BF16HP is qmvQ8B8BF16H with the prefetch.
+//
+//go:noescape
+func qmvQ8B8BF16HP(a *qmvArgs)
+
+// The kernels with float16 scales and biases (converted exactly: the bits
+// of float32 scales and biases of the same values), F16H the forms for
+// two groups per block, P the int8 ones with the prefetch (qmvQ8PF).
+
+// qmvF32B4F16 is qmvF32B4BF16 with float16 scales and biases.
+//
+//go:noescape
+func qmvF32B4F16(a *qmvArgs)
+
+// qmvQ8B4F16 is qmvQ8B4BF16 with float16 scales and biases.
+//
+//go:noescape
+func qmvQ8B4F16(a *qmvArgs)
+
+// qmvQ8B4F16P is qmvQ8B4BF16P with float16 scales and biases.
+//
+//go:noescape
+func qmvQ8B4F16P(a *qmvArgs)
+
+// qmvQ8B4F16H is qmvQ8B4BF16H with float16 scales and biases.
+//
+//go:noescape
+func qmvQ8B4F16H(a *qmvArgs)
+
+// qmvQ8B4F16HP is qmvQ8B4BF16HP with float16 scales and biases.
+//
+//go:noescape
+func qmvQ8B4F16HP(a *qmvArgs)
+
+// qmvQ8B8F16 is qmvQ8B8BF16 with float16 scales and biases.
+//
+//go:noescape
+func qmvQ8B8F16(a *qmvArgs)
+
+// qmvQ8B8F16P is qmvQ8B8BF16P with float16 scales and biases.
+//
+//go:noescape
+func qmvQ8B8F16P(a *qmvArgs)
+
+// qmvQ8B8F16H is qmvQ8B8BF16H with float16 scales and biases.
+//
+//go:noescape
+func qmvQ8B8F16H(a *qmvArgs)
+
+// qmvQ8B8F16HP is qmvQ8B8BF16HP with float16 scales and biases.
+//
+//go:noescape
+func qmvQ8B8F16HP(a *qmvArgs)
+
+// qmvF32B4F16H is qmvF32B4BF16H with float16 scales and biases.
+//
+//go:noescape
+func qmvF32B4F16H(a *qmvArgs)
+
+// qmvF32B8F16 is qmvF32B8BF16 with float16 scales and biases.
+//
+//go:noescape
+func qmvF32B8F16(a *qmvArgs)
+
+// qmvF32B8F16H is qmvF32B8BF16H with float16 scales and biases.
+//
+//go:noescape
+func qmvF32B8F16H(a *qmvArgs)
+
+// cpuAMD reports an AMD CPU (CPUID vendor AuthenticAMD).
+func cpuAMD() bool
+
+// qmvQ8PF selects the int8 kernels that prefetch the weights (qmvCall):
+// set on AMD CPUs, where they took two thirds of the CPU time of the
+// others on Zen 5; on the Intel Xeon measured before, prefetching made
+// them slower (qmv_amd64.s gives the figures). Tests set it both ways.
+var qmvQ8PF = cpuAMD()
+
 // qmvF32B4F32 is qmvQ8B4F32 against float32 x (permF32's layout): per
 // block the codes as float32 times x, two partial products summed, times
 // the block's scales into the row's total; each output the bits of
@@ -119,9 +223,24 @@ func qmvF32B8BF16(a *qmvArgs)
 //go:noescape
 func qmvF32B8BF16H(a *qmvArgs)
 
-// qmvKind numbers the kernels: 6·(int8) + 3·(8-bit) + scale storage (0
-// float32, 1 bfloat16, 2 bfloat16 with two groups per block).
-func qmvKind(bits int, q8, bf16, half bool) int {
+// qmvKind numbers the kernels: float32 or bfloat16 scales 6·(int8) +
+// 3·(8-bit) + scale storage (0 float32, 1 bfloat16, 2 bfloat16 with two
+// groups per block); float16 scales 12 + 4·(int8) + 2·(8-bit) + (two
+// groups per block).
+func qmvKind(bits int, q8, bf16, f16, half bool) int {
+	if f16 {
+		v := 12
+		if q8 {
+			v += 4
+		}
+		if bits == 8 {
+			v += 2
+		}
+		if half {
+			v++
+		}
+		return v
+	}
 	v := 0
 	if q8 {
 		v += 6
@@ -138,8 +257,30 @@ func qmvKind(bits int, q8, bf16, half bool) int {
 	return v
 }
 
-// qmvCall runs kernel v (qmvKind) on a.
+// qmvCall runs kernel v (qmvKind) on a; the int8 kernels (v >= 6) in
+// their prefetching form when qmvQ8PF is set.
 func qmvCall(a *qmvArgs, v int) {
+	if v >= 12 {
+		qmvCallF16(a, v)
+		return
+	}
+	if v >= 6 && qmvQ8PF {
+		switch v {
+		case 6:
+			qmvQ8B4F32P(a)
+		case 7:
+			qmvQ8B4BF16P(a)
+		case 8:
+			qmvQ8B4BF16HP(a)
+		case 9:
+			qmvQ8B8F32P(a)
+		case 10:
+			qmvQ8B8BF16P(a)
+		default:
+			qmvQ8B8BF16HP(a)
+		}
+		return
+	}
 	switch v {
 	case 0:
 		qmvF32B4F32(a)
@@ -168,9 +309,47 @@ func qmvCall(a *qmvArgs, v int) {
 	}
 }
 
-// qmvPrefetch is how far the float32 kernels prefetch the weights, in bytes
-// past one tile ahead of the loads (the int8 kernels leave it to the
-// hardware prefetcher; see qmv_amd64.s). qmvChunk is the weight bytes of
+// qmvCallF16 runs float16 kernel v (qmvKind, 12-19) on a.
+func qmvCallF16(a *qmvArgs, v int) {
+	switch v {
+	case 12:
+		qmvF32B4F16(a)
+	case 13:
+		qmvF32B4F16H(a)
+	case 14:
+		qmvF32B8F16(a)
+	case 15:
+		qmvF32B8F16H(a)
+	}
+	if qmvQ8PF {
+		switch v {
+		case 16:
+			qmvQ8B4F16P(a)
+		case 17:
+			qmvQ8B4F16HP(a)
+		case 18:
+			qmvQ8B8F16P(a)
+		case 19:
+			qmvQ8B8F16HP(a)
+		}
+		return
+	}
+	switch v {
+	case 16:
+		qmvQ8B4F16(a)
+	case 17:
+		qmvQ8B4F16H(a)
+	case 18:
+		qmvQ8B8F16(a)
+	case 19:
+		qmvQ8B8F16H(a)
+	}
+}
+
+// qmvPrefetch is how far the kernels that prefetch (the float32 ones, and
+// the int8 ones under qmvQ8PF) read ahead of the loads, in bytes past one
+// tile (see qmv_amd64.s; 0 to 8192 made no difference beyond the noise on
+// Zen 5). qmvChunk is the weight bytes of
 // one chunk of tiles taken by a worker (32-128 KiB within a few percent of
 // each other once each worker reads its own range; see run).
 const qmvPrefetch = 2048
@@ -225,8 +404,8 @@ var qmvPool = sync.Pool{New: func() any {
 // qmvRows computes dst[j] = round(x·W[j]) for the n weight rows with the
 // kernels of qmv_amd64.s and reports true, or reports false (and does
 // nothing) when they do not apply: no assembly kernel for these sizes and
-// precision (vecKernel), or scales and biases not both float32 or both
-// bfloat16.
+// precision (vecKernel), or scales and biases not both float32, both
+// bfloat16 or both float16.
 func qmvRows(dst, x []float32, wq []uint32, sc, bi Vec, n, k, gs, bits int, round Rounder, q8 bool) bool {
 	if !qmvOn || vecKernel(k, gs, bits, q8) != 'a' || n <= 0 || q8 && q8Max(bits) != 127 {
 		return false // (the int8 rearrangement in assembly quantizes to ±127)
@@ -235,8 +414,8 @@ func qmvRows(dst, x []float32, wq []uint32, sc, bi Vec, n, k, gs, bits int, roun
 	switch {
 	case sc.F32 != nil && bi.F32 != nil:
 		esize = 4
-	case sc.F32 == nil && bi.F32 == nil && !sc.F16 && !bi.F16:
-		esize = 2
+	case sc.F32 == nil && bi.F32 == nil && sc.F16 == bi.F16:
+		esize = 2 // bfloat16, or float16 (F16)
 	default:
 		return false
 	}
@@ -285,7 +464,7 @@ func qmvRows(dst, x []float32, wq []uint32, sc, bi Vec, n, k, gs, bits int, roun
 	}
 	s.args, s.dst, s.wq, s.sc, s.bi = a, dst, wq, sc, bi
 	s.n, s.wpr, s.gpr, s.bf16 = n, wpr, gpr, esize == 2
-	s.kern = qmvKind(bits, q8, esize == 2, l.half)
+	s.kern = qmvKind(bits, q8, esize == 2, esize == 2 && sc.F16, l.half)
 	s.round, s.kind = round, roundKind(round)
 	s.full, s.ntile = n/4, (n+3)/4
 	s.chunk = max(1, qmvChunk/(16*wpr))

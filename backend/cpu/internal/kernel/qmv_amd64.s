@@ -4,7 +4,7 @@
 
 // AVX-512 quantized matrix-vector products for one row of x (decode): each
 // call runs a.ntile tiles of four consecutive weight rows, reading the
-// scales and biases in their storage dtype (float32 or bfloat16), and
+// scales and biases in their storage dtype (float32, bfloat16 or float16), and
 // writes the four float32 results of a tile to a.out (qmv_amd64.go
 // describes the arguments, qmvArgs). Per output the lane operations and
 // their order are those of qmm_amd64.s for one row of x (per block the
@@ -20,17 +20,21 @@
 // the scales of lanes 0-7/8-15 of that row (likewise left at the next
 // row's); R11 the scale (and bias) bytes of a row, R13 = 3·R11; BX x; DX
 // lane scales of x (int8); AX scale steps left; CX blocks left in a step;
-// R14 the prefetch pointer of the float32 kernels, a.pf bytes (a tile and
-// more) ahead of the loads, one line per block (PFF32). The int8 kernels do
-// not prefetch: with each worker reading one sequential run the hardware
-// prefetcher keeps up, and a PREFETCHT0 per block made six decode layers of
-// int8 kernels 10-23% slower (fast decode 3% slower end to end), while the
-// float32 kernels, which spend longer on each block, decode 3% faster with it.
+// R14 the prefetch pointer, a.pf bytes (a tile and more) ahead of the
+// loads, one line per block (PFF32). The float32 kernels always prefetch;
+// the int8 kernels come in two forms (qmvQ8PF picks one at start-up): on
+// the Intel Xeon of the first benchmarks the hardware prefetcher kept up
+// with each worker's sequential run, and a PREFETCHT0 per block made six
+// decode layers of int8 kernels 10-23% slower (fast decode 3% slower end to
+// end), while on AMD Zen 5 the int8 kernels without it took 1.5× the CPU
+// time per decode layer (7.5-9.0 against 12.2-13.6 GB of weights per CPU
+// second, BenchmarkQMV layers, alternating runs) and fast decode of
+// MiniCPM5-1B 1.3-1.4× the CPU time (generate, 64 tokens, alternating runs).
 // Z0-Z3 totals of rows 0-3, Z4 the scale vector of the row in
 // progress, Z4-Z7 the bias sums of the tile's rows, Z8-Z13 scratch, Z14-Z15
 // constants of the kernel, Z16-Z23 the block of x, Y24 scratch of SCALE,
-// Z25 = 0xffff0000, K1 the bias chunk mask, K2 = 0x1111 (HSUM4),
-// K3 = 0x00ff (SCALEBF16H).
+// Z25 = 0xffff0000, Z26-Z27 scratch of SCALEF16 and BIASF16, K1 the bias
+// chunk mask, K2 = 0x1111 (HSUM4), K3 = 0x00ff (SCALEBF16H).
 
 // nibble floats 0..15 (VPERMPS table of the 4-bit float32 kernel)
 DATA qmvnib<>+0(SB)/4, $0x0
@@ -81,6 +85,19 @@ GLOBL qmvnib<>(SB), RODATA|NOPTR, $64
 #define BIASBF16(addr, z) \
 	VPMOVZXWD.Z addr, K1, z \
 	VPSLLD $16, z, z
+
+// float16 scales: the two values broadcast to the halves of a YMM register
+// of halves, converted exactly by VCVTPH2PS (for two groups per block the
+// two adjacent values, the same macro).
+#define SCALEF16(lo, hi, z) \
+	VPBROADCASTW lo, X26 \
+	VPBROADCASTW hi, X27 \
+	VINSERTI32X4 $1, X27, Y26, Y26 \
+	VCVTPH2PS Y26, z
+
+#define BIASF16(addr, z) \
+	VMOVDQU16.Z addr, K1, Y26 \
+	VCVTPH2PS Y26, z
 
 // Per-kernel constants, loads of one block of x and the step past it.
 #define SETUPQ8B4 \
@@ -231,8 +248,9 @@ GLOBL qmvnib<>(SB), RODATA|NOPTR, $64
 	VADDPS Z12, Z11, Z11 \
 	VCOMPRESSPS Z11, K2, Z12
 
-// The prefetch of a block: the float32 kernels' line a.pf bytes ahead; none
-// for the int8 kernels.
+// The prefetch of a block: one line a.pf bytes ahead (the float32 kernels
+// and the int8 kernels of the P suffix), or none (the int8 kernels without
+// it).
 #define PFF32 \
 	PREFETCHT0 (R14) \
 	ADDQ $64, R14
@@ -361,6 +379,42 @@ TEXT ·qmvQ8B8BF16(SB), NOSPLIT, $0-8
 TEXT ·qmvQ8B8BF16H(SB), NOSPLIT, $0-8
 	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16H, BIASBF16, $32, PFQ8)
 
+// The int8 kernels with the prefetch of the float32 ones (qmvQ8PF).
+
+// func qmvQ8B4F32P(a *qmvArgs)
+TEXT ·qmvQ8B4F32P(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF32, BIASF32, $64, PFF32)
+
+// func qmvQ8B4BF16P(a *qmvArgs)
+TEXT ·qmvQ8B4BF16P(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEBF16, BIASBF16, $32, PFF32)
+
+// func qmvQ8B4BF16HP(a *qmvArgs)
+TEXT ·qmvQ8B4BF16HP(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEBF16H, BIASBF16, $32, PFF32)
+
+// func qmvQ8B8F32P(a *qmvArgs)
+TEXT ·qmvQ8B8F32P(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF32, BIASF32, $64, PFF32)
+
+// func qmvQ8B8BF16P(a *qmvArgs)
+TEXT ·qmvQ8B8BF16P(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16, BIASBF16, $32, PFF32)
+
+// func qmvQ8B8BF16HP(a *qmvArgs)
+TEXT ·qmvQ8B8BF16HP(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16H, BIASBF16, $32, PFF32)
+
+// func cpuAMD() bool
+// CPUID leaf 0: the vendor string begins "Auth" (AuthenticAMD).
+TEXT ·cpuAMD(SB), NOSPLIT, $0-1
+	XORL AX, AX
+	XORL CX, CX
+	CPUID
+	CMPL BX, $0x68747541
+	SETEQ ret+0(FP)
+	RET
+
 // func qmvF32B4F32(a *qmvArgs)
 TEXT ·qmvF32B4F32(SB), NOSPLIT, $0-8
 	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEF32, BIASF32, $64, PFF32)
@@ -384,6 +438,57 @@ TEXT ·qmvF32B8BF16(SB), NOSPLIT, $0-8
 // func qmvF32B8BF16H(a *qmvArgs)
 TEXT ·qmvF32B8BF16H(SB), NOSPLIT, $0-8
 	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEBF16H, BIASBF16, $32, PFF32)
+
+// The kernels with float16 scales and biases (F16, and F16H for two groups
+// per block), the int8 ones also with the prefetch (P).
+
+// func qmvQ8B4F16(a *qmvArgs)
+TEXT ·qmvQ8B4F16(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF16, BIASF16, $32, PFQ8)
+
+// func qmvQ8B4F16P(a *qmvArgs)
+TEXT ·qmvQ8B4F16P(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvQ8B4F16H(a *qmvArgs)
+TEXT ·qmvQ8B4F16H(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF16, BIASF16, $32, PFQ8)
+
+// func qmvQ8B4F16HP(a *qmvArgs)
+TEXT ·qmvQ8B4F16HP(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B4, XLOADQ8B4, ROWQ8B4, XSTEPQ8B4, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvQ8B8F16(a *qmvArgs)
+TEXT ·qmvQ8B8F16(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF16, BIASF16, $32, PFQ8)
+
+// func qmvQ8B8F16P(a *qmvArgs)
+TEXT ·qmvQ8B8F16P(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvQ8B8F16H(a *qmvArgs)
+TEXT ·qmvQ8B8F16H(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF16, BIASF16, $32, PFQ8)
+
+// func qmvQ8B8F16HP(a *qmvArgs)
+TEXT ·qmvQ8B8F16HP(SB), NOSPLIT, $0-8
+	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvF32B4F16(a *qmvArgs)
+TEXT ·qmvF32B4F16(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvF32B4F16H(a *qmvArgs)
+TEXT ·qmvF32B4F16H(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B4, XLOADF32B4, ROWF32B4, XSTEPF32B4, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvF32B8F16(a *qmvArgs)
+TEXT ·qmvF32B8F16(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEF16, BIASF16, $32, PFF32)
+
+// func qmvF32B8F16H(a *qmvArgs)
+TEXT ·qmvF32B8F16H(SB), NOSPLIT, $0-8
+	QMV(SETUPF32B8, XLOADF32B8, ROWF32B8, XSTEPF32B8, SCALEF16, BIASF16, $32, PFF32)
 
 // The rearrangements of x for the kernels above, bit for bit those of
 // groupSums, permF32, quantizeQ8 and permQ8 (qmm_t.go) for one row.

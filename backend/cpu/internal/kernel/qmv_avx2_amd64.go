@@ -130,22 +130,38 @@ func qavxG8B4(a *avxArgs)
 //go:noescape
 func qavxG8B8(a *avxArgs)
 
-// avxStageF32 writes n8 blocks of eight groups of the eight float32 rows
-// at src (rstr bytes apart) to dst transposed: dst[8g+l] = row avxLanes[l]'s
-// value of group g (avxStage).
+// qzmmF32B4 is qavxF32B4 with AVX-512 (F/BW/DQ/VL): the same lane steps
+// and bits, the eight rows of a tile in two ZMM registers (half the
+// instructions per weight byte; on Zen 5 qavxF32B4 ran at 7 GB of weights
+// per CPU second, short of the 16 a core must read to keep decode at the
+// bandwidth limit).
 //
 //go:noescape
-func avxStageF32(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
+func qzmmF32B4(a *avxArgs)
+
+// qzmmQ8B4 is qavxQ8B4 with AVX-512 and VNNI (the integer block sums by
+// VPDPBUSD, exact): the same bits.
+//
+//go:noescape
+func qzmmQ8B4(a *avxArgs)
+
+// avxStageF32 writes, for nt tiles of eight float32 rows from src (rows
+// rstr bytes apart, tiles eight rows apart), n8 blocks of eight groups of
+// the tile's rows to dst transposed, the tiles one after the other:
+// dst[8g+l] = row avxLanes[l]'s value of group g (avxStage).
+//
+//go:noescape
+func avxStageF32(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)
 
 // avxStageBF16 is avxStageF32 for bfloat16 rows (widened exactly).
 //
 //go:noescape
-func avxStageBF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
+func avxStageBF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)
 
 // avxStageF16 is avxStageF32 for float16 rows (VCVTPH2PS, exact).
 //
 //go:noescape
-func avxStageF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)
+func avxStageF16(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)
 
 // avxQuantQ8 is quantizeQ8Scalar on nb blocks of 32 values of x (codes
 // to xq, block scales to d), also writing the codes to lay in the int8
@@ -162,8 +178,10 @@ func hasF16C() bool
 // flag marks the CPU generation); avxF16 when it also has F16C.
 var avxQMM, avxF16 bool
 
-// avxOn switches the kernels on (tests compare with them off).
-var avxOn = true
+// avxOn switches the kernels on (tests compare with them off); avxZMM
+// lets the 4-bit kernels take their AVX-512 forms (qzmmF32B4, qzmmQ8B4)
+// where the CPU has them (asmF32, asmQ8).
+var avxOn, avxZMM = true, true
 
 func init() {
 	avxQMM = cpu.X86.HasAVX && cpu.X86.HasAVX2 && cpu.X86.HasFMA
@@ -217,8 +235,12 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	switch {
 	case gemm:
 		kern = avxKernelsG8[avxBitsIndex(bits)]
+	case q8 && bits == 4 && avxZMM && asmQ8:
+		kern = qzmmQ8B4
 	case q8:
 		kern = avxKernelsQ8[avxBitsIndex(bits)]
+	case bits == 4 && avxZMM && asmF32:
+		kern = qzmmF32B4
 	}
 	upg := gs * bits / 128 // units of four words (4- and 8-bit)
 	if bits != 4 && bits != 8 {
@@ -412,16 +434,20 @@ func avxStage(dst []float32, v Vec, row0, tiles, gpr, gpad int) {
 		size = 4
 	}
 	rstr := uintptr(size * gpr)
-	for t := range tiles {
+	// The tiles whose last row's blocks stay inside v, in one call.
+	whole := 0
+	if last := v.Len() - 7*gpr - gpad - row0*gpr; last >= 0 {
+		whole = min(tiles, last/(8*gpr)+1)
+	}
+	if whole > 0 {
+		avxStageBlocks(&dst[0], v, row0*gpr, rstr, gpad/8, whole)
+	}
+	for t := whole; t < tiles; t++ {
 		base := (row0 + 8*t) * gpr
 		out := dst[t*8*gpad:][:8*gpad]
-		if base+7*gpr+gpad <= v.Len() {
-			avxStageBlocks(&out[0], v, base, rstr, gpad/8)
-			continue
-		}
 		g8, rem := gpr&^7, gpr&7
 		if g8 > 0 {
-			avxStageBlocks(&out[0], v, base, rstr, g8/8)
+			avxStageBlocks(&out[0], v, base, rstr, g8/8, 1)
 		}
 		var tail [8 * 8]uint32 // eight rows of eight values: the last groups, padded
 		for r := range 8 {
@@ -438,19 +464,19 @@ func avxStage(dst []float32, v Vec, row0, tiles, gpr, gpad int) {
 		} else {
 			tv.U16 = unsafe.Slice((*uint16)(unsafe.Pointer(&tail[0])), 64)
 		}
-		avxStageBlocks(&out[8*g8], tv, 0, uintptr(8*size), 1)
+		avxStageBlocks(&out[8*g8], tv, 0, uintptr(8*size), 1, 1)
 	}
 }
 
-// avxStageBlocks runs the transpose of v's kind on n8 blocks of eight
-// groups from element base, rows rstr bytes apart.
-func avxStageBlocks(dst *float32, v Vec, base int, rstr uintptr, n8 int) {
+// avxStageBlocks runs the transpose of v's kind on nt tiles of n8 blocks
+// of eight groups from element base, rows rstr bytes apart.
+func avxStageBlocks(dst *float32, v Vec, base int, rstr uintptr, n8, nt int) {
 	switch {
 	case v.F32 != nil:
-		avxStageF32(dst, unsafe.Pointer(&v.F32[base]), rstr, n8)
+		avxStageF32(dst, unsafe.Pointer(&v.F32[base]), rstr, n8, nt)
 	case v.F16:
-		avxStageF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8)
+		avxStageF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8, nt)
 	default:
-		avxStageBF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8)
+		avxStageBF16(dst, unsafe.Pointer(&v.U16[base]), rstr, n8, nt)
 	}
 }

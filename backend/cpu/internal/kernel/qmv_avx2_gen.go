@@ -18,6 +18,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 )
@@ -533,6 +534,145 @@ func q8(bits int) {
 	groupEnd(name, true)
 }
 
+// The AVX-512 forms of the 4-bit kernels (qzmmF32B4, qzmmQ8B4), for CPUs
+// with AVX-512 F/BW/DQ/VL (and VNNI for the int8 one): the same arguments,
+// staged scales and float32 steps as qavxF32B4 and qavxQ8B4, so the same
+// bits, with the eight rows of a tile in two ZMM registers (rows 0-3 and
+// 4-7 in their 128-bit lanes) instead of four YMM pairs: half the
+// instructions per weight byte. zmmLoad4 loads the current unit of four
+// rows (r0..r0+3) into z, one row per 128-bit lane.
+func zmmLoad4(r0 int, z string) {
+	x := "X" + z[1:]
+	p("\tVMOVDQU %s, %s", row(r0, 0), x)
+	for l := 1; l < 4; l++ {
+		p("\tVINSERTI32X4 $%d, %s, %s, %s", l, row(r0+l, 0), z, z)
+	}
+}
+
+// zmmConsts writes the constant tables of the AVX-512 kernels: the nibble
+// floats 0..15 (a VPERMPS table), the shift counts 4j and 16+4j of lane
+// j of each 128-bit lane, and the dword picking each row's sum in
+// avxLanes order from the reduced pair of registers (row k of the first
+// at element 4k, row 4+k at 4k+2).
+func zmmConsts() {
+	for l := range 16 {
+		p("DATA zmmNib<>+%d(SB)/4, $0x%08x", 4*l, math32bits(float32(l)))
+	}
+	p("GLOBL zmmNib<>(SB), RODATA|NOPTR, $64")
+	for l := range 16 {
+		p("DATA zmmShLo<>+%d(SB)/4, $%d", 4*l, 4*(l&3))
+	}
+	p("GLOBL zmmShLo<>(SB), RODATA|NOPTR, $64")
+	for l := range 16 {
+		p("DATA zmmShHi<>+%d(SB)/4, $%d", 4*l, 16+4*(l&3))
+	}
+	p("GLOBL zmmShHi<>(SB), RODATA|NOPTR, $64")
+	for l, v := range []int{0, 8, 2, 10, 4, 12, 6, 14} {
+		p("DATA zmmPick<>+%d(SB)/4, $%d", 4*l, v)
+	}
+	p("GLOBL zmmPick<>(SB), RODATA|NOPTR, $32")
+	p("")
+}
+
+// zmmReduce leaves in dst's low eight lanes (avxLanes order) the sums of the four lanes of
+// each row of Z0 (rows 0-3) and Z1 (rows 4-7), as (l0+l1)+(l2+l3): the
+// pairs by VSHUFPS even/odd, then each pair sum plus its neighbour. add is
+// VADDPS (float32, the VHADDPS steps of the AVX2 kernels, same first
+// operands) or VPADDD.
+func zmmReduce(add, dst string) {
+	p("\tVSHUFPS $0x88, Z1, Z0, Z12")
+	p("\tVSHUFPS $0xDD, Z1, Z0, Z13")
+	p("\t%s Z13, Z12, Z12", add)
+	p("\tVPSHUFD $0xB1, Z12, Z13")
+	p("\t%s Z13, Z12, Z12", add)
+	p("\tVMOVDQU zmmPick<>(SB), Y13")
+	p("\tVPERMD Z12, Z13, %s", dst)
+}
+
+// f32z writes qzmmF32B4: per word i of a unit, in each row's lane j,
+// a_j += c_j·x_j + c_{j+4}·x_{j+4} (the word broadcast across the row's
+// lanes by VPSHUFD, shifted by 4j and 16+4j, the nibble read as a float by
+// VPERMPS), exactly qavxF32B4's lane steps.
+func f32z() {
+	name := "qzmmF32B4"
+	pf, pfStep = "CX", 128
+	prologue(name, false)
+	p("\tVMOVUPS zmmNib<>(SB), Z24")
+	p("\tVMOVDQU32 zmmShLo<>(SB), Z25")
+	p("\tVMOVDQU32 zmmShHi<>(SB), Z26")
+	p("%s_group:", name)
+	p("\tVPXORD Z0, Z0, Z0")
+	p("\tVPXORD Z1, Z1, Z1")
+	p("\tMOVQ 64(AX), DX")
+	p("%s_unit:", name)
+	prefetch()
+	zmmLoad4(0, "Z2")
+	zmmLoad4(4, "Z3")
+	for i := range 4 {
+		p("\tVBROADCASTF32X4 %d(DI), Z%d", 32*i, 16+2*i)
+		p("\tVBROADCASTF32X4 %d(DI), Z%d", 32*i+16, 17+2*i)
+	}
+	for i := range 4 {
+		for h := range 2 {
+			w, acc := fmt.Sprintf("Z%d", 2+h), fmt.Sprintf("Z%d", h)
+			lo, hi := fmt.Sprintf("Z%d", 12+2*h), fmt.Sprintf("Z%d", 13+2*h)
+			p("\tVPSHUFD $0x%02x, %s, %s", 0x55*i, w, hi)
+			p("\tVPSRLVD Z25, %s, %s", hi, lo)
+			p("\tVPSRLVD Z26, %s, %s", hi, hi)
+			p("\tVPERMPS Z24, %s, %s", lo, lo)
+			p("\tVPERMPS Z24, %s, %s", hi, hi)
+			p("\tVMULPS Z%d, %s, %s", 16+2*i, lo, lo)
+			p("\tVMULPS Z%d, %s, %s", 17+2*i, hi, hi)
+			p("\tVADDPS %s, %s, %s", hi, lo, lo)
+			p("\tVADDPS %s, %s, %s", lo, acc, acc)
+		}
+	}
+	p("\tADDQ $16, R8")
+	p("\tADDQ $128, DI")
+	p("\tDECQ DX")
+	p("\tJNZ %s_unit", name)
+	zmmReduce("VADDPS", "Z10")
+	groupEnd(name, false)
+}
+
+// q8z writes qzmmQ8B4: per block of 32 the rows' exact integer sums by
+// VPDPBUSD (low nibbles against x's even codes, high nibbles against the
+// odd ones), reduced to one dword per row, then qavxQ8B4's float steps.
+func q8z() {
+	name := "qzmmQ8B4"
+	pf, pfStep = "DX", 128
+	prologue(name, true)
+	p("\tVPBROADCASTD avxNib<>(SB), Z15")
+	p("%s_group:", name)
+	q8GroupStart()
+	blockCountStart()
+	p("%s_blk:", name)
+	prefetch()
+	p("\tVBROADCASTI32X4 (DI), Z16")
+	p("\tVBROADCASTI32X4 16(DI), Z17")
+	zmmLoad4(0, "Z2")
+	zmmLoad4(4, "Z3")
+	for h := range 2 {
+		w, acc, t := fmt.Sprintf("Z%d", 2+h), fmt.Sprintf("Z%d", h), fmt.Sprintf("Z%d", 4+h)
+		p("\tVPSRLW $4, %s, %s", w, t)
+		p("\tVPANDD Z15, %s, %s", w, w)
+		p("\tVPANDD Z15, %s, %s", t, t)
+		p("\tVPXORD %s, %s, %s", acc, acc, acc)
+		p("\tVPDPBUSD Z16, %s, %s", w, acc)
+		p("\tVPDPBUSD Z17, %s, %s", t, acc)
+	}
+	zmmReduce("VPADDD", "Z0")
+	p("\tADDQ $16, R8")
+	p("\tADDQ $32, DI")
+	q8Block("Y4")
+	p("\tADDQ $4, CX")
+	blockCountEnd(name)
+	groupEnd(name, true)
+}
+
+// math32bits is math.Float32bits for the table of nibble floats.
+func math32bits(f float32) uint32 { return math.Float32bits(f) }
+
 // quantQ8 writes avxQuantQ8: quantizeQ8Scalar's blocks of 32 (the same
 // bits: a NaN-skipping max of |x|, d = amax/qmax, id = qmax/amax or 0,
 // rint(x·id) with NaN to 0 and clamped to ±qmax), stored as int8 in natural
@@ -639,19 +779,26 @@ func misc() {
 	p("\tRET")
 }
 
-// stage writes avxStage<kind>: eight rows' values of eight groups at a
-// time (one load each, converted to float32: exact) transposed to
-// [group][lane] with the lanes in the order r0 r2 r4 r6 r1 r3 r5 r7.
+// stage writes avxStage<kind>: for nt consecutive tiles of eight rows,
+// the rows' values of eight groups at a time (one load each, converted to
+// float32: exact) transposed to [group][lane] with the lanes in the order
+// r0 r2 r4 r6 r1 r3 r5 r7, n8 blocks of eight groups per tile, the tiles'
+// outputs one after the other (one call per run of tiles: a call per tile
+// was 9% of a 1536×576 matvec's CPU time).
 func stage(kind string, size int) {
-	p("// func avxStage%s(dst *float32, src unsafe.Pointer, rstr uintptr, n8 int)", kind)
-	p("TEXT ·avxStage%s(SB), NOSPLIT, $0-32", kind)
+	p("// func avxStage%s(dst *float32, src unsafe.Pointer, rstr uintptr, n8, nt int)", kind)
+	p("TEXT ·avxStage%s(SB), NOSPLIT, $0-40", kind)
 	p("\tMOVQ dst+0(FP), DI")
 	p("\tMOVQ src+8(FP), R8")
 	p("\tMOVQ rstr+16(FP), R9")
-	p("\tMOVQ n8+24(FP), CX")
+	p("\tMOVQ nt+32(FP), BX")
 	p("\tLEAQ (R9)(R9*2), R10")
 	p("\tLEAQ (R9)(R9*4), R11")
 	p("\tLEAQ (R10)(R9*4), R12")
+	p("stage%s_tile:", kind)
+	p("\tTESTQ BX, BX")
+	p("\tJZ stage%s_done", kind)
+	p("\tMOVQ R8, SI")
 	// Prefetch the same eight rows of the tile 64 rows on (the driver
 	// stages 64 rows at a time, then runs the kernels on them: the
 	// hardware prefetcher loses the scales' stream in between).
@@ -665,8 +812,9 @@ func stage(kind string, size int) {
 	p("\tADDQ $64, R13")
 	p("\tSUBQ $64, R14")
 	p("\tJGT stage%s_pf", kind)
+	p("\tMOVQ n8+24(FP), CX")
 	p("\tTESTQ CX, CX")
-	p("\tJZ stage%s_done", kind)
+	p("\tJZ stage%s_next", kind)
 	p("stage%s_loop:", kind)
 	for l, r := range []int{0, 2, 4, 6, 1, 3, 5, 7} {
 		switch kind {
@@ -702,6 +850,10 @@ func stage(kind string, size int) {
 	p("\tADDQ $256, DI")
 	p("\tDECQ CX")
 	p("\tJNZ stage%s_loop", kind)
+	p("stage%s_next:", kind)
+	p("\tLEAQ (SI)(R9*8), R8")
+	p("\tDECQ BX")
+	p("\tJMP stage%s_tile", kind)
 	p("stage%s_done:", kind)
 	p("\tVZEROUPPER")
 	p("\tRET")
@@ -724,6 +876,9 @@ func main() {
 	q8(4)
 	q8(8)
 	gemm = false
+	zmmConsts()
+	f32z()
+	q8z()
 	stage("F32", 4)
 	stage("BF16", 2)
 	stage("F16", 2)

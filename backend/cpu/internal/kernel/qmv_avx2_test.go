@@ -74,6 +74,11 @@ func avxVecs(dt string, sc, bi []float32, sb, bb []uint16) (Vec, Vec) {
 	return F32Vec(sc), F32Vec(bi)
 }
 
+// zmmTakes reports the combinations that, with AVX-512, take the AVX-512
+// forms of the AVX2 kernels: 4-bit group 32 (the other 4- and 8-bit ones
+// take the AVX-512 kernels of qmv_amd64.s and qmm_amd64.s).
+func zmmTakes(c avxCase) bool { return c.bits == 4 && c.gs == 32 }
+
 // TestAVX2EqualsPortable holds the AVX2 kernels (qmv_avx2_amd64.s) to the
 // portable loops (dotF32 or dotQ8, + dotBias) bit for bit, for every covered
 // bits × group × scale dtype, both precisions, one and (float32) three rows
@@ -95,6 +100,16 @@ func TestAVX2EqualsPortable(t *testing.T) {
 						}
 						name := fmt.Sprintf("b%dg%d/%s/%s/acc%d", c.bits, c.gs, c.dt, dims(m, n, k), acc)
 						t.Run(name, func(t *testing.T) { noAVX512(func() { testAVX2EqualsPortable(t, c, m, n, k, acc, name) }) })
+						if zmmTakes(c) {
+							// AVX-512 left on: the AVX-512 forms of the
+							// 4-bit kernels (qzmmF32B4, qzmmQ8B4).
+							t.Run(name+"/zmm", func(t *testing.T) {
+								if !asmF32 || acc == AccQ8 && !asmQ8 {
+									t.Skip("SKIPPED: this CPU lacks AVX-512 (VNNI for AccQ8); the AVX-512 forms are not installed")
+								}
+								testAVX2EqualsPortable(t, c, m, n, k, acc, name+"/zmm")
+							})
+						}
 					}
 				}
 			}
@@ -214,7 +229,7 @@ func threadCPU() time.Duration {
 }
 
 // BenchmarkAVX2QMV measures the one-row kernels (and, as "portable", the
-// loops they replace) on SmolLM2's MLP shape and a 4096×1536 layer, in both
+// loops they replace; as "zmm", their AVX-512 forms where there are some) on SmolLM2's MLP shape and a 4096×1536 layer, in both
 // precisions, reporting GB/s of weights, scales and biases read.
 func BenchmarkAVX2QMV(b *testing.B) {
 	needAVX2(b)
@@ -225,7 +240,11 @@ func BenchmarkAVX2QMV(b *testing.B) {
 				continue
 			}
 			for _, acc := range []Acc{AccF32, AccQ8} {
-				for _, impl := range []string{"avx2", "portable"} {
+				impls := []string{"avx2", "portable"}
+				if zmmTakes(c) && asmF32 && (acc == AccF32 || asmQ8) {
+					impls = append(impls, "zmm") // qzmmF32B4, qzmmQ8B4
+				}
+				for _, impl := range impls {
 					b.Run(fmt.Sprintf("b%dg%d/%s/%dx%d/acc%d/%s", c.bits, c.gs, c.dt, n, k, acc, impl), func(b *testing.B) {
 						x, wq, sc, bi, sb, bb := qmvInputs(1, n, k, c.gs, c.bits)
 						scv, biv := avxVecs(c.dt, sc, bi, sb, bb)
@@ -236,7 +255,7 @@ func BenchmarkAVX2QMV(b *testing.B) {
 						}
 						bytes := int64(4*len(wq) + 2*esz*len(sc))
 						b.SetBytes(bytes)
-						avxOn = impl == "avx2"
+						avxOn = impl != "portable"
 						defer func() { avxOn = true }()
 						// On a shared machine wall time counts the time the
 						// thread waits for a core: "GB/s-cpu" divides by the
@@ -244,7 +263,11 @@ func BenchmarkAVX2QMV(b *testing.B) {
 						withThreads(1, func() {
 							runtime.LockOSThread()
 							defer runtime.UnlockOSThread()
-							noAVX512(func() {
+							run := noAVX512
+							if impl == "zmm" {
+								run = func(fn func()) { fn() }
+							}
+							run(func() {
 								QuantizedMatmulTVec(dst, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
 								t0 := threadCPU()
 								for b.Loop() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -53,8 +54,8 @@ func qmvInputs(seed uint64, n, k, gs, bits int) (x []float32, wq []uint32, sc, b
 
 // TestQMVEqualsRowKernels holds the one-row kernels (qmv_amd64.s) to the
 // general path (the per-row kernels of qmm_amd64.s) bit for bit, for both
-// precisions, bit widths, the group sizes of the vector kernels, float32
-// and bf16 scales, row counts that leave a partial tile, and with several
+// precisions, bit widths, the group sizes of the vector kernels, float32,
+// bf16 and f16 scales, row counts that leave a partial tile, and with several
 // chunks per worker.
 func TestQMVEqualsRowKernels(t *testing.T) {
 	if !asmF32 {
@@ -77,47 +78,61 @@ func TestQMVEqualsRowKernels(t *testing.T) {
 	for _, sh := range shapes {
 		for _, n := range []int{1, 3, 4, 5, 38, 131} {
 			for _, acc := range []Acc{AccF32, AccQ8} {
-				for _, dt := range []string{"f32", "bf16"} {
+				for _, dt := range []string{"f32", "bf16", "f16"} {
 					for _, chunk := range []int{64 << 10, 1} {
 						name := fmt.Sprintf("b%dg%d/%s/acc%d/%s/chunk%d", sh.bits, sh.gs, dims(1, n, sh.k), acc, dt, chunk)
 						t.Run(name, func(t *testing.T) {
 							if acc == AccQ8 && !asmQ8 {
 								t.Skip("SKIPPED: this CPU lacks AVX512-VNNI; the int8 kernels are not installed")
 							}
-							x, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+sh.k+sh.bits*7+sh.gs), n, sh.k, sh.gs, sh.bits)
-							scv, biv := F32Vec(sc), F32Vec(bi)
-							if dt == "bf16" {
-								scv, biv = BF16Vec(sb), BF16Vec(bb)
-							}
-							old := qmvChunk
-							qmvChunk = chunk
-							defer func() { qmvChunk = old }()
-							want := make([]float32, n)
-							qmvOn = false
-							QuantizedMatmulTVec(want, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
-							qmvOn = true
-							// 2 and 5 workers: one range per worker, a worker
-							// done with its own range helps with the others.
-							for _, th := range []int{2, 5} {
-								got, whole := guarded(n)
-								withThreads(th, func() {
-									QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
-								})
-								checkGuards(t, whole, name)
-								expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
-							}
-							// Unrounded: the kernel's float32 results themselves.
-							got32, want32 := make([]float32, n), make([]float32, n)
-							QuantizedMatmulTVec(got32, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, Identity, acc)
-							qmvOn = false
-							QuantizedMatmulTVec(want32, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, Identity, acc)
-							qmvOn = true
-							expectSame(t, got32, want32, name+" float32")
+							withQ8PF(t, acc, func(t *testing.T) {
+								x, wq, sc, bi, sb, bb := qmvInputs(uint64(n*31+sh.k+sh.bits*7+sh.gs), n, sh.k, sh.gs, sh.bits)
+								scv, biv := avxVecs(dt, sc, bi, sb, bb)
+								old := qmvChunk
+								qmvChunk = chunk
+								defer func() { qmvChunk = old }()
+								want := make([]float32, n)
+								qmvOn = false
+								QuantizedMatmulTVec(want, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
+								qmvOn = true
+								// 2 and 5 workers: one range per worker, a worker
+								// done with its own range helps with the others.
+								for _, th := range []int{2, 5} {
+									got, whole := guarded(n)
+									withThreads(th, func() {
+										QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
+									})
+									checkGuards(t, whole, name)
+									expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
+								}
+								// Unrounded: the kernel's float32 results themselves.
+								got32, want32 := make([]float32, n), make([]float32, n)
+								QuantizedMatmulTVec(got32, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, Identity, acc)
+								qmvOn = false
+								QuantizedMatmulTVec(want32, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, Identity, acc)
+								qmvOn = true
+								expectSame(t, got32, want32, name+" float32")
+							})
 						})
 					}
 				}
 			}
 		}
+	}
+}
+
+// withQ8PF runs fn once, or under AccQ8 twice: with the int8 one-row
+// kernels that prefetch and with those that do not (qmvQ8PF).
+func withQ8PF(t *testing.T, acc Acc, fn func(t *testing.T)) {
+	if acc != AccQ8 {
+		fn(t)
+		return
+	}
+	old := qmvQ8PF
+	defer func() { qmvQ8PF = old }()
+	for _, pf := range []bool{false, true} {
+		qmvQ8PF = pf
+		t.Run(fmt.Sprintf("prefetch=%v", pf), fn)
 	}
 }
 
@@ -141,12 +156,14 @@ func TestQMVSpecialX(t *testing.T) {
 					x, wq, _, _, sb, bb := qmvInputs(uint64(si*13+c.k), n, c.k, c.gs, c.bits)
 					x[5], x[c.k-1] = sv, -sv
 					clear(x[64:96]) // an all-zero block of 32
-					got, want := make([]float32, n), make([]float32, n)
-					QuantizedMatmulTVec(got, x, wq, BF16Vec(sb), BF16Vec(bb), 1, n, c.k, c.gs, c.bits, tensor.RoundBF16, acc)
-					qmvOn = false
-					QuantizedMatmulTVec(want, x, wq, BF16Vec(sb), BF16Vec(bb), 1, n, c.k, c.gs, c.bits, tensor.RoundBF16, acc)
-					qmvOn = true
-					expectSame(t, got, want, name)
+					withQ8PF(t, acc, func(t *testing.T) {
+						got, want := make([]float32, n), make([]float32, n)
+						QuantizedMatmulTVec(got, x, wq, BF16Vec(sb), BF16Vec(bb), 1, n, c.k, c.gs, c.bits, tensor.RoundBF16, acc)
+						qmvOn = false
+						QuantizedMatmulTVec(want, x, wq, BF16Vec(sb), BF16Vec(bb), 1, n, c.k, c.gs, c.bits, tensor.RoundBF16, acc)
+						qmvOn = true
+						expectSame(t, got, want, name)
+					})
 				})
 			}
 		}
@@ -193,8 +210,9 @@ func TestQMVUsed(t *testing.T) {
 	}{
 		{"f32", F32Vec(f32), F32Vec(f32), 64, 4, true},
 		{"bf16", BF16Vec(u16), BF16Vec(u16), 64, 8, true},
-		{"f16", F16Vec(u16), F16Vec(u16), 64, 4, false},
+		{"f16", F16Vec(u16), F16Vec(u16), 64, 4, true},
 		{"mixed", F32Vec(f32), BF16Vec(u16), 64, 4, false},
+		{"bf16-f16", BF16Vec(u16), F16Vec(u16), 64, 8, false},
 		{"g32b4", F32Vec(f32), F32Vec(f32), 32, 4, false},
 	}
 	for _, c := range cases {
@@ -430,6 +448,54 @@ func TestQMVPrep(t *testing.T) {
 						expectSame(t, gotD, wantD, fmt.Sprintf("%s b%d lane scales", name, bits))
 					}
 				})
+			}
+		}
+	}
+}
+
+// BenchmarkQMVScaleDtypes runs one 4096×1536 one-row matvec (8-bit group
+// 32 and 4-bit group 64, the one-row kernels' half-block layouts) with
+// float32, bfloat16 and float16 scales and biases, the one-row kernels on
+// and off (off: the per-row kernels of qmm_amd64.s, which float16 scales
+// took before qmv_amd64.s read them), on one thread, reporting the weight,
+// scale and bias bytes read per second of the thread's CPU time.
+func BenchmarkQMVScaleDtypes(b *testing.B) {
+	if !asmF32 {
+		b.Skip("SKIPPED: this CPU lacks AVX-512; the one-row kernels are not installed")
+	}
+	for _, c := range []struct{ bits, gs int }{{8, 32}, {4, 64}} {
+		const n, k = 4096, 1536
+		x, wq, sc, bi, sb, bb := qmvInputs(1, n, k, c.gs, c.bits)
+		y := make([]float32, n)
+		for _, dt := range []string{"f32", "bf16", "f16"} {
+			scv, biv := avxVecs(dt, sc, bi, sb, bb)
+			esz := 2
+			if scv.F32 != nil {
+				esz = 4
+			}
+			bytes := int64(4*len(wq) + 2*esz*len(sc))
+			for _, acc := range []Acc{AccF32, AccQ8} {
+				for _, on := range []bool{true, false} {
+					b.Run(fmt.Sprintf("b%dg%d/%s/acc%d/qmv=%v", c.bits, c.gs, dt, acc, on), func(b *testing.B) {
+						if acc == AccQ8 && !asmQ8 {
+							b.Skip("SKIPPED: this CPU lacks AVX512-VNNI")
+						}
+						b.SetBytes(bytes)
+						qmvOn = on
+						defer func() { qmvOn = true }()
+						withThreads(1, func() {
+							runtime.LockOSThread()
+							defer runtime.UnlockOSThread()
+							t0 := threadCPU()
+							for b.Loop() {
+								QuantizedMatmulTVec(y, x, wq, scv, biv, 1, n, k, c.gs, c.bits, Identity, acc)
+							}
+							if sec := (threadCPU() - t0).Seconds(); sec > 0 {
+								b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+							}
+						})
+					})
+				}
 			}
 		}
 	}

@@ -278,12 +278,17 @@ const (
 // accumulator type, unrounded, like MLX's CPU _qmm for float32) and
 // accumulated over k in order; see [QuantizedMatmulNRef]. Column tiles of 256
 // are split across workers, with blocks of 32 rows of x. Scratch per worker:
-// one tile of expanded weights and 32×256 accumulators.
+// one tile of expanded weights and 32×256 accumulators. On amd64 with AVX2
+// the float32 accumulation runs on the dense matmul's reference kernels
+// instead (qmm_n_amd64.go), the same operations in the same order: the same
+// bits. This is the input gradient of every quantized linear layer.
 func QuantizedMatmulN(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k, groupSize, bits int, round Rounder, acc Acc) {
 	checkQMM("QuantizedMatmulN", dst, x, wq, scales, biases, m, n, k, groupSize, bits, false)
-	if acc == AccF64 {
+	switch {
+	case acc == AccF64:
 		qmmN[float64](dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round))
-	} else {
+	case qmmNAsm(dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round)):
+	default:
 		qmmN[float32](dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round))
 	}
 }

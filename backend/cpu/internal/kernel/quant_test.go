@@ -392,3 +392,35 @@ func TestQuantizedMatmulNaN(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizedMatmulNPanel holds QuantizedMatmulN's float32 path on the
+// dense reference kernels (qmm_n_amd64.go: panels of expanded weights) to
+// its plain twin, QuantizedMatmulNRef, bit for bit, on shapes that cross
+// the panel's chunks of k and blocks of rows, with the kernels on and off.
+func TestQuantizedMatmulNPanel(t *testing.T) {
+	defer func(on bool) { denseOn = on }(denseOn)
+	for _, vec := range []bool{true, false} {
+		for _, bits := range allBits {
+			for _, gs := range allGroups {
+				for _, mk := range [][2]int{{70, 600}, {5, 257}, {66, 31}} {
+					m, k, n := mk[0], mk[1], 2*gs
+					name := fmt.Sprintf("vec%v/b%dg%d/%s", vec, bits, gs, dims(m, n, k))
+					t.Run(name, func(t *testing.T) {
+						denseOn = vec
+						r := newRand(uint64(m*31 + k + bits*7 + gs))
+						w := quantInput(r, k, n, gs, Identity)
+						wq, sc, bi := make([]uint32, k*WordsPerRow(n, bits)), make([]float32, k*n/gs), make([]float32, k*n/gs)
+						Quantize(wq, sc, bi, w, k, n, gs, bits, Identity)
+						x := randVec(r, m*k, 1, Identity)
+						want := make([]float32, m*n)
+						QuantizedMatmulNRef(want, x, wq, sc, bi, m, n, k, gs, bits, tensor.RoundBF16, AccF32)
+						got, whole := guarded(m * n)
+						withThreads(3, func() { QuantizedMatmulN(got, x, wq, sc, bi, m, n, k, gs, bits, tensor.RoundBF16, AccF32) })
+						checkGuards(t, whole, name)
+						expectSame(t, got, want, name)
+					})
+				}
+			}
+		}
+	}
+}
