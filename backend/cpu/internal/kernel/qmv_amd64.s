@@ -1,6 +1,7 @@
 //go:build amd64
 
 #include "textflag.h"
+#include "qmv_amd64.h"
 
 // AVX-512 quantized matrix-vector products for one row of x (decode): each
 // call runs a.ntile tiles of four consecutive weight rows, reading the
@@ -54,50 +55,6 @@ DATA qmvnib<>+52(SB)/4, $0x41500000
 DATA qmvnib<>+56(SB)/4, $0x41600000
 DATA qmvnib<>+60(SB)/4, $0x41700000
 GLOBL qmvnib<>(SB), RODATA|NOPTR, $64
-
-// Scale vector z of one row: lanes 0-7 the scale at lo, lanes 8-15 the one
-// at hi (the same address when a group spans the whole block).
-#define SCALEF32(lo, hi, z) \
-	VBROADCASTSS lo, z \
-	VBROADCASTSS hi, Y24 \
-	VINSERTF64X4 $1, Y24, z, z
-
-// bfloat16 bits shifted into the top half of each lane: the exact float32.
-#define SCALEBF16(lo, hi, z) \
-	VPBROADCASTW lo, z \
-	VPBROADCASTW hi, Y24 \
-	VINSERTI64X4 $1, Y24, z, z \
-	VPSLLD $16, z, z
-
-// Both scales of a block that spans two groups, adjacent in memory: one
-// 32-bit broadcast (lo | hi<<16), lanes 0-7 shifted left by 16 (K3), then
-// the low halves cleared (Z25 = 0xffff0000).
-#define SCALEBF16H(lo, hi, z) \
-	VPBROADCASTD lo, z \
-	VPSLLD $16, z, K3, z \
-	VPANDD Z25, z, z
-
-// Bias loads of 16 groups (K1 masks the last chunk of a row; lanes past
-// the groups are zero).
-#define BIASF32(addr, z) \
-	VMOVUPS.Z addr, K1, z
-
-#define BIASBF16(addr, z) \
-	VPMOVZXWD.Z addr, K1, z \
-	VPSLLD $16, z, z
-
-// float16 scales: the two values broadcast to the halves of a YMM register
-// of halves, converted exactly by VCVTPH2PS (for two groups per block the
-// two adjacent values, the same macro).
-#define SCALEF16(lo, hi, z) \
-	VPBROADCASTW lo, X26 \
-	VPBROADCASTW hi, X27 \
-	VINSERTI32X4 $1, X27, Y26, Y26 \
-	VCVTPH2PS Y26, z
-
-#define BIASF16(addr, z) \
-	VMOVDQU16.Z addr, K1, Y26 \
-	VCVTPH2PS Y26, z
 
 // Per-kernel constants, loads of one block of x and the step past it.
 #define SETUPQ8B4 \
@@ -229,24 +186,8 @@ GLOBL qmvnib<>(SB), RODATA|NOPTR, $64
 	VADDPS Z13, Z12, Z12 \
 	VFMADD231PS s, Z12, acc
 
-// HSUM4 leaves in X12 the horizontal sums of Z0-Z3, each in hsum's order
-// (simd_amd64.go): 256-bit halves, 128-bit halves, then (l0+l1)+(l2+l3),
-// four rows at a time in the lanes of one register.
-#define HSUM4 \
-	VSHUFF64X2 $0x44, Z1, Z0, Z8 \
-	VSHUFF64X2 $0xEE, Z1, Z0, Z9 \
-	VADDPS Z9, Z8, Z8 \
-	VSHUFF64X2 $0x44, Z3, Z2, Z10 \
-	VSHUFF64X2 $0xEE, Z3, Z2, Z9 \
-	VADDPS Z9, Z10, Z10 \
-	VSHUFF32X4 $0x88, Z10, Z8, Z11 \
-	VSHUFF32X4 $0xDD, Z10, Z8, Z12 \
-	VADDPS Z12, Z11, Z11 \
-	VMOVSHDUP Z11, Z12 \
-	VADDPS Z12, Z11, Z11 \
-	VPERMILPS $0x0E, Z11, Z12 \
-	VADDPS Z12, Z11, Z11 \
-	VCOMPRESSPS Z11, K2, Z12
+// HSUM4 is HSUM4R (qmv_amd64.h) of the four totals.
+#define HSUM4 HSUM4R(Z0, Z1, Z2, Z3)
 
 // The prefetch of a block: one line a.pf bytes ahead (the float32 kernels
 // and the int8 kernels of the P suffix), or none (the int8 kernels without

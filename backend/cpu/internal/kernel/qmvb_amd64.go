@@ -68,10 +68,22 @@ func qmvbQ8B8BF16R4(a *qmvBArgs)
 //go:noescape
 func qmvbQ8B8BF16HR4(a *qmvBArgs)
 
-// qmvbKernels are the kernels by qmvKind - 6 (the int8 ones).
-var qmvbKernels = [6]func(*qmvBArgs){
-	qmvbQ8B4F32R4, qmvbQ8B4BF16R4, qmvbQ8B4BF16HR4,
-	qmvbQ8B8F32R4, qmvbQ8B8BF16R4, qmvbQ8B8BF16HR4,
+// qmvbQ8B4F16R4 is the 4-bit kernel with float16 scales (one group or two
+// per block: the scale steps differ, not the code).
+//
+//go:noescape
+func qmvbQ8B4F16R4(a *qmvBArgs)
+
+// qmvbQ8B8F16R4 is the 8-bit kernel with float16 scales.
+//
+//go:noescape
+func qmvbQ8B8F16R4(a *qmvBArgs)
+
+// qmvbKernels are the kernels by bits (4, 8) and scale storage (float32,
+// bfloat16, bfloat16 two groups per block, float16).
+var qmvbKernels = [2][4]func(*qmvBArgs){
+	{qmvbQ8B4F32R4, qmvbQ8B4BF16R4, qmvbQ8B4BF16HR4, qmvbQ8B4F16R4},
+	{qmvbQ8B8F32R4, qmvbQ8B8BF16R4, qmvbQ8B8BF16HR4, qmvbQ8B8F16R4},
 }
 
 // qmvBatchMax is the most rows of x the batched kernels take in one call
@@ -105,8 +117,8 @@ func qmvBatch(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 	switch {
 	case sc.F32 != nil && bi.F32 != nil:
 		esize = 4
-	case sc.F32 == nil && bi.F32 == nil && !sc.F16 && !bi.F16:
-		esize = 2
+	case sc.F32 == nil && bi.F32 == nil && sc.F16 == bi.F16:
+		esize = 2 // bfloat16, or float16 (F16)
 	default:
 		return false
 	}
@@ -178,7 +190,16 @@ func (s *qmvbState) pass(dst, x []float32, wq []uint32, sc, bi Vec, rows, n, k, 
 	} else {
 		s0, b0 = ptr(sc.U16), ptr(bi.U16)
 	}
-	kern := qmvbKernels[qmvKind(bits, true, esize == 2, l.half)-6]
+	st := 0
+	switch {
+	case sc.F16:
+		st = 3
+	case esize == 2 && l.half:
+		st = 2
+	case esize == 2:
+		st = 1
+	}
+	kern := qmvbKernels[bits/8][st]
 	s.out = grow(s.out, R*n)
 	out := s.out
 	parallelFor(n, 16, func(lo, hi int) {

@@ -1,6 +1,7 @@
 //go:build amd64
 
 #include "textflag.h"
+#include "qmv_amd64.h"
 
 // The int8 one-row kernels of qmv_amd64.s for a few rows of x at once
 // (batched decode, a speculative verify window): each weight block is
@@ -23,32 +24,8 @@
 // blocks (then bias chunks) left. Z0-Z3 the totals of the rows of x, Z8
 // the scale vector, Z9 the weight block, Z10/Z11 its unpacked codes,
 // Z12/Z13 scratch, Z15 = 0x0f bytes, Z16-Z19 the bias sums, Y24 scratch of
-// SCALE, Z25 = 0xffff0000, K1 the bias chunk mask, K2 = 0x1111 (HSUM4B),
-// K3 = 0x00ff (SCALEBF16H).
-
-// Scale vector z of one row (qmv_amd64.s: SCALEF32, SCALEBF16, SCALEBF16H).
-#define BSCALEF32(lo, hi, z) \
-	VBROADCASTSS lo, z \
-	VBROADCASTSS hi, Y24 \
-	VINSERTF64X4 $1, Y24, z, z
-
-#define BSCALEBF16(lo, hi, z) \
-	VPBROADCASTW lo, z \
-	VPBROADCASTW hi, Y24 \
-	VINSERTI64X4 $1, Y24, z, z \
-	VPSLLD $16, z, z
-
-#define BSCALEBF16H(lo, hi, z) \
-	VPBROADCASTD lo, z \
-	VPSLLD $16, z, K3, z \
-	VPANDD Z25, z, z
-
-#define BBIASF32(addr, z) \
-	VMOVUPS.Z addr, K1, z
-
-#define BBIASBF16(addr, z) \
-	VPMOVZXWD.Z addr, K1, z \
-	VPSLLD $16, z, z
+// SCALE, Z25 = 0xffff0000, Z26-Z27 scratch of the float16 SCALE and BIAS,
+// K1 the bias chunk mask, K2 = 0x1111 (HSUM4R), K3 = 0x00ff (SCALEBF16H).
 
 // The weight block at SI into Z10 (low nibbles) and Z11 (high nibbles),
 // or as it is (8-bit) into Z10.
@@ -109,31 +86,13 @@
 	VPXORD Z18, Z18, Z18 \
 	VPXORD Z19, Z19, Z19
 
-// HSUM4B is HSUM4 of qmv_amd64.s for registers a-d: their four horizontal
-// sums, each in hsum's order, into X12.
-#define HSUM4B(a, b, c, d) \
-	VSHUFF64X2 $0x44, b, a, Z8 \
-	VSHUFF64X2 $0xEE, b, a, Z9 \
-	VADDPS Z9, Z8, Z8 \
-	VSHUFF64X2 $0x44, d, c, Z10 \
-	VSHUFF64X2 $0xEE, d, c, Z9 \
-	VADDPS Z9, Z10, Z10 \
-	VSHUFF32X4 $0x88, Z10, Z8, Z11 \
-	VSHUFF32X4 $0xDD, Z10, Z8, Z12 \
-	VADDPS Z12, Z11, Z11 \
-	VMOVSHDUP Z11, Z12 \
-	VADDPS Z12, Z11, Z11 \
-	VPERMILPS $0x0E, Z11, Z12 \
-	VADDPS Z12, Z11, Z11 \
-	VCOMPRESSPS Z11, K2, Z12
-
 // Totals plus bias sums, summed horizontally, to out.
 #define ENDR4 \
 	VADDPS Z16, Z0, Z0 \
 	VADDPS Z17, Z1, Z1 \
 	VADDPS Z18, Z2, Z2 \
 	VADDPS Z19, Z3, Z3 \
-	HSUM4B(Z0, Z1, Z2, Z3) \
+	HSUM4R(Z0, Z1, Z2, Z3) \
 	VMOVUPS X12, (R12)
 
 // QMVB is the body of a kernel: R rows of x (ZERO, ROWS, BSUM, END of R = 4;
@@ -208,25 +167,32 @@ done: \
 
 // func qmvbQ8B4F32R4(a *qmvBArgs)
 TEXT ·qmvbQ8B4F32R4(SB), NOSPLIT, $0-8
-	QMVB(ZEROR4, UNPACKB4, ROWSB4R4, BSUMR4, ENDR4, $512, $256, $16, BSCALEF32, BBIASF32, $64)
+	QMVB(ZEROR4, UNPACKB4, ROWSB4R4, BSUMR4, ENDR4, $512, $256, $16, SCALEF32, BIASF32, $64)
 
 // func qmvbQ8B4BF16R4(a *qmvBArgs)
 TEXT ·qmvbQ8B4BF16R4(SB), NOSPLIT, $0-8
-	QMVB(ZEROR4, UNPACKB4, ROWSB4R4, BSUMR4, ENDR4, $512, $256, $16, BSCALEBF16, BBIASBF16, $32)
+	QMVB(ZEROR4, UNPACKB4, ROWSB4R4, BSUMR4, ENDR4, $512, $256, $16, SCALEBF16, BIASBF16, $32)
 
 // func qmvbQ8B4BF16HR4(a *qmvBArgs)
 TEXT ·qmvbQ8B4BF16HR4(SB), NOSPLIT, $0-8
-	QMVB(ZEROR4, UNPACKB4, ROWSB4R4, BSUMR4, ENDR4, $512, $256, $16, BSCALEBF16H, BBIASBF16, $32)
+	QMVB(ZEROR4, UNPACKB4, ROWSB4R4, BSUMR4, ENDR4, $512, $256, $16, SCALEBF16H, BIASBF16, $32)
 
 // func qmvbQ8B8F32R4(a *qmvBArgs)
 TEXT ·qmvbQ8B8F32R4(SB), NOSPLIT, $0-8
-	QMVB(ZEROR4, UNPACKB8, ROWSB8R4, BSUMR4, ENDR4, $256, $256, $16, BSCALEF32, BBIASF32, $64)
+	QMVB(ZEROR4, UNPACKB8, ROWSB8R4, BSUMR4, ENDR4, $256, $256, $16, SCALEF32, BIASF32, $64)
 
 // func qmvbQ8B8BF16R4(a *qmvBArgs)
 TEXT ·qmvbQ8B8BF16R4(SB), NOSPLIT, $0-8
-	QMVB(ZEROR4, UNPACKB8, ROWSB8R4, BSUMR4, ENDR4, $256, $256, $16, BSCALEBF16, BBIASBF16, $32)
+	QMVB(ZEROR4, UNPACKB8, ROWSB8R4, BSUMR4, ENDR4, $256, $256, $16, SCALEBF16, BIASBF16, $32)
 
 // func qmvbQ8B8BF16HR4(a *qmvBArgs)
 TEXT ·qmvbQ8B8BF16HR4(SB), NOSPLIT, $0-8
-	QMVB(ZEROR4, UNPACKB8, ROWSB8R4, BSUMR4, ENDR4, $256, $256, $16, BSCALEBF16H, BBIASBF16, $32)
+	QMVB(ZEROR4, UNPACKB8, ROWSB8R4, BSUMR4, ENDR4, $256, $256, $16, SCALEBF16H, BIASBF16, $32)
 
+// func qmvbQ8B4F16R4(a *qmvBArgs)
+TEXT ·qmvbQ8B4F16R4(SB), NOSPLIT, $0-8
+	QMVB(ZEROR4, UNPACKB4, ROWSB4R4, BSUMR4, ENDR4, $512, $256, $16, SCALEF16, BIASF16, $32)
+
+// func qmvbQ8B8F16R4(a *qmvBArgs)
+TEXT ·qmvbQ8B8F16R4(SB), NOSPLIT, $0-8
+	QMVB(ZEROR4, UNPACKB8, ROWSB8R4, BSUMR4, ENDR4, $256, $256, $16, SCALEF16, BIASF16, $32)

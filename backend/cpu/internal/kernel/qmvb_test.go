@@ -11,7 +11,7 @@ import (
 
 // TestQMVBatchEqualsOneRow holds the batched int8 kernels (qmvb_amd64.s)
 // to the one-row kernel run on each row of x alone, bit for bit (rounded
-// and unrounded), for every vector shape, float32 and bf16 scales, 2 to 4
+// and unrounded), for every vector shape, float32, bf16 and f16 scales, 2 to 4
 // rows of x (padded to 4), more rows in passes of 4, and row
 // counts that do not fill a worker's share; and checks that the batched
 // kernels ran (with them off the int8 GEMM gives other bits).
@@ -40,17 +40,14 @@ func TestQMVBatchEqualsOneRow(t *testing.T) {
 	for _, sh := range shapes {
 		for _, m := range []int{2, 3, 4, 5, 8, 11} {
 			for _, n := range []int{1, 5, 131} {
-				for _, dt := range []string{"f32", "bf16"} {
+				for _, dt := range []string{"f32", "bf16", "f16"} {
 					name := fmt.Sprintf("b%dg%d/%s/%s", sh.bits, sh.gs, dims(m, n, sh.k), dt)
 					t.Run(name, func(t *testing.T) {
 						_, wq, sc, bi, sb, bb := qmvInputs(uint64(m*131+n*31+sh.k+sh.bits*7+sh.gs), n, sh.k, sh.gs, sh.bits)
 						r := newRand(uint64(m + n))
 						x, xwhole := guarded(m * sh.k)
 						copy(x, randVec(r, m*sh.k, 1, tensor.RoundBF16))
-						scv, biv := F32Vec(sc), F32Vec(bi)
-						if dt == "bf16" {
-							scv, biv = BF16Vec(sb), BF16Vec(bb)
-						}
+						scv, biv := avxVecs(dt, sc, bi, sb, bb)
 						for _, round := range []Rounder{tensor.RoundBF16, Identity} {
 							want := make([]float32, m*n)
 							for i := range m {
