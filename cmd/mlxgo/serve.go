@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/promptcache"
 	"github.com/mlxgo/mlxgo/server"
 )
@@ -47,8 +48,11 @@ request whose prompt starts with one of them prefills only the rest
 With --prompt-cache-dir they outlive the server: saved there as prompt
 cache files (mlx_lm's format) when evicted and at shutdown, loaded at
 start; a file there made for another model stops the start, naming it.
---adapter-path puts LoRA or DoRA adapters on the model, as for generate;
---kv-cache takes the kinds batch generation holds (full).
+--adapter-path puts LoRA or DoRA adapters on the model, as for generate.
+--kv-cache and its flags choose the rows' caches as for mlxgo batch: the
+full cache (the default), a rotating window (--max-kv-size), or one cache
+of its own per row for --kv-bits and --kv-cache quantized|turbo; the
+prompt cache holds full caches only and is off with the other kinds.
 
 Request bodies are capped at --max-body-bytes (413 beyond); headers must
 arrive within 10 s and the whole request within 60 s; a client that reads
@@ -125,8 +129,10 @@ func (f *serveFlags) checkServe() error {
 		err = usagef("--write-timeout %v: want > 0", f.writeTimeout)
 	case f.think && f.noThink:
 		err = usagef("--think and --no-think are mutually exclusive")
-	case f.serveKVErr() != nil:
-		err = f.serveKVErr()
+	case kvErr(&f.kvCacheFlags) != nil:
+		err = kvErr(&f.kvCacheFlags)
+	case f.kvFlagsSet() && f.promptCacheDir != "":
+		err = usagef("--prompt-cache-dir with %s: the prompt cache holds full caches only (it is off with other kinds)", kvDescription(f.cacheOptions()))
 	}
 	if err != nil {
 		return err
@@ -236,6 +242,25 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 		b.Do(func() error { return m.Close() })
 		b.Close()
 	}
+	var model generate.BatchModel = m
+	cacheBytes := f.promptCacheBytes
+	if f.kvFlagsSet() {
+		// Rows of the kind asked for (nn.NewBatchCache); the prefix
+		// cache copies full caches only, so it is off.
+		view, err := m.WithCache(f.cacheOptions())
+		if err == nil {
+			err = view.CheckBatch()
+		}
+		if err != nil {
+			free()
+			return nil, nil, usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+		}
+		model = view
+		if cacheBytes > 0 {
+			fmt.Fprintf(stderr, "note: %s: the prompt cache holds full caches only; it is off\n", kvDescription(f.cacheOptions()))
+			cacheBytes = 0
+		}
+	}
 	ctxLen := cfg.MaxPositionEmbeddings
 	if ctxLen == 0 {
 		// No bound from the model: a prompt must not size the KV cache freely.
@@ -263,11 +288,11 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 		budget = -1
 	}
 	srv, err := server.New(server.Config{
-		Model: m, ModelID: f.given, Text: tm, ContextLength: ctxLen,
+		Model: model, ModelID: f.given, Text: tm, ContextLength: ctxLen,
 		Defaults: server.Defaults{MaxTokens: f.maxTokens, Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
 			RepetitionPenalty: f.repPenalty, RepetitionContext: f.repContext},
 		Seed: f.seed, MaxConcurrency: f.maxConcurrency, PrefillConcurrency: min(f.prefill, f.maxConcurrency),
-		QueueSize: queue, PrefillStep: f.prefillStep, PrefillBudget: budget, PromptCacheBytes: f.promptCacheBytes,
+		QueueSize: queue, PrefillStep: f.prefillStep, PrefillBudget: budget, PromptCacheBytes: cacheBytes,
 		PromptCacheDir: f.promptCacheDir, PromptCacheShape: shape,
 		MaxBodyBytes: f.maxBodyBytes, WriteTimeout: f.writeTimeout, Log: log,
 	})
