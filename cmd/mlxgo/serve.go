@@ -181,6 +181,7 @@ const defaultServeContext = 32768
 var serveStop chan struct{}
 
 func runServe(f *serveFlags, stdout, stderr io.Writer) error {
+	stopCh := serveStop // read before "serving": a test may then start another server
 	ln, err := net.Listen("tcp", net.JoinHostPort(f.host, strconv.Itoa(f.port)))
 	if err != nil {
 		return usagef("--host %s --port %d: %v", f.host, f.port, err)
@@ -196,10 +197,10 @@ func runServe(f *serveFlags, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "serving %s on http://%s (POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health)\n", id, ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if serveStop != nil {
+	if stopCh != nil {
 		go func() {
 			select {
-			case <-serveStop:
+			case <-stopCh:
 				stop()
 			case <-ctx.Done():
 			}
