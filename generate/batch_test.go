@@ -234,6 +234,9 @@ func TestBatchGeneratorErrors(t *testing.T) {
 	if _, err := generate.NewBatchGenerator(m, generate.BatchOptions{PrefillBatchSize: -1}); err == nil {
 		t.Error("PrefillBatchSize -1: no error")
 	}
+	if _, err := generate.NewBatchGenerator(m, generate.BatchOptions{PrefillBudget: -1}); err == nil || !strings.Contains(err.Error(), "prefill budget is -1") {
+		t.Errorf("PrefillBudget -1: %v, want an error naming it", err)
+	}
 }
 
 // TestBatchRemove: removing a generating sequence and a queued one leaves

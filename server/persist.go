@@ -127,23 +127,28 @@ func (d *cacheDir) prune() {
 	}
 }
 
-// load reads every prompt cache file of the directory into p, least
-// recently written first (so the latest are the most recently used). A
-// file that cannot be read, or that was made for another model
-// (ErrOtherModel), is an error naming it, and nothing is loaded.
+// load reads the latest prompt cache files of the directory into p, as
+// many as the limit holds (the older ones are left to prune), the most
+// recently written becoming the most recently used. A file that cannot be
+// read, or that was made for another model (ErrOtherModel), is an error
+// naming it, and nothing is loaded.
 func (d *cacheDir) load(p *prefixCache) error {
 	fis, err := d.files()
 	if err != nil {
 		return err
 	}
-	var entries []*prefixEntry
+	var entries []*prefixEntry // latest first
 	fail := func(err error) error {
 		for _, e := range entries {
 			p.free(e)
 		}
 		return err
 	}
-	for _, fi := range fis {
+	var total int64
+	for _, fi := range slices.Backward(fis) {
+		if total += fi.Size(); total > d.limit {
+			break
+		}
 		path := filepath.Join(d.path, fi.Name())
 		e, err := d.read(path)
 		if err != nil {
@@ -152,7 +157,7 @@ func (d *cacheDir) load(p *prefixCache) error {
 		e.saved = true
 		entries = append(entries, e)
 	}
-	for _, e := range entries {
+	for _, e := range slices.Backward(entries) {
 		p.insert(e)
 	}
 	return nil

@@ -102,18 +102,6 @@ func kvErr(f *kvCacheFlags) error {
 	return err
 }
 
-// serveKVErr is cacheKind's error, or a usage error for a kind serve does
-// not hold (its prefix cache copies full caches).
-func (f *kvCacheFlags) serveKVErr() error {
-	if err := kvErr(f); err != nil {
-		return err
-	}
-	if f.kvFlagsSet() {
-		return usagef("%s: serve keeps its rows in one left-padded full cache (nn.BatchKVCache), which its prefix cache copies (the other kinds: generate, chat, and batch where it holds them)", kvDescription(f.cacheOptions()))
-	}
-	return nil
-}
-
 // fileKind describes the kind of cache a prompt cache file holds (its first
 // layer's).
 func fileKind(pc *promptcache.File) string {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/checkpoint"
+	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/promptcache"
 	"github.com/mlxgo/mlxgo/server"
 )
@@ -39,13 +40,19 @@ decode steps, --prefill-concurrency prompts prefill at once, in chunks
 of --prefill-step tokens and of at most --prefill-budget tokens in all
 between two decode steps while sequences decode (a long prompt does not
 stall them); up to --queue-size more wait, and beyond that the server
-answers 429 with Retry-After. A client that disconnects cancels its sequence at once.
+answers 429 with Retry-After. A client that disconnects cancels its
+sequence at once.
 Finished sequences' KV caches are kept, up to --prompt-cache-bytes, and a
 request whose prompt starts with one of them prefills only the rest
 (usage.prompt_tokens_details.cached_tokens says how many were reused).
 With --prompt-cache-dir they outlive the server: saved there as prompt
 cache files (mlx_lm's format) when evicted and at shutdown, loaded at
 start; a file there made for another model stops the start, naming it.
+--adapter-path puts LoRA or DoRA adapters on the model, as for generate.
+--kv-cache and its flags choose the rows' caches as for mlxgo batch: the
+full cache (the default), a rotating window (--max-kv-size), or one cache
+of its own per row for --kv-bits and --kv-cache quantized|turbo; the
+prompt cache holds full caches only and is off with the other kinds.
 
 Request bodies are capped at --max-body-bytes (413 beyond); headers must
 arrive within 10 s and the whole request within 60 s; a client that reads
@@ -122,8 +129,10 @@ func (f *serveFlags) checkServe() error {
 		err = usagef("--write-timeout %v: want > 0", f.writeTimeout)
 	case f.think && f.noThink:
 		err = usagef("--think and --no-think are mutually exclusive")
-	case f.serveKVErr() != nil:
-		err = f.serveKVErr()
+	case kvErr(&f.kvCacheFlags) != nil:
+		err = kvErr(&f.kvCacheFlags)
+	case f.kvFlagsSet() && f.promptCacheDir != "":
+		err = usagef("--prompt-cache-dir with %s: the prompt cache holds full caches only (it is off with other kinds)", kvDescription(f.cacheOptions()))
 	}
 	if err != nil {
 		return err
@@ -172,6 +181,7 @@ const defaultServeContext = 32768
 var serveStop chan struct{}
 
 func runServe(f *serveFlags, stdout, stderr io.Writer) error {
+	stopCh := serveStop // read before "serving": a test may then start another server
 	ln, err := net.Listen("tcp", net.JoinHostPort(f.host, strconv.Itoa(f.port)))
 	if err != nil {
 		return usagef("--host %s --port %d: %v", f.host, f.port, err)
@@ -187,10 +197,10 @@ func runServe(f *serveFlags, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "serving %s on http://%s (POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health)\n", id, ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if serveStop != nil {
+	if stopCh != nil {
 		go func() {
 			select {
-			case <-serveStop:
+			case <-stopCh:
 				stop()
 			case <-ctx.Done():
 			}
@@ -233,6 +243,25 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 		b.Do(func() error { return m.Close() })
 		b.Close()
 	}
+	var model generate.BatchModel = m
+	cacheBytes := f.promptCacheBytes
+	if f.kvFlagsSet() {
+		// Rows of the kind asked for (nn.NewBatchCache); the prefix
+		// cache copies full caches only, so it is off.
+		view, err := m.WithCache(f.cacheOptions())
+		if err == nil {
+			err = view.CheckBatch()
+		}
+		if err != nil {
+			free()
+			return nil, nil, usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+		}
+		model = view
+		if cacheBytes > 0 {
+			fmt.Fprintf(stderr, "note: %s: the prompt cache holds full caches only; it is off\n", kvDescription(f.cacheOptions()))
+			cacheBytes = 0
+		}
+	}
 	ctxLen := cfg.MaxPositionEmbeddings
 	if ctxLen == 0 {
 		// No bound from the model: a prompt must not size the KV cache freely.
@@ -260,11 +289,11 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 		budget = -1
 	}
 	srv, err := server.New(server.Config{
-		Model: m, ModelID: f.given, Text: tm, ContextLength: ctxLen,
+		Model: model, ModelID: f.given, Text: tm, ContextLength: ctxLen,
 		Defaults: server.Defaults{MaxTokens: f.maxTokens, Temp: f.temp, TopP: f.topP, TopK: f.topK, MinP: f.minP,
 			RepetitionPenalty: f.repPenalty, RepetitionContext: f.repContext},
 		Seed: f.seed, MaxConcurrency: f.maxConcurrency, PrefillConcurrency: min(f.prefill, f.maxConcurrency),
-		QueueSize: queue, PrefillStep: f.prefillStep, PrefillBudget: budget, PromptCacheBytes: f.promptCacheBytes,
+		QueueSize: queue, PrefillStep: f.prefillStep, PrefillBudget: budget, PromptCacheBytes: cacheBytes,
 		PromptCacheDir: f.promptCacheDir, PromptCacheShape: shape,
 		MaxBodyBytes: f.maxBodyBytes, WriteTimeout: f.writeTimeout, Log: log,
 	})

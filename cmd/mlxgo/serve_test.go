@@ -130,8 +130,8 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--model", model, "--write-timeout", "0s"}, "--write-timeout 0s"},
 		{[]string{"--model", model, "--prefill-budget", "-1"}, "--prefill-budget -1"},
 		{[]string{"--model", model, "--prompt-cache-dir", "/tmp/x", "--prompt-cache-bytes", "0"}, "--prompt-cache-dir needs a prompt cache"},
-		{[]string{"--model", model, "--kv-cache", "turbo"}, "--kv-cache turbo:k8v3: serve keeps its rows"},
-		{[]string{"--model", model, "--kv-bits", "8"}, "--kv-bits 8: serve keeps its rows"},
+		{[]string{"--model", model, "--kv-cache", "turbo", "--prompt-cache-dir", "/tmp/x"}, "--prompt-cache-dir with --kv-cache turbo:k8v3: the prompt cache holds full caches only"},
+		{[]string{"--model", model, "--kv-bits", "3"}, "KV bits 3"},
 		{[]string{"--model", model, "--kv-cache", "zip"}, `--kv-cache "zip"`},
 		{[]string{"--model", model, "--port", "0"}, "has no tokenizer.json, which mlxgo serve needs"},
 	} {
@@ -266,6 +266,47 @@ func TestServeAdapterPath(t *testing.T) {
 		}
 		if g := fixtureIDs(t, got.Choices[0].Text); fmt.Sprint(g) != fmt.Sprint(w) {
 			t.Errorf("%v: served tokens %v, want (mlx_lm) %v", c.extra, g, w)
+		}
+	}
+}
+
+// TestServeKVCache: with --kv-bits or --kv-cache quantized, mlxgo serve's
+// rows hold caches of that kind (one per row, nn.NewBatchCache) and answer
+// what mlxgo generate answers alone with the same flags; the prompt cache
+// is off, said on stderr. (TurboQuant rows take the same path; the
+// fixtures' head_dim 32 is not a TurboQuant one: generate's
+// batch_kinds_test.go checks them on a head_dim 64 checkpoint.)
+func TestServeKVCache(t *testing.T) {
+	dir := textFixture(t, chatML)
+	ids := []int32{3, 14, 15, 92, 65, 35, 89, 79}
+	body, _ := json.Marshal(map[string]any{"prompt": ids, "max_tokens": 12})
+	for _, flags := range [][]string{{"--kv-bits", "8", "--kv-group-size", "32", "--quantized-kv-start", "0"}, {"--kv-cache", "quantized", "--kv-bits", "4", "--kv-group-size", "32", "--quantized-kv-start", "3"}} {
+		rc, out, errOut := mlxgo(append([]string{"generate", "--model", dir, "--prompt-ids", joinIDs(ids), "--max-tokens", "12", "--backend", "cpu"}, flags...)...)
+		if rc != 0 {
+			t.Fatalf("generate %v: exit %d: %s", flags, rc, errOut)
+		}
+		want := generated(t, out)
+		if i := slices.Index(want, 1); i >= 0 {
+			want = want[:i] // the EOS (<|im_end|>) ends the text
+		}
+		url, logs := startServe(t, append([]string{"--model", dir}, flags...)...)
+		resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Choices []struct{ Text string }
+		}
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || len(got.Choices) != 1 {
+			t.Fatalf("%v: status %d, %+v, %v\n%s", flags, resp.StatusCode, got, err, logs())
+		}
+		if g := fixtureIDs(t, got.Choices[0].Text); fmt.Sprint(g) != fmt.Sprint(want) {
+			t.Errorf("%v: served tokens %v, mlxgo generate's %v", flags, g, want)
+		}
+		if !strings.Contains(logs(), "the prompt cache holds full caches only; it is off") {
+			t.Errorf("%v: no note that the prompt cache is off:\n%s", flags, logs())
 		}
 	}
 }
