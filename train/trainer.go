@@ -389,8 +389,11 @@ func (t *Trainer) lossOnly(batch Batch) (float32, int, error) {
 // checkpointed block's forward records them, or taken from replay while
 // that block is recomputed in the backward. The masks of a checkpointed
 // step are thus those of the same step without checkpointing. (MLX's own
-// mx.checkpoint draws new keys in the recomputation, so mlx_lm's masks
-// there differ from its forward's; ours do not.)
+// mx.checkpoint draws new keys in the recomputation: with mlx 0.32.4,
+// mx.grad(mx.checkpoint(f)) of f(x) = sum(bernoulli(0.5)·x) after
+// mx.random.seed(0) is the second draw's mask, not the forward's. So
+// mlx_lm's checkpointed gradients with dropout follow masks its forward
+// did not use; ours do not.)
 type dropoutKeys struct {
 	rng       *generate.RNG
 	rec       *[][2]uint32
