@@ -67,6 +67,9 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.TestBatches, "test-batches", d.TestBatches, "test batches; -1 for the whole test set")
 	fs.IntVar(&c.MaxSeqLength, "max-seq-length", d.MaxSeqLength, "maximum sequence length (longer ones are truncated with a warning)")
 	fs.BoolVar(&c.GradCheckpoint, "grad-checkpoint", false, "gradient checkpointing: recompute each block in the backward (less memory, more compute)")
+	fs.IntVar(&c.SegmentLayers, "segment-layers", 0, "segmented backward: run the layers in ranges of `N`, keep only the ranges' boundary states, recompute each range in the backward (gradients bit for bit the plain backward's)")
+	fs.StringVar(&c.TrainMemoryBudget, "train-memory-budget", "", "segmented backward with the largest segment size whose estimated activation memory fits in `BYTES` (a number, or with K, M or G: powers of 1024); see below")
+	fs.IntVar(&c.LossChunk, "loss-chunk", 0, "compute the loss through the head `ROWS` token rows at a time (the same value bit for bit, no [tokens, vocab] logits); 0: the full logits, or 2^24/vocab rows when segmenting")
 	fs.IntVar(&c.Seed, "seed", d.Seed, "the random seed (adapters' initial values, batch order, dropout)")
 	config := fs.String("c", "", "YAML config file of mlx_lm.lora options")
 	fs.StringVar(config, "config", "", "same as -c")
@@ -122,6 +125,9 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	pick("max-seq-length", &final.MaxSeqLength, &c.MaxSeqLength)
 	pick("grad-checkpoint", &final.GradCheckpoint, &c.GradCheckpoint)
 	pick("seed", &final.Seed, &c.Seed)
+	pick("segment-layers", &final.SegmentLayers, &c.SegmentLayers)
+	pick("train-memory-budget", &final.TrainMemoryBudget, &c.TrainMemoryBudget)
+	pick("loss-chunk", &final.LossChunk, &c.LossChunk)
 	switch {
 	case final.Model == "":
 		fmt.Fprint(stderr, "mlxgo lora: --model (or model in the -c file) is required\n\n")
