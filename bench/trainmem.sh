@@ -58,9 +58,9 @@ for n in $LENGTHS; do
 		esac
 		start=$(date +%s)
 		if ! $cmd >"$tmp/log" 2>&1; then
-			echo "trainmem: $c at $n tokens failed:" >&2
-			tail -5 "$tmp/log" >&2
-			exit 1
+			echo "$n $c failed $(($(date +%s) - start)) s:"
+			tail -5 "$tmp/log"
+			continue
 		fi
 		peak=$(sed -n 's/.*Peak mem \([0-9.]*\) GB.*/\1/p' "$tmp/log" | tail -1)
 		echo "$n $c ${peak:-?} GB $(($(date +%s) - start)) s"
