@@ -38,7 +38,12 @@ func testBatch(vocab int) Batch {
 // would leave lora_a without a gradient), and calls f.
 func withAdapters(t *testing.T, b backend.Backend, name string, numLayers int, f func(m *minicpm5.Model, ads []lora.Adapter) error) {
 	t.Helper()
-	dir := filepath.Join(testenv.RepoRoot(t), "conformance", "testdata", "models", name)
+	withAdaptersAt(t, b, filepath.Join(testenv.RepoRoot(t), "conformance", "testdata", "models", name), numLayers, f)
+}
+
+// withAdaptersAt is withAdapters on the checkpoint in dir.
+func withAdaptersAt(t *testing.T, b backend.Backend, dir string, numLayers int, f func(m *minicpm5.Model, ads []lora.Adapter) error) {
+	t.Helper()
 	err := b.Do(func() (err error) {
 		defer backend.Recover(&err)
 		m, err := minicpm5.Load(b, dir)
@@ -227,6 +232,50 @@ func TestHeadLoss(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// TestHeadLossSmolLM2: the same on the real SmolLM2-135M (its head the
+// tied 8-bit embedding, vocabulary 49,152, float16), one row of 64
+// tokens, the last layer adapted.
+func TestHeadLossSmolLM2(t *testing.T) {
+	dir := filepath.Join(testenv.RepoRoot(t), ".venv", "smollm2", "SmolLM2-135M-Instruct-Q4_1-mlx")
+	testenv.Need(t, filepath.Join(dir, "model.safetensors"), "make it with `make bench-matrix`'s rule: mlxgo convert of the Q4_1 GGUF of `make smollm2`")
+	for _, bname := range backend.Names() {
+		t.Run(bname, func(t *testing.T) {
+			b, err := backend.Open(bname, backend.Options{Device: "cpu"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			withAdaptersAt(t, b, dir, 1, func(m *minicpm5.Model, ads []lora.Adapter) error {
+				r := rand.New(rand.NewPCG(9, 9))
+				toks := make([]int32, 65)
+				for i := range toks {
+					toks[i] = int32(r.IntN(m.VocabSize()))
+				}
+				batch := Batch{Tokens: toks, B: 1, L: 65, Lengths: [][2]int32{{1, 64}}}
+				tr := &Trainer{B: b, Model: m, Adapters: ads}
+				want, err := gradsOf(tr, batch)
+				if err != nil {
+					return err
+				}
+				for _, chunk := range []int{7, 64} {
+					tr.LossChunk, tr.SegmentLayers = chunk, 1
+					got, err := gradsOf(tr, batch)
+					tr.LossChunk, tr.SegmentLayers = 0, 0
+					if err != nil {
+						return err
+					}
+					worst, _ := diff(got, want)
+					if got.loss != want.loss || worst > headGradBound {
+						t.Errorf("chunk %d: loss %v, plain %v; gradients differ by %.3g of their largest, bound %.3g", chunk, got.loss, want.loss, worst, headGradBound)
+					}
+					t.Logf("%s chunk %d: loss %v, gradients differ from the plain loss's by %.3g of their largest", bname, chunk, got.loss, worst)
+				}
+				return nil
+			})
+		})
 	}
 }
 

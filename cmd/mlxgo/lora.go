@@ -28,8 +28,30 @@ adapter_config.json, which mlx_lm and mlxgo --adapter-path load.
 command line win; the others default as mlx_lm's). Progress lines name
 the training loss, learning rate, it/s, tokens/s and peak memory.
 
+Memory: --segment-layers N trains with a segmented backward: the forward
+keeps only the residual stream at every N-th adapted layer, and the
+backward recomputes each range of N layers from its boundary and
+backpropagates through it (the gradients are the plain backward's bit for
+bit; about one more forward of compute). --train-memory-budget BYTES picks
+N instead: the largest N whose estimated activation memory (weights,
+adapters and optimizer state not counted) at --batch-size rows of
+--max-seq-length tokens fits in BYTES, the estimate being, in float32,
+  (⌈adapted/N⌉ + 2)·B·T·hidden                       boundary states
+  + N·B·T·(12·hidden + 7·(heads+2·kv_heads)·head_dim + 9·intermediate)
+                                                     one segment's layers
+  + 10·B·heads·T²                                    one attention backward
+  + 6·chunk·vocab                                    one loss chunk
+(times 4 bytes; it errs when N = 1 does not fit). Segmenting, the loss is
+computed through the head --loss-chunk rows at a time (default 2^24/vocab
+rows: no [tokens, vocab] logits at once, the same loss bit for bit);
+without segments --loss-chunk is off by default (mlx_lm's full-logits
+loss, whose graph the oracle fixtures match). Segments go with neither
+--grad-checkpoint nor LoRA dropout (a recomputed range would draw new
+masks).
+
 Examples:
   mlxgo lora --model smollm2-mlx --train --data data --iters 50 --num-layers 8
+  mlxgo lora --model smollm2-mlx --train --data data --max-seq-length 4096 --train-memory-budget 8G
   mlxgo lora --model smollm2-mlx --test --data data --adapter-path adapters
   mlxgo generate --model smollm2-mlx --adapter-path adapters --prompt "Hello"
 
