@@ -19,6 +19,24 @@
 # "t0".."t49151" (mlxgo synth's tokenizer reads them as those ids).
 #   sh bench/trainmem.sh
 #   LENGTHS="512" CONFIGS="cpu:plain cpu:seg" sh bench/trainmem.sh
+#
+# The 2k and 4k runs need more memory and cores than a small machine has
+# (the plain CPU backward at 4k tokens is estimated at about 24 GB). A way
+# to run them on the lent H200 machine (16 cores, 128 GiB; not yet tried:
+# the device tool carries only the session's own checkout), from that
+# checkout, whose tmp/ git ignores:
+#   mkdir -p tmp/dev/tok && go build -tags mlx -ldflags "-s -w" -o tmp/dev/mlxgo ./cmd/mlxgo
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_35_x86_64 -d tmp/dev \
+#     mlx==0.32.4 mlx-cpu==0.32.4 mlx-lm==0.32.2
+#   cp .venv/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx/tokenizer*.json tmp/dev/tok/
+# and there (carry tmp/dev; the real model is too large to carry, synth
+# writes its shapes and layout, and the real tokenizer reads the text):
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site tmp/dev/*.whl
+#   export PYTHONPATH=/tmp/site LD_LIBRARY_PATH=/tmp/site/mlx/lib:/tmp/site/mlx_cpu.libs
+#   tmp/dev/mlxgo synth --preset smollm2-135m --quant q4g32 --embed-bits 8 --dtype f16 --out /tmp/smol
+#   cp tmp/dev/tok/* /tmp/smol/
+#   MODEL=/tmp/smol MLXGO=tmp/dev/mlxgo PY=python3 sh bench/trainmem.sh
 set -eu
 MODEL=${MODEL:-.venv/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx}
 LENGTHS=${LENGTHS:-"512 2048 4096"}
