@@ -51,6 +51,14 @@ type Config struct {
 	CompletionFeature     string                    `yaml:"completion_feature" json:"completion_feature,omitempty"`
 	ChatFeature           string                    `yaml:"chat_feature" json:"chat_feature,omitempty"`
 
+	// mlxgo's own options (segment.go, headloss.go): the segmented
+	// backward's segment size, or the memory budget it is chosen from,
+	// and the rows of the chunked loss (0: plain, or the default chunk
+	// when segmenting).
+	SegmentLayers     int    `yaml:"segment_layers" json:"segment_layers,omitempty"`
+	TrainMemoryBudget string `yaml:"train_memory_budget" json:"train_memory_budget,omitempty"`
+	LossChunk         int    `yaml:"loss_chunk" json:"loss_chunk,omitempty"`
+
 	// mlx_lm.lora options that change nothing here (logging services,
 	// the allocator cache, remote code, the config file's own name):
 	// accepted in a config file and ignored.

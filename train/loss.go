@@ -27,45 +27,85 @@ func lossWith(b backend.Backend, m *minicpm5.Model, batch Batch, fo minicpm5.For
 	if !ok {
 		return nil, nil, fmt.Errorf("train: backend %s has no gradients", b.Name())
 	}
+	ld, err := newLossData(m, batch)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids, maskA := ld.arrays(b)
+	o, err := m.Forward(ids, nil, fo)
+	if err != nil {
+		return nil, nil, err
+	}
+	ce := ceRows(b, d, o.Logits, ld.tg, maskA)
+	return meanCE(b, b.Reshape(ce, -1), maskA)
+}
+
+// lossData is a batch as default_loss reads it, on the host: the
+// inputs tokens[:, :-1] and targets tokens[:, 1:] ([B, T] row-major) and
+// the mask of the positions counted.
+type lossData struct {
+	B, T   int
+	in, tg []int32
+	mask   []byte
+}
+
+func newLossData(m *minicpm5.Model, batch Batch) (lossData, error) {
 	B, T := batch.B, batch.L-1
 	if T < 1 || len(batch.Tokens) != B*batch.L || len(batch.Lengths) != B {
-		return nil, nil, fmt.Errorf("train: batch of %d tokens, %d rows of %d and %d lengths: want rows of at least 2 tokens", len(batch.Tokens), B, batch.L, len(batch.Lengths))
+		return lossData{}, fmt.Errorf("train: batch of %d tokens, %d rows of %d and %d lengths: want rows of at least 2 tokens", len(batch.Tokens), B, batch.L, len(batch.Lengths))
 	}
 	for i, v := range batch.Tokens {
 		if v < 0 || int(v) >= m.VocabSize() {
-			return nil, nil, fmt.Errorf("train: batch row %d holds token %d, outside the model's vocabulary of %d", i/batch.L, v, m.VocabSize())
+			return lossData{}, fmt.Errorf("train: batch row %d holds token %d, outside the model's vocabulary of %d", i/batch.L, v, m.VocabSize())
 		}
 	}
-	in, tg, mask := make([]int32, 0, B*T), make([]int32, 0, B*T), make([]byte, 0, B*T)
+	ld := lossData{B: B, T: T, in: make([]int32, 0, B*T), tg: make([]int32, 0, B*T), mask: make([]byte, 0, B*T)}
 	for r := 0; r < B; r++ {
 		row := batch.Tokens[r*batch.L : (r+1)*batch.L]
-		in = append(in, row[:T]...)
-		tg = append(tg, row[1:]...)
+		ld.in = append(ld.in, row[:T]...)
+		ld.tg = append(ld.tg, row[1:]...)
 		for s := int32(1); s <= int32(T); s++ {
 			var v byte
 			if s >= batch.Lengths[r][0] && s <= batch.Lengths[r][1] {
 				v = 1
 			}
-			mask = append(mask, v)
+			ld.mask = append(ld.mask, v)
 		}
 	}
-	ids := b.FromHost(tensor.FromInt32(tensor.Shape{B, T}, in))
-	maskA := b.FromHost(&tensor.Dense{DType: tensor.Bool, Shape: tensor.Shape{B, T}, Data: mask})
-	o, err := m.Forward(ids, nil, fo)
-	if err != nil {
-		return nil, nil, err
-	}
-	logits := o.Logits
-	V := logits.Shape()[2]
+	return ld, nil
+}
+
+// arrays returns the input ids and the loss mask, [B, T] each.
+func (ld lossData) arrays(b backend.Backend) (ids, mask backend.Array) {
+	ids = b.FromHost(tensor.FromInt32(tensor.Shape{ld.B, ld.T}, ld.in))
+	mask = b.FromHost(&tensor.Dense{DType: tensor.Bool, Shape: tensor.Shape{ld.B, ld.T}, Data: ld.mask})
+	return ids, mask
+}
+
+// ceRows is default_loss's masked cross-entropy of each row of logits
+// [..., V] against its target tg (one per row, row-major): logsumexp of
+// the logits less the target's logit, both after the row's maximum is
+// subtracted as a constant, times the mask (of the rows' shape), in
+// float32, of the rows' shape.
+func ceRows(b backend.Backend, d backend.Differentiator, logits backend.Array, tg []int32, mask backend.Array) backend.Array {
+	sh := logits.Shape()
+	V := sh[len(sh)-1]
 	flat := make([]int32, len(tg))
 	for i, v := range tg {
 		flat[i] = v + int32(i*V)
 	}
-	pick := b.FromHost(tensor.FromInt32(tensor.Shape{B, T}, flat))
+	pick := b.FromHost(tensor.FromInt32(sh[:len(sh)-1], flat))
 	l := b.Binary(backend.Subtract, logits, d.StopGradient(b.Max(logits, -1, true)))
 	score := b.Take(b.Reshape(l, -1), pick, 0)
-	ce := b.Binary(backend.Multiply, b.Binary(backend.Subtract, b.LogSumExp(l, -1, false), score), maskA)
-	sum := b.Sum(b.Reshape(b.AsType(ce, tensor.F32), -1), 0, false)
-	ntoks = b.Sum(b.Reshape(maskA, -1), 0, false)
+	ce := b.Binary(backend.Multiply, b.Binary(backend.Subtract, b.LogSumExp(l, -1, false), score), mask)
+	return b.AsType(ce, tensor.F32)
+}
+
+// meanCE is default_loss's reduction of the rows' cross-entropies ce
+// (float32, flat): their sum over the number of positions mask counts,
+// and that number.
+func meanCE(b backend.Backend, ce, mask backend.Array) (loss, ntoks backend.Array, err error) {
+	sum := b.Sum(ce, 0, false)
+	ntoks = b.Sum(b.Reshape(mask, -1), 0, false)
 	return b.Binary(backend.Divide, sum, ntoks), ntoks, nil
 }

@@ -46,7 +46,10 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if c.Test && len(test) == 0 {
 		return fmt.Errorf("train: %s: test set not found or empty (test.jsonl); must provide a test set for evaluation", c.Data)
 	}
-	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn, GradCheckpoint: c.GradCheckpoint, PeakMemory: peak}
+	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn, GradCheckpoint: c.GradCheckpoint, PeakMemory: peak, LossChunk: c.LossChunk}
+	if c.LossChunk < 0 {
+		return fmt.Errorf("train: --loss-chunk %d: want a positive number of rows (or 0)", c.LossChunk)
+	}
 	switch {
 	case c.Train:
 		fmt.Fprintln(out, "Training")
@@ -144,6 +147,9 @@ func setup(t *Trainer, c Config, out io.Writer) error {
 		if t.Dropout, err = lora.DropoutKeys(b, c.LoRAParameters.Dropout, t.keys.next); err != nil {
 			return err
 		}
+	}
+	if err := planSegments(t, c, out); err != nil {
+		return err
 	}
 	if c.ResumeAdapterFile != "" {
 		fmt.Fprintf(out, "Loading fine-tuned weights from %s\n", c.ResumeAdapterFile)

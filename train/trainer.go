@@ -66,6 +66,17 @@ type Trainer struct {
 	// block's call through mx.checkpoint, the block's adapters among the
 	// checkpointed function's inputs).
 	GradCheckpoint bool
+	// SegmentLayers, when positive, trains with a segmented backward
+	// (segment.go): the layers run in ranges of this many, only the
+	// streams at the ranges' boundaries are kept, and each range is
+	// recomputed in the backward. The gradients are the plain
+	// backward's bit for bit. Excludes GradCheckpoint and Dropout.
+	SegmentLayers int
+	// LossChunk, when positive, computes the loss through the head in
+	// chunks of this many rows (headloss.go): the same value bit for
+	// bit, without [tokens, vocab] logits at once. 0: mlx_lm's loss on
+	// the full logits.
+	LossChunk int
 	// PeakMemory, when set, reports the device's peak memory in bytes
 	// (MLX's allocator peak, mx.get_peak_memory); nil reports the
 	// backend's Stats().PeakBytes (the arrays it tracks).
@@ -218,30 +229,14 @@ func (t *Trainer) save(path string) error {
 // above 1), after which the accumulation is emptied.
 func (t *Trainer) step(batch Batch, accum *[]backend.Array, update bool, accumSteps int) (float32, int, error) {
 	b := t.B
-	d := b.(backend.Differentiator)
 	slots := t.params()
 	params := make([]backend.Array, len(slots))
-	all := make([]int, len(slots))
 	for i, s := range slots {
-		params[i], all[i] = *s, i
+		params[i] = *s
 	}
 	s := b.Scope()
 	defer s.Close()
-	fn := func(x []backend.Array) ([]backend.Array, error) {
-		for i, s := range slots {
-			*s = x[i]
-		}
-		var fo minicpm5.ForwardOptions
-		if t.GradCheckpoint {
-			fo.Block = t.checkpointed
-		}
-		l, n, err := lossWith(b, t.Model, batch, fo)
-		return []backend.Array{l, n}, err
-	}
-	outs, grads, err := d.ValueAndGrad(fn, params, all)
-	for i, s := range slots {
-		*s = params[i]
-	}
+	outs, grads, err := t.valueAndGrad(batch, slots)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -290,6 +285,45 @@ func (t *Trainer) step(batch Batch, accum *[]backend.Array, update bool, accumSt
 		b.Release(params...)
 	}
 	return float32(lv.ToFloat64()[0]), int(nt.ToFloat64()[0]), nil
+}
+
+// valueAndGrad returns the loss and its token count on batch, and the
+// loss's gradient with respect to each slot's array (leaving the slots
+// as they were): through Differentiator.ValueAndGrad, or segmented.
+func (t *Trainer) valueAndGrad(batch Batch, slots []*backend.Array) ([]backend.Array, []backend.Array, error) {
+	b := t.B
+	d := b.(backend.Differentiator)
+	params := make([]backend.Array, len(slots))
+	all := make([]int, len(slots))
+	for i, s := range slots {
+		params[i], all[i] = *s, i
+	}
+	fn := func(x []backend.Array) ([]backend.Array, error) {
+		for i, s := range slots {
+			*s = x[i]
+		}
+		var fo minicpm5.ForwardOptions
+		if t.GradCheckpoint {
+			fo.Block = t.checkpointed
+		}
+		if t.LossChunk > 0 {
+			l, n, err := chunkedLoss(b, t.Model, batch, fo.Block, t.LossChunk)
+			return []backend.Array{l, n}, err
+		}
+		l, n, err := lossWith(b, t.Model, batch, fo)
+		return []backend.Array{l, n}, err
+	}
+	var outs, grads []backend.Array
+	var err error
+	if t.SegmentLayers > 0 {
+		outs, grads, err = t.segmentedGrad(batch, slots)
+	} else {
+		outs, grads, err = d.ValueAndGrad(fn, params, all)
+	}
+	for i, s := range slots {
+		*s = params[i]
+	}
+	return outs, grads, err
 }
 
 // checkpointed runs block i through Differentiator.Checkpoint with h
@@ -369,7 +403,13 @@ func (t *Trainer) Evaluate(set []Example, batchSize, numBatches, maxSeq int) (fl
 func (t *Trainer) lossOnly(batch Batch) (float32, int, error) {
 	s := t.B.Scope()
 	defer s.Close()
-	l, n, err := Loss(t.B, t.Model, batch)
+	var l, n backend.Array
+	var err error
+	if t.LossChunk > 0 {
+		l, n, err = chunkedLoss(t.B, t.Model, batch, nil, t.LossChunk)
+	} else {
+		l, n, err = Loss(t.B, t.Model, batch)
+	}
 	if err != nil {
 		return 0, 0, err
 	}

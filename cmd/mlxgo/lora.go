@@ -28,8 +28,30 @@ adapter_config.json, which mlx_lm and mlxgo --adapter-path load.
 command line win; the others default as mlx_lm's). Progress lines name
 the training loss, learning rate, it/s, tokens/s and peak memory.
 
+Memory: --segment-layers N trains with a segmented backward: the forward
+keeps only the residual stream at every N-th adapted layer, and the
+backward recomputes each range of N layers from its boundary and
+backpropagates through it (the gradients are the plain backward's bit for
+bit; about one more forward of compute). --train-memory-budget BYTES picks
+N instead: the largest N whose estimated activation memory (weights,
+adapters and optimizer state not counted) at --batch-size rows of
+--max-seq-length tokens fits in BYTES, the estimate being, in float32,
+  (⌈adapted/N⌉ + 2)·B·T·hidden                       boundary states
+  + N·B·T·(12·hidden + 7·(heads+2·kv_heads)·head_dim + 9·intermediate)
+                                                     one segment's layers
+  + 10·B·heads·T²                                    one attention backward
+  + 6·chunk·vocab                                    one loss chunk
+(times 4 bytes; it errs when N = 1 does not fit). Segmenting, the loss is
+computed through the head --loss-chunk rows at a time (default 2^24/vocab
+rows: no [tokens, vocab] logits at once, the same loss bit for bit);
+without segments --loss-chunk is off by default (mlx_lm's full-logits
+loss, whose graph the oracle fixtures match). Segments go with neither
+--grad-checkpoint nor LoRA dropout (a recomputed range would draw new
+masks).
+
 Examples:
   mlxgo lora --model smollm2-mlx --train --data data --iters 50 --num-layers 8
+  mlxgo lora --model smollm2-mlx --train --data data --max-seq-length 4096 --train-memory-budget 8G
   mlxgo lora --model smollm2-mlx --test --data data --adapter-path adapters
   mlxgo generate --model smollm2-mlx --adapter-path adapters --prompt "Hello"
 
@@ -67,6 +89,9 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.TestBatches, "test-batches", d.TestBatches, "test batches; -1 for the whole test set")
 	fs.IntVar(&c.MaxSeqLength, "max-seq-length", d.MaxSeqLength, "maximum sequence length (longer ones are truncated with a warning)")
 	fs.BoolVar(&c.GradCheckpoint, "grad-checkpoint", false, "gradient checkpointing: recompute each block in the backward (less memory, more compute)")
+	fs.IntVar(&c.SegmentLayers, "segment-layers", 0, "segmented backward: run the layers in ranges of `N`, keep only the ranges' boundary states, recompute each range in the backward (gradients bit for bit the plain backward's)")
+	fs.StringVar(&c.TrainMemoryBudget, "train-memory-budget", "", "segmented backward with the largest segment size whose estimated activation memory fits in `BYTES` (a number, or with K, M or G: powers of 1024); see below")
+	fs.IntVar(&c.LossChunk, "loss-chunk", 0, "compute the loss through the head `ROWS` token rows at a time (the same value bit for bit, no [tokens, vocab] logits); 0: the full logits, or 2^24/vocab rows when segmenting")
 	fs.IntVar(&c.Seed, "seed", d.Seed, "the random seed (adapters' initial values, batch order, dropout)")
 	config := fs.String("c", "", "YAML config file of mlx_lm.lora options")
 	fs.StringVar(config, "config", "", "same as -c")
@@ -123,6 +148,9 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	pick("max-seq-length", &final.MaxSeqLength, &c.MaxSeqLength)
 	pick("grad-checkpoint", &final.GradCheckpoint, &c.GradCheckpoint)
 	pick("seed", &final.Seed, &c.Seed)
+	pick("segment-layers", &final.SegmentLayers, &c.SegmentLayers)
+	pick("train-memory-budget", &final.TrainMemoryBudget, &c.TrainMemoryBudget)
+	pick("loss-chunk", &final.LossChunk, &c.LossChunk)
 	switch {
 	case final.Model == "":
 		fmt.Fprint(stderr, "mlxgo lora: --model (or model in the -c file) is required\n\n")
