@@ -290,10 +290,30 @@ func (c *TurboKVCache) Update(k, v backend.Array) (backend.Array, backend.Array)
 // Attend appends k and v and attends q to every stored key: the fused SDPA
 // on the full cache during the bf16-first phase, then on the decoded
 // window; with the deferred read on the rotated values, the output
-// un-rotated per query row.
+// un-rotated per query row. A backend with backend.TurboAttention (the CPU
+// backend) reads the stored codes in place instead, a block of rows at a
+// time, with the same result bit for bit; others get the window decoded
+// on the host.
 func (c *TurboKVCache) Attend(q, k, v backend.Array, scale float32, mask backend.Mask) backend.Array {
 	c.convert()
-	if !c.converted || !c.deferred {
+	if !c.converted {
+		keys, values := c.full.Update(k, v)
+		return c.b.ScaledDotProductAttention(q, keys, values, scale, mask)
+	}
+	if ta, ok := c.b.(backend.TurboAttention); ok {
+		c.append(k, v)
+		kv := backend.TurboKV{KBits: c.scheme.KBits, VBits: c.scheme.VBits, DType: c.dtype, Rotated: c.deferred}
+		for i, p := range c.parts {
+			kv.Parts[i] = c.b.Slice(p, zeros4, upTo(p.Shape(), c.offset))
+		}
+		o := ta.TurboScaledDotProductAttention(q, kv, scale, mask)
+		c.b.Release(kv.Parts[:]...)
+		if c.deferred {
+			return c.unrotate(o)
+		}
+		return o
+	}
+	if !c.deferred {
 		keys, values := c.Update(k, v)
 		return c.b.ScaledDotProductAttention(q, keys, values, scale, mask)
 	}
