@@ -346,20 +346,28 @@ func Pack(codes []byte, bits int, out []byte) {
 	}
 }
 
-// Unpack is Pack's inverse: len(codes) codes from packed.
+// Unpack is Pack's inverse: len(codes) codes from packed. Eight codes
+// fill bits whole bytes, so they are read as one little-endian word of
+// those bytes; a tail of fewer than eight codes is read code by code.
 func Unpack(packed []byte, bits int, codes []byte) {
 	if bits == 8 {
 		copy(codes, packed)
 		return
 	}
-	if bits == 4 {
-		for i := range codes {
-			codes[i] = packed[i/2] >> (4 * (i % 2)) & 0xf
+	wmask := uint64(1)<<bits - 1
+	i := 0
+	for ; i+8 <= len(codes); i += 8 {
+		var w uint64
+		for k, c := range packed[i*bits/8 : (i+8)*bits/8] {
+			w |= uint64(c) << (8 * k)
 		}
-		return
+		out := codes[i : i+8]
+		for k := range out {
+			out[k] = byte(w >> (k * bits) & wmask)
+		}
 	}
 	mask := uint16(1)<<bits - 1
-	for i := range codes {
+	for ; i < len(codes); i++ {
 		bit := i * bits
 		v := uint16(packed[bit/8])
 		if bit/8+1 < len(packed) {
