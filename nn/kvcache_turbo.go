@@ -24,12 +24,15 @@ import (
 // composition, for the codec's fixtures).
 //
 // The codec runs on the host (plain Go, the same on every backend): new
-// keys and values are copied to the host and encoded, and each read copies
-// the stored codes of the live window to the host and decodes them into a
-// new array of the activation dtype. Attention reads either the decoded
-// keys and values (eager) or the keys and the values still rotated
-// (Deferred: SDPA on rotated values, then the output un-rotated once per
-// query row, in float32, and rounded to its dtype).
+// keys and values are copied to the host and encoded. Update copies the
+// stored codes of the live window to the host and decodes them into new
+// arrays of the activation dtype. Attention reads either the decoded keys
+// and values (eager) or the keys and the values still rotated (Deferred:
+// SDPA on rotated values, then the output un-rotated once per query row,
+// in float32, and rounded to its dtype); on a backend with
+// backend.TurboAttention (CPU) it reads the stored codes in place, a block
+// of rows at a time, with the same result bit for bit, else it decodes the
+// window on the host first.
 type TurboKVCache struct {
 	b         backend.Backend
 	scheme    turboquant.Scheme
