@@ -274,8 +274,9 @@ func SDPA(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m Ma
 // SDPAKV is [SDPA] with keys and values read in place through strides and in
 // their storage dtype (a bf16 or f16 KV cache is converted a few rows at a
 // time, never as a whole; a quantized one, [QuantKV], is expanded a block
-// of 32 rows at a time to the float32 values its definition gives, so the
-// result is bit for bit SDPAKV on those values in float32 storage): k
+// of 32 rows at a time to the float32 values its definition gives, and a
+// [RowSource] is asked for blocks of 32 rows likewise, so the result is bit
+// for bit SDPAKV on those values in float32 storage): k
 // holds [b, hk, ≥s, d] and v [b, hk, ≥s, dv] as described by [KV];
 // positions 0..s-1 are used.
 func SDPAKV(dst, q []float32, k, v KV, b, h, hk, l, s, d, dv int, scale float32, m Mask, round Rounder, acc Acc) {
