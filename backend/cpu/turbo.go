@@ -113,7 +113,12 @@ func (t *turboRows) DecodeRows(dst []float32, dstride, bi, h, j0, rows, n int) {
 	for r := range rows {
 		j := j0 + r
 		co := bi*t.codes.bst + h*t.codes.hst + j*t.codes.rst
-		turboquant.Unpack(t.codes.raw[co:co+w], t.bits, cs)
+		cs := cs
+		if t.bits == 8 {
+			cs = t.codes.raw[co : co+w] // one code a byte: read in place
+		} else {
+			turboquant.Unpack(t.codes.raw[co:co+w], t.bits, cs)
+		}
 		so := bi*t.scales.BStride + h*t.scales.HStride + j*t.scales.RowStride
 		out := dst[r*dstride : r*dstride+n]
 		if t.key {

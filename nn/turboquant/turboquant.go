@@ -15,6 +15,7 @@ package turboquant
 
 import (
 	_ "embed"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -357,9 +358,14 @@ func Unpack(packed []byte, bits int, codes []byte) {
 	wmask := uint64(1)<<bits - 1
 	i := 0
 	for ; i+8 <= len(codes); i += 8 {
+		off := i * bits / 8
 		var w uint64
-		for k, c := range packed[i*bits/8 : (i+8)*bits/8] {
-			w |= uint64(c) << (8 * k)
+		if off+8 <= len(packed) {
+			w = binary.LittleEndian.Uint64(packed[off:]) // the bytes past these codes' are shifted out
+		} else {
+			for k, c := range packed[off : off+bits] {
+				w |= uint64(c) << (8 * k)
+			}
 		}
 		out := codes[i : i+8]
 		for k := range out {
