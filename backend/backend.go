@@ -288,6 +288,31 @@ type QuantizedAttention interface {
 	QuantizedScaledDotProductAttention(q Array, keys, values QuantizedArray, scale float32, mask Mask) Array
 }
 
+// TurboKV is the live window of a TurboQuant KV cache (nn.TurboKVCache,
+// the codec of package nn/turboquant) as TurboAttention reads it. Parts are
+// [B, Hk, S, ·] each, in the cache's persistence order: key codes (int8 for
+// 8-bit keys, else uint8, D·KBits/8 bytes a row), key scales and zero
+// points (float16, D/32 a row), value codes (uint8, D·VBits/8 bytes a row)
+// and value scales (float16, D/32 a row). DType is the activation dtype the
+// decoded keys and values are rounded to (as the cache's decoded window
+// is); Rotated leaves the values in the rotated domain (the deferred read),
+// else each value row is un-rotated as it is decoded (the eager read).
+type TurboKV struct {
+	Parts        [5]Array
+	KBits, VBits int
+	DType        tensor.DType
+	Rotated      bool
+}
+
+// TurboAttention is implemented by backends with a fused attention over a
+// TurboQuant KV cache read in place, a block of rows at a time, never the
+// whole window: the result is the backend's ScaledDotProductAttention of q
+// over the window decoded into arrays of kv.DType, bit for bit; q [B, H, L,
+// D], scale and mask as there.
+type TurboAttention interface {
+	TurboScaledDotProductAttention(q Array, kv TurboKV, scale float32, mask Mask) Array
+}
+
 // AsyncEvaler is implemented by lazy backends that can start computing
 // without waiting (mx.async_eval), so generation can pipeline decode steps.
 type AsyncEvaler interface {

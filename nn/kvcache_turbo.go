@@ -24,12 +24,15 @@ import (
 // composition, for the codec's fixtures).
 //
 // The codec runs on the host (plain Go, the same on every backend): new
-// keys and values are copied to the host and encoded, and each read copies
-// the stored codes of the live window to the host and decodes them into a
-// new array of the activation dtype. Attention reads either the decoded
-// keys and values (eager) or the keys and the values still rotated
-// (Deferred: SDPA on rotated values, then the output un-rotated once per
-// query row, in float32, and rounded to its dtype).
+// keys and values are copied to the host and encoded. Update copies the
+// stored codes of the live window to the host and decodes them into new
+// arrays of the activation dtype. Attention reads either the decoded keys
+// and values (eager) or the keys and the values still rotated (Deferred:
+// SDPA on rotated values, then the output un-rotated once per query row,
+// in float32, and rounded to its dtype); on a backend with
+// backend.TurboAttention (CPU) it reads the stored codes in place, a block
+// of rows at a time, with the same result bit for bit, else it decodes the
+// window on the host first.
 type TurboKVCache struct {
 	b         backend.Backend
 	scheme    turboquant.Scheme
@@ -290,10 +293,30 @@ func (c *TurboKVCache) Update(k, v backend.Array) (backend.Array, backend.Array)
 // Attend appends k and v and attends q to every stored key: the fused SDPA
 // on the full cache during the bf16-first phase, then on the decoded
 // window; with the deferred read on the rotated values, the output
-// un-rotated per query row.
+// un-rotated per query row. A backend with backend.TurboAttention (the CPU
+// backend) reads the stored codes in place instead, a block of rows at a
+// time, with the same result bit for bit; others get the window decoded
+// on the host.
 func (c *TurboKVCache) Attend(q, k, v backend.Array, scale float32, mask backend.Mask) backend.Array {
 	c.convert()
-	if !c.converted || !c.deferred {
+	if !c.converted {
+		keys, values := c.full.Update(k, v)
+		return c.b.ScaledDotProductAttention(q, keys, values, scale, mask)
+	}
+	if ta, ok := c.b.(backend.TurboAttention); ok {
+		c.append(k, v)
+		kv := backend.TurboKV{KBits: c.scheme.KBits, VBits: c.scheme.VBits, DType: c.dtype, Rotated: c.deferred}
+		for i, p := range c.parts {
+			kv.Parts[i] = c.b.Slice(p, zeros4, upTo(p.Shape(), c.offset))
+		}
+		o := ta.TurboScaledDotProductAttention(q, kv, scale, mask)
+		c.b.Release(kv.Parts[:]...)
+		if c.deferred {
+			return c.unrotate(o)
+		}
+		return o
+	}
+	if !c.deferred {
 		keys, values := c.Update(k, v)
 		return c.b.ScaledDotProductAttention(q, keys, values, scale, mask)
 	}

@@ -16,6 +16,7 @@ func init() {
 var (
 	_ backend.Backend            = (*Backend)(nil)
 	_ backend.QuantizedAttention = (*Backend)(nil)
+	_ backend.TurboAttention     = (*Backend)(nil)
 )
 
 // Backend is the pure-Go CPU backend. It computes every op during the call

@@ -15,6 +15,7 @@ package turboquant
 
 import (
 	_ "embed"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -219,15 +220,20 @@ func EncodeKeys(x []float32, bits int, codes []byte, scales, zeros []uint16) {
 // bits; z and s the group's float16 values), written to out.
 func DecodeKeys(codes []byte, bits int, scales, zeros []uint16, out []float32) {
 	for g := range len(out) / GroupSize {
-		z, s := fromF16(zeros[g]), fromF16(scales[g])
 		o, c := out[g*GroupSize:(g+1)*GroupSize], codes[g*GroupSize:(g+1)*GroupSize]
-		for i := range o {
-			q := float32(c[i])
-			if bits == 8 {
-				q = float32(int8(c[i]))
-			}
-			o[i] = float32(q+z) * s
+		DecodeKeyGroup(c, bits, fromF16(scales[g]), fromF16(zeros[g]), o)
+	}
+}
+
+// DecodeKeyGroup is DecodeKeys of one group (len(out) codes) whose scale s
+// and zero point z are already widened from float16 to float32.
+func DecodeKeyGroup(codes []byte, bits int, s, z float32, out []float32) {
+	for i := range out {
+		q := float32(codes[i])
+		if bits == 8 {
+			q = float32(int8(codes[i]))
 		}
+		out[i] = float32(q+z) * s
 	}
 }
 
@@ -301,12 +307,17 @@ func EncodeValues(x []float32, bits int, codes []byte, scales []uint16) {
 // DecodeValuesRotated is c[code]·ρ per element in float32: the values still
 // in the rotated domain (the deferred read).
 func DecodeValuesRotated(codes []byte, bits int, scales []uint16, out []float32) {
-	c := codebooks[bits].centroids
 	for g := range len(out) / GroupSize {
-		rho := fromF16(scales[g])
-		for i := g * GroupSize; i < (g+1)*GroupSize; i++ {
-			out[i] = c[codes[i]] * rho
-		}
+		DecodeValueGroupRotated(codes[g*GroupSize:(g+1)*GroupSize], bits, fromF16(scales[g]), out[g*GroupSize:(g+1)*GroupSize])
+	}
+}
+
+// DecodeValueGroupRotated is DecodeValuesRotated of one group (len(out)
+// codes) whose RMS scale rho is already widened from float16 to float32.
+func DecodeValueGroupRotated(codes []byte, bits int, rho float32, out []float32) {
+	c := codebooks[bits].centroids
+	for i := range out {
+		out[i] = c[codes[i]] * rho
 	}
 }
 
@@ -336,20 +347,33 @@ func Pack(codes []byte, bits int, out []byte) {
 	}
 }
 
-// Unpack is Pack's inverse: len(codes) codes from packed.
+// Unpack is Pack's inverse: len(codes) codes from packed. Eight codes
+// fill bits whole bytes, so they are read as one little-endian word of
+// those bytes; a tail of fewer than eight codes is read code by code.
 func Unpack(packed []byte, bits int, codes []byte) {
 	if bits == 8 {
 		copy(codes, packed)
 		return
 	}
-	if bits == 4 {
-		for i := range codes {
-			codes[i] = packed[i/2] >> (4 * (i % 2)) & 0xf
+	wmask := uint64(1)<<bits - 1
+	i := 0
+	for ; i+8 <= len(codes); i += 8 {
+		off := i * bits / 8
+		var w uint64
+		if off+8 <= len(packed) {
+			w = binary.LittleEndian.Uint64(packed[off:]) // the bytes past these codes' are shifted out
+		} else {
+			for k, c := range packed[off : off+bits] {
+				w |= uint64(c) << (8 * k)
+			}
 		}
-		return
+		out := codes[i : i+8]
+		for k := range out {
+			out[k] = byte(w >> (k * bits) & wmask)
+		}
 	}
 	mask := uint16(1)<<bits - 1
-	for i := range codes {
+	for ; i < len(codes); i++ {
 		bit := i * bits
 		v := uint16(packed[bit/8])
 		if bit/8+1 < len(packed) {

@@ -93,17 +93,19 @@ func TestPack(t *testing.T) {
 		}
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, bits := range []int{2, 3, 4, 5, 8} {
-		codes := make([]byte, 128)
+	// 128 codes (Unpack's words of eight codes), and lengths with a tail
+	// of fewer than eight (read code by code).
+	for _, tc := range []struct{ bits, n int }{{2, 128}, {3, 128}, {4, 128}, {5, 128}, {8, 128}, {2, 132}, {4, 130}, {4, 14}} {
+		codes := make([]byte, tc.n)
 		for i := range codes {
-			codes[i] = byte(r.IntN(1 << bits))
+			codes[i] = byte(r.IntN(1 << tc.bits))
 		}
-		packed := make([]byte, 128*bits/8)
-		Pack(codes, bits, packed)
-		back := make([]byte, 128)
-		Unpack(packed, bits, back)
+		packed := make([]byte, tc.n*tc.bits/8)
+		Pack(codes, tc.bits, packed)
+		back := make([]byte, tc.n)
+		Unpack(packed, tc.bits, back)
 		if !slices.Equal(back, codes) {
-			t.Errorf("%d bits: round trip changed the codes", bits)
+			t.Errorf("%d bits, %d codes: round trip changed the codes", tc.bits, tc.n)
 		}
 	}
 }

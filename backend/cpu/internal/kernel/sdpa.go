@@ -43,11 +43,41 @@ func (m *Mask) index(bi, hi, i, j int) int {
 // Vec.At(bi·BStride + h·HStride + j·RowStride + t). A KV cache passes its
 // whole buffer with s the filled length, so HStride may exceed s·RowStride.
 // When Q is not nil the rows are quantized instead (see [QuantKV]) and Vec
-// and the strides are unused.
+// and the strides are unused; likewise when Rows is not nil (a storage the
+// caller decodes, see [RowSource]).
 type KV struct {
 	Vec                         Vec
 	BStride, HStride, RowStride int
 	Q                           *QuantKV
+	Rows                        RowSource
+}
+
+// RowSource is the keys or the values of [SDPAKV] in a storage of the
+// caller's own (a KV cache codec), which the kernel asks for a block of at
+// most 32 rows at a time, as it expands a [QuantKV]: the result is bit for
+// bit SDPAKV on the float32 values the source writes, in float32 storage.
+// The source must hold b·hk rows of s positions (the kernel does not check
+// it) and be safe for concurrent calls (workers read blocks in parallel).
+type RowSource interface {
+	// DecodeRows writes the n values of each of rows rows of (batch bi,
+	// KV head h) from position j0 to dst, row r at r·dstride.
+	DecodeRows(dst []float32, dstride, bi, h, j0, rows, n int)
+}
+
+// expanded reports whether kv's rows are expanded into scratch (quantized
+// or decoded by a RowSource) rather than read in place.
+func (kv *KV) expanded() bool { return kv.Q != nil || kv.Rows != nil }
+
+// expandRows writes rows rows of n values of an expanded kv from position
+// j0 of (bi, h) to dst (row r at r·dstride).
+func expandRows(dst []float32, dstride int, kv *KV, bi, h, j0, rows, n int) {
+	if kv.Rows != nil {
+		if rows > 0 {
+			kv.Rows.DecodeRows(dst, dstride, bi, h, j0, rows, n)
+		}
+		return
+	}
+	quantRows(dst, dstride, kv.Q, bi, h, j0, rows, n)
 }
 
 // DenseKV wraps contiguous float32 [b, hk, s, n] values.
@@ -62,6 +92,9 @@ func (kv *KV) row(bi, h, j int) int { return bi*kv.BStride + h*kv.HStride + j*kv
 // (The checks format their messages only when they fail: a decode step
 // calls this for every layer.)
 func checkKV(kernel, name string, kv *KV, b, hk, s, n int) {
+	if kv.Rows != nil {
+		return // the source's own (RowSource)
+	}
 	if kv.Q != nil {
 		checkQuantKV(kernel, name, kv.Q, b, hk, s, n)
 		return
@@ -241,8 +274,9 @@ func SDPA(dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale float32, m Ma
 // SDPAKV is [SDPA] with keys and values read in place through strides and in
 // their storage dtype (a bf16 or f16 KV cache is converted a few rows at a
 // time, never as a whole; a quantized one, [QuantKV], is expanded a block
-// of 32 rows at a time to the float32 values its definition gives, so the
-// result is bit for bit SDPAKV on those values in float32 storage): k
+// of 32 rows at a time to the float32 values its definition gives, and a
+// [RowSource] is asked for blocks of 32 rows likewise, so the result is bit
+// for bit SDPAKV on those values in float32 storage): k
 // holds [b, hk, ≥s, d] and v [b, hk, ≥s, dv] as described by [KV];
 // positions 0..s-1 are used.
 func SDPAKV(dst, q []float32, k, v KV, b, h, hk, l, s, d, dv int, scale float32, m Mask, round Rounder, acc Acc) {
@@ -264,8 +298,8 @@ func sdpaKV(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32
 // kvRow returns the n values of (bi, kh, j): a slice of float32 storage, or
 // converted (or dequantized) into buf.
 func kvRow(kv *KV, bi, kh, j, n int, buf []float32) []float32 {
-	if kv.Q != nil {
-		quantRows(buf, n, kv.Q, bi, kh, j, 1, n)
+	if kv.expanded() {
+		expandRows(buf, n, kv, bi, kh, j, 1, n)
 		return buf[:n]
 	}
 	o := kv.row(bi, kh, j)

@@ -541,10 +541,10 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 	d, k := j.d, j.k
 	if j.asm {
-		if k.Q != nil {
-			// Quantized keys: expand the block's rows to float32, zero
-			// rows after a partial block, then transpose.
-			quantRows(w.kc, d, k.Q, bi, kh, j0, n, d)
+		if k.expanded() {
+			// Quantized or decoded keys: expand the block's rows to
+			// float32, zero rows after a partial block, then transpose.
+			expandRows(w.kc, d, k, bi, kh, j0, n, d)
 			clear(w.kc[n*d : sdpaBK*d])
 			j.kt(w.kt, unsafe.Pointer(&w.kc[0]), uintptr(4*d), sdpaF32)
 		} else if n == sdpaBK {
@@ -567,12 +567,12 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 		}
 		return
 	}
-	if k.Q != nil {
-		quantRows(w.kc, d, k.Q, bi, kh, j0, n, d)
+	if k.expanded() {
+		expandRows(w.kc, d, k, bi, kh, j0, n, d)
 	}
 	for x := range n {
 		kr := w.kc[x*d : (x+1)*d]
-		if k.Q == nil {
+		if !k.expanded() {
 			kr = kvRow(k, bi, kh, j0+x, d, kr)
 		}
 		for r := r0; r < rows; r++ {
@@ -613,8 +613,8 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 	var vrows []float32 // portable path: the block's V rows, or nil when read in place
 	if j.asm {
 		switch {
-		case v.Q != nil:
-			quantRows(w.vb, dv, v.Q, bi, kh, j0, n, dv)
+		case v.expanded():
+			expandRows(w.vb, dv, v, bi, kh, j0, n, dv)
 			vp, vstride = unsafe.Pointer(&w.vb[0]), uintptr(dv)*4
 		case v.Vec.F32 != nil:
 			vp, vstride = sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*4
@@ -622,8 +622,8 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 			j.cvt(w.vb, dv, sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*2, n, dv, j.vkind)
 			vp, vstride = unsafe.Pointer(&w.vb[0]), uintptr(dv)*4
 		}
-	} else if v.Q != nil {
-		quantRows(w.vb, dv, v.Q, bi, kh, j0, n, dv)
+	} else if v.expanded() {
+		expandRows(w.vb, dv, v, bi, kh, j0, n, dv)
 		vrows = w.vb
 	} else if v.Vec.F32 == nil {
 		for x := range n {
@@ -759,6 +759,9 @@ func sdpaPVGo(acc []float32, p []float32, f float32, vrow func(x int) []float32)
 // sdpaPrefetchRows prefetches rows rows (at least 1) of width values of kv
 // from row0, all inside kv's storage.
 func sdpaPrefetchRows(kv *KV, bi, kh, row0, rows, width int) {
+	if kv.Rows != nil {
+		return // the source's storage is its own
+	}
 	if q := kv.Q; q != nil { // the codes (the scales are a sixteenth of them at most)
 		sdpa2Prefetch(unsafe.Pointer(&q.W[q.wrow(bi, kh, row0)]), uintptr(q.RowStride)*4, rows, width*q.Bits/8)
 		return

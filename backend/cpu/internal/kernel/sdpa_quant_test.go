@@ -5,6 +5,7 @@ import (
 
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -178,5 +179,85 @@ func TestSDPAQuantKVChecks(t *testing.T) {
 			dst, q := make([]float32, 4*3*32), make([]float32, 4*3*32)
 			SDPAKV(dst, q, c.k(), good(), 1, 4, 2, 3, 5, 32, 32, 1, Mask{Kind: MaskCausal}, Identity, AccF32)
 		})
+	}
+}
+
+// sliceRows is a RowSource over float32 rows [b, hk, capacity, n] that
+// fails the test on a request outside [0, s) or with a short destination
+// stride, and records the widest block asked for.
+type sliceRows struct {
+	t               *testing.T
+	x               []float32
+	hk, capacity, s int
+	mu              sync.Mutex
+	widest          int
+}
+
+func (r *sliceRows) DecodeRows(dst []float32, dstride, bi, h, j0, rows, n int) {
+	if j0 < 0 || j0+rows > r.s || dstride < n || rows < 1 {
+		r.t.Errorf("DecodeRows(j0 %d, rows %d, dstride %d, n %d) outside %d positions", j0, rows, dstride, n, r.s)
+		return
+	}
+	r.mu.Lock()
+	r.widest = max(r.widest, rows)
+	r.mu.Unlock()
+	for x := range rows {
+		o := ((bi*r.hk+h)*r.capacity + j0 + x) * n
+		copy(dst[x*dstride:x*dstride+n], r.x[o:o+n])
+	}
+}
+
+// TestSDPARowSource: keys and values given by a RowSource are bit for bit
+// SDPAKV on the same rows in float32 storage, on every kernel set, for
+// decode (split across workers or not) and prefill, causal, unmasked and
+// Bool masks with holes, GQA, and under AccF64; the source is asked for
+// blocks of at most 32 rows inside the window, and the destination's
+// guards stay untouched.
+func TestSDPARowSource(t *testing.T) {
+	type shape struct{ b, h, hk, l, s, d int }
+	shapes := []shape{{1, 16, 2, 1, 600, 128}, {1, 8, 2, 7, 77, 64}, {2, 4, 2, 3, 45, 64}, {1, 6, 3, 2, 40, 40}}
+	for _, path := range sdpaPaths() {
+		for _, sh := range shapes {
+			for _, kind := range []MaskKind{MaskCausal, MaskNone, MaskBool} {
+				name := fmt.Sprintf("%s/mask%d/b%dh%dhk%d/%s", path.name, kind, sh.b, sh.h, sh.hk, dims(sh.l, sh.s, sh.d, sh.d))
+				t.Run(name, func(t *testing.T) {
+					path.run(t, func() {
+						r := newRand(uint64(sh.s*5 + sh.d))
+						capacity := sh.s + 9
+						q := randVec(r, sh.b*sh.h*sh.l*sh.d, 1, tensor.RoundBF16)
+						kx := randVec(r, sh.b*sh.hk*capacity*sh.d, 1, tensor.RoundBF16)
+						vx := randVec(r, sh.b*sh.hk*capacity*sh.d, 1, tensor.RoundBF16)
+						m := Mask{Kind: kind}
+						if kind == MaskBool {
+							m.Bool = make([]bool, sh.b*sh.l*sh.s)
+							for i := range m.Bool {
+								m.Bool[i] = r.IntN(3) > 0
+							}
+							m.Strides = [4]int{sh.l * sh.s, 0, sh.s, 1}
+						}
+						dense := func(x []float32) KV {
+							return KV{Vec: F32Vec(x), BStride: sh.hk * capacity * sh.d, HStride: capacity * sh.d, RowStride: sh.d}
+						}
+						ks := &sliceRows{t: t, x: kx, hk: sh.hk, capacity: capacity, s: sh.s}
+						vs := &sliceRows{t: t, x: vx, hk: sh.hk, capacity: capacity, s: sh.s}
+						for _, acc := range []Acc{AccF32, AccF64} {
+							for _, threads := range []int{1, 3} {
+								want := make([]float32, sh.b*sh.h*sh.l*sh.d)
+								got, whole := guarded(len(want))
+								withThreads(threads, func() {
+									SDPAKV(want, q, dense(kx), dense(vx), sh.b, sh.h, sh.hk, sh.l, sh.s, sh.d, sh.d, 0.125, m, tensor.RoundBF16, acc)
+									SDPAKV(got, q, KV{Rows: ks}, KV{Rows: vs}, sh.b, sh.h, sh.hk, sh.l, sh.s, sh.d, sh.d, 0.125, m, tensor.RoundBF16, acc)
+								})
+								checkGuards(t, whole, "dst")
+								expectSame(t, got, want, fmt.Sprintf("row source vs float32 storage (acc%d, %d workers)", acc, threads))
+							}
+						}
+						if ks.widest > sdpaBK || vs.widest > sdpaBK || ks.widest == 0 || vs.widest == 0 {
+							t.Errorf("widest blocks asked for: keys %d, values %d rows, want 1..%d", ks.widest, vs.widest, sdpaBK)
+						}
+					})
+				})
+			}
+		}
 	}
 }
