@@ -319,19 +319,7 @@ func (c *BatchKVCache) filter(keep []int, owned bool) error {
 		c.rotFilter(keep, owned)
 		return nil
 	}
-	if c.keys != nil {
-		idx := make([]int32, len(keep))
-		for i, r := range keep {
-			idx[i] = int32(r)
-		}
-		ia := c.b.FromHost(tensor.FromInt32(tensor.Shape{len(idx)}, idx))
-		k, v := c.b.Take(c.keys, ia, 0), c.b.Take(c.values, ia, 0)
-		if owned {
-			c.b.Release(c.keys, c.values)
-		}
-		c.keys, c.values = k, v
-		c.b.Release(ia)
-	}
+	c.takeRows(keep, owned)
 	lp := make([]int, len(keep))
 	for i, r := range keep {
 		lp[i] = c.leftPadding[r]
@@ -529,4 +517,23 @@ func (c *BatchKVCache) Split(idx []int) (*BatchKVCache, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// takeRows keeps the rows keep of the keys and values (a Take along the
+// batch axis), releasing the old arrays when the cache owns them.
+func (c *BatchKVCache) takeRows(keep []int, owned bool) {
+	if c.keys == nil {
+		return
+	}
+	idx := make([]int32, len(keep))
+	for i, r := range keep {
+		idx[i] = int32(r)
+	}
+	ia := c.b.FromHost(tensor.FromInt32(tensor.Shape{len(idx)}, idx))
+	k, v := c.b.Take(c.keys, ia, 0), c.b.Take(c.values, ia, 0)
+	if owned {
+		c.b.Release(c.keys, c.values)
+	}
+	c.keys, c.values = k, v
+	c.b.Release(ia)
 }

@@ -279,19 +279,7 @@ func (c *BatchKVCache) rotFinalize() {
 // rotFilter is filter(batch_indices): the rows keep, no slot dropped.
 func (c *BatchKVCache) rotFilter(keep []int, owned bool) {
 	r := c.rot
-	if c.keys != nil {
-		idx := make([]int32, len(keep))
-		for i, k := range keep {
-			idx[i] = int32(k)
-		}
-		ia := c.b.FromHost(tensor.FromInt32(tensor.Shape{len(idx)}, idx))
-		k, v := c.b.Take(c.keys, ia, 0), c.b.Take(c.values, ia, 0)
-		if owned {
-			c.b.Release(c.keys, c.values)
-		}
-		c.keys, c.values = k, v
-		c.b.Release(ia)
-	}
+	c.takeRows(keep, owned)
 	pick := func(x []int) []int {
 		if x == nil {
 			return nil

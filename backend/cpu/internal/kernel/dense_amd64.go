@@ -68,6 +68,20 @@ func denseRef3(a *denseArgs)
 //go:noescape
 func denseRef4(a *denseArgs)
 
+// denseRefRows runs the reference kernel for n (1 to 4) rows of x.
+func denseRefRows(a *denseArgs, n int) {
+	switch n {
+	case 1:
+		denseRef1(a)
+	case 2:
+		denseRef2(a)
+	case 3:
+		denseRef3(a)
+	default:
+		denseRef4(a)
+	}
+}
+
 // denseFast1F32 writes to a.out[c], c < 4, the dot product of the row of x
 // at a.a with float32 weight row c (a.w + c·a.wstr) over a.n blocks of
 // eight values: eight FMA partial sums (values ≡ lane mod 8), added in a
@@ -226,16 +240,7 @@ func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 				for i := 0; i < rows; i += 4 {
 					a.a = unsafe.Pointer(&x[(r0+i)*k+l0])
 					a.out = unsafe.Pointer(&acc[16*i])
-					switch min(4, rows-i) {
-					case 1:
-						denseRef1(&a)
-					case 2:
-						denseRef2(&a)
-					case 3:
-						denseRef3(&a)
-					default:
-						denseRef4(&a)
-					}
+					denseRefRows(&a, min(4, rows-i))
 				}
 			}
 			for i := range rows {

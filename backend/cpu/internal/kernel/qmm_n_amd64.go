@@ -60,16 +60,7 @@ func qmmNPanel(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k,
 					for i := 0; i < rows; i += 4 {
 						a.a = unsafe.Pointer(&x[(r0+i)*k+l0])
 						a.out = unsafe.Pointer(&ap[16*i])
-						switch min(4, rows-i) {
-						case 1:
-							denseRef1(&a)
-						case 2:
-							denseRef2(&a)
-						case 3:
-							denseRef3(&a)
-						default:
-							denseRef4(&a)
-						}
+						denseRefRows(&a, min(4, rows-i))
 					}
 				}
 			}
