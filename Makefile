@@ -57,6 +57,8 @@ test: venv smollm2
 	GOEXPERIMENT=simd $(GO) vet ./backend/cpu/...
 	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test ./backend/cpu/... ./conformance/ ./models/...
 	$(MAKE) --no-print-directory fuzz-short
+	# Every command on bad input (issue 19's sweep): named errors, no panic, no hang.
+	$(MAKE) --no-print-directory hostile
 ifeq ($(shell uname -s),Linux)
 	$(MAKE) oracle-check
 else
