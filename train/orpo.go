@@ -18,7 +18,7 @@ const DefaultORPOLambda = 0.1
 // responses that follow it.
 type Pair struct {
 	Prompt, Chosen, Rejected []int32
-	Source string // "file:line", for errors
+	Source                   string // "file:line", for errors
 }
 
 // Layout is the pair's prefix-shared layout.
