@@ -147,7 +147,7 @@ FUZZ_TARGETS := tokenizer:FuzzTokenizer tokenizer:FuzzChatTemplate gguf:FuzzPars
 	checkpoint:FuzzParseConfig checkpoint:FuzzLoadConfig tensor:FuzzOpenSafetensors \
 	tensor:FuzzSafetensorsIndex convert:FuzzConvert conformance:FuzzCase conformance:FuzzLoadIndex \
 	hub:FuzzPatternMatch \
-	server:FuzzRequest
+	server:FuzzRequest train:FuzzReadPreferences
 FUZZTIME ?= 10m
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do p=$${t%%:*}; f=$${t##*:}; \

@@ -176,30 +176,43 @@ func implicitPrompt(rawC, rawR json.RawMessage) ([]tokenizer.Message, string, st
 	return c[:len(c)-1], c[len(c)-1].Content, r[len(r)-1].Content, nil
 }
 
-// Tokenize renders the preference's two conversations (the prompt, then
-// each reply as the assistant's message) with the chat template, as
-// mlx_lm's ChatDataset does with --mask-prompt: the prompt is the
-// rendering of the prompt messages with the generation prompt, each
-// response the rest of its conversation. Both conversations must begin
-// with those prompt tokens, and each response must have at least one
-// token.
+// Tokenize renders the preference's prompt with the chat template and
+// the generation prompt, and its two conversations (the prompt, then each
+// reply as the assistant's message) without, as mlx_lm's ChatDataset
+// does with --mask-prompt; each response is the rest of its conversation
+// after the prompt's tokens. A template whose rendering of a conversation
+// does not begin with its rendering of the prompt is an error (the two
+// responses would not share the prompt), as is a response of no tokens.
 func (p Preference) Tokenize(text *chat.Text) (Pair, error) {
-	var toks [2]Example
+	if !text.Tok.HasChatTemplate() {
+		return Pair{}, fmt.Errorf("train: %s: the tokenizer has no chat_template, which preference data needs", p.Source)
+	}
+	prompt, err := chatTokens(text, p.Prompt, nil, true)
+	if err != nil {
+		return Pair{}, fmt.Errorf("train: %s: %w", p.Source, err)
+	}
+	pair := Pair{Prompt: prompt, Source: p.Source}
 	for i, resp := range []string{p.Chosen, p.Rejected} {
 		msgs := append(slices.Clip(p.Prompt), tokenizer.Message{Role: "assistant", Content: resp})
-		ex, err := templated(nil, msgs, text, true, true)
+		all, err := chatTokens(text, msgs, nil, false)
 		if err != nil {
 			return Pair{}, fmt.Errorf("train: %s: %w", p.Source, err)
 		}
-		toks[i] = ex
+		name := [2]string{"chosen", "rejected"}[i]
+		if len(all) < len(prompt) || !slices.Equal(all[:len(prompt)], prompt) {
+			return Pair{}, fmt.Errorf("train: %s: the chat template's rendering of the conversation with the %s reply does not begin with its rendering of the prompt (with the generation prompt), so the two responses would not share one prompt", p.Source, name)
+		}
+		if len(all) == len(prompt) {
+			return Pair{}, fmt.Errorf("train: %s: the %s reply has no tokens", p.Source, name)
+		}
+		if i == 0 {
+			pair.Chosen = all[len(prompt):]
+		} else {
+			pair.Rejected = all[len(prompt):]
+		}
 	}
-	c, r := toks[0], toks[1]
-	if c.Offset != r.Offset || c.Offset > len(c.Tokens) || c.Offset > len(r.Tokens) || !slices.Equal(c.Tokens[:c.Offset], r.Tokens[:r.Offset]) {
-		return Pair{}, fmt.Errorf("train: %s: the chat template renders the two conversations with different prompts", p.Source)
-	}
-	pair := Pair{Prompt: c.Tokens[:c.Offset], Chosen: c.Tokens[c.Offset:], Rejected: r.Tokens[r.Offset:], Source: p.Source}
-	if err := pair.Layout().check(); err != nil {
-		return Pair{}, fmt.Errorf("train: %s: prompt of %d tokens, chosen of %d, rejected of %d: each needs at least one", p.Source, len(pair.Prompt), len(pair.Chosen), len(pair.Rejected))
+	if len(prompt) == 0 {
+		return Pair{}, fmt.Errorf("train: %s: the prompt has no tokens", p.Source)
 	}
 	return pair, nil
 }
