@@ -27,6 +27,13 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if !c.Train && !c.Test {
 		return errors.New("train: must provide at least one of --train or --test")
 	}
+	switch c.Loss {
+	case "", "default":
+	case "orpo":
+		return runORPO(b, m, text, c, out, warn, peak)
+	default:
+		return fmt.Errorf("train: --loss %q: want default (mlx_lm's cross-entropy) or orpo", c.Loss)
+	}
 	rng := NewNumpyRNG(uint32(c.Seed))
 	fmt.Fprintln(out, "Loading datasets")
 	trainSet, valid, test, err := LoadDir(c.Data, text, DataOptions{MaskPrompt: c.MaskPrompt,

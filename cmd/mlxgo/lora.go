@@ -28,9 +28,19 @@ adapter_config.json, which mlx_lm and mlxgo --adapter-path load.
 command line win; the others default as mlx_lm's). Progress lines name
 the training loss, learning rate, it/s, tokens/s and peak memory.
 
+--loss orpo trains on preference pairs instead: one JSON object a line,
+{"prompt", "chosen", "rejected"} as strings (with an optional "system")
+or as chat messages, through the chat template. The loss is ORPO's
+(Hong, Lee and Thorne 2024): −ℓ_w + λ·softplus(−logOR), ℓ the mean
+log-probability of a response's tokens, λ = --orpo-lambda (0.1); each
+pair is one forward of [prompt | chosen | rejected] with the prompt
+shared (--orpo-two-forwards reads it as two). Progress lines add the
+log-odds ratio. (mlx-lm-lora's "ORPO" is another formula, not matched.)
+
 Examples:
   mlxgo lora --model smollm2-mlx --train --data data --iters 50 --num-layers 8
   mlxgo lora --model smollm2-mlx --test --data data --adapter-path adapters
+  mlxgo lora --model smollm2-mlx --train --loss orpo --data train/testdata/preference --iters 50
   mlxgo generate --model smollm2-mlx --adapter-path adapters --prompt "Hello"
 
 Flags:
@@ -68,6 +78,9 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.MaxSeqLength, "max-seq-length", d.MaxSeqLength, "maximum sequence length (longer ones are truncated with a warning)")
 	fs.BoolVar(&c.GradCheckpoint, "grad-checkpoint", false, "gradient checkpointing: recompute each block in the backward (less memory, more compute)")
 	fs.IntVar(&c.Seed, "seed", d.Seed, "the random seed (adapters' initial values, batch order, dropout)")
+	fs.StringVar(&c.Loss, "loss", d.Loss, "default (mlx_lm's cross-entropy) or orpo (preference pairs: prompt, chosen, rejected)")
+	fs.Float64Var(&c.ORPOLambda, "orpo-lambda", d.ORPOLambda, "ORPO's λ, the weight of the odds-ratio term")
+	fs.BoolVar(&c.ORPOTwoForwards, "orpo-two-forwards", false, "ORPO: read each pair as two forwards instead of one prefix-shared forward")
 	config := fs.String("c", "", "YAML config file of mlx_lm.lora options")
 	fs.StringVar(config, "config", "", "same as -c")
 	name := fs.String("backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
@@ -122,6 +135,9 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	pick("max-seq-length", &final.MaxSeqLength, &c.MaxSeqLength)
 	pick("grad-checkpoint", &final.GradCheckpoint, &c.GradCheckpoint)
 	pick("seed", &final.Seed, &c.Seed)
+	pick("loss", &final.Loss, &c.Loss)
+	pick("orpo-lambda", &final.ORPOLambda, &c.ORPOLambda)
+	pick("orpo-two-forwards", &final.ORPOTwoForwards, &c.ORPOTwoForwards)
 	switch {
 	case final.Model == "":
 		fmt.Fprint(stderr, "mlxgo lora: --model (or model in the -c file) is required\n\n")
