@@ -95,8 +95,8 @@ func ORPOLoss(b backend.Backend, m *minicpm5.Model, pairs []Pair, lambda float64
 }
 
 func checkPair(p Pair, vocab int) error {
-	if err := p.Layout().check(); err != nil {
-		return fmt.Errorf("%s: %w", p.Source, err)
+	if l := p.Layout(); l.check() != nil {
+		return fmt.Errorf("train: %s: prompt of %d tokens, chosen response of %d, rejected of %d: each needs at least one", p.Source, l.P, l.Rc, l.Rr)
 	}
 	for _, part := range [][]int32{p.Prompt, p.Chosen, p.Rejected} {
 		for _, v := range part {
