@@ -149,7 +149,7 @@ FUZZ_TARGETS := tokenizer:FuzzTokenizer tokenizer:FuzzChatTemplate gguf:FuzzPars
 	checkpoint:FuzzParseConfig checkpoint:FuzzLoadConfig tensor:FuzzOpenSafetensors \
 	tensor:FuzzSafetensorsIndex convert:FuzzConvert conformance:FuzzCase conformance:FuzzLoadIndex \
 	hub:FuzzPatternMatch \
-	server:FuzzRequest \
+	server:FuzzRequest train:FuzzReadPreferences \
 	lora:FuzzLoad promptcache:FuzzRead train:FuzzLoadFile train:FuzzReadConfig
 FUZZTIME ?= 10m
 # Minimizing a new-coverage input is capped at 100 runs: with a 10 s cap, the

@@ -28,6 +28,30 @@ type RowOffsetter interface {
 	RoPEOffset() backend.Offset
 }
 
+// RoPEBlock is a run of Len consecutive tokens, starting at token Start
+// of the sequence, whose positions are Offset, Offset+1, ...
+type RoPEBlock struct{ Start, Len, Offset int }
+
+// BlockPositioner is a cache whose sequence is made of blocks at their own
+// positions (a prefix-shared training sequence [prompt | chosen |
+// rejected] at 0, P and P again): the attention layer rotates each block
+// of queries and keys at its offset and joins them. The blocks cover the
+// sequence in order.
+type BlockPositioner interface {
+	RoPEBlocks() []RoPEBlock
+}
+
+// ropeBlocks rotates each block of x [B, H, L, D] at its offset.
+func (a *Attention) ropeBlocks(x backend.Array, blocks []RoPEBlock) backend.Array {
+	s := x.Shape()
+	parts := make([]backend.Array, len(blocks))
+	for i, bl := range blocks {
+		part := a.B.Slice(x, []int{0, 0, bl.Start, 0}, []int{s[0], s[1], bl.Start + bl.Len, s[3]})
+		parts[i] = a.RoPE.Forward(part, bl.Offset)
+	}
+	return a.B.Concatenate(2, parts...)
+}
+
 // Forward attends x [B, L, dim] to itself and to what cache holds. mask comes
 // from the model (the first cache's Mask, once per forward). With a nil cache
 // positions start at 0 and nothing is stored.
@@ -55,8 +79,12 @@ func (a *Attention) ForwardTap(x backend.Array, mask backend.Mask, cache KVCache
 	} else if cache != nil {
 		off.Scalar = cache.Offset()
 	}
-	q = a.RoPE.ForwardOffset(q, off)
-	k = a.RoPE.ForwardOffset(k, off)
+	if bp, ok := cache.(BlockPositioner); ok {
+		q, k = a.ropeBlocks(q, bp.RoPEBlocks()), a.ropeBlocks(k, bp.RoPEBlocks())
+	} else {
+		q = a.RoPE.ForwardOffset(q, off)
+		k = a.RoPE.ForwardOffset(k, off)
+	}
 	if tap != nil {
 		tap("q", q)
 		tap("k", k)

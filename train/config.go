@@ -59,6 +59,13 @@ type Config struct {
 	TrainMemoryBudget string `yaml:"train_memory_budget" json:"train_memory_budget,omitempty"`
 	LossChunk         int    `yaml:"loss_chunk" json:"loss_chunk,omitempty"`
 
+	// ORPO (not mlx_lm's): Loss "orpo" trains on preference pairs
+	// (LoadPreferenceDir) with λ = ORPOLambda; ORPOTwoForwards reads each
+	// pair as two forwards instead of one prefix-shared forward.
+	Loss            string  `yaml:"loss" json:"loss,omitempty"`
+	ORPOLambda      float64 `yaml:"orpo_lambda" json:"orpo_lambda,omitempty"`
+	ORPOTwoForwards bool    `yaml:"orpo_two_forwards" json:"orpo_two_forwards,omitempty"`
+
 	// mlx_lm.lora options that change nothing here (logging services,
 	// the allocator cache, remote code, the config file's own name):
 	// accepted in a config file and ignored.
@@ -76,6 +83,7 @@ func Defaults() Config {
 		BatchSize: 4, Iters: 1000, ValBatches: 25, LearningRate: 1e-5, StepsPerReport: 10, StepsPerEval: 200,
 		AdapterPath: "adapters", SaveEvery: 100, TestBatches: 500, MaxSeqLength: 2048, GradAccumulationSteps: 1,
 		LoRAParameters: lora.Params{Rank: 8, Dropout: 0, Scale: 20},
+		Loss:           "default", ORPOLambda: DefaultORPOLambda,
 	}
 }
 

@@ -215,17 +215,7 @@ func templated(rec map[string]json.RawMessage, msgs []tokenizer.Message, text *c
 			return Example{}, errors.New(`field "tools" is not a list of objects`)
 		}
 	}
-	extra := map[string]any{"enable_thinking": hasThinking(text.Tok)}
-	for k, v := range text.Extra {
-		extra[k] = v
-	}
-	render := func(ms []tokenizer.Message, gen bool) ([]int32, error) {
-		s, err := text.Tok.ApplyChatTemplate(ms, tokenizer.ChatOptions{AddGenerationPrompt: gen, Tools: tools, Extra: extra})
-		if err != nil {
-			return nil, err
-		}
-		return text.Tok.EncodeSpecial(s, false), nil
-	}
+	render := func(ms []tokenizer.Message, gen bool) ([]int32, error) { return chatTokens(text, ms, tools, gen) }
 	ids, err := render(msgs, false)
 	if err != nil {
 		return Example{}, err
@@ -239,6 +229,21 @@ func templated(rec map[string]json.RawMessage, msgs []tokenizer.Message, text *c
 		ex.Offset = len(p)
 	}
 	return ex, nil
+}
+
+// chatTokens renders msgs with the chat template (with the generation
+// prompt when gen) and encodes the text without the tokenizer's special
+// tokens, as templated does.
+func chatTokens(text *chat.Text, msgs []tokenizer.Message, tools []map[string]any, gen bool) ([]int32, error) {
+	extra := map[string]any{"enable_thinking": hasThinking(text.Tok)}
+	for k, v := range text.Extra {
+		extra[k] = v
+	}
+	s, err := text.Tok.ApplyChatTemplate(msgs, tokenizer.ChatOptions{AddGenerationPrompt: gen, Tools: tools, Extra: extra})
+	if err != nil {
+		return nil, err
+	}
+	return text.Tok.EncodeSpecial(s, false), nil
 }
 
 // hasThinking is mlx_lm's TokenizerWrapper.has_thinking for the

@@ -30,6 +30,16 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if err := c.Check(); err != nil {
 		return err
 	}
+	switch c.Loss {
+	case "", "default":
+	case "orpo":
+		if c.SegmentLayers != 0 || c.TrainMemoryBudget != "" || c.LossChunk != 0 {
+			return errors.New("train: --loss orpo does not take --segment-layers, --train-memory-budget or --loss-chunk (the segmented backward and the chunked loss are the default loss's)")
+		}
+		return runORPO(b, m, text, c, out, warn, peak)
+	default:
+		return fmt.Errorf("train: --loss %q: want default (mlx_lm's cross-entropy) or orpo", c.Loss)
+	}
 	rng := NewNumpyRNG(uint32(c.Seed))
 	fmt.Fprintln(out, "Loading datasets")
 	trainSet, valid, test, err := LoadDir(c.Data, text, DataOptions{MaskPrompt: c.MaskPrompt,

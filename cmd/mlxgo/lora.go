@@ -49,10 +49,20 @@ loss, whose graph the oracle fixtures match). Segments go with neither
 --grad-checkpoint nor LoRA dropout (a recomputed range would draw new
 masks).
 
+--loss orpo trains on preference pairs instead: one JSON object a line,
+{"prompt", "chosen", "rejected"} as strings (with an optional "system")
+or as chat messages, through the chat template. The loss is ORPO's
+(Hong, Lee and Thorne 2024): −ℓ_w + λ·softplus(−logOR), ℓ the mean
+log-probability of a response's tokens, λ = --orpo-lambda (0.1); each
+pair is one forward of [prompt | chosen | rejected] with the prompt
+shared (--orpo-two-forwards reads it as two). Progress lines add the
+log-odds ratio. (mlx-lm-lora's "ORPO" is another formula, not matched.)
+
 Examples:
   mlxgo lora --model smollm2-mlx --train --data data --iters 50 --num-layers 8
   mlxgo lora --model smollm2-mlx --train --data data --max-seq-length 4096 --train-memory-budget 8G
   mlxgo lora --model smollm2-mlx --test --data data --adapter-path adapters
+  mlxgo lora --model smollm2-mlx --train --loss orpo --data train/testdata/preference --iters 50
   mlxgo generate --model smollm2-mlx --adapter-path adapters --prompt "Hello"
 
 Flags:
@@ -93,6 +103,9 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.TrainMemoryBudget, "train-memory-budget", "", "segmented backward with the largest segment size whose estimated activation memory fits in `BYTES` (a number, or with K, M or G: powers of 1024); see below")
 	fs.IntVar(&c.LossChunk, "loss-chunk", 0, "compute the loss through the head `ROWS` token rows at a time (the same value bit for bit, no [tokens, vocab] logits); 0: the full logits, or 2^24/vocab rows when segmenting")
 	fs.IntVar(&c.Seed, "seed", d.Seed, "the random seed (adapters' initial values, batch order, dropout)")
+	fs.StringVar(&c.Loss, "loss", d.Loss, "default (mlx_lm's cross-entropy) or orpo (preference pairs: prompt, chosen, rejected)")
+	fs.Float64Var(&c.ORPOLambda, "orpo-lambda", d.ORPOLambda, "ORPO's λ, the weight of the odds-ratio term")
+	fs.BoolVar(&c.ORPOTwoForwards, "orpo-two-forwards", false, "ORPO: read each pair as two forwards instead of one prefix-shared forward")
 	config := fs.String("c", "", "YAML config file of mlx_lm.lora options")
 	fs.StringVar(config, "config", "", "same as -c")
 	name := fs.String("backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
@@ -151,6 +164,9 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	pick("segment-layers", &final.SegmentLayers, &c.SegmentLayers)
 	pick("train-memory-budget", &final.TrainMemoryBudget, &c.TrainMemoryBudget)
 	pick("loss-chunk", &final.LossChunk, &c.LossChunk)
+	pick("loss", &final.Loss, &c.Loss)
+	pick("orpo-lambda", &final.ORPOLambda, &c.ORPOLambda)
+	pick("orpo-two-forwards", &final.ORPOTwoForwards, &c.ORPOTwoForwards)
 	switch {
 	case final.Model == "":
 		fmt.Fprint(stderr, "mlxgo lora: --model (or model in the -c file) is required\n\n")

