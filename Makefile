@@ -168,7 +168,7 @@ fuzz:
 hostile:
 	MLXGO_HOSTILE=1 bash -o pipefail -c "$(GO) test ./cmd/mlxgo -run '^TestHostileInputs\$$' -count=1 -timeout 30m -v | grep -v -e '^=== RUN' -e '^    --- PASS' -e 'hostile_test.go:[0-9]*: exit'"
 fuzz-short:
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=500x
 
 vet:
 	$(GO) vet ./...
