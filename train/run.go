@@ -56,7 +56,7 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if c.Test && len(test) == 0 {
 		return fmt.Errorf("train: %s: test set not found or empty (test.jsonl); must provide a test set for evaluation", c.Data)
 	}
-	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn, GradCheckpoint: c.GradCheckpoint, PeakMemory: peak, LossChunk: c.LossChunk}
+	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn, GradCheckpoint: c.GradCheckpoint, PeakMemory: peak, LossChunk: c.LossChunk, NoCompile: c.NoCompile}
 	if c.LossChunk < 0 {
 		return fmt.Errorf("train: --loss-chunk %d: want a positive number of rows (or 0)", c.LossChunk)
 	}
