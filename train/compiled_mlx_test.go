@@ -10,11 +10,9 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
-	"github.com/mlxgo/mlxgo/chat"
 	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
-	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // compiledCases are training runs that take every path of a compiled
@@ -104,21 +102,7 @@ func compiledRun(t *testing.T, model string, c Config, noCompile bool) compiledR
 	defer b.Close()
 	var r compiledResult
 	dir := t.TempDir()
-	err = b.Do(func() (err error) {
-		defer backend.Recover(&err)
-		m, err := minicpm5.Load(b, model)
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		text, err := chat.Load(model, m.Config())
-		if err != nil {
-			return err
-		}
-		tr, _, _, err := LoadDir(c.Data, text, DataOptions{})
-		if err != nil {
-			return err
-		}
+	err = onTrainModel(b, model, c.Data, DataOptions{}, func(m *minicpm5.Model, tr, _ []Example) error {
 		tn := &Trainer{B: b, Model: m, RNG: NewNumpyRNG(uint32(c.Seed)), GradCheckpoint: c.GradCheckpoint, NoCompile: noCompile}
 		tn.OnStep = func(it int, l float32, n int) {
 			r.losses = append(r.losses, l)
@@ -132,26 +116,13 @@ func compiledRun(t *testing.T, model string, c Config, noCompile bool) compiledR
 		if !noCompile && tn.compiler() == nil {
 			return fmt.Errorf("the run does not compile on %s", b.Name())
 		}
-		err = tn.Run(Args{BatchSize: c.BatchSize, Iters: c.Iters, StepsPerReport: 100, StepsPerEval: 100, StepsPerSave: 100,
+		return tn.Run(Args{BatchSize: c.BatchSize, Iters: c.Iters, StepsPerReport: 100, StepsPerEval: 100, StepsPerSave: 100,
 			MaxSeqLength: c.MaxSeqLength, AdapterFile: filepath.Join(dir, lora.WeightsFile), GradAccumulationSteps: c.GradAccumulationSteps}, tr, nil)
-		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := tensor.OpenSafetensors(filepath.Join(dir, lora.WeightsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r.adapters = map[string][]float64{}
-	for _, n := range f.Names() {
-		d, err := f.TensorCopy(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.adapters[n] = d.ToFloat64()
-	}
+	r.adapters = readAdapters(t, filepath.Join(dir, lora.WeightsFile))
 	return r
 }
 
@@ -170,21 +141,7 @@ func TestCompiledGradients(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			err = b.Do(func() (err error) {
-				defer backend.Recover(&err)
-				m, err := minicpm5.Load(b, model)
-				if err != nil {
-					return err
-				}
-				defer m.Close()
-				text, err := chat.Load(model, m.Config())
-				if err != nil {
-					return err
-				}
-				set, _, _, err := LoadDir(data, text, DataOptions{})
-				if err != nil {
-					return err
-				}
+			err = onTrainModel(b, model, data, DataOptions{}, func(m *minicpm5.Model, set, _ []Example) (err error) {
 				c := Defaults()
 				c.NumLayers, c.LoRAParameters, c.GradCheckpoint = 2, lora.Params{Rank: 4, Scale: 10}, ck
 				tn := &Trainer{B: b, Model: m, RNG: NewNumpyRNG(0), GradCheckpoint: ck}

@@ -124,21 +124,7 @@ func TestTrainFixtures(t *testing.T) {
 					var vals []ValReport
 					var reports []Report
 					dir := t.TempDir()
-					err = b.Do(func() (err error) {
-						defer backend.Recover(&err)
-						m, err := minicpm5.Load(b, model)
-						if err != nil {
-							return err
-						}
-						defer m.Close()
-						text, err := chat.Load(model, m.Config())
-						if err != nil {
-							return err
-						}
-						tr, va, _, err := LoadDir(data, text, DataOptions{MaskPrompt: c.MaskPrompt})
-						if err != nil {
-							return err
-						}
+					err = onTrainModel(b, model, data, DataOptions{MaskPrompt: c.MaskPrompt}, func(m *minicpm5.Model, tr, va []Example) error {
 						tr2 := &Trainer{B: b, Model: m, RNG: NewNumpyRNG(uint32(c.Seed)), GradCheckpoint: c.GradCheckpoint, NoCompile: v.noCompile,
 							OnStep:   func(it int, l float32, n int) { steps = append(steps, l) },
 							OnVal:    func(v ValReport) { vals = append(vals, v) },
@@ -220,6 +206,48 @@ func TestTrainFixtures(t *testing.T) {
 	}
 }
 
+// onTrainModel runs fn on b's thread (Do) with the model of the model
+// directory and the training and validation sets of the data directory
+// loaded.
+func onTrainModel(b backend.Backend, model, data string, o DataOptions, fn func(m *minicpm5.Model, train, valid []Example) error) error {
+	return b.Do(func() (err error) {
+		defer backend.Recover(&err)
+		m, err := minicpm5.Load(b, model)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		text, err := chat.Load(model, m.Config())
+		if err != nil {
+			return err
+		}
+		tr, va, _, err := LoadDir(data, text, o)
+		if err != nil {
+			return err
+		}
+		return fn(m, tr, va)
+	})
+}
+
+// readAdapters reads a safetensors file's tensors as float64s.
+func readAdapters(t *testing.T, path string) map[string][]float64 {
+	t.Helper()
+	f, err := tensor.OpenSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ad := map[string][]float64{}
+	for _, n := range f.Names() {
+		d, err := f.TensorCopy(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ad[n] = d.ToFloat64()
+	}
+	return ad
+}
+
 // trainVariant is a backend the fixtures train on, compiling or not.
 type trainVariant struct {
 	name, backend string
@@ -282,21 +310,7 @@ func testGradCheckpoint(t *testing.T, model, data string, dropout float64) []flo
 		}
 		defer b.Close()
 		dir := t.TempDir()
-		err = b.Do(func() (err error) {
-			defer backend.Recover(&err)
-			m, err := minicpm5.Load(b, model)
-			if err != nil {
-				return err
-			}
-			defer m.Close()
-			text, err := chat.Load(model, m.Config())
-			if err != nil {
-				return err
-			}
-			tr, _, _, err := LoadDir(data, text, DataOptions{})
-			if err != nil {
-				return err
-			}
+		err = onTrainModel(b, model, data, DataOptions{}, func(m *minicpm5.Model, tr, _ []Example) error {
 			ads, err := lora.Apply(b, m, -1, lora.Params{Rank: 4, Scale: 10}, generate.NewRNG(0))
 			if err != nil {
 				return err
@@ -319,20 +333,7 @@ func testGradCheckpoint(t *testing.T, model, data string, dropout float64) []flo
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := tensor.OpenSafetensors(filepath.Join(dir, lora.WeightsFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		ad = map[string][]float64{}
-		for _, n := range f.Names() {
-			d, err := f.TensorCopy(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ad[n] = d.ToFloat64()
-		}
-		return b.Stats().PeakBytes, losses, ad
+		return b.Stats().PeakBytes, losses, readAdapters(t, filepath.Join(dir, lora.WeightsFile))
 	}
 	plainPeak, plainLoss, plainAd := run(false)
 	ckPeak, ckLoss, ckAd := run(true)
