@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -198,6 +199,15 @@ func TestCompiledGradients(t *testing.T) {
 	}
 }
 
+// cpuSeconds is the process's user and system CPU time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return math.NaN()
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
 // cutBatch is a batch's rows cut to their first L tokens.
 func cutBatch(a Batch, L int) Batch {
 	out := Batch{B: a.B, L: L, Lengths: make([][2]int32, a.B)}
@@ -206,4 +216,63 @@ func cutBatch(a Batch, L int) Batch {
 		out.Lengths[r] = [2]int32{a.Lengths[r][0], min(a.Lengths[r][1], int32(L-1))}
 	}
 	return out
+}
+
+// BenchmarkTrainStep times one training step (Adam, LoRA rank 4 on 2
+// layers, a batch of two rows of the fixtures' text data) of the tiny
+// test checkpoint on MLX's CPU device, compiled and op by op, with and
+// without checkpointed blocks: the Go side's share of a step (recording
+// the graph, its VJP and the update), which a compiled step replays
+// instead. cpu-ms/op is the process's user+sys time per step (MLX's
+// threads included), the figure to compare on a shared machine:
+//
+//	go test -tags mlx ./train -run '^$' -bench TrainStep -benchtime 50x -count 3
+func BenchmarkTrainStep(bm *testing.B) {
+	model := trainModelDir(bm, "bytelevel-llama3")
+	data := filepath.Join(testenv.RepoRoot(bm), "conformance", "testdata", "train", "data", "text")
+	for _, mode := range []string{"compiled", "op-by-op"} {
+		for _, ck := range []bool{false, true} {
+			bm.Run(fmt.Sprintf("%s/ck=%v", mode, ck), func(bm *testing.B) {
+				b, err := backend.Open("mlx", backend.Options{Device: "cpu"})
+				if err != nil {
+					bm.Fatal(err)
+				}
+				defer b.Close()
+				err = onTrainModel(b, model, data, DataOptions{}, func(m *minicpm5.Model, set, _ []Example) error {
+					c := Defaults()
+					c.NumLayers, c.LoRAParameters, c.GradCheckpoint, c.LearningRate = 2, lora.Params{Rank: 4, Scale: 10}, ck, 1e-3
+					tn := &Trainer{B: b, Model: m, RNG: NewNumpyRNG(0), GradCheckpoint: ck, NoCompile: mode == "op-by-op"}
+					if err := setup(tn, c, io.Discard); err != nil {
+						return err
+					}
+					defer tn.releaseCompiled()
+					it, err := NewBatches(set, 2, 2048, true, tn.RNG, nil)
+					if err != nil {
+						return err
+					}
+					batch, _ := it.Next()
+					var accum []backend.Array
+					if _, _, err := tn.step(batch, &accum, true, 1); err != nil { // the trace
+						return err
+					}
+					toks := 0
+					cpu0 := cpuSeconds()
+					bm.ResetTimer()
+					for range bm.N {
+						_, n, err := tn.step(batch, &accum, true, 1)
+						if err != nil {
+							return err
+						}
+						toks += n
+					}
+					bm.ReportMetric(float64(toks)/bm.Elapsed().Seconds(), "tokens/s")
+					bm.ReportMetric((cpuSeconds()-cpu0)*1e3/float64(bm.N), "cpu-ms/op")
+					return nil
+				})
+				if err != nil {
+					bm.Fatal(err)
+				}
+			})
+		}
+	}
 }

@@ -23,7 +23,7 @@ import (
 // trainModelDir makes a model directory of the tiny optiq-f32 checkpoint
 // with a test tokenizer (whose ids on the fixtures' data all lie below
 // the checkpoint's vocabulary of 1000; the oracle checks it).
-func trainModelDir(t *testing.T, tokenizer string) string {
+func trainModelDir(t testing.TB, tokenizer string) string {
 	root := testenv.RepoRoot(t)
 	dir := t.TempDir()
 	src := filepath.Join(root, "conformance", "testdata", "models", "optiq-f32")
