@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/lora"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // The compiled training step. mlx_lm compiles its step (mx.compile over
@@ -19,11 +21,16 @@ import (
 // The batches' shapes repeat (iterate_batches pads rows to one plus a
 // multiple of 32, at most max_seq_length), so a run traces a few shapes.
 //
-// What a compiled step cannot take: LoRA dropout (its masks are drawn on
-// the host from mx.random's sequence, so the trace would replay the first
-// step's masks; mlx_lm passes mx.random.state in), the segmented backward
-// and the chunked loss (which read or cut the batch on the host), and
-// ORPO. Those steps run op by op, as does every step with NoCompile.
+// LoRA dropout's masks are drawn on the host from mx.random's sequence
+// (mlx_lm passes mx.random.state in instead), so they are inputs too: the
+// first step of each batch shape runs op by op and records the shapes of
+// the masks it draws; later steps of that shape draw masks of those
+// shapes from the same sequence, in the same order, before the call, and
+// the trace's dropout takes them from its inputs (dropoutKeys.mask).
+//
+// What a compiled step cannot take: the segmented backward and the
+// chunked loss (which read or cut the batch on the host), and ORPO. Those
+// steps run op by op, as does every step with NoCompile.
 
 // stepKind is what a compiled step's graph depends on beyond its inputs'
 // shapes (mlx_lm's step retraces on its Python arguments the same way).
@@ -37,7 +44,7 @@ type stepKind struct {
 // compiled, else nil.
 func (t *Trainer) compiler() backend.Compiler {
 	c, ok := t.B.(backend.Compiler)
-	if !ok || t.NoCompile || t.Dropout != nil || t.SegmentLayers > 0 || t.LossChunk > 0 {
+	if !ok || t.NoCompile || (t.Dropout != nil && (t.keys == nil || !t.keys.viaMask)) || t.SegmentLayers > 0 || t.LossChunk > 0 {
 		return nil
 	}
 	return c
@@ -60,6 +67,24 @@ type compiledFn struct {
 // compiledStep is step through a compiled function.
 func (t *Trainer) compiledStep(batch Batch, accum *[]backend.Array, update bool, accumSteps int) ([]float64, error) {
 	b := t.B
+	drops, known := t.dropShapes[[2]int{batch.B, batch.L}]
+	if t.Dropout != nil && !known {
+		// The batch shape's first step: op by op, recording the masks'
+		// shapes.
+		var rec []tensor.Shape
+		t.keys.shapes = &rec
+		vals, err := t.gradStep(func(slots []*backend.Array) ([]backend.Array, []backend.Array, error) {
+			return t.valueAndGrad(batch, slots)
+		}, accum, update, accumSteps)
+		t.keys.shapes = nil
+		if err == nil {
+			if t.dropShapes == nil {
+				t.dropShapes = map[[2]int][]tensor.Shape{}
+			}
+			t.dropShapes[[2]int{batch.B, batch.L}] = rec
+		}
+		return vals, err
+	}
 	ld, err := newLossData(t.Model, batch)
 	if err != nil {
 		return nil, err
@@ -84,6 +109,11 @@ func (t *Trainer) compiledStep(batch Batch, accum *[]backend.Array, update bool,
 	in = append(in, *accum...)
 	ids, mask := ld.arrays(b)
 	in = append(in, ids, ld.picks(b, t.Model.VocabSize()), mask)
+	if t.Dropout != nil {
+		for _, sh := range drops {
+			in = append(in, lora.KeepMask(b, t.keys.p, t.keys.next(), sh))
+		}
+	}
 	kind := stepKind{accum: *accum != nil, update: update, accumSteps: accumSteps}
 	c, ok := t.compiled[kind]
 	if !ok {
@@ -150,10 +180,16 @@ func (t *Trainer) stepFunc(kind stepKind, n int, stateShape []int, nsc int) back
 		if kind.accum {
 			accum, rest = rest[:n], rest[n:]
 		}
-		if len(rest) != 3 {
-			return nil, fmt.Errorf("train: compiled step: %d batch inputs, want 3", len(rest))
+		if len(rest) < 3 {
+			return nil, fmt.Errorf("train: compiled step: %d batch inputs, want at least 3", len(rest))
 		}
 		ids, pick, mask := rest[0], rest[1], rest[2]
+		if t.Dropout != nil {
+			t.keys.masks, t.keys.drawn = append([]backend.Array{}, rest[3:]...), 0
+			defer func() { t.keys.masks, t.keys.drawn = nil, 0 }()
+		} else if len(rest) != 3 {
+			return nil, fmt.Errorf("train: compiled step: %d dropout masks without dropout", len(rest)-3)
+		}
 		d := b.(backend.Differentiator)
 		fo := t.forwardOptions()
 		outs, grads, err := t.gradOf(t.params(), params, func() ([]backend.Array, error) {
@@ -162,6 +198,9 @@ func (t *Trainer) stepFunc(kind stepKind, n int, stateShape []int, nsc int) back
 		})
 		if err != nil {
 			return nil, err
+		}
+		if t.Dropout != nil && int(t.keys.drawn) != len(t.keys.masks) {
+			return nil, fmt.Errorf("train: a compiled step drew %d dropout masks, its batch shape's first step %d", t.keys.drawn, len(t.keys.masks))
 		}
 		next, nextState, nextAccum := t.descend(params, grads, accum, state, sc, kind.update, kind.accumSteps)
 		if !kind.update {

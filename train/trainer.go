@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,7 +58,7 @@ type Trainer struct {
 	RNG *NumpyRNG
 	// Dropout, when not nil, is each adapter's training dropout (nil:
 	// none). Validation runs without it. With GradCheckpoint, its keys
-	// must come from keys (setup's lora.DropoutKeys), which replays a
+	// must come from keys (setup's lora.DropoutMasks), which replays a
 	// recomputed block's keys.
 	Dropout func(x backend.Array) backend.Array
 	keys    *dropoutKeys
@@ -79,10 +80,13 @@ type Trainer struct {
 	LossChunk int
 	// NoCompile runs every training step op by op. Otherwise, on a
 	// backend that compiles (backend.Compiler) the default loss's steps
-	// are compiled as mlx_lm compiles them, unless the run has LoRA
-	// dropout, segments or a chunked loss (compiled.go).
+	// are compiled as mlx_lm compiles them, unless the run has segments
+	// or a chunked loss (compiled.go).
 	NoCompile bool
 	compiled  map[stepKind]compiledFn
+	// dropShapes holds, per batch shape (B, L), the shapes of the dropout
+	// masks of a step, in the order drawn (compiled.go).
+	dropShapes map[[2]int][]tensor.Shape
 	// PeakMemory, when set, reports the device's peak memory in bytes
 	// (MLX's allocator peak, mx.get_peak_memory); nil reports the
 	// backend's Stats().PeakBytes (the arrays it tracks).
@@ -509,11 +513,25 @@ func (t *Trainer) lossOnly(batch Batch) (float32, int, error) {
 // mx.random.seed(0) is the second draw's mask, not the forward's. So
 // mlx_lm's checkpointed gradients with dropout follow masks its forward
 // did not use; ours do not.)
+//
+// A compiled step (compiled.go) draws its masks on the host before the
+// call and passes them in; while its function is traced, masks holds
+// them and the "keys" handed out are their indices (drawn counting), so
+// that a recomputed block replays the same masks.
 type dropoutKeys struct {
 	rng       *generate.RNG
+	p         float64
 	rec       *[][2]uint32
 	replay    [][2]uint32
 	replaying bool
+	// shapes, when set, receives the shape of each mask drawn (not
+	// replayed): the masks a compiled step of the batch's shape takes.
+	shapes *[]tensor.Shape
+	masks  []backend.Array
+	drawn  uint32
+	// viaMask says the trainer's Dropout takes its masks from mask
+	// (setup's), so that a compiled step can hand them in.
+	viaMask bool
 }
 
 func (k *dropoutKeys) next() [2]uint32 {
@@ -525,11 +543,35 @@ func (k *dropoutKeys) next() [2]uint32 {
 		k.replay = k.replay[1:]
 		return key
 	}
-	key := k.rng.Next()
+	var key [2]uint32
+	if k.masks != nil {
+		key = [2]uint32{k.drawn, 0}
+		k.drawn++
+	} else {
+		key = k.rng.Next()
+	}
 	if k.rec != nil {
 		*k.rec = append(*k.rec, key)
 	}
 	return key
+}
+
+// mask is the keep mask of shape s of the next dropout call
+// (lora.DropoutMasks): drawn from the next key, or, while a compiled
+// step is traced, the step's input mask the key indexes.
+func (k *dropoutKeys) mask(b backend.Backend, s tensor.Shape) backend.Array {
+	replayed := k.replaying
+	key := k.next()
+	if k.masks != nil {
+		if int(key[0]) >= len(k.masks) || !slices.Equal(k.masks[key[0]].Shape(), s) {
+			panic(&backend.OpError{Op: "dropout", Err: fmt.Errorf("train: a compiled step's dropout mask %d of %v is not the %d masks its first step drew", key[0], s, len(k.masks))})
+		}
+		return k.masks[key[0]]
+	}
+	if k.shapes != nil && !replayed {
+		*k.shapes = append(*k.shapes, s)
+	}
+	return lora.KeepMask(b, k.p, key, s)
 }
 
 // reset ends a recording or a replay.

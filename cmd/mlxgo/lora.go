@@ -102,7 +102,7 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.SegmentLayers, "segment-layers", 0, "segmented backward: run the layers in ranges of `N`, keep only the ranges' boundary states, recompute each range in the backward (gradients bit for bit the plain backward's)")
 	fs.StringVar(&c.TrainMemoryBudget, "train-memory-budget", "", "segmented backward with the largest segment size whose estimated activation memory fits in `BYTES` (a number, or with K, M or G: powers of 1024); see below")
 	fs.IntVar(&c.LossChunk, "loss-chunk", 0, "compute the loss through the head `ROWS` token rows at a time (the same value bit for bit, no [tokens, vocab] logits); 0: the full logits, or 2^24/vocab rows when segmenting")
-	fs.BoolVar(&c.NoCompile, "no-compile", false, "run each training step op by op instead of compiled as mlx_lm compiles it (the mlx backend compiles the default loss's steps without LoRA dropout, segments or --loss-chunk)")
+	fs.BoolVar(&c.NoCompile, "no-compile", false, "run each training step op by op instead of compiled as mlx_lm compiles it (the mlx backend compiles the default loss's steps without segments or --loss-chunk)")
 	fs.IntVar(&c.Seed, "seed", d.Seed, "the random seed (adapters' initial values, batch order, dropout)")
 	fs.StringVar(&c.Loss, "loss", d.Loss, "default (mlx_lm's cross-entropy) or orpo (preference pairs: prompt, chosen, rejected)")
 	fs.Float64Var(&c.ORPOLambda, "orpo-lambda", d.ORPOLambda, "ORPO's λ, the weight of the odds-ratio term")
