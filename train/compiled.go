@@ -73,9 +73,7 @@ func (t *Trainer) compiledStep(batch Batch, accum *[]backend.Array, update bool,
 		// shapes.
 		var rec []tensor.Shape
 		t.keys.shapes = &rec
-		vals, err := t.gradStep(func(slots []*backend.Array) ([]backend.Array, []backend.Array, error) {
-			return t.valueAndGrad(batch, slots)
-		}, accum, update, accumSteps)
+		vals, err := t.plainStep(batch, accum, update, accumSteps)
 		t.keys.shapes = nil
 		if err == nil {
 			if t.dropShapes == nil {

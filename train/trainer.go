@@ -246,14 +246,19 @@ func (t *Trainer) step(batch Batch, accum *[]backend.Array, update bool, accumSt
 	if t.compiler() != nil {
 		vals, err = t.compiledStep(batch, accum, update, accumSteps)
 	} else {
-		vals, err = t.gradStep(func(slots []*backend.Array) ([]backend.Array, []backend.Array, error) {
-			return t.valueAndGrad(batch, slots)
-		}, accum, update, accumSteps)
+		vals, err = t.plainStep(batch, accum, update, accumSteps)
 	}
 	if err != nil {
 		return 0, 0, err
 	}
 	return float32(vals[0]), int(vals[1]), nil
+}
+
+// plainStep is step op by op; it returns the loss and the token count.
+func (t *Trainer) plainStep(batch Batch, accum *[]backend.Array, update bool, accumSteps int) ([]float64, error) {
+	return t.gradStep(func(slots []*backend.Array) ([]backend.Array, []backend.Array, error) {
+		return t.valueAndGrad(batch, slots)
+	}, accum, update, accumSteps)
 }
 
 // gradStep is a step op by op: grad's outputs (the first a scalar
