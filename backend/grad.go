@@ -40,3 +40,23 @@ type Differentiator interface {
 	// gradient flows (mx.stop_gradient): a constant to every transform.
 	StopGradient(x Array) Array
 }
+
+// Compiler is implemented by backends that compile a function of arrays
+// into one graph that later calls replay (mx.compile, shapeless=false):
+//
+//	c, ok := b.(backend.Compiler)
+//
+// The compiled function runs fn once per distinct list of input shapes
+// and dtypes (a trace, on placeholder arrays) and replays that trace for
+// every later call with the same shapes and dtypes, without calling fn.
+// So everything that may change from one call to the next must be an
+// input: an array fn reads that is not among its inputs, and any host
+// value fn turns into an array, keeps its value from the trace. fn may
+// differentiate (Differentiator) and checkpoint; it must not read
+// arrays back to the host. The outputs are new arrays of the caller, in
+// the scope open at the call; they equal fn's up to the rounding of the
+// elementwise ops the backend fuses. release frees the compiled function
+// and its traces; the function must not be called after it.
+type Compiler interface {
+	Compile(fn Func) (compiled Func, release func())
+}

@@ -6,6 +6,7 @@ the next:
 
   mlxgo-cpu  mlxgo lora --backend cpu   (the pure-Go backend; its peak is the arrays it holds)
   mlxgo-mlx  mlxgo lora --backend mlx   (MLX's default device: its CPU here, CUDA on a GPU host)
+  mlxgo-mlx-nocompile  the same with --no-compile (each training step op by op, not compiled)
   mlx_lm     bench/mlx_lm_lora_driver.py, which is mlx_lm.lora's main() printing its reports
 
 Each run reports every --report steps; the last report (steps after the first --report, so MLX's
@@ -85,8 +86,8 @@ def main():
         ap.error("--iters must be at least twice --report (the last report is the steady state)")
     engines = a.engines.split(",")
     for e in engines:
-        if e not in ("mlxgo-cpu", "mlxgo-mlx", "mlx_lm"):
-            ap.error(f"--engines: unknown engine {e!r} (mlxgo-cpu, mlxgo-mlx, mlx_lm)")
+        if e not in ("mlxgo-cpu", "mlxgo-mlx", "mlxgo-mlx-nocompile", "mlx_lm"):
+            ap.error(f"--engines: unknown engine {e!r} (mlxgo-cpu, mlxgo-mlx, mlxgo-mlx-nocompile, mlx_lm)")
     cks = [{"off": False, "on": True}[c] for c in a.checkpoint.split(",")]
     os.makedirs(a.workdir, exist_ok=True)
     os.makedirs(a.results, exist_ok=True)
@@ -105,7 +106,7 @@ def main():
                 if e == "mlx_lm":
                     cmd = [a.python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlx_lm_lora_driver.py")]
                 else:
-                    cmd = [a.mlxgo, "lora", "--backend", e.split("-")[1]]
+                    cmd = [a.mlxgo, "lora", "--backend", e.split("-")[1]] + (["--no-compile"] if e.endswith("-nocompile") else [])
                 cmd += flags + ["--adapter-path", out_dir] + (["--grad-checkpoint"] if ck else [])
                 print(f"== {tag}: {' '.join(cmd)}", file=sys.stderr, flush=True)
                 code, out, rss, secs = run_child(cmd, env, os.path.join(a.workdir, tag + ".log"))

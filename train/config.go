@@ -58,6 +58,8 @@ type Config struct {
 	SegmentLayers     int    `yaml:"segment_layers" json:"segment_layers,omitempty"`
 	TrainMemoryBudget string `yaml:"train_memory_budget" json:"train_memory_budget,omitempty"`
 	LossChunk         int    `yaml:"loss_chunk" json:"loss_chunk,omitempty"`
+	// NoCompile runs the training steps op by op (Trainer.NoCompile).
+	NoCompile bool `yaml:"no_compile" json:"no_compile,omitempty"`
 
 	// ORPO (not mlx_lm's): Loss "orpo" trains on preference pairs
 	// (LoadPreferenceDir) with λ = ORPOLambda; ORPOTwoForwards reads each

@@ -32,12 +32,23 @@ func lossWith(b backend.Backend, m *minicpm5.Model, batch Batch, fo minicpm5.For
 		return nil, nil, err
 	}
 	ids, maskA := ld.arrays(b)
+	return lossOn(b, d, m, ids, ld.picks(b, m.VocabSize()), maskA, fo)
+}
+
+// lossOn is lossWith on a batch's arrays: the input ids and the loss
+// mask (lossData.arrays) and the targets' flat indices in the logits
+// (lossData.picks). It reads nothing else of the batch, so a compiled
+// step may trace it with these as inputs.
+func lossOn(b backend.Backend, d backend.Differentiator, m *minicpm5.Model, ids, pick, mask backend.Array, fo minicpm5.ForwardOptions) (loss, ntoks backend.Array, err error) {
 	o, err := m.Forward(ids, nil, fo)
 	if err != nil {
 		return nil, nil, err
 	}
-	ce := ceRows(b, d, o.Logits, ld.tg, maskA)
-	return meanCE(b, b.Reshape(ce, -1), maskA)
+	if sh := o.Logits.Shape(); sh[len(sh)-1] != m.VocabSize() {
+		return nil, nil, fmt.Errorf("train: logits of %v for a vocabulary of %d", sh, m.VocabSize())
+	}
+	ce := cePicked(b, d, o.Logits, pick, mask)
+	return meanCE(b, b.Reshape(ce, -1), mask)
 }
 
 // lossData is a batch as default_loss reads it, on the host: the
@@ -89,12 +100,27 @@ func (ld lossData) arrays(b backend.Backend) (ids, mask backend.Array) {
 // float32, of the rows' shape.
 func ceRows(b backend.Backend, d backend.Differentiator, logits backend.Array, tg []int32, mask backend.Array) backend.Array {
 	sh := logits.Shape()
-	V := sh[len(sh)-1]
+	return cePicked(b, d, logits, b.FromHost(tensor.FromInt32(sh[:len(sh)-1], picks(tg, sh[len(sh)-1]))), mask)
+}
+
+// picks returns the flat index of each target's logit among rows of V
+// logits: tg[i] + i·V.
+func picks(tg []int32, V int) []int32 {
 	flat := make([]int32, len(tg))
 	for i, v := range tg {
 		flat[i] = v + int32(i*V)
 	}
-	pick := b.FromHost(tensor.FromInt32(sh[:len(sh)-1], flat))
+	return flat
+}
+
+// picks returns the targets' flat indices in logits [B, T, V], [B, T].
+func (ld lossData) picks(b backend.Backend, V int) backend.Array {
+	return b.FromHost(tensor.FromInt32(tensor.Shape{ld.B, ld.T}, picks(ld.tg, V)))
+}
+
+// cePicked is ceRows with the targets' flat indices pick (of the rows'
+// shape) as an array.
+func cePicked(b backend.Backend, d backend.Differentiator, logits, pick, mask backend.Array) backend.Array {
 	l := b.Binary(backend.Subtract, logits, d.StopGradient(b.Max(logits, -1, true)))
 	score := b.Take(b.Reshape(l, -1), pick, 0)
 	ce := b.Binary(backend.Multiply, b.Binary(backend.Subtract, b.LogSumExp(l, -1, false), score), mask)

@@ -116,10 +116,26 @@ func (o *Optimizer) scalar(v float64) backend.Array {
 
 // Update returns params updated with grads (same order and shapes); the
 // state and learning-rate arrays it replaces are released, params are
-// not.
+// not. It is begin, apply and commit.
 func (o *Optimizer) Update(params, grads []backend.Array) ([]backend.Array, error) {
-	if len(params) != len(grads) {
-		return nil, fmt.Errorf("train: %d parameters and %d gradients", len(params), len(grads))
+	sc, err := o.begin(params, len(grads))
+	if err != nil {
+		return nil, err
+	}
+	out, state := o.apply(params, grads, o.state, sc)
+	o.commit(state)
+	return out, nil
+}
+
+// begin starts an update of params by n gradients: it makes the state
+// on the first one (zeros, as mlx.optimizers' init), sets the step's
+// learning rate (the schedule at the number of updates done so far,
+// releasing the last one) and counts the step. It returns the step's
+// scalars for apply, computed on the host side of a compiled step: the
+// learning rate and, for Adam with bias correction, 1-β1^t and 1-β2^t.
+func (o *Optimizer) begin(params []backend.Array, n int) ([]backend.Array, error) {
+	if len(params) != n {
+		return nil, fmt.Errorf("train: %d parameters and %d gradients", len(params), n)
 	}
 	if o.state == nil {
 		o.state = make([][]backend.Array, len(params))
@@ -135,29 +151,54 @@ func (o *Optimizer) Update(params, grads []backend.Array) ([]backend.Array, erro
 	o.b.Release(o.rate)
 	o.rate = o.lr.value(o.b, o.step)
 	o.step++
+	sc := []backend.Array{o.rate}
+	if (o.kind == "adam" || o.kind == "adamw") && o.cfg.BiasCorrection {
+		// b1**step and b2**step: float32 powers, here from float64 and
+		// rounded (MLX's powf may differ in the last bit).
+		t := float64(o.step)
+		p1 := float32(math.Pow(float64(float32(o.cfg.Betas[0])), t))
+		p2 := float32(math.Pow(float64(float32(o.cfg.Betas[1])), t))
+		sc = append(sc, o.scalar(float64(1-p1)), o.scalar(float64(1-p2)))
+	}
+	return sc, nil
+}
+
+// apply is apply_gradients on explicit arrays: the new parameters and
+// state from params, grads, state (per parameter, as State orders it)
+// and the step's scalars sc (begin's). It reads nothing else that
+// changes between steps, so a compiled step may trace it.
+func (o *Optimizer) apply(params, grads []backend.Array, state [][]backend.Array, sc []backend.Array) ([]backend.Array, [][]backend.Array) {
 	out := make([]backend.Array, len(params))
+	next := make([][]backend.Array, len(params))
 	for i := range params {
-		old := append([]backend.Array(nil), o.state[i]...)
+		next[i] = append([]backend.Array(nil), state[i]...)
 		switch o.kind {
 		case "adam":
-			out[i] = o.adam(grads[i], params[i], o.state[i])
+			out[i] = o.adam(grads[i], params[i], next[i], sc)
 		case "adamw":
-			out[i] = o.adamW(grads[i], params[i], o.state[i])
+			out[i] = o.adamW(grads[i], params[i], next[i], sc)
 		case "sgd":
-			out[i] = o.sgd(grads[i], params[i], o.state[i])
+			out[i] = o.sgd(grads[i], params[i], next[i], sc)
 		}
-		for k, a := range old {
-			if a != o.state[i][k] {
+	}
+	return out, next
+}
+
+// commit makes state the optimizer's, releasing the arrays it replaces.
+func (o *Optimizer) commit(state [][]backend.Array) {
+	for i := range o.state {
+		for k, a := range o.state[i] {
+			if a != state[i][k] {
 				o.b.Release(a)
 			}
 		}
 	}
-	return out, nil
+	o.state = state
 }
 
 // adam is Adam.apply_single: m and v updated in state, the new parameter
 // returned.
-func (o *Optimizer) adam(g, p backend.Array, state []backend.Array) backend.Array {
+func (o *Optimizer) adam(g, p backend.Array, state, sc []backend.Array) backend.Array {
 	b, c := o.b, o.cfg
 	add := func(x, y backend.Array) backend.Array { return b.Binary(backend.Add, x, y) }
 	mul := func(x, y backend.Array) backend.Array { return b.Binary(backend.Multiply, x, y) }
@@ -166,37 +207,32 @@ func (o *Optimizer) adam(g, p backend.Array, state []backend.Array) backend.Arra
 	v := add(mul(o.scalar(b2), state[1]), mul(o.scalar(1-b2), b.Unary(backend.Square, g)))
 	state[0], state[1] = m, v
 	if c.BiasCorrection {
-		// b1**step and b2**step: float32 powers, here from float64 and
-		// rounded (MLX's powf may differ in the last bit).
-		t := float64(o.step)
-		p1 := float32(math.Pow(float64(float32(b1)), t))
-		p2 := float32(math.Pow(float64(float32(b2)), t))
-		c1 := b.Binary(backend.Divide, o.rate, o.scalar(float64(1-p1)))
-		c2 := b.Unary(backend.Rsqrt, o.scalar(float64(1-p2)))
+		c1 := b.Binary(backend.Divide, sc[0], sc[1])
+		c2 := b.Unary(backend.Rsqrt, sc[2])
 		den := add(mul(b.Unary(backend.Sqrt, v), c2), o.scalar(c.Eps))
 		return b.Binary(backend.Subtract, p, b.Binary(backend.Divide, mul(c1, m), den))
 	}
 	den := add(b.Unary(backend.Sqrt, v), o.scalar(c.Eps))
-	return b.Binary(backend.Subtract, p, b.Binary(backend.Divide, mul(o.rate, m), den))
+	return b.Binary(backend.Subtract, p, b.Binary(backend.Divide, mul(sc[0], m), den))
 }
 
 // adamW is AdamW.apply_single: the parameter decayed by 1 - lr·λ, then
 // Adam.
-func (o *Optimizer) adamW(g, p backend.Array, state []backend.Array) backend.Array {
+func (o *Optimizer) adamW(g, p backend.Array, state, sc []backend.Array) backend.Array {
 	b := o.b
-	decay := b.Binary(backend.Subtract, o.scalar(1), b.Binary(backend.Multiply, o.rate, o.scalar(o.cfg.WeightDecay)))
-	return o.adam(g, b.Binary(backend.Multiply, p, decay), state)
+	decay := b.Binary(backend.Subtract, o.scalar(1), b.Binary(backend.Multiply, sc[0], o.scalar(o.cfg.WeightDecay)))
+	return o.adam(g, b.Binary(backend.Multiply, p, decay), state, sc)
 }
 
 // sgd is SGD.apply_single.
-func (o *Optimizer) sgd(g, p backend.Array, state []backend.Array) backend.Array {
+func (o *Optimizer) sgd(g, p backend.Array, state, sc []backend.Array) backend.Array {
 	b, c := o.b, o.cfg
 	mul := func(x, y backend.Array) backend.Array { return b.Binary(backend.Multiply, x, y) }
 	if c.WeightDecay != 0 {
 		g = b.Binary(backend.Add, g, mul(o.scalar(c.WeightDecay), p))
 	}
 	if c.Momentum <= 0 {
-		return b.Binary(backend.Subtract, p, mul(o.rate, g))
+		return b.Binary(backend.Subtract, p, mul(sc[0], g))
 	}
 	v := mul(o.scalar(c.Momentum), state[0])
 	if c.Dampening > 0 {
@@ -209,5 +245,5 @@ func (o *Optimizer) sgd(g, p backend.Array, state []backend.Array) backend.Array
 		update = b.Binary(backend.Add, g, mul(o.scalar(c.Momentum), v))
 	}
 	state[0] = v
-	return b.Binary(backend.Subtract, p, mul(o.rate, update))
+	return b.Binary(backend.Subtract, p, mul(sc[0], update))
 }

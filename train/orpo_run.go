@@ -42,51 +42,18 @@ type ORPOValReport struct {
 // w.r.t. every adapter parameter and the optimizer's update. It returns
 // the loss, the mean log-odds ratio, ℓ_w and ℓ_l.
 func (t *Trainer) orpoStep(pairs []Pair, o ORPOArgs) ([4]float64, error) {
-	b := t.B
-	d := b.(backend.Differentiator)
-	slots := t.params()
-	params := make([]backend.Array, len(slots))
-	all := make([]int, len(slots))
-	for i, s := range slots {
-		params[i], all[i] = *s, i
-	}
-	s := b.Scope()
-	defer s.Close()
-	var fo minicpm5.ForwardOptions
-	if t.GradCheckpoint {
-		fo.Block = t.checkpointed
-	}
-	outs, grads, err := d.ValueAndGrad(func(x []backend.Array) ([]backend.Array, error) {
-		for i, s := range slots {
-			*s = x[i]
-		}
-		v, err := ORPOLoss(b, t.Model, pairs, o.Lambda, !o.TwoForwards, fo)
-		return v.Arrays(), err
-	}, params, all)
-	for i, s := range slots {
-		*s = params[i]
-	}
+	var accum []backend.Array
+	fo := t.forwardOptions()
+	vals, err := t.gradStep(func(slots []*backend.Array) ([]backend.Array, []backend.Array, error) {
+		return t.gradOf(slots, slotValues(slots), func() ([]backend.Array, error) {
+			v, err := ORPOLoss(t.B, t.Model, pairs, o.Lambda, !o.TwoForwards, fo)
+			return v.Arrays(), err
+		})
+	}, &accum, true, 1)
 	if err != nil {
 		return [4]float64{}, err
 	}
-	next, err := t.Opt.Update(params, grads)
-	if err != nil {
-		return [4]float64{}, err
-	}
-	for i, s := range slots {
-		*s = next[i]
-	}
-	keep := append(append([]backend.Array{}, next...), t.Opt.State()...)
-	if err := b.Eval(append(keep, outs...)...); err != nil {
-		return [4]float64{}, err
-	}
-	vals, err := hostScalars(b, outs)
-	if err != nil {
-		return [4]float64{}, err
-	}
-	s.Keep(keep...)
-	b.Release(params...)
-	return vals, nil
+	return [4]float64(vals), nil
 }
 
 func hostScalars(b backend.Backend, xs []backend.Array) ([4]float64, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/lora"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // RunLoRA is mlx_lm.lora's run(): with c.Train it puts adapters on the
@@ -56,7 +57,7 @@ func RunLoRA(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if c.Test && len(test) == 0 {
 		return fmt.Errorf("train: %s: test set not found or empty (test.jsonl); must provide a test set for evaluation", c.Data)
 	}
-	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn, GradCheckpoint: c.GradCheckpoint, PeakMemory: peak, LossChunk: c.LossChunk}
+	t := &Trainer{B: b, Model: m, RNG: rng, Warn: warn, GradCheckpoint: c.GradCheckpoint, PeakMemory: peak, LossChunk: c.LossChunk, NoCompile: c.NoCompile}
 	if c.LossChunk < 0 {
 		return fmt.Errorf("train: --loss-chunk %d: want a positive number of rows (or 0)", c.LossChunk)
 	}
@@ -153,8 +154,8 @@ func setup(t *Trainer, c Config, out io.Writer) error {
 		return err
 	}
 	if c.LoRAParameters.Dropout > 0 {
-		t.keys = &dropoutKeys{rng: mxRNG}
-		if t.Dropout, err = lora.DropoutKeys(b, c.LoRAParameters.Dropout, t.keys.next); err != nil {
+		t.keys = &dropoutKeys{rng: mxRNG, p: c.LoRAParameters.Dropout, viaMask: true}
+		if t.Dropout, err = lora.DropoutMasks(b, c.LoRAParameters.Dropout, func(s tensor.Shape) backend.Array { return t.keys.mask(b, s) }); err != nil {
 			return err
 		}
 	}

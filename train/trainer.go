@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,7 +58,7 @@ type Trainer struct {
 	RNG *NumpyRNG
 	// Dropout, when not nil, is each adapter's training dropout (nil:
 	// none). Validation runs without it. With GradCheckpoint, its keys
-	// must come from keys (setup's lora.DropoutKeys), which replays a
+	// must come from keys (setup's lora.DropoutMasks), which replays a
 	// recomputed block's keys.
 	Dropout func(x backend.Array) backend.Array
 	keys    *dropoutKeys
@@ -77,6 +78,15 @@ type Trainer struct {
 	// bit, without [tokens, vocab] logits at once. 0: mlx_lm's loss on
 	// the full logits.
 	LossChunk int
+	// NoCompile runs every training step op by op. Otherwise, on a
+	// backend that compiles (backend.Compiler) the default loss's steps
+	// are compiled as mlx_lm compiles them, unless the run has segments
+	// or a chunked loss (compiled.go).
+	NoCompile bool
+	compiled  map[stepKind]compiledFn
+	// dropShapes holds, per batch shape (B, L), the shapes of the dropout
+	// masks of a step, in the order drawn (compiled.go).
+	dropShapes map[[2]int][]tensor.Shape
 	// PeakMemory, when set, reports the device's peak memory in bytes
 	// (MLX's allocator peak, mx.get_peak_memory); nil reports the
 	// backend's Stats().PeakBytes (the arrays it tracks).
@@ -142,6 +152,7 @@ func (t *Trainer) Run(args Args, trainSet, valid []Example) error {
 		trainTime time.Duration
 		accum     []backend.Array
 	)
+	defer t.releaseCompiled()
 	t.setDropout(true)
 	for it := 1; it <= args.Iters; it++ {
 		batch, _ := batches.Next()
@@ -223,107 +234,180 @@ func (t *Trainer) save(path string) error {
 	return nil
 }
 
-// step is the trainer's compiled step: the loss and its gradients w.r.t.
-// every adapter parameter, added to the accumulated gradients, and with
-// update the optimizer's step on their mean (divided by accumSteps when
-// above 1), after which the accumulation is emptied.
+// step is the trainer's step (mlx_lm's compiled step): the loss and its
+// gradients w.r.t. every adapter parameter, added to the accumulated
+// gradients, and with update the optimizer's step on their mean
+// (divided by accumSteps when above 1), after which the accumulation is
+// emptied. Through the backend's Compiler when the run allows it
+// (compiler), else op by op.
 func (t *Trainer) step(batch Batch, accum *[]backend.Array, update bool, accumSteps int) (float32, int, error) {
-	b := t.B
-	slots := t.params()
-	params := make([]backend.Array, len(slots))
-	for i, s := range slots {
-		params[i] = *s
+	var vals []float64
+	var err error
+	if t.compiler() != nil {
+		vals, err = t.compiledStep(batch, accum, update, accumSteps)
+	} else {
+		vals, err = t.plainStep(batch, accum, update, accumSteps)
 	}
-	s := b.Scope()
-	defer s.Close()
-	outs, grads, err := t.valueAndGrad(batch, slots)
 	if err != nil {
 		return 0, 0, err
 	}
-	if *accum != nil {
-		for i := range grads {
-			grads[i] = b.Binary(backend.Add, grads[i], (*accum)[i])
+	return float32(vals[0]), int(vals[1]), nil
+}
+
+// plainStep is step op by op; it returns the loss and the token count.
+func (t *Trainer) plainStep(batch Batch, accum *[]backend.Array, update bool, accumSteps int) ([]float64, error) {
+	return t.gradStep(func(slots []*backend.Array) ([]backend.Array, []backend.Array, error) {
+		return t.valueAndGrad(batch, slots)
+	}, accum, update, accumSteps)
+}
+
+// gradStep is a step op by op: grad's outputs (the first a scalar
+// loss, all scalars) and gradients w.r.t. the arrays in the adapters'
+// slots, then descend and finish. It returns the outputs' values.
+func (t *Trainer) gradStep(grad func(slots []*backend.Array) (outs, grads []backend.Array, err error), accum *[]backend.Array, update bool, accumSteps int) ([]float64, error) {
+	b := t.B
+	slots := t.params()
+	params := slotValues(slots)
+	s := b.Scope()
+	defer s.Close()
+	outs, grads, err := grad(slots)
+	if err != nil {
+		return nil, err
+	}
+	var sc []backend.Array
+	if update {
+		if sc, err = t.Opt.begin(params, len(grads)); err != nil {
+			return nil, err
 		}
 	}
+	next, state, acc := t.descend(params, grads, *accum, t.Opt.state, sc, update, accumSteps)
+	return t.finish(s, slots, params, outs, next, state, acc, accum, update)
+}
+
+// descend is mlx_lm's step after loss_value_and_grad, on explicit arrays
+// (a compiled step traces it): grads plus the accumulated gradients
+// accum (nil: none); without update, that sum is the new accumulation;
+// with update, the sum over accumSteps (when above 1) is the optimizer's
+// gradient, and descend returns the new parameters and state from
+// params, state and the step's scalars sc (Optimizer.begin's).
+func (t *Trainer) descend(params, grads, accum []backend.Array, state [][]backend.Array, sc []backend.Array, update bool, accumSteps int) (next []backend.Array, nextState [][]backend.Array, nextAccum []backend.Array) {
+	b := t.B
+	if accum != nil {
+		for i := range grads {
+			grads[i] = b.Binary(backend.Add, grads[i], accum[i])
+		}
+	}
+	if !update {
+		return nil, nil, grads
+	}
+	if accumSteps > 1 {
+		n := b.Full(tensor.Shape{}, float64(accumSteps), grads[0].DType())
+		for i := range grads {
+			grads[i] = b.Binary(backend.Divide, grads[i], n)
+		}
+	}
+	next, nextState = t.Opt.apply(params, grads, state, sc)
+	return next, nextState, nil
+}
+
+// finish ends a step in scope s: with update the slots take the new
+// parameters next and the optimizer its new state, and the accumulation
+// is emptied; without, acc becomes the accumulation. It evaluates them
+// with the outputs outs, keeps them past s, releases the old parameters
+// params after an update, and returns the outputs' values (scalars).
+func (t *Trainer) finish(s backend.Scope, slots []*backend.Array, params, outs, next []backend.Array, state [][]backend.Array, acc []backend.Array, accum *[]backend.Array, update bool) ([]float64, error) {
+	b := t.B
 	var keep []backend.Array
+	b.Release(*accum...)
+	*accum = nil
 	if update {
-		if accumSteps > 1 {
-			n := b.Full(tensor.Shape{}, float64(accumSteps), grads[0].DType())
-			for i := range grads {
-				grads[i] = b.Binary(backend.Divide, grads[i], n)
-			}
-		}
-		next, err := t.Opt.Update(params, grads)
-		if err != nil {
-			return 0, 0, err
-		}
-		for i, s := range slots {
-			*s = next[i]
+		t.Opt.commit(state)
+		for i, sl := range slots {
+			*sl = next[i]
 		}
 		keep = append(keep, next...)
 		keep = append(keep, t.Opt.State()...)
-		b.Release(*accum...)
-		*accum = nil
 	} else {
-		b.Release(*accum...)
-		*accum = grads
-		keep = append(keep, grads...)
+		*accum = acc
+		keep = append(keep, acc...)
 	}
 	if err := b.Eval(append(keep, outs...)...); err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	lv, err := b.ToHost(outs[0])
-	if err != nil {
-		return 0, 0, err
-	}
-	nt, err := b.ToHost(outs[1])
-	if err != nil {
-		return 0, 0, err
+	vals := make([]float64, len(outs))
+	for i, o := range outs {
+		h, err := b.ToHost(o)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = h.ToFloat64()[0]
 	}
 	s.Keep(keep...)
 	if update {
 		b.Release(params...)
 	}
-	return float32(lv.ToFloat64()[0]), int(nt.ToFloat64()[0]), nil
+	return vals, nil
+}
+
+// slotValues returns the arrays the slots hold.
+func slotValues(slots []*backend.Array) []backend.Array {
+	out := make([]backend.Array, len(slots))
+	for i, s := range slots {
+		out[i] = *s
+	}
+	return out
 }
 
 // valueAndGrad returns the loss and its token count on batch, and the
 // loss's gradient with respect to each slot's array (leaving the slots
 // as they were): through Differentiator.ValueAndGrad, or segmented.
 func (t *Trainer) valueAndGrad(batch Batch, slots []*backend.Array) ([]backend.Array, []backend.Array, error) {
-	b := t.B
-	d := b.(backend.Differentiator)
-	params := make([]backend.Array, len(slots))
-	all := make([]int, len(slots))
-	for i, s := range slots {
-		params[i], all[i] = *s, i
+	if t.SegmentLayers > 0 {
+		return t.segmentedGrad(batch, slots)
 	}
-	fn := func(x []backend.Array) ([]backend.Array, error) {
-		for i, s := range slots {
-			*s = x[i]
-		}
-		var fo minicpm5.ForwardOptions
-		if t.GradCheckpoint {
-			fo.Block = t.checkpointed
-		}
+	b := t.B
+	return t.gradOf(slots, slotValues(slots), func() ([]backend.Array, error) {
+		fo := t.forwardOptions()
 		if t.LossChunk > 0 {
 			l, n, err := chunkedLoss(b, t.Model, batch, fo.Block, t.LossChunk)
 			return []backend.Array{l, n}, err
 		}
 		l, n, err := lossWith(b, t.Model, batch, fo)
 		return []backend.Array{l, n}, err
+	})
+}
+
+// forwardOptions are the training forward's options: each block
+// checkpointed with GradCheckpoint.
+func (t *Trainer) forwardOptions() minicpm5.ForwardOptions {
+	var fo minicpm5.ForwardOptions
+	if t.GradCheckpoint {
+		fo.Block = t.checkpointed
 	}
-	var outs, grads []backend.Array
-	var err error
-	if t.SegmentLayers > 0 {
-		outs, grads, err = t.segmentedGrad(batch, slots)
-	} else {
-		outs, grads, err = d.ValueAndGrad(fn, params, all)
+	return fo
+}
+
+// gradOf is Differentiator.ValueAndGrad of loss with respect to params,
+// one per slot: while loss runs the slots hold the transform's inputs
+// (so the adapters read them), and afterwards what they held before.
+func (t *Trainer) gradOf(slots []*backend.Array, params []backend.Array, loss func() ([]backend.Array, error)) ([]backend.Array, []backend.Array, error) {
+	d := t.B.(backend.Differentiator)
+	saved := slotValues(slots)
+	defer func() {
+		for i, s := range slots {
+			*s = saved[i]
+		}
+	}()
+	all := make([]int, len(slots))
+	for i := range all {
+		all[i] = i
 	}
-	for i, s := range slots {
-		*s = params[i]
-	}
-	return outs, grads, err
+	return d.ValueAndGrad(func(x []backend.Array) ([]backend.Array, error) {
+		for i, s := range slots {
+			*s = x[i]
+		}
+		return loss()
+	}, params, all)
 }
 
 // checkpointed runs block i through Differentiator.Checkpoint with h
@@ -434,11 +518,25 @@ func (t *Trainer) lossOnly(batch Batch) (float32, int, error) {
 // mx.random.seed(0) is the second draw's mask, not the forward's. So
 // mlx_lm's checkpointed gradients with dropout follow masks its forward
 // did not use; ours do not.)
+//
+// A compiled step (compiled.go) draws its masks on the host before the
+// call and passes them in; while its function is traced, masks holds
+// them and the "keys" handed out are their indices (drawn counting), so
+// that a recomputed block replays the same masks.
 type dropoutKeys struct {
 	rng       *generate.RNG
+	p         float64
 	rec       *[][2]uint32
 	replay    [][2]uint32
 	replaying bool
+	// shapes, when set, receives the shape of each mask drawn (not
+	// replayed): the masks a compiled step of the batch's shape takes.
+	shapes *[]tensor.Shape
+	masks  []backend.Array
+	drawn  uint32
+	// viaMask says the trainer's Dropout takes its masks from mask
+	// (setup's), so that a compiled step can hand them in.
+	viaMask bool
 }
 
 func (k *dropoutKeys) next() [2]uint32 {
@@ -450,11 +548,35 @@ func (k *dropoutKeys) next() [2]uint32 {
 		k.replay = k.replay[1:]
 		return key
 	}
-	key := k.rng.Next()
+	var key [2]uint32
+	if k.masks != nil {
+		key = [2]uint32{k.drawn, 0}
+		k.drawn++
+	} else {
+		key = k.rng.Next()
+	}
 	if k.rec != nil {
 		*k.rec = append(*k.rec, key)
 	}
 	return key
+}
+
+// mask is the keep mask of shape s of the next dropout call
+// (lora.DropoutMasks): drawn from the next key, or, while a compiled
+// step is traced, the step's input mask the key indexes.
+func (k *dropoutKeys) mask(b backend.Backend, s tensor.Shape) backend.Array {
+	replayed := k.replaying
+	key := k.next()
+	if k.masks != nil {
+		if int(key[0]) >= len(k.masks) || !slices.Equal(k.masks[key[0]].Shape(), s) {
+			panic(&backend.OpError{Op: "dropout", Err: fmt.Errorf("train: a compiled step's dropout mask %d of %v is not the %d masks its first step drew", key[0], s, len(k.masks))})
+		}
+		return k.masks[key[0]]
+	}
+	if k.shapes != nil && !replayed {
+		*k.shapes = append(*k.shapes, s)
+	}
+	return lora.KeepMask(b, k.p, key, s)
 }
 
 // reset ends a recording or a replay.

@@ -23,7 +23,7 @@ import (
 // trainModelDir makes a model directory of the tiny optiq-f32 checkpoint
 // with a test tokenizer (whose ids on the fixtures' data all lie below
 // the checkpoint's vocabulary of 1000; the oracle checks it).
-func trainModelDir(t *testing.T, tokenizer string) string {
+func trainModelDir(t testing.TB, tokenizer string) string {
 	root := testenv.RepoRoot(t)
 	dir := t.TempDir()
 	src := filepath.Join(root, "conformance", "testdata", "models", "optiq-f32")
@@ -52,7 +52,9 @@ func trainModelDir(t *testing.T, tokenizer string) string {
 // learning rate, each validation loss and the final adapters. An
 // oracle-exact backend (MLX on its CPU device, whose compiled training
 // step is deterministic there: every step of every case, dropout, DoRA
-// and checkpointing included) must give mlx_lm's bits. The CPU backend
+// and checkpointing included) must give mlx_lm's bits, with its steps
+// compiled as mlx_lm compiles them (the cases without dropout, which
+// runs op by op: compiled.go) and op by op (NoCompile). The CPU backend
 // is held to 1e-4 of each loss, and each adapter tensor to 5e-3 of its
 // largest element per element and 1e-3 in relative Frobenius norm: its
 // gradients differ from MLX's by float32 summation order (up to ~2e-5
@@ -110,8 +112,9 @@ func TestTrainFixtures(t *testing.T) {
 			if len(want.Train) != c.Iters || len(want.Val) == 0 || len(wantAd.Names()) == 0 {
 				t.Fatalf("fixture: %d steps of %d, %d validations, %d adapters", len(want.Train), c.Iters, len(want.Val), len(wantAd.Names()))
 			}
-			for _, bname := range backend.Names() {
-				t.Run(bname, func(t *testing.T) {
+			for _, v := range trainVariants(t) {
+				bname := v.backend
+				t.Run(v.name, func(t *testing.T) {
 					b, err := backend.Open(bname, backend.Options{Device: "cpu"})
 					if err != nil {
 						t.Fatal(err)
@@ -121,22 +124,8 @@ func TestTrainFixtures(t *testing.T) {
 					var vals []ValReport
 					var reports []Report
 					dir := t.TempDir()
-					err = b.Do(func() (err error) {
-						defer backend.Recover(&err)
-						m, err := minicpm5.Load(b, model)
-						if err != nil {
-							return err
-						}
-						defer m.Close()
-						text, err := chat.Load(model, m.Config())
-						if err != nil {
-							return err
-						}
-						tr, va, _, err := LoadDir(data, text, DataOptions{MaskPrompt: c.MaskPrompt})
-						if err != nil {
-							return err
-						}
-						tr2 := &Trainer{B: b, Model: m, RNG: NewNumpyRNG(uint32(c.Seed)), GradCheckpoint: c.GradCheckpoint,
+					err = onTrainModel(b, model, data, DataOptions{MaskPrompt: c.MaskPrompt}, func(m *minicpm5.Model, tr, va []Example) error {
+						tr2 := &Trainer{B: b, Model: m, RNG: NewNumpyRNG(uint32(c.Seed)), GradCheckpoint: c.GradCheckpoint, NoCompile: v.noCompile,
 							OnStep:   func(it int, l float32, n int) { steps = append(steps, l) },
 							OnVal:    func(v ValReport) { vals = append(vals, v) },
 							OnReport: func(r Report) { reports = append(reports, r) }}
@@ -210,11 +199,78 @@ func TestTrainFixtures(t *testing.T) {
 							t.Errorf("%s: relative Frobenius error %.3g, want at most 1e-3", n, math.Sqrt(dd/ww))
 						}
 					}
-					t.Logf("%s: %d steps, %d validations, %d adapters; worst adapter error %.3g of its largest element, %.3g relative Frobenius", bname, len(steps), len(vals), len(wantAd.Names()), worst, worstFro)
+					t.Logf("%s: %d steps, %d validations, %d adapters; worst adapter error %.3g of its largest element, %.3g relative Frobenius", v.name, len(steps), len(vals), len(wantAd.Names()), worst, worstFro)
 				})
 			}
 		})
 	}
+}
+
+// onTrainModel runs fn on b's thread (Do) with the model of the model
+// directory and the training and validation sets of the data directory
+// loaded.
+func onTrainModel(b backend.Backend, model, data string, o DataOptions, fn func(m *minicpm5.Model, train, valid []Example) error) error {
+	return b.Do(func() (err error) {
+		defer backend.Recover(&err)
+		m, err := minicpm5.Load(b, model)
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		text, err := chat.Load(model, m.Config())
+		if err != nil {
+			return err
+		}
+		tr, va, _, err := LoadDir(data, text, o)
+		if err != nil {
+			return err
+		}
+		return fn(m, tr, va)
+	})
+}
+
+// readAdapters reads a safetensors file's tensors as float64s.
+func readAdapters(t *testing.T, path string) map[string][]float64 {
+	t.Helper()
+	f, err := tensor.OpenSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ad := map[string][]float64{}
+	for _, n := range f.Names() {
+		d, err := f.TensorCopy(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ad[n] = d.ToFloat64()
+	}
+	return ad
+}
+
+// trainVariant is a backend the fixtures train on, compiling or not.
+type trainVariant struct {
+	name, backend string
+	noCompile     bool
+}
+
+// trainVariants are the backends the fixtures train on, each backend
+// that compiles (backend.Compiler) twice: with its compiled steps (the
+// default, as mlx_lm's) and op by op (NoCompile).
+func trainVariants(t *testing.T) []trainVariant {
+	var out []trainVariant
+	for _, n := range backend.Names() {
+		out = append(out, trainVariant{n, n, false})
+		b, err := backend.Open(n, backend.Options{Device: "cpu"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := b.(backend.Compiler); ok {
+			out = append(out, trainVariant{n + "-no-compile", n, true})
+		}
+		b.Close()
+	}
+	return out
 }
 
 // TestGradCheckpointCPU: on the CPU backend (whose peak memory counts
@@ -254,21 +310,7 @@ func testGradCheckpoint(t *testing.T, model, data string, dropout float64) []flo
 		}
 		defer b.Close()
 		dir := t.TempDir()
-		err = b.Do(func() (err error) {
-			defer backend.Recover(&err)
-			m, err := minicpm5.Load(b, model)
-			if err != nil {
-				return err
-			}
-			defer m.Close()
-			text, err := chat.Load(model, m.Config())
-			if err != nil {
-				return err
-			}
-			tr, _, _, err := LoadDir(data, text, DataOptions{})
-			if err != nil {
-				return err
-			}
+		err = onTrainModel(b, model, data, DataOptions{}, func(m *minicpm5.Model, tr, _ []Example) error {
 			ads, err := lora.Apply(b, m, -1, lora.Params{Rank: 4, Scale: 10}, generate.NewRNG(0))
 			if err != nil {
 				return err
@@ -291,20 +333,7 @@ func testGradCheckpoint(t *testing.T, model, data string, dropout float64) []flo
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := tensor.OpenSafetensors(filepath.Join(dir, lora.WeightsFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		ad = map[string][]float64{}
-		for _, n := range f.Names() {
-			d, err := f.TensorCopy(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ad[n] = d.ToFloat64()
-		}
-		return b.Stats().PeakBytes, losses, ad
+		return b.Stats().PeakBytes, losses, readAdapters(t, filepath.Join(dir, lora.WeightsFile))
 	}
 	plainPeak, plainLoss, plainAd := run(false)
 	ckPeak, ckLoss, ckAd := run(true)

@@ -35,7 +35,10 @@
 // the same dtypes, so results are the same bits: mx.fast.rms_norm, rope
 // (scalar and per-row array offsets), scaled_dot_product_attention,
 // quantized_matmul, and swiglu/silu compiled shapeless as mlx_lm's
-// @partial(mx.compile, shapeless=True) functions are.
+// @partial(mx.compile, shapeless=True) functions are. Compile
+// (backend.Compiler) is mx.compile of a Go function (mlx_compile over the
+// same mlx_closure the gradients use), which the trainer compiles its
+// step with, as mlx_lm does.
 //
 // # Threads, errors and memory
 //

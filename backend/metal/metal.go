@@ -38,7 +38,8 @@ type Backend struct {
 	w      *worker
 	s      C.mlx_stream // the stream every op runs on; made on the worker
 
-	silu, swiglu C.mlx_closure // compiled lazily, shapeless
+	silu, swiglu C.mlx_closure          // compiled lazily, shapeless
+	compiled     map[*compiled]struct{} // Compile's functions not yet released
 
 	// rec holds the stream and receives the result of the op being
 	// recorded (C memory, which the op's cgo call writes); args holds Concatenate's input handles,
@@ -157,6 +158,9 @@ func (b *Backend) Close() error {
 	}
 	b.run(func() {
 		b.life.Close()
+		for c := range b.compiled {
+			b.freeCompiled(c)
+		}
 		for _, f := range []*C.mlx_closure{&b.silu, &b.swiglu} {
 			if f.ctx != nil {
 				C.mlx_closure_free(*f)
