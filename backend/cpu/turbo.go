@@ -65,7 +65,10 @@ func (b *Backend) TurboScaledDotProductAttention(q backend.Array, kv backend.Tur
 	}
 	km := b.sdpaMask(op, args, mask, B, H, L, S, dt)
 	defer b.freeTmps()
-	keys := &turboRows{codes: b.bytesKV(as[1]), scales: b.kvOf(as[2], tensor.F16), zeros: b.kvOf(as[3], tensor.F16), bits: kv.KBits, dt: kv.DType, key: true}
+	var keys kernel.RowSource = &turboRows{codes: b.bytesKV(as[1]), scales: b.kvOf(as[2], tensor.F16), zeros: b.kvOf(as[3], tensor.F16), bits: kv.KBits, dt: kv.DType, key: true}
+	if kv.KBits == 8 && b.fast {
+		keys = turboQ8Keys{keys.(*turboRows)}
+	}
 	values := &turboRows{codes: b.bytesKV(as[4]), scales: b.kvOf(as[5], tensor.F16), bits: kv.VBits, dt: kv.DType, unrotate: !kv.Rotated}
 	dst := b.pool.getF32(B * H * L * D)
 	kernel.SDPAKV(dst, b.f32Of(qa, dt), kernel.KV{Rows: keys}, kernel.KV{Rows: values}, B, H, Hk, L, S, D, D, scale, km, rounder(dt), b.acc())
@@ -136,4 +139,17 @@ func (t *turboRows) DecodeRows(dst []float32, dstride, bi, h, j0, rows, n int) {
 		}
 		roundTo(t.dt, out)
 	}
+}
+
+// turboQ8Keys is the 8-bit keys of a TurboQuant cache offered to the fast
+// precision's integer key kernel (kernel.Q8KeySource): the int8 codes read
+// in place with their float16 scales and zero points. The kernel scores
+// them against the int8-quantized query without decoding (and so without
+// rounding the keys to kv.DType), within the bound of its fast precision.
+type turboQ8Keys struct{ *turboRows }
+
+// Q8Keys implements kernel.Q8KeySource.
+func (t turboQ8Keys) Q8Keys() (codes []byte, bst, hst, rst int, scales, zeros kernel.KV, groupSize int) {
+	c := t.codes
+	return c.raw, c.bst, c.hst, c.rst, t.scales, t.zeros, turboquant.GroupSize
 }
