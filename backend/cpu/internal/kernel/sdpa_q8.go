@@ -195,8 +195,12 @@ func loadScales(dst []float32, s *KV, bi, h, j0, n, gpr int) {
 
 // quantQ quantizes the scaled query rows qs (rpad rows of d values) for
 // the 8-bit key kernel into w's q8, qd, qsum and qi (see the top of this
-// file); qok reports whether every value was finite.
+// file); qok reports whether every value was finite. The rounding to the
+// nearest integer, ties to even, is float32 arithmetic: |x| <= 127.5 <
+// 2^22, so (x + 1.5·2^23) − 1.5·2^23 is x rounded to an integer, ties to
+// even.
 func (j *sdpaJob) quantQ(w *sdpaWork, qs []float32) {
+	const magic = 1.5 * (1 << 23)
 	s := &w.q8
 	d, d4 := j.d, j.d/4
 	gs := j.qk8.gs
@@ -209,10 +213,10 @@ func (j *sdpaJob) quantQ(w *sdpaWork, qs []float32) {
 			grp := row[g*gs : (g+1)*gs]
 			var amax, sum float32
 			for _, x := range grp {
-				amax = max(amax, float32(math.Abs(float64(x))))
+				amax = max(amax, math.Float32frombits(math.Float32bits(x)&0x7fffffff))
 				sum += x
 			}
-			if math.IsInf(float64(amax), 0) || amax != amax {
+			if amax > math.MaxFloat32 || amax != amax {
 				s.qok = false
 				return
 			}
@@ -226,15 +230,17 @@ func (j *sdpaJob) quantQ(w *sdpaWork, qs []float32) {
 				s.qd[x] = 0
 			}
 			var csum int32
+			dst := s.q8[(rg*d4+g*gs/4)*4+k:]
 			for t4 := range gs / 4 {
+				c4 := grp[t4*4 : t4*4+4 : t4*4+4]
 				var word uint32
-				for b := range 4 {
-					c := math.RoundToEven(float64(grp[t4*4+b] * inv))
-					c = max(-127, min(127, c))
-					csum += int32(c)
+				for b, v := range c4 {
+					f := float32(float32(v*inv)+magic) - magic
+					c := int32(max(-127, min(127, f)))
+					csum += c
 					word |= uint32(uint8(int8(c))) << (8 * b)
 				}
-				s.q8[(rg*d4+g*gs/4+t4)*4+k] = int32(word)
+				dst[t4*4] = int32(word)
 			}
 			if j.qk8.signed {
 				s.qi[x] = -128 * csum // the kernel reads signed codes c as c+128
