@@ -469,3 +469,53 @@ func TestSDPAQ8NonFinite(t *testing.T) {
 	SDPAKV(got, q, kq.kv, vq.kv, 1, h, hk, 1, s, d, d, 0.125, Mask{}, Identity, AccQ8)
 	expectSame(t, got, want, "AccQ8 with a non-finite query")
 }
+
+// BenchmarkSDPAQ8Kernels times the 8-bit kernels on one block of 32 keys
+// for the 8 query rows of MiniCPM5-1B's GQA group (head_dim 128, group 64),
+// in L1: the key transpose (both halves), the scales' transpose (scales
+// and biases), the integer scores and the value accumulation.
+func BenchmarkSDPAQ8Kernels(b *testing.B) {
+	if !asmQ8 || !asmF32 {
+		b.Skip("SKIPPED: this CPU lacks AVX-512 VNNI")
+	}
+	const d, gs, gpr, rows = 128, 64, 2, 8
+	r := newRand(15)
+	codes := make([]byte, 32*d)
+	for i := range codes {
+		codes[i] = byte(r.Uint32())
+	}
+	kt := make([]int32, 2*d/4*16)
+	q8 := make([]int32, rows*d/4)
+	qi := make([]int32, rows*gpr)
+	qd, qs := randVec(r, rows*gpr, 0.01, Identity), randVec(r, rows*gpr, 1, Identity)
+	ksr, ks, kb := randVec(r, 32*gpr, 0.01, Identity), make([]float32, 32*gpr), randVec(r, 32*gpr, 1, Identity)
+	sc := make([]float32, rows*32)
+	acc, f := randVec(r, rows*d, 1, Identity), randVec(r, rows, 1, Identity)
+	b.Run("kt", func(b *testing.B) {
+		for b.Loop() {
+			sdpaQ8KT(&kt[0], unsafe.Pointer(&codes[0]), d, d, 0)
+			sdpaQ8KT(&kt[d/4*16], unsafe.Pointer(&codes[16*d]), d, d, 0)
+		}
+	})
+	b.Run("gt", func(b *testing.B) {
+		for b.Loop() {
+			sdpaQ8GT(&ks[0], &ksr[0], 32, gpr)
+			sdpaQ8GT(&ks[0], &ksr[0], 32, gpr)
+		}
+	})
+	b.Run("scores", func(b *testing.B) {
+		a := q8ScoreArgs{sc: &sc[0], q8: &q8[0], qd: &qd[0], qs: &qs[0], qi: &qi[0], kt: &kt[0], ks: &ks[0], kb: &kb[0], rows: rows, d: d, gpr: gpr, gs4: gs / 4}
+		for b.Loop() {
+			sdpaQ8Scores(&a)
+		}
+	})
+	b.Run("pv", func(b *testing.B) {
+		a := qpvArgs{acc: &acc[0], p: &sc[0], f: &f[0], v: unsafe.Pointer(&codes[0]), vstride: d, vs: &ksr[0], vb: &kb[0], n: 32, dv: d, gpr: gpr, gsShift: 6}
+		for i := range f {
+			f[i] = 1
+		}
+		for b.Loop() {
+			sdpaQPV8(&a)
+		}
+	})
+}
