@@ -109,6 +109,9 @@ type turboRows struct {
 // per-group decoders (the arithmetic of its DecodeKeys, DecodeValues and
 // DecodeValuesRotated).
 func (t *turboRows) DecodeRows(dst []float32, dstride, bi, h, j0, rows, n int) {
+	if !t.key && t.decodeAsm(dst, dstride, bi, h, j0, rows, n) {
+		return
+	}
 	var codes [512]byte // a row (n is one of turboquant.HeadDims)
 	cs := codes[:n]
 	w := n * t.bits / 8
@@ -152,4 +155,39 @@ type turboQ8Keys struct{ *turboRows }
 func (t turboQ8Keys) Q8Keys() (codes []byte, bst, hst, rst int, scales, zeros kernel.KV, groupSize int) {
 	c := t.codes
 	return c.raw, c.bst, c.hst, c.rst, t.scales, t.zeros, turboquant.GroupSize
+}
+
+// turboCentroids are the Lloyd-Max centroids of the value widths that
+// kernel.DecodeLloydRows takes (2, 3 and 4 bits).
+var turboCentroids = func() (c [5][]float32) {
+	for bits := 2; bits <= 4; bits++ {
+		c[bits], _ = turboquant.Codebook(bits)
+	}
+	return c
+}()
+
+// decodeAsm decodes value rows with kernel.DecodeLloydRows (AVX-512: the
+// bits of DecodeValueGroupRotated and roundTo), un-rotating each row
+// before its rounding when t.unrotate; false when the kernel declines.
+func (t *turboRows) decodeAsm(dst []float32, dstride, bi, h, j0, rows, n int) bool {
+	if t.bits < 2 || t.bits > 4 || !t.scales.Vec.F16 || t.scales.Vec.U16 == nil {
+		return false
+	}
+	dt := t.dt
+	if t.unrotate {
+		dt = tensor.F32
+	}
+	co := bi*t.codes.bst + h*t.codes.hst + j0*t.codes.rst
+	so := bi*t.scales.BStride + h*t.scales.HStride + j0*t.scales.RowStride
+	if !kernel.DecodeLloydRows(dst, dstride, t.codes.raw[co:], t.codes.rst, t.scales.Vec.U16[so:], t.scales.RowStride, rows, n, t.bits, turboCentroids[t.bits], dt) {
+		return false
+	}
+	if t.unrotate {
+		for r := range rows {
+			out := dst[r*dstride : r*dstride+n]
+			turboquant.Unrotate(out)
+			roundTo(t.dt, out)
+		}
+	}
+	return true
 }

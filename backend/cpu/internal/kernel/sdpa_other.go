@@ -85,3 +85,7 @@ func sdpaQ8GT(dst, src *float32, n, gpr int) { panic(sdpaNoAsm) }
 func sdpaQ8Scores(a *q8ScoreArgs) { panic(sdpaNoAsm) }
 
 func sdpaQPV8(a *qpvArgs) { panic(sdpaNoAsm) }
+
+var lloydAsm = false
+
+func lloydRows(a *lloydArgs) { panic(sdpaNoAsm) }
