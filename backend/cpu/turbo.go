@@ -109,7 +109,7 @@ type turboRows struct {
 // per-group decoders (the arithmetic of its DecodeKeys, DecodeValues and
 // DecodeValuesRotated).
 func (t *turboRows) DecodeRows(dst []float32, dstride, bi, h, j0, rows, n int) {
-	if !t.key && t.decodeAsm(dst, dstride, bi, h, j0, rows, n) {
+	if t.decodeAsm(dst, dstride, bi, h, j0, rows, n) {
 		return
 	}
 	var codes [512]byte // a row (n is one of turboquant.HeadDims)
@@ -166,11 +166,25 @@ var turboCentroids = func() (c [5][]float32) {
 	return c
 }()
 
-// decodeAsm decodes value rows with kernel.DecodeLloydRows (AVX-512: the
-// bits of DecodeValueGroupRotated and roundTo), un-rotating each row
-// before its rounding when t.unrotate; false when the kernel declines.
+// decodeAsm decodes 8-bit key rows with kernel.DecodeKeyRows8 and 2- to
+// 4-bit value rows with kernel.DecodeLloydRows (AVX-512: the bits of
+// DecodeKeyGroup, DecodeValueGroupRotated and roundTo), un-rotating each
+// value row before its rounding when t.unrotate; false when the kernels
+// decline (the Go loops of DecodeRows then run).
 func (t *turboRows) decodeAsm(dst []float32, dstride, bi, h, j0, rows, n int) bool {
-	if t.bits < 2 || t.bits > 4 || !t.scales.Vec.F16 || t.scales.Vec.U16 == nil {
+	if !t.scales.Vec.F16 || t.scales.Vec.U16 == nil {
+		return false
+	}
+	if t.key {
+		if t.bits != 8 || !t.zeros.Vec.F16 || t.zeros.Vec.U16 == nil {
+			return false
+		}
+		co := bi*t.codes.bst + h*t.codes.hst + j0*t.codes.rst
+		so := bi*t.scales.BStride + h*t.scales.HStride + j0*t.scales.RowStride
+		zo := bi*t.zeros.BStride + h*t.zeros.HStride + j0*t.zeros.RowStride
+		return kernel.DecodeKeyRows8(dst, dstride, t.codes.raw[co:], t.codes.rst, t.scales.Vec.U16[so:], t.scales.RowStride, t.zeros.Vec.U16[zo:], t.zeros.RowStride, rows, n, t.dt)
+	}
+	if t.bits < 2 || t.bits > 4 {
 		return false
 	}
 	dt := t.dt

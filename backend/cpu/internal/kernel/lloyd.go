@@ -1,6 +1,10 @@
 package kernel
 
-import "github.com/mlxgo/mlxgo/tensor"
+import (
+	"unsafe"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
 
 // lloydArgs are the arguments of lloydRows (field offsets are the
 // assembly's: keep the order and the types).
@@ -77,6 +81,62 @@ func lloydRowsGo(dst []float32, dstride int, codes []byte, cstride int, scales [
 			bit := t * bits
 			v := (uint32(row[bit/8]) | uint32(row[min(bit/8+1, len(row)-1)])<<8) >> (bit % 8) & (1<<bits - 1)
 			x := centroids[v] * tensor.F16ToFloat32(scales[r*sstride+t/32])
+			if dt == tensor.BF16 {
+				x = tensor.RoundBF16(x)
+			}
+			dst[r*dstride+t] = x
+		}
+	}
+}
+
+// keyArgs are the arguments of keyRows8 (field offsets are the
+// assembly's: keep the order and the types).
+type keyArgs struct {
+	dst              *float32 // row r at dst + r·dstride floats
+	dstride          int
+	codes            *int8 // row r's codes at codes + r·cstride bytes
+	cstride          uintptr
+	scales, zeros    *uint16 // row r's float16 scales and zero points (one per 32 codes)
+	sstride, zstride uintptr // in bytes
+	rows, n          int     // n a multiple of 32
+	bf16             int     // 1: round to bfloat16
+}
+
+// DecodeKeyRows8 writes rows rows of n values decoded from signed 8-bit
+// codes with a float16 scale s and zero point z per group of 32
+// (TurboQuant's 8-bit keys) to dst, row r at r·dstride: float32(c + z)·s,
+// each step rounded to float32, then rounded to dt (float32 or bfloat16);
+// row r's codes start at byte r·cstride of codes, its scales and zero
+// points at element r·sstride and r·zstride. It reports false, writing
+// nothing, for what its AVX-512 kernel does not take (another dt, n not a
+// multiple of 32, no AVX-512); the caller then decodes in Go. The result is
+// the bits of keyRows8Go.
+func DecodeKeyRows8(dst []float32, dstride int, codes []byte, cstride int, scales []uint16, sstride int, zeros []uint16, zstride int, rows, n int, dt tensor.DType) bool {
+	if !lloydAsm || n%32 != 0 || n <= 0 || rows <= 0 || (dt != tensor.F32 && dt != tensor.BF16) {
+		return false
+	}
+	need("DecodeKeyRows8", "dst", len(dst), (rows-1)*dstride+n)
+	need("DecodeKeyRows8", "codes", len(codes), (rows-1)*cstride+n)
+	need("DecodeKeyRows8", "scales", len(scales), (rows-1)*sstride+n/32)
+	need("DecodeKeyRows8", "zeros", len(zeros), (rows-1)*zstride+n/32)
+	a := keyArgs{
+		dst: &dst[0], dstride: dstride, codes: (*int8)(unsafe.Pointer(&codes[0])), cstride: uintptr(cstride),
+		scales: &scales[0], zeros: &zeros[0], sstride: uintptr(2 * sstride), zstride: uintptr(2 * zstride), rows: rows, n: n,
+	}
+	if dt == tensor.BF16 {
+		a.bf16 = 1
+	}
+	keyRows8(&a)
+	return true
+}
+
+// keyRows8Go is the portable twin of keyRows8 (DecodeKeyRows8's
+// definition, one value at a time).
+func keyRows8Go(dst []float32, dstride int, codes []byte, cstride int, scales []uint16, sstride int, zeros []uint16, zstride int, rows, n int, dt tensor.DType) {
+	for r := range rows {
+		for t := range n {
+			s, z := tensor.F16ToFloat32(scales[r*sstride+t/32]), tensor.F16ToFloat32(zeros[r*zstride+t/32])
+			x := float32(float32(int8(codes[r*cstride+t]))+z) * s
 			if dt == tensor.BF16 {
 				x = tensor.RoundBF16(x)
 			}

@@ -81,3 +81,63 @@ lr_store:
 	JNZ lr_row
 	VZEROUPPER
 	RET
+
+// func keyRows8(a *keyArgs)
+//
+// Per row r and chunk of 16 signed 8-bit codes: sign-extended, converted
+// to float32, plus the group's float16 zero point, times its float16
+// scale (each rounded to float32), rounded to bfloat16 when a.bf16 is 1.
+TEXT ·keyRows8(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), DI
+	RNDBF16CONSTS
+	MOVQ 0(DI), R8
+	MOVQ 16(DI), R9
+	MOVQ 32(DI), R10
+	MOVQ 40(DI), R11
+	MOVQ 64(DI), R12
+	MOVQ 72(DI), R13
+	SHRQ $4, R13
+kr_row:
+	MOVQ R8, BX
+	MOVQ R9, SI
+	MOVQ R10, DX
+	MOVQ R11, CX
+	MOVQ R13, R14
+kr_chunk:
+	MOVWLZX (DX), AX
+	VMOVD AX, X3
+	VCVTPH2PS X3, X3
+	VBROADCASTSS X3, Z3
+	MOVWLZX (CX), AX
+	VMOVD AX, X4
+	VCVTPH2PS X4, X4
+	VBROADCASTSS X4, Z4
+	VPMOVSXBD (SI), Z0
+	VCVTDQ2PS Z0, Z0
+	VADDPS Z4, Z0, Z0
+	VMULPS Z3, Z0, Z0
+	CMPQ 80(DI), $0
+	JEQ kr_store
+	RNDBF16(Z0)
+kr_store:
+	VMOVUPS Z0, (BX)
+	ADDQ $64, BX
+	ADDQ $16, SI
+	MOVQ R13, AX
+	SUBQ R14, AX
+	ANDQ $1, AX
+	SHLQ $1, AX
+	ADDQ AX, DX
+	ADDQ AX, CX
+	DECQ R14
+	JNZ kr_chunk
+	MOVQ 8(DI), AX
+	SHLQ $2, AX
+	ADDQ AX, R8
+	ADDQ 24(DI), R9
+	ADDQ 48(DI), R10
+	ADDQ 56(DI), R11
+	DECQ R12
+	JNZ kr_row
+	VZEROUPPER
+	RET

@@ -63,3 +63,51 @@ func TestDecodeLloydRows(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeKeyRows8: the AVX-512 decode of signed 8-bit key rows gives
+// keyRows8Go's bits for float32 and bfloat16 results, padded rows, random
+// codes, float16 scales and zero points including subnormals, zero and
+// infinities, into a guard-padded destination; it declines float16.
+func TestDecodeKeyRows8(t *testing.T) {
+	if !lloydAsm {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VBMI; DecodeKeyRows8 always declines")
+	}
+	r := newRand(22)
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+		for _, n := range []int{32, 64, 128, 256} {
+			t.Run(fmt.Sprintf("%v/n%d", dt, n), func(t *testing.T) {
+				const rows = 37
+				cstride, sstride, zstride, dstride := n+5, n/32+3, n/32+1, n+7
+				codes := make([]byte, rows*cstride)
+				for i := range codes {
+					codes[i] = byte(r.Uint32())
+				}
+				scales, zeros := make([]uint16, rows*sstride), make([]uint16, rows*zstride)
+				for i := range scales {
+					scales[i] = tensor.Float32ToF16(float32(r.NormFloat64() / 64))
+				}
+				for i := range zeros {
+					zeros[i] = tensor.Float32ToF16(float32(r.NormFloat64() * 30))
+				}
+				scales[0], scales[1], zeros[zstride] = 0x0001, 0x7c00, 0xfc00
+				want := make([]float32, rows*dstride)
+				keyRows8Go(want, dstride, codes, cstride, scales, sstride, zeros, zstride, rows, n, dt)
+				got, whole := guarded(rows * dstride)
+				copy(got, want)
+				for x := range rows {
+					for t := range n {
+						got[x*dstride+t] = float32(math.NaN())
+					}
+				}
+				if !DecodeKeyRows8(got, dstride, codes, cstride, scales, sstride, zeros, zstride, rows, n, dt) {
+					t.Fatal("declined")
+				}
+				checkGuards(t, whole, "dst")
+				expectSame(t, got, want, "rows")
+			})
+		}
+	}
+	if DecodeKeyRows8(make([]float32, 32), 32, make([]byte, 32), 32, make([]uint16, 1), 1, make([]uint16, 1), 1, 1, 32, tensor.F16) {
+		t.Error("float16: accepted, want declined")
+	}
+}

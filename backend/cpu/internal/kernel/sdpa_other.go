@@ -89,3 +89,5 @@ func sdpaQPV8(a *qpvArgs) { panic(sdpaNoAsm) }
 var lloydAsm = false
 
 func lloydRows(a *lloydArgs) { panic(sdpaNoAsm) }
+
+func keyRows8(a *keyArgs) { panic(sdpaNoAsm) }
