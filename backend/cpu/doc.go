@@ -29,7 +29,12 @@
 // the group sums Σx of the bias term stay exact; and the dense matmul with
 // transposed weights (unquantized linear layers, a tied dense head) fuses
 // and reorders its float32 sums (FMA, eight partial sums along k: within
-// kernel.DenseFastBound, about (k/8)·2^-24 of Σ|x·w|). Results differ from
+// kernel.DenseFastBound, about (k/8)·2^-24 of Σ|x·w|); and the attention
+// over an 8-bit quantized KV cache (QuantizedScaledDotProductAttention, on
+// CPUs with AVX512-VNNI) quantizes each scaled query row to int8 per group
+// of the keys' group size and scores it against the 8-bit key codes in
+// integer arithmetic (VPDPBUSD), within the bound of kernel's sdpa_q8.go
+// (TestSDPAQ8Bound). Results differ from
 // "reference" by the activation rounding (relative error of order 2^-8 per
 // element); it is judged by greedy-token agreement and a KL bound against
 // the oracle (conformance TestFastPrecision), never by exact values.
@@ -67,7 +72,8 @@
 // keys and values through their strides (kernel.SDPAKV), so a slice of a KV
 // cache costs nothing per token; QuantizedScaledDotProductAttention reads
 // a quantized cache's codes, scales and biases the same way, expanding a
-// block of 32 positions at a time (kernel.QuantKV). [Backend.SliceUpdate] writes in place into
+// block of 32 positions at a time (kernel.QuantKV; 8-bit values and, in
+// "fast", 8-bit keys are read as codes without the expansion). [Backend.SliceUpdate] writes in place into
 // its dst's buffer when no other live array views it (the buffer's count of
 // live views is 1, it is not borrowed and src is not dst): the result takes
 // the buffer over and dst is released. Otherwise dst is copied first, so a

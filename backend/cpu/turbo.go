@@ -65,7 +65,10 @@ func (b *Backend) TurboScaledDotProductAttention(q backend.Array, kv backend.Tur
 	}
 	km := b.sdpaMask(op, args, mask, B, H, L, S, dt)
 	defer b.freeTmps()
-	keys := &turboRows{codes: b.bytesKV(as[1]), scales: b.kvOf(as[2], tensor.F16), zeros: b.kvOf(as[3], tensor.F16), bits: kv.KBits, dt: kv.DType, key: true}
+	var keys kernel.RowSource = &turboRows{codes: b.bytesKV(as[1]), scales: b.kvOf(as[2], tensor.F16), zeros: b.kvOf(as[3], tensor.F16), bits: kv.KBits, dt: kv.DType, key: true}
+	if kv.KBits == 8 && b.fast {
+		keys = turboQ8Keys{keys.(*turboRows)}
+	}
 	values := &turboRows{codes: b.bytesKV(as[4]), scales: b.kvOf(as[5], tensor.F16), bits: kv.VBits, dt: kv.DType, unrotate: !kv.Rotated}
 	dst := b.pool.getF32(B * H * L * D)
 	kernel.SDPAKV(dst, b.f32Of(qa, dt), kernel.KV{Rows: keys}, kernel.KV{Rows: values}, B, H, Hk, L, S, D, D, scale, km, rounder(dt), b.acc())
@@ -106,6 +109,9 @@ type turboRows struct {
 // per-group decoders (the arithmetic of its DecodeKeys, DecodeValues and
 // DecodeValuesRotated).
 func (t *turboRows) DecodeRows(dst []float32, dstride, bi, h, j0, rows, n int) {
+	if t.decodeAsm(dst, dstride, bi, h, j0, rows, n) {
+		return
+	}
 	var codes [512]byte // a row (n is one of turboquant.HeadDims)
 	cs := codes[:n]
 	w := n * t.bits / 8
@@ -136,4 +142,66 @@ func (t *turboRows) DecodeRows(dst []float32, dstride, bi, h, j0, rows, n int) {
 		}
 		roundTo(t.dt, out)
 	}
+}
+
+// turboQ8Keys is the 8-bit keys of a TurboQuant cache offered to the fast
+// precision's integer key kernel (kernel.Q8KeySource): the int8 codes read
+// in place with their float16 scales and zero points. The kernel scores
+// them against the int8-quantized query without decoding (and so without
+// rounding the keys to kv.DType), within the bound of its fast precision.
+type turboQ8Keys struct{ *turboRows }
+
+// Q8Keys implements kernel.Q8KeySource.
+func (t turboQ8Keys) Q8Keys() (codes []byte, bst, hst, rst int, scales, zeros kernel.KV, groupSize int) {
+	c := t.codes
+	return c.raw, c.bst, c.hst, c.rst, t.scales, t.zeros, turboquant.GroupSize
+}
+
+// turboCentroids are the Lloyd-Max centroids of the value widths that
+// kernel.DecodeLloydRows takes (2, 3 and 4 bits).
+var turboCentroids = func() (c [5][]float32) {
+	for bits := 2; bits <= 4; bits++ {
+		c[bits], _ = turboquant.Codebook(bits)
+	}
+	return c
+}()
+
+// decodeAsm decodes 8-bit key rows with kernel.DecodeKeyRows8 and 2- to
+// 4-bit value rows with kernel.DecodeLloydRows (AVX-512: the bits of
+// DecodeKeyGroup, DecodeValueGroupRotated and roundTo), un-rotating each
+// value row before its rounding when t.unrotate; false when the kernels
+// decline (the Go loops of DecodeRows then run).
+func (t *turboRows) decodeAsm(dst []float32, dstride, bi, h, j0, rows, n int) bool {
+	if !t.scales.Vec.F16 || t.scales.Vec.U16 == nil {
+		return false
+	}
+	if t.key {
+		if t.bits != 8 || !t.zeros.Vec.F16 || t.zeros.Vec.U16 == nil {
+			return false
+		}
+		co := bi*t.codes.bst + h*t.codes.hst + j0*t.codes.rst
+		so := bi*t.scales.BStride + h*t.scales.HStride + j0*t.scales.RowStride
+		zo := bi*t.zeros.BStride + h*t.zeros.HStride + j0*t.zeros.RowStride
+		return kernel.DecodeKeyRows8(dst, dstride, t.codes.raw[co:], t.codes.rst, t.scales.Vec.U16[so:], t.scales.RowStride, t.zeros.Vec.U16[zo:], t.zeros.RowStride, rows, n, t.dt)
+	}
+	if t.bits < 2 || t.bits > 4 {
+		return false
+	}
+	dt := t.dt
+	if t.unrotate {
+		dt = tensor.F32
+	}
+	co := bi*t.codes.bst + h*t.codes.hst + j0*t.codes.rst
+	so := bi*t.scales.BStride + h*t.scales.HStride + j0*t.scales.RowStride
+	if !kernel.DecodeLloydRows(dst, dstride, t.codes.raw[co:], t.codes.rst, t.scales.Vec.U16[so:], t.scales.RowStride, rows, n, t.bits, turboCentroids[t.bits], dt) {
+		return false
+	}
+	if t.unrotate {
+		for r := range rows {
+			out := dst[r*dstride : r*dstride+n]
+			turboquant.Unrotate(out)
+			roundTo(t.dt, out)
+		}
+	}
+	return true
 }

@@ -22,7 +22,9 @@ const (
 	// AccQ8 is the approximate "fast" mode of the quantized matmul with
 	// transposed weights: the activations are quantized to int8 per block of
 	// 32 and multiplied with the integer codes in integer arithmetic (see
-	// qmmTQ8Ref). Every other kernel treats it as AccF32.
+	// qmmTQ8Ref). SDPAKV over 8-bit quantized keys quantizes its query
+	// rows likewise and scores them in integer arithmetic (sdpa_q8.go).
+	// Every other kernel treats it as AccF32.
 	AccQ8
 )
 

@@ -291,7 +291,7 @@ func sdpaKV(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32
 		kc, vc, mc := *k, *v, *m
 		sdpa[float64](dst, q, &kc, &vc, b, h, hk, l, s, d, dv, scale, &mc, round)
 	} else {
-		sdpa32(dst, q, k, v, b, h, hk, l, s, d, dv, scale, m, round)
+		sdpa32(dst, q, k, v, b, h, hk, l, s, d, dv, scale, m, round, acc)
 	}
 }
 

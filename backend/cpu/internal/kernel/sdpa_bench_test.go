@@ -76,7 +76,8 @@ func BenchmarkSDPAShapes(b *testing.B) {
 // query heads on 2 KV heads of 128, bf16) at long context, on the bf16
 // cache and on 8- and 4-bit quantized caches (group 64, bf16 scales) read
 // in place: decode (one query) against 1k to 32k cached positions, and a
-// prefill chunk of 512 queries at the end of 4k and 16k. MB/s is the
+// prefill chunk of 512 queries at the end of 4k and 16k; the 8-bit cache
+// also in the fast precision (AccQ8: the integer key kernel). MB/s is the
 // bytes of K and V read per second.
 func BenchmarkSDPALongContext(b *testing.B) {
 	const h, hk, d = 16, 2, 128
@@ -106,19 +107,25 @@ func BenchmarkSDPALongContext(b *testing.B) {
 				name = "prefill"
 			}
 			for _, path := range sdpaPaths() {
-				b.Run(fmt.Sprintf("%s/%s/%s/%s", kind, name, dims(sh.l, sh.s), path.name), func(b *testing.B) {
-					restore, ok := path.set()
-					if !ok {
-						b.Skipf("SKIPPED: this CPU lacks the instructions of the %s SDPA kernels", path.name)
+				for _, acc := range []Acc{AccF32, AccQ8} {
+					if acc == AccQ8 && kind != "q8" {
+						continue // the 8-bit key kernel only
 					}
-					defer restore()
-					t0 := cpuTime()
-					for b.Loop() {
-						SDPAKV(dst, q, kk, vv, 1, h, hk, sh.l, sh.s, d, d, 0.088, Mask{Kind: MaskCausal}, tensor.RoundBF16, AccF32)
-					}
-					reportCPU(b, t0)
-					b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
-				})
+					accName := map[Acc]string{AccF32: "f32", AccQ8: "q8"}[acc]
+					b.Run(fmt.Sprintf("%s/%s/%s/%s/acc=%s", kind, name, dims(sh.l, sh.s), path.name, accName), func(b *testing.B) {
+						restore, ok := path.set()
+						if !ok {
+							b.Skipf("SKIPPED: this CPU lacks the instructions of the %s SDPA kernels", path.name)
+						}
+						defer restore()
+						t0 := cpuTime()
+						for b.Loop() {
+							SDPAKV(dst, q, kk, vv, 1, h, hk, sh.l, sh.s, d, d, 0.088, Mask{Kind: MaskCausal}, tensor.RoundBF16, acc)
+						}
+						reportCPU(b, t0)
+						b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
+					})
+				}
 			}
 		}
 	}

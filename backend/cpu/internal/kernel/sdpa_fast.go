@@ -111,7 +111,9 @@ type sdpaJob struct {
 	vk                         int  // the kernel set: sdpaGo, sdpa512 or sdpa256
 	asm                        bool // vk is an assembly set
 	kkind, vkind               int
-	rkind                      byte // roundKind(round)
+	rkind                      byte    // roundKind(round)
+	qk8                        *q8Keys // the keys of the 8-bit key kernel, or nil (sdpa_q8.go)
+	qpv8                       bool    // the 8-bit value kernel (sdpa_q8.go)
 }
 
 // sdpaState is the online-softmax state of an item's rows: m, l, the block
@@ -149,6 +151,7 @@ type sdpaWork struct {
 	stBuf, stBuf2      []float32
 	nBuf               []int
 	hole               []bool
+	q8                 sdpaQ8Scratch
 }
 
 var sdpaPool = sync.Pool{New: func() any { return new(sdpaWork) }}
@@ -190,11 +193,13 @@ func (j *sdpaJob) work() *sdpaWork {
 		w.hole = make([]bool, j.rpad)
 	}
 	w.hole = w.hole[:j.rpad]
+	w.q8.grow(j)
 	return w
 }
 
-// sdpa32 is the float32 SDPA on a validated call.
-func sdpa32(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder) {
+// sdpa32 is the float32 SDPA on a validated call (acc AccF32 or AccQ8:
+// AccQ8 takes the 8-bit key kernel of sdpa_q8.go where it applies).
+func sdpa32(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder, acc Acc) {
 	if b == 0 || l == 0 {
 		return
 	}
@@ -207,6 +212,8 @@ func sdpa32(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32
 	j.rpad = (j.rmax + 3) &^ 3
 	j.vk = sdpaKernels(d, dv)
 	j.asm = j.vk != sdpaGo
+	j.qk8 = sdpaQ8KeysOf(k, d, acc, j.vk)
+	j.qpv8 = sdpaQ8Values(v, dv, j.vk)
 	items := b * hk * j.nqb
 	nch := (s + sdpaChunk - 1) / sdpaChunk
 	th := Threads()
@@ -255,7 +262,7 @@ func (j *sdpaJob) runItem(w *sdpaWork, it int) {
 	bi, kh, qb := j.item(it)
 	i0, np := j.positions(qb)
 	rows := np * j.rep
-	j.loadQ(w.qs, bi, kh, i0, np)
+	j.loadQ(w, bi, kh, i0, np)
 	kEnd := j.lim(i0+np-1) + 1
 	st := &w.st
 	st.reset(rows, j.dv)
@@ -299,7 +306,7 @@ func (j *sdpaJob) runSplit(items, nch int) {
 			bi, kh, qb := j.item(it)
 			i0, np := j.positions(qb)
 			if it != last {
-				j.loadQ(w.qs, bi, kh, i0, np)
+				j.loadQ(w, bi, kh, i0, np)
 				last = it
 			}
 			st := &states[x]
@@ -324,9 +331,10 @@ func (j *sdpaJob) runSplit(items, nch int) {
 	})
 }
 
-// loadQ writes scale·q of the item's rows to qs (zero rows up to rpad).
-func (j *sdpaJob) loadQ(qs []float32, bi, kh, i0, np int) {
-	d := j.d
+// loadQ writes scale·q of the item's rows to w.qs (zero rows up to rpad),
+// and quantizes them for the 8-bit key kernel when the job takes it.
+func (j *sdpaJob) loadQ(w *sdpaWork, bi, kh, i0, np int) {
+	d, qs := j.d, w.qs
 	for pi := range np {
 		for g := range j.rep {
 			hq := kh*j.rep + g
@@ -346,6 +354,9 @@ func (j *sdpaJob) loadQ(qs []float32, bi, kh, i0, np int) {
 		}
 	}
 	clear(qs[np*j.rep*d : j.rpad*d])
+	if j.qk8 != nil {
+		j.quantQ(w, qs)
+	}
 }
 
 // sdpaMerge merges chunk state c into st for rows [0, rows): with M =
@@ -485,13 +496,18 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 			break
 		}
 		r0 := p0 * rep
-		if j.vk == sdpa256 {
+		if j.vk == sdpa256 || j.qk8 != nil || j.qpv8 {
 			// A decode step finds the cache evicted by the matmuls: ask
 			// for this block's values (read after the scores) and the keys
-			// two blocks on (sdpa2KT asks for the next block's).
+			// two blocks on (sdpa2KT asks for the next block's; the 8-bit
+			// kernels ask for nothing themselves).
 			sdpaPrefetchRows(j.v, bi, kh, j0, n, j.dv)
 			if k0 := j0 + 2*sdpaBK; k0 < j.s {
-				sdpaPrefetchRows(j.k, bi, kh, k0, min(sdpaBK, j.s-k0), j.d)
+				if k := j.qk8; k != nil {
+					sdpa2Prefetch(unsafe.Pointer(&k.codes[k.row(bi, kh, k0)]), uintptr(k.rst), min(sdpaBK, j.s-k0), j.d)
+				} else {
+					sdpaPrefetchRows(j.k, bi, kh, k0, min(sdpaBK, j.s-k0), j.d)
+				}
 			}
 		}
 		j.scores(w, bi, kh, j0, n, r0, rows)
@@ -540,6 +556,10 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 // w.sc (row r at r·sdpaBK; lanes n..31 are left to the caller's mask).
 func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 	d, k := j.d, j.k
+	if j.qk8 != nil && w.q8.qok {
+		j.q8Scores(w, bi, kh, j0, n, r0, rows)
+		return
+	}
 	if j.asm {
 		if k.expanded() {
 			// Quantized or decoded keys: expand the block's rows to
@@ -608,6 +628,21 @@ func (j *sdpaJob) rpadRows(rows int) int { return (rows + 3) &^ 3 }
 // positions p0..np-1.
 func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) {
 	rep, dv, v := j.rep, j.dv, j.v
+	nvis := func(r int) int { return min(n, j.lim(i0+r/rep)-j0+1) }
+	rows := np * rep
+	r := p0 * rep
+	if j.qpv8 {
+		// Groups of 8 rows that see the whole block read the 8-bit values
+		// in place (the same bits as below on the expanded rows); the
+		// rest, if any, take the loop below.
+		for r+8 <= rows && nvis(r) == n && nvis(r+7) == n && !slicesAny(w.hole[r:r+8]) {
+			j.runQPV8(w, st, bi, kh, j0, n, r)
+			r += 8
+		}
+		if r == rows {
+			return
+		}
+	}
 	var vp unsafe.Pointer
 	var vstride uintptr
 	var vrows []float32 // portable path: the block's V rows, or nil when read in place
@@ -638,9 +673,7 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 		return v.Vec.F32[v.row(bi, kh, j0+x):][:dv]
 	}
 	one := float32(1)
-	nvis := func(r int) int { return min(n, j.lim(i0+r/rep)-j0+1) }
-	rows := np * rep
-	for r := p0 * rep; r < rows; {
+	for r < rows {
 		nv := nvis(r)
 		if w.hole[r] { // Bool mask: accumulate the runs of visible keys
 			pi, hq, f := r/rep, kh*rep+r%rep, &st.f[r]
@@ -688,6 +721,16 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 		}
 		r += g
 	}
+}
+
+// slicesAny reports whether any of bs is true.
+func slicesAny(bs []bool) bool {
+	for _, b := range bs {
+		if b {
+			return true
+		}
+	}
+	return false
 }
 
 // sdpa2PV runs the AVX2 accumulation of g rows (1 to 4).

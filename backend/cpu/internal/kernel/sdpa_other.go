@@ -77,3 +77,17 @@ func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int) { panic(sdpaNo
 func sdpa2Deq(dst *float32, dstride int, w unsafe.Pointer, wstride uintptr, s, b unsafe.Pointer, sstride, bstride uintptr, rows, groups, gs, bits, kind int) {
 	panic(sdpaNoAsm)
 }
+
+func sdpaQ8KT(dst *int32, src unsafe.Pointer, stride uintptr, d, xor int) { panic(sdpaNoAsm) }
+
+func sdpaQ8GT(dst, src *float32, n, gpr int) { panic(sdpaNoAsm) }
+
+func sdpaQ8Scores(a *q8ScoreArgs) { panic(sdpaNoAsm) }
+
+func sdpaQPV8(a *qpvArgs) { panic(sdpaNoAsm) }
+
+var lloydAsm = false
+
+func lloydRows(a *lloydArgs) { panic(sdpaNoAsm) }
+
+func keyRows8(a *keyArgs) { panic(sdpaNoAsm) }
