@@ -105,10 +105,18 @@ func gemmDot(k, gs, bits int) bool {
 // shape, the one-row kernels and their m-blocked AVX2 forms elsewhere).
 var gemmDotOn = true
 
+// gemmDotMinRows is the fewest rows of x q8gemmDot takes; fewer run the
+// one-row kernels once per row (the same bits). Its tile of eight rows
+// does the work of eight for two rows: on SmolLM2's MLP projections
+// (BenchmarkQ8GemmDot, one thread, Zen 5 shared with other jobs) it took
+// 1.1-1.5× the CPU time of the one-row kernels at two rows, 0.5-0.8× at
+// four and 0.3× at eight.
+const gemmDotMinRows = 4
+
 // qmmTQ8Gemm is the AccQ8 matmul for m >= 2 (see the top of this file);
 // where gemmDot takes the shape, in the one-row order.
 func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) {
-	if !asmQ8 && gemmDot(k, gs, bits) {
+	if gemmDot(k, gs, bits) && (!asmQ8 || m < gemmDotMinRows) {
 		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, true)
 		return
 	}

@@ -189,7 +189,8 @@ func BenchmarkQMVBatch(b *testing.B) {
 // float16 scales): "dot" the GEMM in the one-row order, "before" the GEMM
 // in its own order (k = 1536) or the one-row kernels and their m-blocked
 // AVX2 forms (k = 576, not a multiple of 128), "rows" the one-row kernel
-// once per row. Metric "ns/row" is the time per row of x.
+// once per row. Metric "ns/row" is the time per row of x, "ns-cpu/row"
+// the thread's CPU time per row (the machine may be shared).
 //
 //	go test ./backend/cpu/internal/kernel/ -run '^$' -bench Q8GemmDot -cpu 1
 func BenchmarkQ8GemmDot(b *testing.B) {
@@ -208,6 +209,9 @@ func BenchmarkQ8GemmDot(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/m%d/%s", dims(n, k), m, path), func(b *testing.B) {
 					gemmDotOn = path == "dot"
 					defer func() { gemmDotOn = true }()
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					t0 := threadCPU()
 					withThreads(1, func() {
 						for b.Loop() {
 							if path == "rows" {
@@ -220,6 +224,9 @@ func BenchmarkQ8GemmDot(b *testing.B) {
 						}
 					})
 					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*m), "ns/row")
+					if cpu := threadCPU() - t0; cpu > 0 {
+						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*m), "ns-cpu/row")
+					}
 				})
 			}
 		}
