@@ -62,7 +62,8 @@ const (
 // groups of bpg blocks; mt tiles of x, the last one with mlast rows; cmask
 // the columns stored; bf16 rounds the outputs to bfloat16 when 1. While
 // it runs, the kernel prefetches pfn bytes from pf (the next panel's weight
-// rows) into L2, pfg bytes (a multiple of 512) per group, advancing both.
+// rows) into L2, pfg bytes (a multiple of 512) per group, advancing both,
+// and first spn bytes of the next panel's scales and biases at sps and spb.
 type q8gArgs struct {
 	panel, s, b unsafe.Pointer // 0, 8, 16
 	x, d, xs    unsafe.Pointer // 24, 32, 40
@@ -75,6 +76,8 @@ type q8gArgs struct {
 	pf          uintptr        // 112: advanced in place by the kernel (ends one past the weights), so not a GC pointer; j.wq keeps them alive
 	pfn         int            // 120
 	pfg         uintptr        // 128
+	sps, spb    uintptr        // 136, 144: the next panel's scales and biases (prefetched; j.sc and j.bi keep them alive)
+	spn         int            // 152: their bytes each
 }
 
 // gemmQ8 reports whether the int8 GEMM takes a matmul of this shape: 4- or
@@ -228,9 +231,11 @@ func (j *q8Job) run(lo, hi int) {
 			q8Transpose(unsafe.Add(panel, full*cb), ptr(ws.gt), 64, 1, j.bits == 4)
 		}
 		a.out, a.cmask = ptr(j.dst[j0:]), 1<<nc-1
-		a.pf, a.pfn = 0, 0
+		a.pf, a.pfn, a.spn = 0, 0, 0
 		if j1 := min(j0+2*q8C, n); j1 > j0+q8C {
 			a.pf, a.pfn = uintptr(ptr(j.wq[(j0+q8C)*wpr:])), 4*(j1-j0-q8C)*wpr
+			a.sps, a.spn = vecAddr(j.sc, (j0+q8C)*ng, (j1-j0-q8C)*ng)
+			a.spb, _ = vecAddr(j.bi, (j0+q8C)*ng, (j1-j0-q8C)*ng)
 		}
 		if j.dot {
 			q8gemmDot(&a)
@@ -243,6 +248,15 @@ func (j *q8Job) run(lo, hi int) {
 			}
 		}
 	}
+}
+
+// vecAddr returns the address of element off of v and the bytes of n
+// elements from there.
+func vecAddr(v Vec, off, n int) (uintptr, int) {
+	if v.F32 != nil {
+		return uintptr(ptr(v.F32[off:])), 4 * n
+	}
+	return uintptr(ptr(v.U16[off:])), 2 * n
 }
 
 // align64 returns the first 64-byte aligned address in b (which has 64
