@@ -62,7 +62,7 @@ const (
 // groups of bpg blocks; mt tiles of x, the last one with mlast rows; cmask
 // the columns stored; bf16 rounds the outputs to bfloat16 when 1. While
 // it runs, the kernel prefetches pfn bytes from pf (the next panel's weight
-// rows) into L2, pfg bytes (a multiple of 512) per group, advancing both,
+// rows), pfg bytes (a multiple of 512) per group, advancing both,
 // and first spn bytes of the next panel's scales and biases at sps and spb.
 type q8gArgs struct {
 	panel, s, b unsafe.Pointer // 0, 8, 16
