@@ -18,7 +18,11 @@ import (
 // one-row arithmetic) where the GEMM's panel lanes hold whole blocks: on a
 // MiniCPM5-1B projection (BenchmarkQMVBatch, Zen 5, 2026-12-02) it took
 // 0.6x the GEMM's time at four rows, and an eight-row form of it 1.2-1.4x
-// at six and eight rows.
+// at six and eight rows; eight rows in two passes of four over each chunk
+// of weight rows (qmvBatchMax 8) took 1.5-1.6x the GEMM's CPU time on six
+// MiniCPM5-1B layers and its head streamed from memory
+// (BenchmarkBatchStream rows8/qmvb against rows8/gemm, one thread,
+// 2026-12-02, the machine shared).
 
 // qmvBArgs are the arguments of the kernels (field offsets fixed in
 // qmvb_amd64.s): w, s, b the weights, scales and biases of the first

@@ -148,7 +148,8 @@ func TestQ8GemmDotEqualsRows(t *testing.T) {
 // BenchmarkQMVBatch compares, on one thread, the batched one-row int8
 // kernels with the int8 GEMM for a few rows of x (a decode batch) on a
 // MiniCPM5-1B-sized projection (4-bit, group 64, bf16 scales), and the
-// one-row kernel once per row: metric "ns/row" is the time per row of x.
+// one-row kernel once per row: metric "ns/row" is the time per row of x,
+// "ns-cpu/row" the thread's CPU time per row (the machine may be shared).
 //
 //	go test ./backend/cpu/internal/kernel/ -run '^$' -bench QMVBatch
 func BenchmarkQMVBatch(b *testing.B) {
@@ -166,6 +167,9 @@ func BenchmarkQMVBatch(b *testing.B) {
 				old := qmvBatchMax
 				qmvbOn, qmvBatchMax = path == "batched", 8 // m = 6 and 8: two passes of four
 				defer func() { qmvbOn, qmvBatchMax = true, old }()
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				t0 := threadCPU()
 				withThreads(1, func() {
 					for b.Loop() {
 						if path == "rows" {
@@ -178,6 +182,9 @@ func BenchmarkQMVBatch(b *testing.B) {
 					}
 				})
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*m), "ns/row")
+				if cpu := threadCPU() - t0; cpu > 0 {
+					b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*m), "ns-cpu/row")
+				}
 			})
 		}
 	}
