@@ -24,6 +24,8 @@ import (
 // so the result does not depend on m, on the tiling or on the machine: the
 // assembly GEMMs (AVX-512 VNNI; AVX2+FMA, qmv_avx2_amd64.go) and the
 // portable loop give the same bits.
+// (4-bit weights in groups of 32 are the exception: there the GEMM sums in
+// the one-row order, gemmDot.)
 // The one-row path (m = 1, the decode kernels) sums the same terms, exactly
 // the same integer block sums I_t, block scales d_t and group sums xs_g, in
 // the lane order of qmmTQ8Ref instead; the two differ only by float32
@@ -60,7 +62,8 @@ const (
 // groups of bpg blocks; mt tiles of x, the last one with mlast rows; cmask
 // the columns stored; bf16 rounds the outputs to bfloat16 when 1. While
 // it runs, the kernel prefetches pfn bytes from pf (the next panel's weight
-// rows) into L2, 512 bytes per group, advancing both.
+// rows), pfg bytes (a multiple of 512) per group, advancing both,
+// and first spn bytes of the next panel's scales and biases at sps and spb.
 type q8gArgs struct {
 	panel, s, b unsafe.Pointer // 0, 8, 16
 	x, d, xs    unsafe.Pointer // 24, 32, 40
@@ -72,6 +75,9 @@ type q8gArgs struct {
 	bf16        int            // 104
 	pf          uintptr        // 112: advanced in place by the kernel (ends one past the weights), so not a GC pointer; j.wq keeps them alive
 	pfn         int            // 120
+	pfg         uintptr        // 128
+	sps, spb    uintptr        // 136, 144: the next panel's scales and biases (prefetched; j.sc and j.bi keep them alive)
+	spn         int            // 152: their bytes each
 }
 
 // gemmQ8 reports whether the int8 GEMM takes a matmul of this shape: 4- or
@@ -81,8 +87,42 @@ func gemmQ8(k, gs, bits int) bool {
 	return (bits == 4 || bits == 8) && gs > 0 && gs%32 == 0 && k%gs == 0 && k%(16*32/bits) == 0
 }
 
-// qmmTQ8Gemm is the AccQ8 matmul for m >= 2 (see the top of this file).
+// gemmDot reports whether the int8 GEMM takes a matmul of this shape in
+// the order of the one-row kernels (q8gemmDot on AVX-512 VNNI): 4-bit
+// weights in groups of 32 (one block), for any k of whole groups. Their one-row
+// path is dotQ8 + dotBias (the AVX2 kernels and their AVX-512 forms,
+// qzmmQ8B4; the vector kernels of qmv_amd64.s take 4-bit groups of 64 and
+// more only), whose float32 steps per output are per group a = d·I, total
+// += s·a, and Σ b·xs added last: one sequential chain per output, which
+// the GEMM's layout (outputs in lanes, exact block sums) computes as well.
+// Every row of x then gets the bits it gets alone, at any number of rows.
+// Without VNNI the one-row kernels' m-blocked AVX2 forms and the portable
+// loops give that order (qmmTRows), so the results do not depend on the
+// CPU.
+func gemmDot(k, gs, bits int) bool {
+	return gemmDotOn && bits == 4 && gs == 32 && k > 0 && k%32 == 0
+}
+
+// gemmDotOn switches the one-row order of gemmDot on (benchmarks compare
+// with the paths it replaced: the GEMM's order where gemmQ8 takes the
+// shape, the one-row kernels and their m-blocked AVX2 forms elsewhere).
+var gemmDotOn = true
+
+// gemmDotMinRows is the fewest rows of x q8gemmDot takes; fewer run the
+// one-row kernels once per row (the same bits). Its tile of eight rows
+// does the work of eight for two rows: on SmolLM2's MLP projections
+// (BenchmarkQ8GemmDot, one thread, Zen 5 shared with other jobs) it took
+// 1.1-1.5× the CPU time of the one-row kernels at two rows, 0.5-0.8× at
+// four and 0.3× at eight.
+const gemmDotMinRows = 4
+
+// qmmTQ8Gemm is the AccQ8 matmul for m >= 2 (see the top of this file);
+// where gemmDot takes the shape, in the one-row order.
 func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) {
+	if gemmDot(k, gs, bits) && (!asmQ8 || m < gemmDotMinRows) {
+		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, true)
+		return
+	}
 	if !asmQ8 {
 		if !avxGemmQ8(dst, x, wq, sc, bi, m, n, k, gs, bits, round) { // AVX2+FMA: qmv_avx2_amd64.go
 			noteSlow(n, gs, bits, sc, true)
@@ -113,7 +153,7 @@ func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int
 			}
 		}
 	})
-	j := q8Job{dst: dst, wq: wq, sc: sc, bi: bi, s: s, m: m, n: n, k: k, gs: gs, bits: bits, mt: mt, round: round}
+	j := q8Job{dst: dst, wq: wq, sc: sc, bi: bi, s: s, m: m, n: n, k: k, gs: gs, bits: bits, mt: mt, round: round, dot: gemmDot(k, gs, bits)}
 	parallelFor((n+q8C-1)/q8C, 1, j.run)
 }
 
@@ -125,18 +165,31 @@ type q8Job struct {
 	s                     *qmmScratch
 	m, n, k, gs, bits, mt int
 	round                 Rounder
+	dot                   bool // q8gemmDot (gemmDot), else q8gemm
 }
 
 func (j *q8Job) run(lo, hi int) {
 	k, n, m := j.k, j.n, j.m
 	ng, wpr := k/j.gs, WordsPerRow(k, j.bits)
 	gp := (ng + 15) &^ 15
-	check(len(j.wq) >= n*wpr && len(j.dst) >= m*n && wpr%16 == 0, "QuantizedMatmulT", "int8 GEMM: slices too short")
+	// The panel is transposed in chunks of 16 words of each weight row;
+	// the words past the last whole chunk (the one-row order takes any k)
+	// go through a copy padded with zeros.
+	full, tail := wpr/16, wpr%16
+	cb := 1024 // panel bytes per chunk (8-bit: one dword per column and word)
+	if j.bits == 4 {
+		cb = 2048 // (4-bit: a word's low and high nibbles)
+	}
+	check(len(j.wq) >= n*wpr && len(j.dst) >= m*n && (tail == 0 || j.dot) && wpr%4 == 0, "QuantizedMatmulT", "int8 GEMM: slices too short")
 	check(len(j.s.gx) >= j.mt*k*q8R && len(j.s.gd) >= j.mt*k/32*q8R && len(j.s.gxs) >= j.mt*ng*q8R, "QuantizedMatmulT", "int8 GEMM: x tiles too short")
 	ws := scratchPool.Get().(*qmmScratch)
 	defer scratchPool.Put(ws)
-	ws.panel = grow(ws.panel, q8C*k+64)
+	ws.panel = grow(ws.panel, (full+1)*cb+64)
 	panel := align64(ws.panel)
+	if tail > 0 {
+		ws.gt = grow(ws.gt, q8C*16)
+		clear(ws.gt)
+	}
 	// Scales and biases of 16 rows as loaded ([16][ng], plus the 16 floats
 	// the transpose reads past the last row) and transposed ([gp][16]).
 	ws.row = grow(ws.row, 2*(q8C*ng+16)+2*gp*q8C)
@@ -147,6 +200,8 @@ func (j *q8Job) run(lo, hi int) {
 		panel: panel, s: ptr(sT), b: ptr(bT),
 		x: ptr(j.s.gx), d: ptr(j.s.gd), xs: ptr(j.s.gxs),
 		ostr: uintptr(4 * n), ng: ng, bpg: j.gs / 32, mt: j.mt, mlast: m - (j.mt-1)*q8R,
+		// a whole panel's weights prefetched over the groups
+		pfg: uintptr(max(512, (4*q8C*wpr/ng+511)&^511)),
 	}
 	if kind == 'b' {
 		a.bf16 = 1
@@ -167,19 +222,41 @@ func (j *q8Job) run(lo, hi int) {
 			copy(ws.gw, j.wq[j0*wpr:(j0+nc)*wpr])
 			w = ptr(ws.gw)
 		}
-		q8Transpose(panel, w, uintptr(4*wpr), wpr/16, j.bits == 4)
+		q8Transpose(panel, w, uintptr(4*wpr), full, j.bits == 4)
+		if tail > 0 {
+			for r := range nc {
+				copy(ws.gt[16*r:16*r+tail], j.wq[(j0+r)*wpr+16*full:(j0+r+1)*wpr])
+			}
+			clear(ws.gt[16*nc:])
+			q8Transpose(unsafe.Add(panel, full*cb), ptr(ws.gt), 64, 1, j.bits == 4)
+		}
 		a.out, a.cmask = ptr(j.dst[j0:]), 1<<nc-1
-		a.pf, a.pfn = 0, 0
+		a.pf, a.pfn, a.spn = 0, 0, 0
 		if j1 := min(j0+2*q8C, n); j1 > j0+q8C {
 			a.pf, a.pfn = uintptr(ptr(j.wq[(j0+q8C)*wpr:])), 4*(j1-j0-q8C)*wpr
+			a.sps, a.spn = vecAddr(j.sc, (j0+q8C)*ng, (j1-j0-q8C)*ng)
+			a.spb, _ = vecAddr(j.bi, (j0+q8C)*ng, (j1-j0-q8C)*ng)
 		}
-		q8gemm(&a)
+		if j.dot {
+			q8gemmDot(&a)
+		} else {
+			q8gemm(&a)
+		}
 		if kind != 'b' { // bf16 is rounded by the kernel
 			for r := range m {
 				roundSlice(j.dst[r*n+j0:r*n+j0+nc], j.round, kind)
 			}
 		}
 	}
+}
+
+// vecAddr returns the address of element off of v and the bytes of n
+// elements from there.
+func vecAddr(v Vec, off, n int) (uintptr, int) {
+	if v.F32 != nil {
+		return uintptr(ptr(v.F32[off:])), 4 * n
+	}
+	return uintptr(ptr(v.U16[off:])), 2 * n
 }
 
 // align64 returns the first 64-byte aligned address in b (which has 64

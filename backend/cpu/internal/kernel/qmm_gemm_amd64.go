@@ -21,6 +21,14 @@ import "unsafe"
 //go:noescape
 func q8gemm(a *q8gArgs)
 
+// q8gemmDot is q8gemm in the one-row order for groups of one block (a.bpg
+// = 1, gemmDot): per group total += s·(d·I), two roundings, the bias terms
+// Σ b·xs in a total of their own added last; each output the bits of
+// dotQ8 + dotBias for its row of x (the AVX2 kernels' one-row order).
+//
+//go:noescape
+func q8gemmDot(a *q8gArgs)
+
 // q8Quant is quantizeQ8Scalar (qmax 127) for nb blocks of 32 values at x,
 // the same bits: block i's 32 codes to xq + i·xqStep bytes (in the order
 // 0, 2, 4, 6, 1, 3, 5, 7 of each 8 when perm, for 4-bit weights), its scale

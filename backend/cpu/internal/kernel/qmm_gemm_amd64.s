@@ -107,6 +107,25 @@ VPUNPCKLDQ Z1, Z0, Z16; \
 	VSHUFI32X4 $0x88, Z31, Z23, Z7; \
 	VSHUFI32X4 $0xdd, Z31, Z23, Z15
 
+// SPF prefetches a.spn bytes of the next panel's scales (at a.sps) and
+// biases (at a.spb), a line of each at a time (AX, R14, CX scratch): Go
+// loads them before the next call, and missed in memory they stalled it
+// (8% of a MiniCPM5-1B eight-row decode step's samples).
+#define SPF(label, skip) \
+	MOVQ 136(DI), AX; \
+	MOVQ 144(DI), R14; \
+	MOVQ 152(DI), CX; \
+	TESTQ CX, CX; \
+	JLE skip; \
+label: \
+	PREFETCHT0 (AX); \
+	PREFETCHT0 (R14); \
+	ADDQ $64, AX; \
+	ADDQ $64, R14; \
+	SUBQ $64, CX; \
+	JG label; \
+skip:
+
 // func q8gemm(a *q8gArgs)
 //
 // For each tile of 8 rows of x: Z0-Z7 accumulate the 16 outputs of rows
@@ -125,6 +144,7 @@ TEXT ·q8gemm(SB), NOSPLIT, $0-8
 	MOVQ 80(DI), R12
 	KMOVW 96(DI), K1
 	RNDBF16CONSTS
+	SPF(spf, spfdone)
 	TESTQ R12, R12
 	JZ done
 
@@ -143,20 +163,29 @@ tile:
 	MOVQ 64(DI), CX
 
 group:
-	// prefetch 512 bytes of the next panel's weight rows into L2
+	// prefetch a.pfg bytes (a multiple of 512) of the next panel's weight
+	// rows (PREFETCHT0: on Zen 5 3-25% more weight bytes per CPU second
+	// in eight-row decode than PREFETCHT1, BenchmarkBatchStream)
 	CMPQ 120(DI), $0
 	JLE nopf
 	MOVQ 112(DI), AX
-	PREFETCHT1 (AX)
-	PREFETCHT1 64(AX)
-	PREFETCHT1 128(AX)
-	PREFETCHT1 192(AX)
-	PREFETCHT1 256(AX)
-	PREFETCHT1 320(AX)
-	PREFETCHT1 384(AX)
-	PREFETCHT1 448(AX)
-	ADDQ $512, 112(DI)
-	SUBQ $512, 120(DI)
+	MOVQ 128(DI), R14
+
+pfl:
+	PREFETCHT0 (AX)
+	PREFETCHT0 64(AX)
+	PREFETCHT0 128(AX)
+	PREFETCHT0 192(AX)
+	PREFETCHT0 256(AX)
+	PREFETCHT0 320(AX)
+	PREFETCHT0 384(AX)
+	PREFETCHT0 448(AX)
+	ADDQ $512, AX
+	SUBQ $512, R14
+	JG pfl
+	MOVQ AX, 112(DI)
+	MOVQ 128(DI), R14
+	SUBQ R14, 120(DI)
 
 nopf:
 	VMOVUPS (R8), Z24
@@ -274,6 +303,222 @@ stored:
 	JNZ tile
 
 done:
+	VZEROUPPER
+	RET
+
+
+// DOTSCALE folds the integer sum I of a block (groups of one block) into
+// the total A in the one-row order (dotQ8 + dotBias, the AVX2 kernels):
+// a = float(I)·d, with d the block scale of x at OFF(DX), then A = A +
+// s·a, two roundings, with s the group scales of the 16 columns (Z24).
+// The one-row kernels add a to a zero first: 0 + a is a except for a = -0,
+// and s·(±0) added to A gives the same A (A is never -0: it starts at +0
+// and a sum is -0 only when both terms are).
+#define DOTSCALE(I, A, OFF) \
+	VCVTDQ2PS I, I; \
+	VMULPS.BCST OFF(DX), I, I; \
+	VMULPS Z24, I, I; \
+	VADDPS I, A, A
+
+// DOTBIAS adds b·xs of one row (its group sum broadcast from OFF(R9)) to
+// the bias total B, two roundings (dotBias), T scratch; Z25 holds the
+// group biases of the 16 columns.
+#define DOTBIAS(B, T, OFF) \
+	VMULPS.BCST OFF(R9), Z25, T; \
+	VADDPS T, B, B
+
+// func q8gemmDot(a *q8gArgs)
+//
+// q8gemm in the order of the one-row int8 kernels for 4-bit weights in
+// groups of one block (a.bpg = 1): per tile of 8 rows of x, Z0-Z7 the
+// totals Σ s·(d·I) over the groups (the same panel loads and integer sums
+// as q8gemm), then Z8-Z15 the bias totals Σ b·xs in a second pass over the
+// groups, and per row total + bias, rounded to bfloat16 when a.bf16 is 1.
+// Registers as in q8gemm.
+TEXT ·q8gemmDot(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), DI
+	MOVQ 24(DI), BX
+	MOVQ 32(DI), DX
+	MOVQ 40(DI), R9
+	MOVQ 48(DI), R10
+	MOVQ 56(DI), R11
+	MOVQ 80(DI), R12
+	KMOVW 96(DI), K1
+	RNDBF16CONSTS
+	SPF(dspf, dspfdone)
+	TESTQ R12, R12
+	JZ ddone
+
+dtile:
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ 0(DI), SI
+	MOVQ 8(DI), R8
+	MOVQ 64(DI), CX
+
+dgroup:
+	// prefetch a.pfg bytes (a multiple of 512) of the next panel's weight
+	// rows (PREFETCHT0: on Zen 5 3-25% more weight bytes per CPU second
+	// in eight-row decode than PREFETCHT1, BenchmarkBatchStream)
+	CMPQ 120(DI), $0
+	JLE dnopf
+	MOVQ 112(DI), AX
+	MOVQ 128(DI), R14
+
+dpfl:
+	PREFETCHT0 (AX)
+	PREFETCHT0 64(AX)
+	PREFETCHT0 128(AX)
+	PREFETCHT0 192(AX)
+	PREFETCHT0 256(AX)
+	PREFETCHT0 320(AX)
+	PREFETCHT0 384(AX)
+	PREFETCHT0 448(AX)
+	ADDQ $512, AX
+	SUBQ $512, R14
+	JG dpfl
+	MOVQ AX, 112(DI)
+	MOVQ 128(DI), R14
+	SUBQ R14, 120(DI)
+
+dnopf:
+	VMOVUPS (R8), Z24
+	VMOVDQU32 0(SI), Z16
+	VMOVDQU32 64(SI), Z17
+	VMOVDQU32 128(SI), Z18
+	VMOVDQU32 192(SI), Z19
+	VMOVDQU32 256(SI), Z20
+	VMOVDQU32 320(SI), Z21
+	VMOVDQU32 384(SI), Z22
+	VMOVDQU32 448(SI), Z23
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	QUAD(Z16, 0)
+	QUAD(Z17, 4)
+	QUAD(Z18, 8)
+	QUAD(Z19, 12)
+	QUAD(Z20, 16)
+	QUAD(Z21, 20)
+	QUAD(Z22, 24)
+	QUAD(Z23, 28)
+	DOTSCALE(Z8, Z0, 0)
+	DOTSCALE(Z9, Z1, 4)
+	DOTSCALE(Z10, Z2, 8)
+	DOTSCALE(Z11, Z3, 12)
+	DOTSCALE(Z12, Z4, 16)
+	DOTSCALE(Z13, Z5, 20)
+	DOTSCALE(Z14, Z6, 24)
+	DOTSCALE(Z15, Z7, 28)
+	ADDQ $512, SI
+	ADDQ $256, BX
+	ADDQ $32, DX
+	ADDQ $64, R8
+	DECQ CX
+	JNZ dgroup
+
+	// bias totals over the groups, then total + bias
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+	MOVQ 16(DI), R13
+	MOVQ 64(DI), CX
+
+dbias:
+	VMOVUPS (R13), Z25
+	DOTBIAS(Z8, Z16, 0)
+	DOTBIAS(Z9, Z17, 4)
+	DOTBIAS(Z10, Z18, 8)
+	DOTBIAS(Z11, Z19, 12)
+	DOTBIAS(Z12, Z20, 16)
+	DOTBIAS(Z13, Z21, 20)
+	DOTBIAS(Z14, Z22, 24)
+	DOTBIAS(Z15, Z23, 28)
+	ADDQ $64, R13
+	ADDQ $32, R9
+	DECQ CX
+	JNZ dbias
+	VADDPS Z8, Z0, Z0
+	VADDPS Z9, Z1, Z1
+	VADDPS Z10, Z2, Z2
+	VADDPS Z11, Z3, Z3
+	VADDPS Z12, Z4, Z4
+	VADDPS Z13, Z5, Z5
+	VADDPS Z14, Z6, Z6
+	VADDPS Z15, Z7, Z7
+
+	CMPQ 104(DI), $0
+	JEQ dstore
+	RNDBF16(Z0)
+	RNDBF16(Z1)
+	RNDBF16(Z2)
+	RNDBF16(Z3)
+	RNDBF16(Z4)
+	RNDBF16(Z5)
+	RNDBF16(Z6)
+	RNDBF16(Z7)
+
+dstore:
+	// 8 rows, or the rows of x left in the last tile
+	MOVQ $8, AX
+	CMPQ R12, $1
+	JNE drows
+	MOVQ 88(DI), AX
+
+drows:
+	MOVQ R10, CX
+	VMOVUPS Z0, K1, (CX)
+	DECQ AX
+	JZ dstored
+	ADDQ R11, CX
+	VMOVUPS Z1, K1, (CX)
+	DECQ AX
+	JZ dstored
+	ADDQ R11, CX
+	VMOVUPS Z2, K1, (CX)
+	DECQ AX
+	JZ dstored
+	ADDQ R11, CX
+	VMOVUPS Z3, K1, (CX)
+	DECQ AX
+	JZ dstored
+	ADDQ R11, CX
+	VMOVUPS Z4, K1, (CX)
+	DECQ AX
+	JZ dstored
+	ADDQ R11, CX
+	VMOVUPS Z5, K1, (CX)
+	DECQ AX
+	JZ dstored
+	ADDQ R11, CX
+	VMOVUPS Z6, K1, (CX)
+	DECQ AX
+	JZ dstored
+	ADDQ R11, CX
+	VMOVUPS Z7, K1, (CX)
+
+dstored:
+	LEAQ (R10)(R11*8), R10
+	DECQ R12
+	JNZ dtile
+
+ddone:
 	VZEROUPPER
 	RET
 

@@ -147,7 +147,7 @@ func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 	case acc == AccQ8 && qmvBatch(dst, x, wq, sc, bi, m, n, k, gs, bits, round):
 		// a few rows (a decode batch, a verify window): the one-row
 		// kernel's bits for each row (qmvb_amd64.go)
-	case acc == AccQ8 && m >= 2 && gemmQ8(k, gs, bits):
+	case acc == AccQ8 && m >= 2 && (gemmQ8(k, gs, bits) || gemmDot(k, gs, bits)):
 		qmmTQ8Gemm(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
 	default:
 		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, acc == AccQ8)
@@ -174,6 +174,7 @@ type qmmScratch struct {
 	acc   []float32 // (per worker) float32 GEMM: accumulators between chunks
 	panel []byte    // (per worker) int8 GEMM: the panel of 16 weight rows
 	gw    []uint32  // (per worker) int8 GEMM: a partial panel's weight rows
+	gt    []uint32  // (per worker) int8 GEMM: the panel's words past its last chunk of 16, padded
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(qmmScratch) }}

@@ -32,7 +32,9 @@ func qmmTInputs(seed uint64, m, n, k, gs, bits int) (x []float32, wq []uint32, s
 // one-row path must match: chunked prefill one token at a time) or in a
 // two-row call beside another row (AccQ8 through the GEMM, whose one-row
 // path differs by design, see qmm_gemm.go), or in a one-row call (AccQ8 of
-// two to eight rows, which take the batched one-row kernels).
+// two to four rows, which take the batched one-row kernels, and of any
+// number of rows with 4-bit weights in groups of 32, which take the GEMM in
+// the one-row order).
 func TestQuantizedMatmulTRowsIndependent(t *testing.T) {
 	for _, bits := range []int{4, 8} {
 		for _, gs := range []int{32, 64, 128} {
@@ -65,8 +67,9 @@ func TestQuantizedMatmulTRowsIndependent(t *testing.T) {
 										QuantizedMatmulT(want[r*n:(r+1)*n], xr, wq, sc, bi, 1, n, k, gs, bits, dt.round, acc)
 										continue
 									}
-									if m <= qmvBatchMax && vecKernel(k, gs, bits, true) == 'a' {
-										// the batched one-row kernels: each row's one-row bits
+									if m <= qmvBatchMax && vecKernel(k, gs, bits, true) == 'a' || gemmDot(k, gs, bits) {
+										// the batched one-row kernels, or the GEMM in the
+										// one-row order (4-bit group 32): each row's one-row bits
 										QuantizedMatmulT(want[r*n:(r+1)*n], xr, wq, sc, bi, 1, n, k, gs, bits, dt.round, acc)
 										continue
 									}

@@ -18,14 +18,19 @@ import (
 // one-row arithmetic) where the GEMM's panel lanes hold whole blocks: on a
 // MiniCPM5-1B projection (BenchmarkQMVBatch, Zen 5, 2026-12-02) it took
 // 0.6x the GEMM's time at four rows, and an eight-row form of it 1.2-1.4x
-// at six and eight rows.
+// at six and eight rows; eight rows in two passes of four over each chunk
+// of weight rows (qmvBatchMax 8) took 1.5-1.6x the GEMM's CPU time on six
+// MiniCPM5-1B layers and its head streamed from memory
+// (BenchmarkBatchStream rows8/qmvb against rows8/gemm, one thread,
+// 2026-12-02, the machine shared).
 
 // qmvBArgs are the arguments of the kernels (field offsets fixed in
 // qmvb_amd64.s): w, s, b the weights, scales and biases of the first
 // weight row; x, d, xs the rows of x interleaved per block (codes, lane
 // scales, group sums: see qmvb_amd64.s); out the results, R floats per
 // weight row; nrow weight rows; nstep, bps, rowb, gstr, hoff, sstep, nbch
-// and bmask as in qmvArgs.
+// and bmask as in qmvArgs; pf how far ahead of each weight block the
+// kernel prefetches a line (0: the block itself, in effect none).
 type qmvBArgs struct {
 	w, s, b                 unsafe.Pointer // 0, 8, 16
 	x, d, xs                unsafe.Pointer // 24, 32, 40
@@ -34,6 +39,7 @@ type qmvBArgs struct {
 	rowb, gstr, hoff, sstep uintptr        // 80, 88, 96, 104
 	nbch                    int            // 112
 	bmask                   uint64         // 120
+	pf                      uintptr        // 128
 }
 
 // qmvbQ8B4F32R4 runs a.nrow 4-bit weight rows with float32 scales against
@@ -79,11 +85,28 @@ func qmvbQ8B4F16R4(a *qmvBArgs)
 //go:noescape
 func qmvbQ8B8F16R4(a *qmvBArgs)
 
-// qmvbKernels are the kernels by bits (4, 8) and scale storage (float32,
-// bfloat16, bfloat16 two groups per block, float16).
-var qmvbKernels = [2][4]func(*qmvBArgs){
-	{qmvbQ8B4F32R4, qmvbQ8B4BF16R4, qmvbQ8B4BF16HR4, qmvbQ8B4F16R4},
-	{qmvbQ8B8F32R4, qmvbQ8B8BF16R4, qmvbQ8B8BF16HR4, qmvbQ8B8F16R4},
+// qmvbCall runs the kernel for bits (4, 8) and scale storage st (0
+// float32, 1 bfloat16, 2 bfloat16 two groups per block, 3 float16) on a,
+// by direct calls (a stays on the caller's stack).
+func qmvbCall(bits, st int, a *qmvBArgs) {
+	switch {
+	case bits == 4 && st == 0:
+		qmvbQ8B4F32R4(a)
+	case bits == 4 && st == 1:
+		qmvbQ8B4BF16R4(a)
+	case bits == 4 && st == 2:
+		qmvbQ8B4BF16HR4(a)
+	case bits == 4:
+		qmvbQ8B4F16R4(a)
+	case st == 0:
+		qmvbQ8B8F32R4(a)
+	case st == 1:
+		qmvbQ8B8BF16R4(a)
+	case st == 2:
+		qmvbQ8B8BF16HR4(a)
+	default:
+		qmvbQ8B8F16R4(a)
+	}
 }
 
 // qmvBatchMax is the most rows of x the batched kernels take in one call
@@ -108,7 +131,9 @@ var qmvbPool = sync.Pool{New: func() any { return new(qmvbState) }}
 // qmvBatch computes dst[r, j] = round(x[r]·W[j]) for 2 <= m <=
 // qmvBatchMax rows of x in the int8 precision with the kernels of
 // qmvb_amd64.s and reports true, or reports false (and does nothing) where
-// the one-row int8 kernel would not run (qmvRows's conditions).
+// the one-row int8 kernel would not run (qmvRows's conditions). More than
+// four rows run in passes of four over each worker's chunk of weight rows
+// while it is in cache (the weights are read from memory once).
 func qmvBatch(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) bool {
 	if !qmvbOn || !qmvOn || m < 2 || m > qmvBatchMax || n <= 0 || vecKernel(k, gs, bits, true) != 'a' || q8Max(bits) != 127 {
 		return false
@@ -128,51 +153,62 @@ func qmvBatch(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 		sc.Len() >= n*gpr && bi.Len() >= n*gpr, "QuantizedMatmulT", "batched one-row kernel: slices too short")
 	s := qmvbPool.Get().(*qmvbState)
 	defer qmvbPool.Put(s)
-	for r0 := 0; r0 < m; r0 += 4 {
-		rows := min(4, m-r0)
-		s.pass(dst[r0*n:], x[r0*k:], wq, sc, bi, rows, n, k, gs, bits, esize, l, round)
-	}
+	s.run(dst, x, wq, sc, bi, m, n, k, gs, bits, esize, l, round)
 	return true
 }
 
-// pass runs rows (at most R = 4) rows of x: padded with zero rows,
-// interleaved per block, then the weight rows split across workers.
-func (s *qmvbState) pass(dst, x []float32, wq []uint32, sc, bi Vec, rows, n, k, gs, bits int, esize uintptr, l qLayout, round Rounder) {
+// qmvbChunk is the weight bytes of the rows a worker runs every pass of
+// four rows of x over before it moves on (they stay in L1 and L2 between
+// passes).
+const qmvbChunk = 32 << 10
+
+// run lays out the rows of x in passes of R = 4 (the last one padded with
+// zero rows), each interleaved per block, then splits the weight rows
+// across workers, each running every pass over its chunk.
+func (s *qmvbState) run(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, esize uintptr, l qLayout, round Rounder) {
 	const R = 4
 	wpr, gpr, nblk := WordsPerRow(k, bits), k/gs, l.nblk
 	cb := 128 // code bytes of one row per weight block
 	if bits == 8 {
 		cb = 64
 	}
+	np := (m + R - 1) / R
+	xb, db, sbs := R*cb*nblk, R*16*nblk, R*l.gpad // one pass's codes, lane scales, group sums
 	s.xq, s.dxl, s.sums = grow(s.xq, k), grow(s.dxl, 16*nblk), grow(s.sums, l.gpad)
-	s.bx, s.bd, s.bs = grow(s.bx, R*cb*nblk), grow(s.bd, R*16*nblk), grow(s.bs, R*l.gpad)
-	for r := range R {
-		if r >= rows {
+	s.bx, s.bd, s.bs = grow(s.bx, np*xb), grow(s.bd, np*db), grow(s.bs, np*sbs)
+	for p := range np {
+		bx, bd, bs := s.bx[p*xb:(p+1)*xb], s.bd[p*db:(p+1)*db], s.bs[p*sbs:(p+1)*sbs]
+		for r := range R {
+			if p*R+r >= m {
+				for b := range nblk {
+					clear(bx[(b*R+r)*cb : (b*R+r+1)*cb])
+					clear(bd[(b*R+r)*16 : (b*R+r+1)*16])
+				}
+				for c := range l.gpad / 16 {
+					clear(bs[(c*R+r)*16 : (c*R+r+1)*16])
+				}
+				continue
+			}
+			xr := x[(p*R+r)*k : (p*R+r+1)*k]
+			qmvSums(&s.sums[0], &xr[0], gpr, gs)
+			if bits == 4 {
+				qmvQuantQ8B4(&s.xq[0], &s.dxl[0], &xr[0], k/32)
+			} else {
+				qmvQuantQ8B8(&s.xq[0], &s.dxl[0], &xr[0], k/32)
+			}
 			for b := range nblk {
-				clear(s.bx[(b*R+r)*cb : (b*R+r+1)*cb])
-				clear(s.bd[(b*R+r)*16 : (b*R+r+1)*16])
+				copy(bx[(b*R+r)*cb:(b*R+r+1)*cb], s.xq[b*cb:(b+1)*cb])
+				copy(bd[(b*R+r)*16:(b*R+r+1)*16], s.dxl[b*16:(b+1)*16])
 			}
 			for c := range l.gpad / 16 {
-				clear(s.bs[(c*R+r)*16 : (c*R+r+1)*16])
+				copy(bs[(c*R+r)*16:(c*R+r+1)*16], s.sums[c*16:(c+1)*16])
 			}
-			continue
-		}
-		xr := x[r*k : (r+1)*k]
-		qmvSums(&s.sums[0], &xr[0], gpr, gs)
-		if bits == 4 {
-			qmvQuantQ8B4(&s.xq[0], &s.dxl[0], &xr[0], k/32)
-		} else {
-			qmvQuantQ8B8(&s.xq[0], &s.dxl[0], &xr[0], k/32)
-		}
-		for b := range nblk {
-			copy(s.bx[(b*R+r)*cb:(b*R+r+1)*cb], s.xq[b*cb:(b+1)*cb])
-			copy(s.bd[(b*R+r)*16:(b*R+r+1)*16], s.dxl[b*16:(b+1)*16])
-		}
-		for c := range l.gpad / 16 {
-			copy(s.bs[(c*R+r)*16:(c*R+r+1)*16], s.sums[c*16:(c+1)*16])
 		}
 	}
-	a := qmvBArgs{x: ptr(s.bx), d: ptr(s.bd), xs: ptr(s.bs), rowb: uintptr(4 * wpr)}
+	a := qmvBArgs{rowb: uintptr(4 * wpr)}
+	if qmvQ8PF { // the one-row kernels' prefetch (AMD), as far ahead
+		a.pf = uintptr(16*wpr + qmvPrefetch)
+	}
 	if l.half {
 		a.nstep, a.bps, a.hoff, a.sstep = nblk, 1, esize, 2*esize
 	} else {
@@ -199,23 +235,30 @@ func (s *qmvbState) pass(dst, x []float32, wq []uint32, sc, bi Vec, rows, n, k, 
 	case esize == 2:
 		st = 1
 	}
-	kern := qmvbKernels[bits/8][st]
-	s.out = grow(s.out, R*n)
+	s.out = grow(s.out, np*R*n)
 	out := s.out
+	chunk := max(1, qmvbChunk/(4*wpr)) // weight rows per chunk
 	parallelFor(n, 16, func(lo, hi int) {
-		a := a
-		a.w = unsafe.Add(ptr(wq), uintptr(lo)*a.rowb)
-		a.s = unsafe.Add(s0, uintptr(lo)*a.gstr)
-		a.b = unsafe.Add(b0, uintptr(lo)*a.gstr)
-		a.out = ptr(out[lo*R:])
-		a.nrow = hi - lo
-		kern(&a)
-		for r := range rows {
-			d := dst[r*n+lo : r*n+hi]
-			for j := range d {
-				d[j] = out[(lo+j)*R+r]
+		for c0 := lo; c0 < hi; c0 += chunk {
+			c1 := min(c0+chunk, hi)
+			for p := range np {
+				a := a
+				a.x, a.d, a.xs = ptr(s.bx[p*xb:]), ptr(s.bd[p*db:]), ptr(s.bs[p*sbs:])
+				a.w = unsafe.Add(ptr(wq), uintptr(c0)*a.rowb)
+				a.s = unsafe.Add(s0, uintptr(c0)*a.gstr)
+				a.b = unsafe.Add(b0, uintptr(c0)*a.gstr)
+				o := out[p*R*n:]
+				a.out = ptr(o[c0*R:])
+				a.nrow = c1 - c0
+				qmvbCall(bits, st, &a)
+				for r := range min(R, m-p*R) {
+					d := dst[(p*R+r)*n+c0 : (p*R+r)*n+c1]
+					for j := range d {
+						d[j] = o[(c0+j)*R+r]
+					}
+					roundSlice(d, round, roundKind(round))
+				}
 			}
-			roundSlice(d, round, roundKind(round))
 		}
 	})
 }

@@ -21,7 +21,9 @@
 // pass, as in qmv_amd64.s); R14 the biases of the row; R10 the bias chunk
 // pointer; R11 the scale bytes of a row; R12 out; R13 rows left; BX x
 // codes, then group sums; DX lane scales of x; AX scale steps left; CX
-// blocks (then bias chunks) left. Z0-Z3 the totals of the rows of x, Z8
+// blocks (then bias chunks) left; R15 the prefetch distance (a.pf: one
+// line that far ahead of each weight block, as the one-row kernels' P
+// forms prefetch). Z0-Z3 the totals of the rows of x, Z8
 // the scale vector, Z9 the weight block, Z10/Z11 its unpacked codes,
 // Z12/Z13 scratch, Z15 = 0x0f bytes, Z16-Z19 the bias sums, Y24 scratch of
 // SCALE, Z25 = 0xffff0000, Z26-Z27 scratch of the float16 SCALE and BIAS,
@@ -115,6 +117,7 @@
 	VPBROADCASTD AX, Z25 \
 	MOVL $0x0f0f0f0f, AX \
 	VPBROADCASTD AX, Z15 \
+	MOVQ 128(DI), R15 \
 	MOVQ 56(DI), R13 \
 	TESTQ R13, R13 \
 	JEQ done \
@@ -129,6 +132,7 @@ step: \
 	SCALE((R8), (R9), Z8) \
 	MOVQ 72(DI), CX \
 blk: \
+	PREFETCHT0 (SI)(R15*1) \
 	UNPACK \
 	ROWS \
 	ADDQ $64, SI \
