@@ -270,7 +270,11 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	per := avxTileRows / 8
 	if useGemm {
 		set := avxGR
-		if !q8 {
+		z := !q8 && zf32Take(bits) // the AVX-512 float32 kernels (qmm_zf32_amd64.go)
+		switch {
+		case z:
+			set = zR
+		case !q8:
 			set = f32Set
 		}
 		avxInterleave(s, m, k, gpr, set, q8)
@@ -290,6 +294,9 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 			gj.f32 = true
 		}
 		per = max(1, min(per, avxGemmPanelBytes/(k/32*blk)))
+		if z {
+			gj.z, gj.bits, per = true, bits, max(2, per&^1) // whole pairs of tiles
+		}
 	}
 	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
 		ws := avxPool.Get().(*avxState)
@@ -298,11 +305,11 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 			t1 := min(t0+per, hi)
 			j0, j1 := 8*t0, 8*t1
 			nv := (j1 - j0) * gpad
-			ws.row = grow(ws.row, 2*nv)
+			ws.row = grow(ws.row, 2*nv+8*gpad) // avxGemmZ reads 8·gpad past the biases
 			avxStage(ws.row[:nv], sc, j0, t1-t0, gpr, gpad)
 			avxStage(ws.row[nv:2*nv], bi, j0, t1-t0, gpr, gpad)
 			if gj != nil {
-				avxGemm(gj, ws, t0, t1, ws.row[:2*nv], nv)
+				avxGemm(gj, ws, t0, t1, ws.row[:2*nv+8*gpad], nv)
 				continue
 			}
 			// The arguments live in the pooled state: a local handed to
