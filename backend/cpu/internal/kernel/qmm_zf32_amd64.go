@@ -166,3 +166,43 @@ func avxGemmZ(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32) {
 		roundSlice(g.dst[r*n+8*t0:r*n+8*t1], g.round, g.rk)
 	}
 }
+
+// avxStageZBF16 writes, for nt tiles of eight bfloat16 rows from src (rows
+// rstr bytes apart, tiles eight rows apart; each tile's output dstr bytes
+// after the previous one's), n32 blocks of 32 groups of the tile's rows as
+// avxStage lays them out (group g's eight values, widened exactly, at
+// dst + 32·g bytes in avxLanes order): per block one 64-byte load per row,
+// the even and odd groups widened, a 16x16 transpose of dwords. It reads
+// nothing past a row's n32·32 groups.
+//
+//go:noescape
+func avxStageZBF16(dst *float32, src unsafe.Pointer, rstr uintptr, n32, nt int, dstr uintptr)
+
+// avxStageZF16 is avxStageZBF16 for float16 rows (VCVTPH2PS, exact).
+//
+//go:noescape
+func avxStageZF16(dst *float32, src unsafe.Pointer, rstr uintptr, n32, nt int, dstr uintptr)
+
+// zStageOn switches avxStageZ on (tests compare with it off).
+var zStageOn = true
+
+// avxStageZ stages the first 32·(gpr/32) groups of the tiles' rows (v's
+// bfloat16 or float16 values from weight row row0, gpr groups a row; the
+// tiles' outputs 8·gpad floats apart) with the AVX-512 transposes, about
+// half the instructions per value of avxStageBlocks', reporting how many
+// groups it staged: 0 without AVX-512, for float32 values or fewer than 32
+// groups a row. avxStage stages the rest.
+func avxStageZ(dst []float32, v Vec, row0, tiles, gpr, gpad int) int {
+	if !zStageOn || !asmF32 || v.F32 != nil || gpr < 32 || tiles == 0 {
+		return 0
+	}
+	n32 := gpr / 32
+	base := row0 * gpr
+	check(len(dst) >= tiles*8*gpad && v.Len() >= base+8*tiles*gpr, "QuantizedMatmulT", "avxStageZ: slices too short")
+	if v.F16 {
+		avxStageZF16(&dst[0], unsafe.Pointer(&v.U16[base]), uintptr(2*gpr), n32, tiles, uintptr(4*8*gpad))
+	} else {
+		avxStageZBF16(&dst[0], unsafe.Pointer(&v.U16[base]), uintptr(2*gpr), n32, tiles, uintptr(4*8*gpad))
+	}
+	return 32 * n32
+}

@@ -84,6 +84,8 @@ func header() {
 		p("DATA zfPerm<>+%d(SB)/4, $%d", 4*l, v)
 	}
 	p("GLOBL zfPerm<>(SB), RODATA|NOPTR, $64")
+	p("DATA zfHi16<>+0(SB)/4, $0xffff0000")
+	p("GLOBL zfHi16<>(SB), RODATA|NOPTR, $4")
 	p("")
 }
 
@@ -282,12 +284,108 @@ func kernel(bits, rows int) {
 	p("")
 }
 
+// stage writes avxStageZBF16 (f16 false) or avxStageZF16: for nt tiles of
+// eight rows of 16-bit scales (or biases) from src (rows rstr bytes apart,
+// tiles eight rows apart; tile t's output dstr bytes after tile t-1's),
+// n32 blocks of 32 groups as avxStage lays them out (group g of the tile's
+// rows, widened exactly to float32, at 32g bytes in avxLanes order). A
+// block is one 64-byte load per row: its even groups (the low halves of
+// its dwords) and odd groups (the high halves) widened to float32 (bf16 by
+// a shift or a mask, float16 by VPMOVDW and VCVTPH2PS), then the sixteen
+// vectors (rows in avxLanes order, even then odd) transposed as a 16x16
+// matrix of dwords: column j holds groups 2j and 2j+1 of the eight rows,
+// the layout's 64 bytes at 64j.
+func stage(f16 bool) {
+	name := "avxStageZBF16"
+	if f16 {
+		name = "avxStageZF16"
+	}
+	rowAt := func(r int) string {
+		return []string{"(SI)", "(SI)(R9*1)", "(SI)(R9*2)", "(SI)(R10*1)", "(SI)(R9*4)", "(SI)(R11*1)", "(SI)(R10*2)", "(SI)(R12*1)"}[r]
+	}
+	p("// func %s(dst *float32, src unsafe.Pointer, rstr uintptr, n32, nt int, dstr uintptr)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	p("\tMOVQ dst+0(FP), DI")
+	p("\tMOVQ src+8(FP), R8")
+	p("\tMOVQ rstr+16(FP), R9")
+	p("\tMOVQ nt+32(FP), BX")
+	p("\tMOVQ dstr+40(FP), R13")
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	p("%s_tile:", name)
+	p("\tTESTQ BX, BX")
+	p("\tJZ %s_done", name)
+	p("\tMOVQ R8, SI")
+	p("\tMOVQ DI, R14")
+	p("\tMOVQ n32+24(FP), CX")
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_next", name)
+	p("%s_blk:", name)
+	for i, r := range []int{0, 2, 4, 6, 1, 3, 5, 7} {
+		raw, even := fmt.Sprintf("Z%d", 8+i), fmt.Sprintf("Z%d", i)
+		p("\tVMOVDQU32 %s, %s", rowAt(r), raw)
+		if f16 {
+			p("\tVPMOVDW %s, Y%d", raw, i)
+			p("\tVCVTPH2PS Y%d, %s", i, even)
+			p("\tVPSRLD $16, %s, %s", raw, raw)
+			p("\tVPMOVDW %s, Y%d", raw, 8+i)
+			p("\tVCVTPH2PS Y%d, %s", 8+i, raw)
+		} else {
+			p("\tVPSLLD $16, %s, %s", raw, even)
+			p("\tVPANDD.BCST zfHi16<>(SB), %s, %s", raw, raw)
+		}
+	}
+	// The 16x16 transpose: pairs of rows, then quads within 128-bit lanes,
+	// then the lanes.
+	for q := range 8 {
+		p("\tVUNPCKLPS Z%d, Z%d, Z%d", 2*q+1, 2*q, 16+2*q)
+		p("\tVUNPCKHPS Z%d, Z%d, Z%d", 2*q+1, 2*q, 17+2*q)
+	}
+	for q := range 4 {
+		t := 16 + 4*q
+		p("\tVSHUFPS $0x44, Z%d, Z%d, Z%d", t+2, t, 4*q)
+		p("\tVSHUFPS $0xEE, Z%d, Z%d, Z%d", t+2, t, 4*q+1)
+		p("\tVSHUFPS $0x44, Z%d, Z%d, Z%d", t+3, t+1, 4*q+2)
+		p("\tVSHUFPS $0xEE, Z%d, Z%d, Z%d", t+3, t+1, 4*q+3)
+	}
+	for k := range 4 {
+		p("\tVSHUFF32X4 $0x44, Z%d, Z%d, Z16", 4+k, k)
+		p("\tVSHUFF32X4 $0xEE, Z%d, Z%d, Z17", 4+k, k)
+		p("\tVSHUFF32X4 $0x44, Z%d, Z%d, Z18", 12+k, 8+k)
+		p("\tVSHUFF32X4 $0xEE, Z%d, Z%d, Z19", 12+k, 8+k)
+		p("\tVSHUFF32X4 $0x88, Z18, Z16, Z20")
+		p("\tVSHUFF32X4 $0xDD, Z18, Z16, Z21")
+		p("\tVSHUFF32X4 $0x88, Z19, Z17, Z22")
+		p("\tVSHUFF32X4 $0xDD, Z19, Z17, Z23")
+		p("\tVMOVUPS Z20, %d(R14)", 64*k)
+		p("\tVMOVUPS Z21, %d(R14)", 64*(4+k))
+		p("\tVMOVUPS Z22, %d(R14)", 64*(8+k))
+		p("\tVMOVUPS Z23, %d(R14)", 64*(12+k))
+	}
+	p("\tADDQ $64, SI")
+	p("\tADDQ $1024, R14")
+	p("\tDECQ CX")
+	p("\tJNZ %s_blk", name)
+	p("%s_next:", name)
+	p("\tLEAQ (R8)(R9*8), R8")
+	p("\tADDQ R13, DI")
+	p("\tDECQ BX")
+	p("\tJMP %s_tile", name)
+	p("%s_done:", name)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "output file (default standard output)")
 	flag.Parse()
 	header()
 	panel(4)
 	panel(8)
+	stage(false)
+	stage(true)
 	for _, bits := range []int{4, 8} {
 		for rows := 1; rows <= zR; rows++ {
 			kernel(bits, rows)

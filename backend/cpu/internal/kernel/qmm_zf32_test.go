@@ -4,6 +4,7 @@ package kernel
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -32,7 +33,8 @@ func needZF32(t testing.TB) {
 // weight rows of odd and even tile counts (an odd last pair), rows of x
 // with every remainder of four, float32, bfloat16 and float16 scales, one
 // and several chunks of groups, x and the output inside NaN guards,
-// rounded and unrounded, 1 and 3 threads.
+// rounded and unrounded, 1 and 3 threads; and one row of x in both
+// precisions against the portable loops.
 func TestZF32GemmEqualsRows(t *testing.T) {
 	needZF32(t)
 	defer func(v int) { avxGemmMinRows = v }(avxGemmMinRows)
@@ -87,6 +89,16 @@ func testZF32(t *testing.T, bits, gs int, dt string, m, n, k int, name string) {
 		avxOn = true
 		QuantizedMatmulTVec(got, x, wq, scv, biv, m, n, k, gs, bits, round, AccF32)
 		expectSame(t, got, want, name+": QuantizedMatmulTVec against the portable loops")
+		// One row of x in both precisions (the one-row kernels read the
+		// scales as avxStageZ stages them).
+		for _, acc := range []Acc{AccF32, AccQ8} {
+			want, got := make([]float32, n), make([]float32, n)
+			avxOn = false
+			QuantizedMatmulTVec(want, x[:k], wq, scv, biv, 1, n, k, gs, bits, round, acc)
+			avxOn = true
+			QuantizedMatmulTVec(got, x[:k], wq, scv, biv, 1, n, k, gs, bits, round, acc)
+			expectSame(t, got, want, fmt.Sprintf("%s: one row, acc %d, against the portable loops", name, acc))
+		}
 	}
 }
 
@@ -135,6 +147,49 @@ func BenchmarkZF32Prefill(b *testing.B) {
 					}
 				})
 			})
+		}
+	}
+}
+
+// TestAVXStageZ holds avxStage with the AVX-512 transposes (avxStageZ) to
+// avxStage without them, bit for bit (every 16-bit pattern, NaNs included,
+// widened the same way), for bfloat16 and float16 values: rows of 18 (no
+// AVX-512 part), 32, 64, 72, 100 and 152 groups (a remainder of whole
+// blocks of eight, a padded one, none), one and three tiles from weight row
+// 0 and 8, the values ending with the last tile (its tail read inside v),
+// the output inside NaN guards.
+func TestAVXStageZ(t *testing.T) {
+	needZF32(t)
+	for _, f16 := range []bool{false, true} {
+		if f16 && !avxF16 {
+			continue
+		}
+		for _, gpr := range []int{18, 32, 64, 72, 100, 152} {
+			for _, tiles := range []int{1, 3} {
+				for _, row0 := range []int{0, 8} {
+					name := fmt.Sprintf("f16=%v/gpr%d/tiles%d/row%d", f16, gpr, tiles, row0)
+					gpad := (gpr + 7) &^ 7
+					r := newRand(uint64(gpr*7 + tiles + row0))
+					u := make([]uint16, (row0+8*tiles)*gpr)
+					for i := range u {
+						u[i] = uint16(r.Uint32())
+					}
+					v := Vec{U16: u, F16: f16}
+					want, wantAll := guarded(8 * tiles * gpad)
+					zStageOn = false
+					avxStage(want, v, row0, tiles, gpr, gpad)
+					zStageOn = true
+					got, gotAll := guarded(8 * tiles * gpad)
+					avxStage(got, v, row0, tiles, gpr, gpad)
+					checkGuards(t, gotAll, name)
+					checkGuards(t, wantAll, name)
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s: staged value %d is %#x, want %#x", name, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+						}
+					}
+				}
+			}
 		}
 	}
 }

@@ -441,20 +441,30 @@ func avxStage(dst []float32, v Vec, row0, tiles, gpr, gpad int) {
 		size = 4
 	}
 	rstr := uintptr(size * gpr)
+	// With AVX-512 the first multiple of 32 groups (qmm_zf32_amd64.go).
+	g0 := avxStageZ(dst, v, row0, tiles, gpr, gpad)
+	if g0 == gpad {
+		return
+	}
 	// The tiles whose last row's blocks stay inside v, in one call.
 	whole := 0
 	if last := v.Len() - 7*gpr - gpad - row0*gpr; last >= 0 {
 		whole = min(tiles, last/(8*gpr)+1)
 	}
-	if whole > 0 {
+	switch {
+	case whole > 0 && g0 == 0:
 		avxStageBlocks(&dst[0], v, row0*gpr, rstr, gpad/8, whole)
+	case whole > 0:
+		for t := range whole {
+			avxStageBlocks(&dst[t*8*gpad+8*g0], v, (row0+8*t)*gpr+g0, rstr, (gpad-g0)/8, 1)
+		}
 	}
 	for t := whole; t < tiles; t++ {
 		base := (row0 + 8*t) * gpr
 		out := dst[t*8*gpad:][:8*gpad]
 		g8, rem := gpr&^7, gpr&7
-		if g8 > 0 {
-			avxStageBlocks(&out[0], v, base, rstr, g8/8, 1)
+		if g8 > g0 {
+			avxStageBlocks(&out[8*g0], v, base+g0, rstr, (g8-g0)/8, 1)
 		}
 		var tail [8 * 8]uint32 // eight rows of eight values: the last groups, padded
 		for r := range 8 {
