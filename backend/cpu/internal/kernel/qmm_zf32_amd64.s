@@ -361,6 +361,16 @@ TEXT ·avxStageZBF16(SB), NOSPLIT, $0-48
 avxStageZBF16_tile:
 	TESTQ BX, BX
 	JZ avxStageZBF16_done
+	MOVQ R9, DX
+	SHLQ $6, DX
+	ADDQ R8, DX
+	MOVQ R9, CX
+	SHLQ $3, CX
+avxStageZBF16_pf:
+	PREFETCHT0 (DX)
+	ADDQ $64, DX
+	SUBQ $64, CX
+	JGT avxStageZBF16_pf
 	MOVQ R8, SI
 	MOVQ DI, R14
 	MOVQ n32+24(FP), CX
@@ -497,6 +507,16 @@ TEXT ·avxStageZF16(SB), NOSPLIT, $0-48
 avxStageZF16_tile:
 	TESTQ BX, BX
 	JZ avxStageZF16_done
+	MOVQ R9, DX
+	SHLQ $6, DX
+	ADDQ R8, DX
+	MOVQ R9, CX
+	SHLQ $3, CX
+avxStageZF16_pf:
+	PREFETCHT0 (DX)
+	ADDQ $64, DX
+	SUBQ $64, CX
+	JGT avxStageZF16_pf
 	MOVQ R8, SI
 	MOVQ DI, R14
 	MOVQ n32+24(FP), CX

@@ -294,7 +294,8 @@ func kernel(bits, rows int) {
 // a shift or a mask, float16 by VPMOVDW and VCVTPH2PS), then the sixteen
 // vectors (rows in avxLanes order, even then odd) transposed as a 16x16
 // matrix of dwords: column j holds groups 2j and 2j+1 of the eight rows,
-// the layout's 64 bytes at 64j.
+// the layout's 64 bytes at 64j. Each tile first prefetches the rows 64
+// further on.
 func stage(f16 bool) {
 	name := "avxStageZBF16"
 	if f16 {
@@ -316,6 +317,18 @@ func stage(f16 bool) {
 	p("%s_tile:", name)
 	p("\tTESTQ BX, BX")
 	p("\tJZ %s_done", name)
+	// Prefetch the rows 64 ahead (the next chunk of tiles avxRun stages,
+	// as avxStageBF16 does): 8·rstr bytes from 64·rstr on.
+	p("\tMOVQ R9, DX")
+	p("\tSHLQ $6, DX")
+	p("\tADDQ R8, DX")
+	p("\tMOVQ R9, CX")
+	p("\tSHLQ $3, CX")
+	p("%s_pf:", name)
+	p("\tPREFETCHT0 (DX)")
+	p("\tADDQ $64, DX")
+	p("\tSUBQ $64, CX")
+	p("\tJGT %s_pf", name)
 	p("\tMOVQ R8, SI")
 	p("\tMOVQ DI, R14")
 	p("\tMOVQ n32+24(FP), CX")

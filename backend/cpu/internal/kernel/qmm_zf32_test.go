@@ -193,3 +193,41 @@ func TestAVXStageZ(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkZStageQMV measures one row of x (a decode step's matmul) with
+// avxStageZ off and on, on Llama-3.2-1B's 4-bit group-32 shapes with
+// bfloat16 scales, both precisions, one thread. GB/s-cpu is weight,
+// scale and bias bytes read per second of the thread's own CPU time.
+func BenchmarkZStageQMV(b *testing.B) {
+	needZF32(b)
+	for _, sz := range []struct {
+		name string
+		n, k int
+	}{{"llama1b_up", 8192, 2048}, {"llama1b_down", 2048, 8192}} {
+		_, wq, sc, bi, sb, bb := qmvInputs(1, sz.n, sz.k, 32, 4)
+		scv, biv := avxVecs("bf16", sc, bi, sb, bb)
+		x := randVec(newRand(2), sz.k, 1, tensor.RoundBF16)
+		y := make([]float32, sz.n)
+		bytes := float64(sz.n*sz.k/2 + 2*2*sz.n*sz.k/32)
+		for _, acc := range []Acc{AccF32, AccQ8} {
+			for _, impl := range []string{"ymm", "zmm"} {
+				b.Run(fmt.Sprintf("%s/acc%d/stage-%s", sz.name, acc, impl), func(b *testing.B) {
+					zStageOn = impl == "zmm"
+					defer func() { zStageOn = true }()
+					withThreads(1, func() {
+						runtime.LockOSThread()
+						defer runtime.UnlockOSThread()
+						QuantizedMatmulTVec(y, x, wq, scv, biv, 1, sz.n, sz.k, 32, 4, tensor.RoundBF16, acc)
+						t0 := threadCPU()
+						for b.Loop() {
+							QuantizedMatmulTVec(y, x, wq, scv, biv, 1, sz.n, sz.k, 32, 4, tensor.RoundBF16, acc)
+						}
+						if sec := (threadCPU() - t0).Seconds(); sec > 0 {
+							b.ReportMetric(bytes*float64(b.N)/sec/1e9, "GB/s-cpu")
+						}
+					})
+				})
+			}
+		}
+	}
+}
