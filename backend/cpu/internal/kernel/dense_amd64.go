@@ -237,10 +237,11 @@ func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 				densePack(panel[:], w, j0, cols, l0, kc, k)
 				a.p = unsafe.Pointer(&panel[0])
 				a.n = kc
-				for i := 0; i < rows; i += 4 {
+				step := denseRefStep() // eight rows of x with AVX-512 (dense_z_amd64.go)
+				for i := 0; i < rows; i += step {
 					a.a = unsafe.Pointer(&x[(r0+i)*k+l0])
 					a.out = unsafe.Pointer(&acc[16*i])
-					denseRefRows(&a, min(4, rows-i))
+					denseRefRowsZ(&a, min(step, rows-i))
 				}
 			}
 			for i := range rows {
