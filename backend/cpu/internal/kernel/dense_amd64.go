@@ -25,11 +25,13 @@ type denseArgs struct {
 	out  unsafe.Pointer // 40
 	ostr uintptr        // 48
 	n    int            // 56
-	pf   uintptr        // 64: denseFast*: the prefetch distance in bytes
+	pf   uintptr        // 64: denseFast*, denseRefV*: the prefetch distance in bytes
 }
 
 // densePF is set on AMD CPUs, where the fast kernels prefetch the next
-// group of four weight rows as they read one (denseFastAVX): on Zen 5 the
+// group of four weight rows as they read one (denseFastAVX), and the
+// one- and two-row reference kernels the next tile of sixteen
+// (denseRefFew): on Zen 5 the
 // hardware prefetcher alone left SmolLM2-360M's float16 decode at about
 // 14 GB of weights per CPU second (the int8 kernels' story, qmvQ8PF).
 var densePF = cpuAMD()
@@ -272,6 +274,9 @@ func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
 	a.out = unsafe.Pointer(&dst[j0])
 	a.ostr = uintptr(4 * n)
 	a.n = k / 8
+	if densePF {
+		a.pf = 16 * a.wstr // the next tile
+	}
 	switch {
 	case w.F32 != nil && m == 2:
 		denseRefV2F32(&a)

@@ -351,6 +351,8 @@ func refV(rows, dt int) {
 	p("\tLEAQ (R9)(R9*4), R11")
 	p("\tLEAQ (R10)(R9*4), R12")
 	p("\tLEAQ (R8)(R9*8), R13")
+	p("\tMOVQ %d(AX), R14", offPf)
+	p("\tADDQ R8, R14") // the prefetch pointer: a.pf bytes ahead
 	var accA, accB []int
 	for i := range rows {
 		accA = append(accA, 15-2*i)
@@ -370,6 +372,13 @@ func refV(rows, dt int) {
 		}
 		return f
 	}
+	// Sixteen rows of eight values, 128·size bytes, are read per step: the
+	// same bytes a.pf further on are prefetched (the next tile of sixteen
+	// rows when a.pf is sixteen row strides).
+	for o := 0; o < 128*dts[dt].size; o += 64 {
+		p("\tPREFETCHT0 %d(R14)", o)
+	}
+	p("\tADDQ $%d, R14", 128*dts[dt].size)
 	refVBlock(dt, "R8", accA, temps())
 	refVBlock(dt, "R13", accB, temps())
 	p("\tADDQ $%d, R8", 8*dts[dt].size)
