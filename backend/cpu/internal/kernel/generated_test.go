@@ -18,8 +18,10 @@ func TestGenerated(t *testing.T) {
 		{"sdpa_avx2_gen.go", "sdpa_avx2_amd64.s"},
 		{"qmv_avx2_gen.go", "qmv_avx2_amd64.s"},
 		{"qmm_avx2_gen.go", "qmm_avx2_amd64.s"},
+		{"qmm_zf32_gen.go", "qmm_zf32_amd64.s"},
 		{"vec_avx2_gen.go", "vec_avx2_amd64.s"},
 		{"dense_gen.go", "dense_amd64.s"},
+		{"dense_z_gen.go", "dense_z_amd64.s"},
 	} {
 		t.Run(c.gen, func(t *testing.T) {
 			fresh, err := exec.Command("go", "run", c.gen).Output()

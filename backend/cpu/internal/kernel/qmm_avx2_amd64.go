@@ -364,6 +364,10 @@ func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
 // and group sums interleaved by avxInterleave). The float32 kernels go through the groups in chunks of
 // about avxGemmChunk codes, whose x stays in L1 across the tiles.
 func avxGemm(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32, nv int) {
+	if g.z {
+		avxGemmZ(g, ws, t0, t1, row)
+		return
+	}
 	kern, build, blk := g.kern, g.build, g.blk
 	nb, n, m, gpr := g.k/32, g.n, g.m, g.gpr
 	pstr := nb * blk
@@ -439,6 +443,8 @@ type avxGemmJob struct {
 	gs                           int
 	set                          int  // rows of x per call (and of the interleaved group sums)
 	f32                          bool // the float32 kernels (chunks of groups)
+	z                            bool // the float32 kernels' AVX-512 form (avxGemmZ)
+	bits                         int  // (avxGemmZ) the weights' width
 	round                        Rounder
 	rk                           byte
 }

@@ -270,7 +270,11 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	per := avxTileRows / 8
 	if useGemm {
 		set := avxGR
-		if !q8 {
+		z := !q8 && zf32Take(bits) // the AVX-512 float32 kernels (qmm_zf32_amd64.go)
+		switch {
+		case z:
+			set = zR
+		case !q8:
 			set = f32Set
 		}
 		avxInterleave(s, m, k, gpr, set, q8)
@@ -290,6 +294,9 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 			gj.f32 = true
 		}
 		per = max(1, min(per, avxGemmPanelBytes/(k/32*blk)))
+		if z {
+			gj.z, gj.bits, per = true, bits, max(2, per&^1) // whole pairs of tiles
+		}
 	}
 	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
 		ws := avxPool.Get().(*avxState)
@@ -298,11 +305,11 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 			t1 := min(t0+per, hi)
 			j0, j1 := 8*t0, 8*t1
 			nv := (j1 - j0) * gpad
-			ws.row = grow(ws.row, 2*nv)
+			ws.row = grow(ws.row, 2*nv+8*gpad) // avxGemmZ reads 8·gpad past the biases
 			avxStage(ws.row[:nv], sc, j0, t1-t0, gpr, gpad)
 			avxStage(ws.row[nv:2*nv], bi, j0, t1-t0, gpr, gpad)
 			if gj != nil {
-				avxGemm(gj, ws, t0, t1, ws.row[:2*nv], nv)
+				avxGemm(gj, ws, t0, t1, ws.row[:2*nv+8*gpad], nv)
 				continue
 			}
 			// The arguments live in the pooled state: a local handed to
@@ -434,20 +441,30 @@ func avxStage(dst []float32, v Vec, row0, tiles, gpr, gpad int) {
 		size = 4
 	}
 	rstr := uintptr(size * gpr)
+	// With AVX-512 the first multiple of 32 groups (qmm_zf32_amd64.go).
+	g0 := avxStageZ(dst, v, row0, tiles, gpr, gpad)
+	if g0 == gpad {
+		return
+	}
 	// The tiles whose last row's blocks stay inside v, in one call.
 	whole := 0
 	if last := v.Len() - 7*gpr - gpad - row0*gpr; last >= 0 {
 		whole = min(tiles, last/(8*gpr)+1)
 	}
-	if whole > 0 {
+	switch {
+	case whole > 0 && g0 == 0:
 		avxStageBlocks(&dst[0], v, row0*gpr, rstr, gpad/8, whole)
+	case whole > 0:
+		for t := range whole {
+			avxStageBlocks(&dst[t*8*gpad+8*g0], v, (row0+8*t)*gpr+g0, rstr, (gpad-g0)/8, 1)
+		}
 	}
 	for t := whole; t < tiles; t++ {
 		base := (row0 + 8*t) * gpr
 		out := dst[t*8*gpad:][:8*gpad]
 		g8, rem := gpr&^7, gpr&7
-		if g8 > 0 {
-			avxStageBlocks(&out[0], v, base, rstr, g8/8, 1)
+		if g8 > g0 {
+			avxStageBlocks(&out[8*g0], v, base+g0, rstr, (g8-g0)/8, 1)
 		}
 		var tail [8 * 8]uint32 // eight rows of eight values: the last groups, padded
 		for r := range 8 {
