@@ -455,11 +455,13 @@ func (a *sdpaGrad) tile(q5, g5, k5, v5 backend.Array, mask func(s backend.Array)
 	b := a.b
 	s := mask(b.mul(b.Matmul(q5, b.swapLast(k5)), a.sc))
 	p := b.Softmax(s, -1, true)
-	dv = b.Sum(b.Matmul(b.swapLast(p), g5), 2, false)
+	// Pᵀ·dO and dSᵀ·Q as (dOᵀ·P)ᵀ and (Qᵀ·dS)ᵀ: the same in-order sums
+	// (Matmul's), transposing the small results instead of P and dS.
+	dv = b.swapLast(b.Sum(b.Matmul(b.swapLast(g5), p), 2, false))
 	dp := b.Matmul(g5, b.swapLast(v5))
 	ds := b.mul(p, b.sub(dp, b.Sum(b.mul(dp, p), -1, true)))
 	dq = b.mul(b.Matmul(ds, k5), a.sc)
-	dk = b.mul(b.Sum(b.Matmul(b.swapLast(ds), q5), 2, false), a.sc)
+	dk = b.mul(b.swapLast(b.Sum(b.Matmul(b.swapLast(q5), ds), 2, false)), a.sc)
 	return dq, dk, dv
 }
 
