@@ -403,9 +403,9 @@ func sdpaVJP(scale float32, mask backend.Mask) vjpFn {
 				}
 			}
 			if L <= S {
-				return a.tiled(causal)
+				return a.tiled(causal, nil)
 			}
-			return a.dense(func(s backend.Array) backend.Array { return a.where(s, 0, L, S, causal) })
+			return a.dense(func(s backend.Array) backend.Array { return a.where(s, 0, L, S, 0, 0, causal) })
 		case backend.PrefixMask:
 			return a.tiled(func(i int, row []byte) {
 				for j := range min(len(row), m.Prefix, i+1) {
@@ -414,6 +414,13 @@ func sdpaVJP(scale float32, mask backend.Mask) vjpFn {
 				for j := max(m.Prefix, m.BlockStart(i)); j <= i && j < len(row); j++ {
 					row[j] = 1
 				}
+			}, func(i0, i1 int) (lo, hi int) {
+				// A tile inside one block after the first does not read
+				// the earlier blocks' keys.
+				if bs := m.BlockStart(i0); i0 >= m.Prefix && m.BlockStart(i1-1) == bs {
+					return m.Prefix, bs
+				}
+				return 0, 0
 			})
 		case backend.ArrayMask:
 			return a.dense(func(s backend.Array) backend.Array {
@@ -465,20 +472,28 @@ func (a *sdpaGrad) tile(q5, g5, k5, v5 backend.Array, mask func(s backend.Array)
 	return dq, dk, dv
 }
 
-// where masks the scores s of queries [i0, i0+l) over keys [0, n): vis
-// sets to 1 the keys query i sees in its row (the others score −Inf).
-func (a *sdpaGrad) where(s backend.Array, i0, l, n int, vis func(i int, row []byte)) backend.Array {
-	m := make([]byte, l*n)
+// where masks the scores s of queries [i0, i0+l) over keys [0, n) less
+// [lo, hi): vis sets to 1 the keys query i sees in its row of all n keys
+// (the others score −Inf).
+func (a *sdpaGrad) where(s backend.Array, i0, l, n, lo, hi int, vis func(i int, row []byte)) backend.Array {
+	nk := n - (hi - lo)
+	m := make([]byte, l*nk)
+	row := make([]byte, n)
 	for i := range l {
-		vis(i0+i, m[i*n:(i+1)*n])
+		clear(row)
+		vis(i0+i, row)
+		copy(m[i*nk:], row[:lo])
+		copy(m[i*nk+lo:], row[hi:])
 	}
-	c := a.b.FromHost(&tensor.Dense{DType: tensor.Bool, Shape: tensor.Shape{l, n}, Data: m})
+	c := a.b.FromHost(&tensor.Dense{DType: tensor.Bool, Shape: tensor.Shape{l, nk}, Data: m})
 	return a.b.Where(c, s, a.b.Full(tensor.Shape{}, negInf, a.dt))
 }
 
 // tiled is the VJP in tiles of query positions under a causal-bounded mask
-// vis (as where's; query i sees no key past i + S − L).
-func (a *sdpaGrad) tiled(vis func(i int, row []byte)) []backend.Array {
+// vis (as where's; query i sees no key past i + S − L). hidden, when not
+// nil, gives the keys [lo, hi) that no query of a tile sees (hi <= lo:
+// none), which the tile then does not read.
+func (a *sdpaGrad) tiled(vis func(i int, row []byte), hidden func(i0, i1 int) (lo, hi int)) []backend.Array {
 	b := a.b
 	B, Hk, R, L, S, D, Dv := a.B, a.Hk, a.R, a.L, a.S, a.D, a.Dv
 	var dqs []backend.Array
@@ -486,7 +501,13 @@ func (a *sdpaGrad) tiled(vis func(i int, row []byte)) []backend.Array {
 	for i0 := 0; i0 < L; i0 += sdpaVJPTile {
 		i1 := min(L, i0+sdpaVJPTile)
 		n := min(S, i1+S-L) // keys up to the tile's last visible one
-		mask := func(s backend.Array) backend.Array { return a.where(s, i0, i1-i0, n, vis) }
+		lo, hi := 0, 0
+		if hidden != nil {
+			if lo, hi = hidden(i0, i1); hi > n || hi <= lo || dk == nil {
+				lo, hi = 0, 0 // (the first tile reads its keys from 0)
+			}
+		}
+		mask := func(s backend.Array) backend.Array { return a.where(s, i0, i1-i0, n, lo, hi, vis) }
 		if i0 == 0 && i1 == L && n == S {
 			dq, dkt, dvt := a.tile(a.q5, a.g5, a.k5, a.v5, mask)
 			return []backend.Array{b.Reshape(dq, B, Hk*R, L, D), dkt, dvt, nil}
@@ -494,14 +515,13 @@ func (a *sdpaGrad) tiled(vis func(i int, row []byte)) []backend.Array {
 		sc := b.Scope()
 		q5 := b.Slice(a.q5, []int{0, 0, 0, i0, 0}, []int{B, Hk, R, i1, D})
 		g5 := b.Slice(a.g5, []int{0, 0, 0, i0, 0}, []int{B, Hk, R, i1, Dv})
-		k5 := b.Slice(a.k5, []int{0, 0, 0, 0, 0}, []int{B, Hk, 1, n, D})
-		v5 := b.Slice(a.v5, []int{0, 0, 0, 0, 0}, []int{B, Hk, 1, n, Dv})
+		k5, v5 := a.keys(a.k5, n, lo, hi, D), a.keys(a.v5, n, lo, hi, Dv)
 		dq, dkt, dvt := a.tile(q5, g5, k5, v5, mask)
 		if dk == nil {
 			dk, dv = a.padKeys(dkt, n, D), a.padKeys(dvt, n, Dv)
 		} else {
 			odk, odv := dk, dv
-			dk, dv = a.addKeys(dk, dkt, n, D), a.addKeys(dv, dvt, n, Dv)
+			dk, dv = a.addKeys(dk, dkt, n, lo, hi, D), a.addKeys(dv, dvt, n, lo, hi, Dv)
 			b.Release(odk, odv) // (released already where updated in place)
 		}
 		sc.Keep(dq, dk, dv)
@@ -521,15 +541,36 @@ func (a *sdpaGrad) padKeys(x backend.Array, n, w int) backend.Array {
 	return a.b.Concatenate(2, x, a.b.Zeros(tensor.Shape{a.B, a.Hk, a.S - n, w}, a.dt))
 }
 
-// addKeys adds the [B, Hk, n, w] gradient x of the first n keys to acc.
-func (a *sdpaGrad) addKeys(acc, x backend.Array, n, w int) backend.Array {
-	if n == a.S {
+// keys returns the keys (or values) x5 [B, Hk, 1, S, w] a tile reads: the
+// first n less [lo, hi).
+func (a *sdpaGrad) keys(x5 backend.Array, n, lo, hi, w int) backend.Array {
+	b := a.b
+	if hi <= lo {
+		return b.Slice(x5, []int{0, 0, 0, 0, 0}, []int{a.B, a.Hk, 1, n, w})
+	}
+	return b.Concatenate(3, b.Slice(x5, []int{0, 0, 0, 0, 0}, []int{a.B, a.Hk, 1, lo, w}), b.Slice(x5, []int{0, 0, 0, hi, 0}, []int{a.B, a.Hk, 1, n, w}))
+}
+
+// addKeys adds the [B, Hk, ·, w] gradient x of the keys a tile read (the
+// first n less [lo, hi)) to acc.
+func (a *sdpaGrad) addKeys(acc, x backend.Array, n, lo, hi, w int) backend.Array {
+	if hi <= lo {
+		return a.addAt(acc, x, 0, n, w)
+	}
+	head := a.b.Slice(x, []int{0, 0, 0, 0}, []int{a.B, a.Hk, lo, w})
+	tail := a.b.Slice(x, []int{0, 0, lo, 0}, []int{a.B, a.Hk, n - hi + lo, w})
+	return a.addAt(a.addAt(acc, head, 0, lo, w), tail, hi, n-hi, w)
+}
+
+// addAt adds the [B, Hk, m, w] x to keys [at, at+m) of acc.
+func (a *sdpaGrad) addAt(acc, x backend.Array, at, m, w int) backend.Array {
+	if at == 0 && m == a.S {
 		return a.b.add(acc, x)
 	}
-	head := a.b.Slice(acc, []int{0, 0, 0, 0}, []int{a.B, a.Hk, n, w})
-	sum := a.b.add(head, x)
-	a.b.Release(head) // acc is then the only view: updated in place
-	return a.b.SliceUpdate(acc, sum, []int{0, 0, 0, 0})
+	part := a.b.Slice(acc, []int{0, 0, at, 0}, []int{a.B, a.Hk, at + m, w})
+	sum := a.b.add(part, x)
+	a.b.Release(part) // acc is then the only view: updated in place
+	return a.b.SliceUpdate(acc, sum, []int{0, 0, at, 0})
 }
 
 var negInf = -1 / zero64
