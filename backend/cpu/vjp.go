@@ -380,9 +380,11 @@ func ropeVJP(p backend.RoPE, off backend.Offset) vjpFn {
 // Under a causal mask (with L <= S, so that every query sees a key) or a
 // PrefixMask the queries go in tiles of sdpaVJPTile positions, each over
 // the keys up to its last position's last visible key only (the keys past
-// it are masked for the whole tile); dQ of the tiles is concatenated and
-// their dK and dV summed in order. A single tile is the dense computation
-// op for op; with several, dK and dV differ from it by summation order.
+// it are masked for the whole tile), and under a PrefixMask a tile wholly
+// inside a block after the first skips the earlier blocks' keys too; dQ of
+// the tiles is concatenated and their dK and dV summed in order. A single
+// tile is the dense computation op for op; with several, dK and dV differ
+// from it by summation order.
 func sdpaVJP(scale float32, mask backend.Mask) vjpFn {
 	return func(b *Backend, x []*Array, y *Array, g backend.Array) []backend.Array {
 		q, k, v := x[0], x[1], x[2]
