@@ -1,6 +1,8 @@
 package backend
 
 import (
+	"fmt"
+
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -270,9 +272,89 @@ type CausalMask struct{}
 // (true = attend) or a float array added to the scores.
 type ArrayMask struct{ A Array }
 
+// PrefixMask is the block-sparse mask of a prefix-shared sequence (one
+// sequence holding a prompt and several responses to it, each read as if
+// alone after the prompt): L = S = Prefix + Σ Blocks positions, a prefix
+// of Prefix positions followed by blocks of Blocks[k] positions. Query i
+// attends to key j iff j <= i and j lies in the prefix or in query i's own
+// block: the prefix is causal, and each block sees the whole prefix and
+// itself causally, never another block. Fused attentions skip the keys it
+// hides a block at a time; backends without such a path lower it to the
+// equivalent Bool array (Dense). A, when not nil, is that array already on
+// the backend (made once for many calls), which they read instead; it must
+// equal Dense.
+type PrefixMask struct {
+	Prefix int
+	Blocks []int
+	A      Array
+}
+
 func (NoMask) isMask()     {}
 func (CausalMask) isMask() {}
 func (ArrayMask) isMask()  {}
+func (PrefixMask) isMask() {}
+
+// Len is the mask's sequence length, Prefix + Σ Blocks.
+func (m PrefixMask) Len() int {
+	n := m.Prefix
+	for _, l := range m.Blocks {
+		n += l
+	}
+	return n
+}
+
+// Check returns an error unless the prefix is not negative, every block
+// holds at least one position and the length is n.
+func (m PrefixMask) Check(n int) error {
+	if m.Prefix < 0 {
+		return fmt.Errorf("prefix mask: prefix of %d positions", m.Prefix)
+	}
+	for k, l := range m.Blocks {
+		if l < 1 {
+			return fmt.Errorf("prefix mask: block %d of %d positions", k, l)
+		}
+	}
+	if m.Len() != n {
+		return fmt.Errorf("prefix mask of %d positions (prefix %d, blocks %v) for %d", m.Len(), m.Prefix, m.Blocks, n)
+	}
+	return nil
+}
+
+// BlockStart is the first position that query i sees outside the prefix:
+// the start of its block, or 0 when i is in the prefix.
+func (m PrefixMask) BlockStart(i int) int {
+	if i < m.Prefix {
+		return 0
+	}
+	s := m.Prefix
+	for _, l := range m.Blocks {
+		if i < s+l {
+			return s
+		}
+		s += l
+	}
+	return s
+}
+
+// Visible reports whether query i attends to key j.
+func (m PrefixMask) Visible(i, j int) bool {
+	return j <= i && (j < m.Prefix || j >= m.BlockStart(i))
+}
+
+// Dense is the mask as a Bool [L, L] array (true = attend).
+func (m PrefixMask) Dense() *tensor.Dense {
+	n := m.Len()
+	d := make([]byte, n*n)
+	for i := range n {
+		bs := m.BlockStart(i)
+		for j := 0; j <= i; j++ {
+			if j < m.Prefix || j >= bs {
+				d[i*n+j] = 1
+			}
+		}
+	}
+	return &tensor.Dense{DType: tensor.Bool, Shape: tensor.Shape{n, n}, Data: d}
+}
 
 // QuantizedAttention is implemented by backends with a fused attention over
 // affine-quantized keys and values (a quantized KV cache): q [B, H, L, D];

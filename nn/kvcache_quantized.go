@@ -259,8 +259,8 @@ func (c *QuantizedKVCache) Release() {
 // quantized matmul with the keys (transposed), the mask applied (a causal
 // mask as the Bool array q_i >= k_j lower-right aligned, false → the
 // dtype's lowest value; an ArrayMask the same way when Bool, added when
-// float), a precise softmax, and a quantized matmul with the values. GQA
-// without repeating heads: q is viewed as [B, Hk, H/Hk, L, D] and the keys
+// float; a PrefixMask as its Bool array), a precise softmax, and a
+// quantized matmul with the values. GQA without repeating heads: q is viewed as [B, Hk, H/Hk, L, D] and the keys
 // as [B, Hk, 1, S, ·].
 //
 // A backend with a fused quantized attention (backend.QuantizedAttention:
@@ -303,6 +303,10 @@ func QuantizedSDPA(b backend.Backend, q backend.Array, keys, values backend.Quan
 			cond = m.A
 		} else {
 			scores = b.Binary(backend.Add, scores, m.A)
+		}
+	case backend.PrefixMask: // its Bool array
+		if cond = m.A; cond == nil {
+			cond = b.FromHost(m.Dense())
 		}
 	}
 	if cond != nil {

@@ -32,7 +32,10 @@ var devicePeak func(b backend.Backend) (reset func(), peak func() int64)
 // an 8-bit embedding, float16). Each configuration
 // opens its backend afresh and runs one untimed step first; it reports
 // pair tokens (P+Rc+Rr) per second and the step's peak memory (the CPU
-// backend's live arrays; MLX's allocator peak). Run one at a time:
+// backend's live arrays; MLX's allocator peak). $MLXGO_ORPO_MODES picks
+// the modes (default "shared,two"; "shared-array" is the prefix-shared
+// step with the plain Bool ArrayMask instead of the PrefixMask, as before
+// the blocked mask). Run one at a time:
 //
 //	go test ./train -run '^$' -bench ORPOStep -benchtime 1x -timeout 60m
 func BenchmarkORPOStep(b *testing.B) {
@@ -62,13 +65,23 @@ func BenchmarkORPOStep(b *testing.B) {
 			prompts = append(prompts, n)
 		}
 	}
+	modes := []string{"shared", "two"}
+	if s := os.Getenv("MLXGO_ORPO_MODES"); s != "" {
+		modes = strings.Split(s, ",")
+		for _, m := range modes {
+			if m != "shared" && m != "two" && m != "shared-array" {
+				b.Fatalf("MLXGO_ORPO_MODES: %q is not shared, two or shared-array", m)
+			}
+		}
+	}
 	const resp = 256
 	for _, bname := range backend.Names() {
 		for _, P := range prompts {
-			for _, two := range []bool{false, true} {
-				mode := map[bool]string{false: "shared", true: "two"}[two]
+			for _, mode := range modes {
 				b.Run(fmt.Sprintf("%s/P=%d/%s", bname, P, mode), func(b *testing.B) {
-					benchORPOStep(b, bname, model, P, resp, two)
+					prefixArrayMask = mode == "shared-array"
+					defer func() { prefixArrayMask = false }()
+					benchORPOStep(b, bname, model, P, resp, mode == "two")
 				})
 			}
 		}

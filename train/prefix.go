@@ -26,8 +26,12 @@ func (l PrefixLayout) check() error {
 // Allowed reports whether query i may attend to key j: causally (j ≤ i),
 // and a rejected query (i ≥ P+Rc) never to a chosen key (P ≤ j < P+Rc).
 // Each response thus sees the prompt and itself, as in its own forward.
-func (l PrefixLayout) Allowed(i, j int) bool {
-	return j <= i && !(i >= l.P+l.Rc && j >= l.P && j < l.P+l.Rc)
+func (l PrefixLayout) Allowed(i, j int) bool { return l.Mask().Visible(i, j) }
+
+// Mask is the layout's block-sparse mask: the prompt as the prefix, the
+// chosen and rejected responses as its blocks.
+func (l PrefixLayout) Mask() backend.PrefixMask {
+	return backend.PrefixMask{Prefix: l.P, Blocks: []int{l.Rc, l.Rr}}
 }
 
 // Position is token i's RoPE position: i up to the end of the chosen
@@ -63,25 +67,16 @@ func (l PrefixLayout) Blocks() []nn.RoPEBlock {
 }
 
 // MaskData is the layout's [T, T] boolean mask, row-major (1: attend).
-func (l PrefixLayout) MaskData() []byte {
-	T := l.T()
-	m := make([]byte, T*T)
-	for i := range T {
-		for j := 0; j <= i; j++ {
-			if l.Allowed(i, j) {
-				m[i*T+j] = 1
-			}
-		}
-	}
-	return m
-}
+func (l PrefixLayout) MaskData() []byte { return l.Mask().Dense().Data }
 
 // PrefixCache is the stateless training cache of a prefix-shared forward
 // (the seed's PrefixSharedCache): one for every layer of a
 // minicpm5.Model.Forward over the whole sequence from position 0. It
 // stores nothing (keys and values pass through), masks with the layout's
-// block-sparse mask (one array, made once, shared by every layer) and
-// gives the attention its RoPE blocks.
+// block-sparse mask (a backend.PrefixMask, which the CPU backend's
+// attention reads a block of keys at a time, skipping those it hides,
+// with its Bool array made once and shared by every layer for backends
+// that read that, MLX) and gives the attention its RoPE blocks.
 type PrefixCache struct {
 	b      backend.Backend
 	layout PrefixLayout
@@ -118,8 +113,18 @@ func (c *PrefixCache) Mask(L int) backend.Mask {
 	if L != c.layout.T() {
 		panic(backend.Errorf("PrefixCache.Mask", nil, "%d queries for a prefix layout of %d tokens", L, c.layout.T()))
 	}
-	return backend.ArrayMask{A: c.mask}
+	if prefixArrayMask {
+		return backend.ArrayMask{A: c.mask}
+	}
+	m := c.layout.Mask()
+	m.A = c.mask
+	return m
 }
+
+// prefixArrayMask makes PrefixCache mask with the plain ArrayMask of its
+// Bool array instead of the PrefixMask (tests and benchmarks compare the
+// two paths).
+var prefixArrayMask bool
 
 // RoPEBlocks are the layout's blocks (nn.BlockPositioner).
 func (c *PrefixCache) RoPEBlocks() []nn.RoPEBlock { return c.layout.Blocks() }

@@ -287,3 +287,86 @@ func TestPrefixSharedEqualsTwoForwards(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixMaskEqualsArrayMask runs a pair long enough for the CPU
+// backend's attention VJP to go in three tiles of 128 positions, the
+// second wholly in the rejected block, which skips the chosen keys (P=100,
+// Rc=28, Rr=150: 278 positions), prefix-shared under the PrefixMask (the
+// blocked attention)
+// and under the plain Bool ArrayMask of the same layout, on every backend:
+// the hidden states and the loss's parts are the same bits; so are the
+// gradients on MLX (the same array mask there), while on the CPU backend,
+// whose VJP sums dK and dV tile by tile under the PrefixMask, they are held
+// to 1e-5 of each tensor's largest element in float32 (measured 5.4e-7)
+// and 0.1 in bfloat16 (measured 3.9e-3; the bound of
+// TestPrefixSharedEqualsTwoForwards). With λ = 0 the gradients stay those
+// of two separate forwards bit for bit on both backends (the tiles of the
+// chosen sequence's own causal VJP are those of the shared one, whose
+// rejected rows carry a zero cotangent).
+func TestPrefixMaskEqualsArrayMask(t *testing.T) {
+	for _, bname := range backend.Names() {
+		for _, model := range []string{"optiq-f32", "q4g64-bf16"} {
+			t.Run(bname+"/"+model, func(t *testing.T) {
+				b, err := backend.Open(bname, backend.Options{Device: "cpu"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
+				err = b.Do(func() (err error) {
+					defer backend.Recover(&err)
+					m, ads := prefixModel(t, b, model)
+					defer m.Close()
+					pair := randomPair(rand.New(rand.NewPCG(9, 10)), m.VocabSize(), 100, 28, 150)
+					run := func(array bool, lam float64) (hid [3][]float64, vals []float64, grads [][]float64) {
+						prefixArrayMask = array
+						defer func() { prefixArrayMask = false }()
+						_, hid = hiddenRows(t, b, m, pair)
+						vals, grads = orpoGrads(t, b, m, ads, []Pair{pair}, lam, true)
+						return hid, vals, grads
+					}
+					for _, lam := range []float64{0, 0.1} {
+						h0, v0, g0 := run(true, lam)
+						h1, v1, g1 := run(false, lam)
+						for k := range h0 {
+							if d := relDiff(h1[k], h0[k]); d != 0 {
+								t.Errorf("λ=%g: hidden rows of part %d differ by %.3g", lam, k, d)
+							}
+						}
+						for k := range v0 {
+							if v1[k] != v0[k] {
+								t.Errorf("λ=%g: loss part %d is %v under the prefix mask, %v under the array mask", lam, k, v1[k], v0[k])
+							}
+						}
+						bound := 1e-5
+						if model == "q4g64-bf16" {
+							bound = 0.1
+						}
+						if bname != "cpu" {
+							bound = 0
+						}
+						worst := 0.0
+						for i := range g0 {
+							worst = math.Max(worst, relDiff(g1[i], g0[i]))
+						}
+						if worst > bound {
+							t.Errorf("λ=%g: gradients differ by %.3g of a tensor's largest element (bound %g)", lam, worst, bound)
+						}
+						t.Logf("λ=%g: gradients differ by %.3g", lam, worst)
+						if lam == 0 {
+							_, g2 := orpoGrads(t, b, m, ads, []Pair{pair}, lam, false)
+							for i := range g2 {
+								if d := relDiff(g1[i], g2[i]); d != 0 {
+									t.Errorf("λ=0: gradient %d differs from two forwards' by %.3g", i, d)
+								}
+							}
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}

@@ -39,6 +39,7 @@ func runOps(t *testing.T, open func() (backend.Backend, error), skip map[string]
 		{"RMSNorm", testRMSNorm},
 		{"RoPE", testRoPE},
 		{"ScaledDotProductAttention", testSDPA},
+		{"ScaledDotProductAttention/PrefixMask", testSDPAPrefix},
 		{"SwiGLU", testSwiGLU},
 		{"Dequantize", testDequantize},
 		{"Quantize", testQuantize},

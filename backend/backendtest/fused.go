@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"bytes"
 	"math"
 	"testing"
 
@@ -306,6 +307,50 @@ func testSDPA(t *testing.T, b backend.Backend) {
 					}
 				}
 				compare(t, caseName(dt, i, mask), host(t, b, b.ScaledDotProductAttention(q, k, v, scale, mask)), dt, want, budget(t, "sdpa", dt), false, mag)
+			}
+		}
+	})
+}
+
+// ScaledDotProductAttention under a PrefixMask (a prefix-shared sequence:
+// each block sees the prefix and itself causally) gives the bits of the
+// same attention under the equivalent Bool ArrayMask (PrefixMask.Dense),
+// which testSDPA holds to the reference, with and without the mask's
+// array A; layouts long enough to span several blocks of keys, blocks
+// that start inside one, and no prefix. A PrefixMask of the wrong length
+// is an *OpError.
+func testSDPAPrefix(t *testing.T, b backend.Backend) {
+	layouts := []backend.PrefixMask{
+		{Prefix: 3, Blocks: []int{2, 2}},
+		{Prefix: 0, Blocks: []int{5, 4}},
+		{Prefix: 40, Blocks: []int{33, 7}},
+		{Prefix: 64, Blocks: []int{32, 32}},
+		{Prefix: 200, Blocks: []int{45, 60, 1}},
+	}
+	inDo(t, b, func() {
+		for _, dt := range floats {
+			g := newGen(caseName("sdpa-prefix", dt))
+			for i, pm := range layouts {
+				T := pm.Len()
+				B, Hk := 1+g.r.IntN(2), 1+g.r.IntN(2)
+				H := Hk * (1 + g.r.IntN(3))
+				D := []int{8, 16, 64}[i%3]
+				q, _ := g.input(b, dt, tensor.Shape{B, H, T, D}, g.normal(B*H*T*D, 1))
+				k, _ := g.input(b, dt, tensor.Shape{B, Hk, T, D}, g.normal(B*Hk*T*D, 1))
+				v, _ := g.input(b, dt, tensor.Shape{B, Hk, T, D}, g.normal(B*Hk*T*D, 1))
+				scale := float32(1 / math.Sqrt(float64(D)))
+				ma := b.FromHost(pm.Dense())
+				want := host(t, b, b.ScaledDotProductAttention(q, k, v, scale, backend.ArrayMask{A: ma}))
+				withA := pm
+				withA.A = ma
+				for _, m := range []backend.PrefixMask{pm, withA} {
+					got := host(t, b, b.ScaledDotProductAttention(q, k, v, scale, m))
+					if got == nil || want == nil || !bytes.Equal(got.Data, want.Data) {
+						t.Errorf("%s: the prefix mask (array %v) differs from its Bool ArrayMask", caseName(dt, i), m.A != nil)
+					}
+				}
+				bad := backend.PrefixMask{Prefix: pm.Prefix + 1, Blocks: pm.Blocks}
+				wantOpError(t, caseName(dt, i, "long prefix mask"), func() { b.ScaledDotProductAttention(q, k, v, scale, bad) })
 			}
 		}
 	})

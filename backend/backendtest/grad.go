@@ -269,16 +269,29 @@ func gradCases() []gradCase {
 		fn: func(b backend.Backend, x []backend.Array) backend.Array {
 			return b.ScaledDotProductAttention(x[0], x[1], x[2], 0.35, backend.CausalMask{})
 		},
-		vjp: sdpaVJPRef})
+		vjp: sdpaVJPRef(4, 2, 3, 5, 8, func(i, j int) bool { return j <= i+5-3 })})
+	// A prefix-shared sequence of 150 positions (a prefix of 100, blocks of
+	// 30 and 20): long enough for the CPU backend's VJP to go in two tiles.
+	pm := backend.PrefixMask{Prefix: 100, Blocks: []int{30, 20}}
+	cs = append(cs, gradCase{name: "sdpa/prefix/gqa", shapes: []tensor.Shape{{1, 4, 150, 8}, {1, 2, 150, 8}, {1, 2, 150, 8}}, out: tensor.Shape{1, 4, 150, 8},
+		fn: func(b backend.Backend, x []backend.Array) backend.Array {
+			return b.ScaledDotProductAttention(x[0], x[1], x[2], 0.35, pm)
+		},
+		vjp: sdpaVJPRef(4, 2, 150, 150, 8, pm.Visible)})
 	return cs
 }
 
-// sdpaVJPRef is attention's gradient for q [1, 4, 3, 8], k and v
-// [1, 2, 5, 8], scale 0.35, causal: with P = softmax(scale·q·kᵀ) over the
-// keys each query sees, dv = Pᵀ·c, dP = c·vᵀ, dS = P⊙(dP - Σ dP⊙P),
-// dq = scale·dS·k, dk = scale·dSᵀ·q (query head h reads KV head h/2).
-func sdpaVJPRef(x []nd, c nd) []nd {
-	const H, Hk, L, S, D, scale = 4, 2, 3, 5, 8, float64(float32(0.35))
+// sdpaVJPRef is attention's gradient for q [1, H, L, D], k and v
+// [1, Hk, S, D], scale 0.35, query i seeing key j where vis(i, j): with
+// P = softmax(scale·q·kᵀ) over the keys each query sees, dv = Pᵀ·c,
+// dP = c·vᵀ, dS = P⊙(dP - Σ dP⊙P), dq = scale·dS·k, dk = scale·dSᵀ·q
+// (query head h reads KV head h/(H/Hk)).
+func sdpaVJPRef(H, Hk, L, S, D int, vis func(i, j int) bool) func(x []nd, c nd) []nd {
+	return func(x []nd, c nd) []nd { return sdpaVJPRefOf(x, c, H, Hk, L, S, D, vis) }
+}
+
+func sdpaVJPRefOf(x []nd, c nd, H, Hk, L, S, D int, vis func(i, j int) bool) []nd {
+	const scale = float64(float32(0.35))
 	q, k, v := x[0].v, x[1].v, x[2].v
 	dq, dk, dv := newND(x[0].shape), newND(x[1].shape), newND(x[2].shape)
 	for h := range H {
@@ -289,7 +302,7 @@ func sdpaVJPRef(x []nd, c nd) []nd {
 			p := make([]float64, S)
 			m := math.Inf(-1)
 			for j := range S {
-				if j > i+S-L {
+				if !vis(i, j) {
 					continue
 				}
 				for d := range D {
@@ -300,7 +313,7 @@ func sdpaVJPRef(x []nd, c nd) []nd {
 			}
 			sum := 0.0
 			for j := range S {
-				if j <= i+S-L {
+				if vis(i, j) {
 					p[j] = math.Exp(p[j] - m)
 					sum += p[j]
 				} else {

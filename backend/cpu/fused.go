@@ -107,7 +107,10 @@ func (b *Backend) RoPE(x backend.Array, p backend.RoPE, offset backend.Offset) (
 // (query head h reads KV head h/(H/Hk)). q, k and v are converted to their
 // promoted dtype, which is the output's. An ArrayMask is Bool (true =
 // attend) or a float dtype that promotes to the output dtype (added to the
-// scores), broadcastable to [B, H, L, S].
+// scores), broadcastable to [B, H, L, S]. A PrefixMask (L = S) is read
+// from its description (its array, if any, is not): key blocks it hides
+// from every query of a block are skipped, as the causal mask's are, and
+// the result is that of the equivalent Bool ArrayMask bit for bit.
 func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32, mask backend.Mask) (traced backend.Array) {
 	if b.tape != nil {
 		defer func() { b.record("ScaledDotProductAttention", traced, sdpaVJP(scale, mask), q, k, v, maskArray(mask)) }()
@@ -228,6 +231,19 @@ func (b *Backend) sdpaMask(op string, args func() []backend.Array, mask backend.
 		km.Kind = kernel.MaskNone
 	case backend.CausalMask:
 		km.Kind = kernel.MaskCausal
+	case backend.PrefixMask:
+		if L != S {
+			panic(backend.Errorf(op, args(), "a prefix mask needs as many queries as keys, got %d and %d", L, S))
+		}
+		if err := m.Check(S); err != nil {
+			panic(backend.Errorf(op, args(), "%v", err))
+		}
+		km.Kind, km.Prefix = kernel.MaskPrefix, m.Prefix
+		at := m.Prefix
+		for _, l := range m.Blocks {
+			at += l
+			km.Ends = append(km.Ends, at)
+		}
 	case backend.ArrayMask:
 		margs := func() []backend.Array { return append(args(), m.A) }
 		ma := b.use1(op, m.A)

@@ -142,6 +142,8 @@ func sdpaRef(b *Backend, q, k, v backend.Array, scale float64, mask backend.Mask
 		} else {
 			s = b.add(s, m.A)
 		}
+	case backend.PrefixMask:
+		s = b.Where(b.FromHost(m.Dense()), s, ninf)
 	}
 	return b.Matmul(b.Softmax(s, -1, true), v)
 }
@@ -298,6 +300,14 @@ func gradCases(b *Backend) []gradCase {
 				return one(sdpaRef(b, x[0], x[1], x[2], 0.5, mc.mask(b)))
 			}})
 	}
+	pm := backend.PrefixMask{Prefix: 3, Blocks: []int{2, 2}}
+	cs = append(cs, gradCase{name: "sdpa/gqa/prefix", shapes: []tensor.Shape{{2, 4, 7, 4}, {2, 2, 7, 4}, {2, 2, 7, 3}}, tol: 1e-6,
+		fn: func(b *Backend, x []backend.Array) []backend.Array {
+			return one(b.ScaledDotProductAttention(x[0], x[1], x[2], 0.5, pm))
+		},
+		ref: func(b *Backend, x []backend.Array) []backend.Array {
+			return one(sdpaRef(b, x[0], x[1], x[2], 0.5, pm))
+		}})
 	for _, transpose := range []bool{true, false} {
 		rows, cols := 6, 32 // W [N, K] with transpose, [K, N] without
 		wv := make([]float64, rows*cols)

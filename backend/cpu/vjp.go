@@ -376,6 +376,15 @@ func ropeVJP(p backend.RoPE, off backend.Offset) vjpFn {
 // where dP = dO·Vᵀ, dQ = scale·dS·K and dK = scale·dSᵀ·Q. Query heads are
 // grouped [B, Hk, H/Hk, L, D] so that each group reads its KV head by
 // broadcasting, and the groups' dK and dV are summed.
+//
+// Under a causal mask (with L <= S, so that every query sees a key) or a
+// PrefixMask the queries go in tiles of sdpaVJPTile positions, each over
+// the keys up to its last position's last visible key only (the keys past
+// it are masked for the whole tile), and under a PrefixMask a tile wholly
+// inside a block after the first skips the earlier blocks' keys too; dQ of
+// the tiles is concatenated and their dK and dV summed in order. A single
+// tile is the dense computation op for op; with several, dK and dV differ
+// from it by summation order.
 func sdpaVJP(scale float32, mask backend.Mask) vjpFn {
 	return func(b *Backend, x []*Array, y *Array, g backend.Array) []backend.Array {
 		q, k, v := x[0], x[1], x[2]
@@ -383,42 +392,187 @@ func sdpaVJP(scale float32, mask backend.Mask) vjpFn {
 		Hk, S, Dv := k.shape[1], k.shape[2], v.shape[3]
 		R := H / Hk
 		dt := accDType(backend.PromoteTypes(backend.PromoteTypes(q.dtype, k.dtype), v.dtype))
-		q5 := b.Reshape(b.AsType(q, dt), B, Hk, R, L, D)
-		k5 := b.Reshape(b.AsType(k, dt), B, Hk, 1, S, D)
-		v5 := b.Reshape(b.AsType(v, dt), B, Hk, 1, S, Dv)
-		g5 := b.Reshape(b.AsType(g, dt), B, Hk, R, L, Dv)
-		sc := b.Full(tensor.Shape{}, float64(scale), dt)
-		s := b.mul(b.Matmul(q5, b.swapLast(k5)), sc)
-		full := tensor.Shape{B, H, L, S}
-		switch mask.(type) {
+		a := &sdpaGrad{b: b, sc: b.Full(tensor.Shape{}, float64(scale), dt), dt: dt, B: B, Hk: Hk, R: R, L: L, S: S, D: D, Dv: Dv}
+		a.q5 = b.Reshape(b.AsType(q, dt), B, Hk, R, L, D)
+		a.k5 = b.Reshape(b.AsType(k, dt), B, Hk, 1, S, D)
+		a.v5 = b.Reshape(b.AsType(v, dt), B, Hk, 1, S, Dv)
+		a.g5 = b.Reshape(b.AsType(g, dt), B, Hk, R, L, Dv)
+		switch m := mask.(type) {
 		case backend.CausalMask:
-			m := make([]byte, L*S)
-			for i := range L {
-				for j := range S {
-					if j <= i+S-L {
-						m[i*S+j] = 1
-					}
+			causal := func(i int, row []byte) {
+				for j := range min(len(row), max(0, i+S-L+1)) {
+					row[j] = 1
 				}
 			}
-			c := b.FromHost(&tensor.Dense{DType: tensor.Bool, Shape: tensor.Shape{L, S}, Data: m})
-			s = b.Where(c, s, b.Full(tensor.Shape{}, negInf, dt))
+			if L <= S {
+				return a.tiled(causal, nil)
+			}
+			return a.dense(func(s backend.Array) backend.Array { return a.where(s, 0, L, S, 0, 0, causal) })
+		case backend.PrefixMask:
+			return a.tiled(func(i int, row []byte) {
+				for j := range min(len(row), m.Prefix, i+1) {
+					row[j] = 1
+				}
+				for j := max(m.Prefix, m.BlockStart(i)); j <= i && j < len(row); j++ {
+					row[j] = 1
+				}
+			}, func(i0, i1 int) (lo, hi int) {
+				// A tile inside one block after the first does not read
+				// the earlier blocks' keys.
+				if bs := m.BlockStart(i0); i0 >= m.Prefix && m.BlockStart(i1-1) == bs {
+					return m.Prefix, bs
+				}
+				return 0, 0
+			})
 		case backend.ArrayMask:
-			m := x[3]
-			if m.dtype == tensor.Bool {
-				bm := b.Reshape(b.Where(m, b.Full(full, 1, tensor.Bool), b.Full(tensor.Shape{}, 0, tensor.Bool)), B, Hk, R, L, S)
-				s = b.Where(bm, s, b.Full(tensor.Shape{}, negInf, dt))
-			} else {
-				s = b.add(s, b.Reshape(b.broadcastTo(b.AsType(m, dt), full), B, Hk, R, L, S))
+			return a.dense(func(s backend.Array) backend.Array {
+				m, full := x[3], tensor.Shape{B, H, L, S}
+				if m.dtype == tensor.Bool {
+					bm := b.Reshape(b.Where(m, b.Full(full, 1, tensor.Bool), b.Full(tensor.Shape{}, 0, tensor.Bool)), B, Hk, R, L, S)
+					return b.Where(bm, s, b.Full(tensor.Shape{}, negInf, dt))
+				}
+				return b.add(s, b.Reshape(b.broadcastTo(b.AsType(m, dt), full), B, Hk, R, L, S))
+			})
+		}
+		return a.dense(func(s backend.Array) backend.Array { return s })
+	}
+}
+
+// sdpaVJPTile is the number of query positions per tile of sdpaVJP.
+var sdpaVJPTile = 128
+
+// sdpaGrad is one attention VJP: the inputs grouped by KV head in the
+// accumulation dtype dt (q5 [B, Hk, R, L, D], k5 [B, Hk, 1, S, D], v5
+// [B, Hk, 1, S, Dv], the cotangent g5 [B, Hk, R, L, Dv]) and the scale sc.
+type sdpaGrad struct {
+	b                     *Backend
+	q5, k5, v5, g5, sc    backend.Array
+	dt                    tensor.DType
+	B, Hk, R, L, S, D, Dv int
+}
+
+// dense is the VJP over all queries and keys, mask applied to the scores.
+func (a *sdpaGrad) dense(mask func(s backend.Array) backend.Array) []backend.Array {
+	dq, dk, dv := a.tile(a.q5, a.g5, a.k5, a.v5, mask)
+	return []backend.Array{a.b.Reshape(dq, a.B, a.Hk*a.R, a.L, a.D), dk, dv, nil}
+}
+
+// tile computes the gradients of the queries q5 (cotangent g5) over the
+// keys k5 and values v5, mask applied to the scores: dQ of those queries
+// and their parts of dK and dV.
+func (a *sdpaGrad) tile(q5, g5, k5, v5 backend.Array, mask func(s backend.Array) backend.Array) (dq, dk, dv backend.Array) {
+	b := a.b
+	s := mask(b.mul(b.Matmul(q5, b.swapLast(k5)), a.sc))
+	p := b.Softmax(s, -1, true)
+	// Pᵀ·dO and dSᵀ·Q as (dOᵀ·P)ᵀ and (Qᵀ·dS)ᵀ: the same in-order sums
+	// (Matmul's), transposing the small results instead of P and dS.
+	dv = b.swapLast(b.Sum(b.Matmul(b.swapLast(g5), p), 2, false))
+	dp := b.Matmul(g5, b.swapLast(v5))
+	ds := b.mul(p, b.sub(dp, b.Sum(b.mul(dp, p), -1, true)))
+	dq = b.mul(b.Matmul(ds, k5), a.sc)
+	dk = b.mul(b.swapLast(b.Sum(b.Matmul(b.swapLast(q5), ds), 2, false)), a.sc)
+	return dq, dk, dv
+}
+
+// where masks the scores s of queries [i0, i0+l) over keys [0, n) less
+// [lo, hi): vis sets to 1 the keys query i sees in its row of all n keys
+// (the others score −Inf).
+func (a *sdpaGrad) where(s backend.Array, i0, l, n, lo, hi int, vis func(i int, row []byte)) backend.Array {
+	nk := n - (hi - lo)
+	m := make([]byte, l*nk)
+	row := make([]byte, n)
+	for i := range l {
+		clear(row)
+		vis(i0+i, row)
+		copy(m[i*nk:], row[:lo])
+		copy(m[i*nk+lo:], row[hi:])
+	}
+	c := a.b.FromHost(&tensor.Dense{DType: tensor.Bool, Shape: tensor.Shape{l, nk}, Data: m})
+	return a.b.Where(c, s, a.b.Full(tensor.Shape{}, negInf, a.dt))
+}
+
+// tiled is the VJP in tiles of query positions under a causal-bounded mask
+// vis (as where's; query i sees no key past i + S − L). hidden, when not
+// nil, gives the keys [lo, hi) that no query of a tile sees (hi <= lo:
+// none), which the tile then does not read.
+func (a *sdpaGrad) tiled(vis func(i int, row []byte), hidden func(i0, i1 int) (lo, hi int)) []backend.Array {
+	b := a.b
+	B, Hk, R, L, S, D, Dv := a.B, a.Hk, a.R, a.L, a.S, a.D, a.Dv
+	var dqs []backend.Array
+	var dk, dv backend.Array
+	for i0 := 0; i0 < L; i0 += sdpaVJPTile {
+		i1 := min(L, i0+sdpaVJPTile)
+		n := min(S, i1+S-L) // keys up to the tile's last visible one
+		lo, hi := 0, 0
+		if hidden != nil {
+			if lo, hi = hidden(i0, i1); hi > n || hi <= lo || dk == nil {
+				lo, hi = 0, 0 // (the first tile reads its keys from 0)
 			}
 		}
-		p := b.Softmax(s, -1, true)
-		dv := b.Sum(b.Matmul(b.swapLast(p), g5), 2, false)
-		dp := b.Matmul(g5, b.swapLast(v5))
-		ds := b.mul(p, b.sub(dp, b.Sum(b.mul(dp, p), -1, true)))
-		dq := b.Reshape(b.mul(b.Matmul(ds, k5), sc), B, H, L, D)
-		dk := b.mul(b.Sum(b.Matmul(b.swapLast(ds), q5), 2, false), sc)
-		return []backend.Array{dq, dk, dv, nil}
+		mask := func(s backend.Array) backend.Array { return a.where(s, i0, i1-i0, n, lo, hi, vis) }
+		if i0 == 0 && i1 == L && n == S {
+			dq, dkt, dvt := a.tile(a.q5, a.g5, a.k5, a.v5, mask)
+			return []backend.Array{b.Reshape(dq, B, Hk*R, L, D), dkt, dvt, nil}
+		}
+		sc := b.Scope()
+		q5 := b.Slice(a.q5, []int{0, 0, 0, i0, 0}, []int{B, Hk, R, i1, D})
+		g5 := b.Slice(a.g5, []int{0, 0, 0, i0, 0}, []int{B, Hk, R, i1, Dv})
+		k5, v5 := a.keys(a.k5, n, lo, hi, D), a.keys(a.v5, n, lo, hi, Dv)
+		dq, dkt, dvt := a.tile(q5, g5, k5, v5, mask)
+		if dk == nil {
+			dk, dv = a.padKeys(dkt, n, D), a.padKeys(dvt, n, Dv)
+		} else {
+			odk, odv := dk, dv
+			dk, dv = a.addKeys(dk, dkt, n, lo, hi, D), a.addKeys(dv, dvt, n, lo, hi, Dv)
+			b.Release(odk, odv) // (released already where updated in place)
+		}
+		sc.Keep(dq, dk, dv)
+		sc.Close()
+		dqs = append(dqs, dq)
 	}
+	dq := b.Reshape(b.Concatenate(3, dqs...), B, Hk*R, L, D)
+	return []backend.Array{dq, dk, dv, nil}
+}
+
+// padKeys extends the [B, Hk, n, w] gradient x of the first n keys with
+// zeros to all S keys.
+func (a *sdpaGrad) padKeys(x backend.Array, n, w int) backend.Array {
+	if n == a.S {
+		return x
+	}
+	return a.b.Concatenate(2, x, a.b.Zeros(tensor.Shape{a.B, a.Hk, a.S - n, w}, a.dt))
+}
+
+// keys returns the keys (or values) x5 [B, Hk, 1, S, w] a tile reads: the
+// first n less [lo, hi).
+func (a *sdpaGrad) keys(x5 backend.Array, n, lo, hi, w int) backend.Array {
+	b := a.b
+	if hi <= lo {
+		return b.Slice(x5, []int{0, 0, 0, 0, 0}, []int{a.B, a.Hk, 1, n, w})
+	}
+	return b.Concatenate(3, b.Slice(x5, []int{0, 0, 0, 0, 0}, []int{a.B, a.Hk, 1, lo, w}), b.Slice(x5, []int{0, 0, 0, hi, 0}, []int{a.B, a.Hk, 1, n, w}))
+}
+
+// addKeys adds the [B, Hk, ·, w] gradient x of the keys a tile read (the
+// first n less [lo, hi)) to acc.
+func (a *sdpaGrad) addKeys(acc, x backend.Array, n, lo, hi, w int) backend.Array {
+	if hi <= lo {
+		return a.addAt(acc, x, 0, n, w)
+	}
+	head := a.b.Slice(x, []int{0, 0, 0, 0}, []int{a.B, a.Hk, lo, w})
+	tail := a.b.Slice(x, []int{0, 0, lo, 0}, []int{a.B, a.Hk, n - hi + lo, w})
+	return a.addAt(a.addAt(acc, head, 0, lo, w), tail, hi, n-hi, w)
+}
+
+// addAt adds the [B, Hk, m, w] x to keys [at, at+m) of acc.
+func (a *sdpaGrad) addAt(acc, x backend.Array, at, m, w int) backend.Array {
+	if at == 0 && m == a.S {
+		return a.b.add(acc, x)
+	}
+	part := a.b.Slice(acc, []int{0, 0, at, 0}, []int{a.B, a.Hk, at + m, w})
+	sum := a.b.add(part, x)
+	a.b.Release(part) // acc is then the only view: updated in place
+	return a.b.SliceUpdate(acc, sum, []int{0, 0, at, 0})
 }
 
 var negInf = -1 / zero64

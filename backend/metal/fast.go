@@ -138,6 +138,16 @@ func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32
 		p.mode = maskCausal
 	case backend.ArrayMask:
 		p.mode, p.mask = maskArray, mk.A
+	case backend.PrefixMask:
+		// MLX's SDPA has no blocked form of it: its Bool array, as an
+		// ArrayMask of it would give.
+		if err := mk.Check(q.Shape()[2]); err != nil || k.Shape()[2] != mk.Len() {
+			panic(backend.Errorf("ScaledDotProductAttention", []backend.Array{q, k, v}, "prefix mask of %d positions for %d queries over %d keys", mk.Len(), q.Shape()[2], k.Shape()[2]))
+		}
+		p.mode, p.mask = maskArray, mk.A
+		if mk.A == nil {
+			p.mask = b.FromHost(mk.Dense()) // freed with the scope
+		}
 	default:
 		panic(backend.Errorf("ScaledDotProductAttention", []backend.Array{q, k, v}, "unknown mask %T", mask))
 	}

@@ -20,17 +20,55 @@ const (
 	MaskCausal                 // key j visible to query i iff j <= i + s - l (lower-right aligned)
 	MaskBool                   // Bool[idx] true = attend
 	MaskAdd                    // Add[idx] added to the score
+	MaskPrefix                 // key j visible to query i iff j <= i and j < Prefix or j in i's block (l == s)
 )
 
 // Mask selects the keys each query attends to. For MaskBool and MaskAdd the
 // element of (batch bi, query head hi, query i, key j) is at
 // bi·Strides[0] + hi·Strides[1] + i·Strides[2] + j·Strides[3]; a zero stride
-// broadcasts that axis.
+// broadcasts that axis. MaskPrefix is a prefix-shared sequence
+// (backend.PrefixMask): positions [0, Prefix) are the prefix, then blocks
+// ending at Ends (ascending, the last at s); a query sees the keys up to
+// its own position in the prefix and in its own block.
 type Mask struct {
 	Kind    MaskKind
 	Bool    []bool
 	Add     []float32
 	Strides [4]int
+	Prefix  int
+	Ends    []int
+}
+
+// blockStart is the first key query i sees after the prefix under
+// MaskPrefix: the start of its block (0 for a query in the prefix).
+func (m *Mask) blockStart(i int) int {
+	if i < m.Prefix {
+		return 0
+	}
+	s := m.Prefix
+	for _, e := range m.Ends {
+		if i < e {
+			return s
+		}
+		s = e
+	}
+	return s
+}
+
+// visible0 is MaskPrefix's visibility of key j to query i.
+func (m *Mask) visible0(i, j int) bool {
+	return j <= i && (j < m.Prefix || j >= m.blockStart(i))
+}
+
+// blockEnd is the end of the block holding position j >= Prefix under
+// MaskPrefix.
+func (m *Mask) blockEnd(j int) int {
+	for _, e := range m.Ends {
+		if j < e {
+			return e
+		}
+	}
+	return j + 1
 }
 
 // index returns the element offset of (bi, hi, i, j).
@@ -124,6 +162,20 @@ func checkSDPA(name string, dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv in
 	need(name, "dst", len(dst), b*h*l*dv)
 	switch m.Kind {
 	case MaskNone, MaskCausal:
+	case MaskPrefix:
+		if l != s || m.Prefix < 0 || m.Prefix > s {
+			check(false, name, "prefix mask of prefix %d for %d queries over %d keys", m.Prefix, l, s)
+		}
+		at := m.Prefix
+		for _, e := range m.Ends {
+			if e <= at {
+				check(false, name, "prefix mask block ends %v after prefix %d are not increasing", m.Ends, m.Prefix)
+			}
+			at = e
+		}
+		if at != s {
+			check(false, name, "prefix mask block ends %v after prefix %d do not end at %d", m.Ends, m.Prefix, s)
+		}
 	case MaskBool, MaskAdd:
 		for a, st := range m.Strides {
 			if st < 0 {
@@ -152,6 +204,8 @@ func (m *Mask) visible(bi, hi, i, j, l, s int) (bool, float32) {
 		return m.Bool[m.index(bi, hi, i, j)], 0
 	case MaskAdd:
 		return true, m.Add[m.index(bi, hi, i, j)]
+	case MaskPrefix:
+		return m.visible0(i, j), 0
 	}
 	return true, 0
 }
@@ -248,7 +302,7 @@ func sdpaRef[A float](dst, q, k, v []float32, b, h, hk, l, s, d, dv int, scale f
 //
 // exp is MLX's float32 exp (mlxmath.Exp, the polynomial of MLX's CPU
 // softmax) under AccF32 and math.Exp under AccF64. Masked keys (causal j >
-// i+s−l, Bool false) are skipped. A row whose keys are all masked gets the
+// i+s−l, Bool false, hidden by MaskPrefix) are skipped. A row whose keys are all masked gets the
 // mean of all of v, which is what MLX computes (it fills masked scores with
 // the dtype's lowest finite value, so the softmax is uniform); an additive
 // mask of all −Inf gives NaN, as in MLX. Scores and probabilities are never

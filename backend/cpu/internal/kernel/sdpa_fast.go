@@ -19,7 +19,14 @@ import (
 // the row's softmax state (max m, sum l, accumulator acc) is updated, and
 // the block's V rows are accumulated, again loaded once per item. A causal
 // row stops at its last visible key: blocks past it are not visited and
-// keys past it in its last block get no weight.
+// keys past it in its last block get no weight. Under MaskPrefix (causal,
+// and a block of a prefix-shared sequence never sees another block) a
+// block of keys past the prefix is scored only for the rows of the blocks
+// it overlaps (an item wholly in a later block skips it), and a row reads
+// no mask unless the block holds keys of an earlier block; skipping a
+// block whose keys a row cannot see leaves the row's state as a block of
+// masked scores would (factor exp(0) = 1, weights 0), so the result is
+// that of the explicit Bool mask bit for bit.
 //
 // Keys are further grouped in chunks of sdpaChunk: each chunk's state is
 // computed from the empty state and the chunks are merged in order. A
@@ -147,6 +154,7 @@ func (st *sdpaState) reset(rows, dv int) {
 type sdpaWork struct {
 	qs, sc, kt, kc, vb []float32
 	mx                 []float32 // scratch of sdpaMerge
+	keep               []float32 // the states of rows chunk skips
 	st, st2            sdpaState // an item's state and a chunk's
 	stBuf, stBuf2      []float32
 	nBuf               []int
@@ -179,6 +187,7 @@ func (j *sdpaJob) work() *sdpaWork {
 	w.qs = sdpaGrow(w.qs, j.rpad*j.d)
 	w.sc = sdpaGrow(w.sc, (j.rpad+16)*sdpaBK)
 	w.mx = sdpaGrow(w.mx, 2*j.rpad+16)
+	w.keep = sdpaGrow(w.keep, 32)
 	w.kt = sdpaGrow(w.kt, sdpaBK*j.d)
 	w.kc = sdpaGrow(w.kc, sdpaBK*j.d)
 	w.vb = sdpaGrow(w.vb, sdpaBK*j.dv)
@@ -251,10 +260,27 @@ func (j *sdpaJob) positions(qb int) (i0, np int) {
 
 // lim is the last key query position i may see.
 func (j *sdpaJob) lim(i int) int {
-	if j.m.Kind == MaskCausal {
+	if j.m.Kind == MaskCausal || j.m.Kind == MaskPrefix {
 		return min(i+j.s-j.l, j.s-1)
 	}
 	return j.s - 1
+}
+
+// seeEnd is the end of the item's positions (from i0, np of them) that may
+// see a key of the block [j0, j0+n): all of them, except under MaskPrefix
+// where a block of keys past the prefix is seen only by the positions of
+// the blocks it overlaps.
+func (j *sdpaJob) seeEnd(i0, np, j0, n int) int {
+	if j.m.Kind != MaskPrefix || j0 < j.m.Prefix {
+		return np
+	}
+	return max(0, min(np, j.m.blockEnd(j0+n-1)-i0))
+}
+
+// prefixHidden reports whether MaskPrefix hides a key of [j0, j0+nv) from
+// query i: those in [Prefix, its block's start).
+func (j *sdpaJob) prefixHidden(i, j0, nv int) bool {
+	return max(j0, j.m.Prefix) < min(j0+nv, j.m.blockStart(i))
 }
 
 // runItem computes an item's outputs, chunk after chunk.
@@ -482,7 +508,6 @@ func sdpaElemSize(v Vec) uintptr {
 // rows of positions i0..i0+np-1.
 func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) {
 	rep := j.rep
-	rows := np * rep
 	ninf := float32(math.Inf(-1))
 	for j0 := c0; j0 < c1; j0 += sdpaBK {
 		n := min(sdpaBK, c1-j0)
@@ -495,7 +520,14 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 		if p0 == np {
 			break
 		}
-		r0 := p0 * rep
+		// Rows past p1 see no key of this block (MaskPrefix: a later
+		// block's queries): skip them; their state is that of a block
+		// whose scores are all masked, which leaves it unchanged.
+		p1 := j.seeEnd(i0, np, j0, n)
+		if p1 <= p0 {
+			continue
+		}
+		r0, rows := p0*rep, p1*rep
 		if j.vk == sdpa256 || j.qk8 != nil || j.qpv8 {
 			// A decode step finds the cache evicted by the matmuls: ask
 			// for this block's values (read after the scores) and the keys
@@ -511,7 +543,7 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 			}
 		}
 		j.scores(w, bi, kh, j0, n, r0, rows)
-		for pi := p0; pi < np; pi++ {
+		for pi := p0; pi < p1; pi++ {
 			nv := min(n, j.lim(i0+pi)-j0+1)
 			for g := range rep {
 				r := pi*rep + g
@@ -536,9 +568,28 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 					for x := range nv {
 						sc[x] += j.m.Add[j.m.index(bi, hq, i0+pi, j0+x)]
 					}
+				case MaskPrefix:
+					if !j.prefixHidden(i0+pi, j0, nv) {
+						break // every key up to the position: no mask read
+					}
+					for x := range nv {
+						if !j.m.visible0(i0+pi, j0+x) {
+							sc[x] = ninf
+							w.hole[r] = true
+							cnt--
+						}
+					}
 				}
 				st.n[r] += cnt
 			}
+		}
+		// The assembly softmax works on groups of 8 or 16 rows and leaves
+		// garbage in the states of the rows past the last: keep those of
+		// the skipped rows.
+		keep := min(np*rep, (r0+(rows-r0+15)&^15)) - rows
+		if keep > 0 {
+			copy(w.keep[:keep], st.m[rows:])
+			copy(w.keep[keep:2*keep], st.l[rows:])
 		}
 		switch j.vk {
 		case sdpa512:
@@ -548,7 +599,11 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 		default:
 			sdpaSoftmaxGo(w.sc[r0*sdpaBK:rows*sdpaBK], st.m[r0:rows], st.l[r0:rows], st.f[r0:rows])
 		}
-		j.pv(w, st, bi, kh, i0, j0, n, p0, np)
+		if keep > 0 {
+			copy(st.m[rows:rows+keep], w.keep[:keep])
+			copy(st.l[rows:rows+keep], w.keep[keep:2*keep])
+		}
+		j.pv(w, st, bi, kh, i0, j0, n, p0, p1)
 	}
 }
 
@@ -747,9 +802,16 @@ func sdpa2PV(g int, acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float
 	}
 }
 
-// visible reports whether the Bool mask lets query (bi, hq, i) see key j.
+// visible reports whether the Bool or prefix mask lets query (bi, hq, i)
+// see key j.
 func (j *sdpaJob) visible(bi, hq, i, key int) bool {
-	return j.m.Kind != MaskBool || j.m.Bool[j.m.index(bi, hq, i, key)]
+	switch j.m.Kind {
+	case MaskBool:
+		return j.m.Bool[j.m.index(bi, hq, i, key)]
+	case MaskPrefix:
+		return j.m.visible0(i, key)
+	}
+	return true
 }
 
 // sdpaSoftmaxGo is the portable sdpaSoftmax: per row r of sdpaBK scores in
