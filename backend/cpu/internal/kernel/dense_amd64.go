@@ -25,16 +25,7 @@ type denseArgs struct {
 	out  unsafe.Pointer // 40
 	ostr uintptr        // 48
 	n    int            // 56
-	pf   uintptr        // 64: denseFast*, denseRefV*: the prefetch distance in bytes
 }
-
-// densePF is set on AMD CPUs, where the fast kernels prefetch the next
-// group of four weight rows as they read one (denseFastAVX), and the
-// one- and two-row reference kernels the next tile of sixteen
-// (denseRefFew): on Zen 5 the
-// hardware prefetcher alone left SmolLM2-360M's float16 decode at about
-// 14 GB of weights per CPU second (the int8 kernels' story, qmvQ8PF).
-var densePF = cpuAMD()
 
 // densePackF32 writes, for a.n blocks of eight values of eight consecutive
 // float32 weight rows (a.w, a.wstr), value l of row r to a.p + 64·l + 4·r:
@@ -246,11 +237,10 @@ func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 				densePack(panel[:], w, j0, cols, l0, kc, k)
 				a.p = unsafe.Pointer(&panel[0])
 				a.n = kc
-				step := denseRefStep() // eight rows of x with AVX-512 (dense_z_amd64.go)
-				for i := 0; i < rows; i += step {
+				for i := 0; i < rows; i += 4 {
 					a.a = unsafe.Pointer(&x[(r0+i)*k+l0])
 					a.out = unsafe.Pointer(&acc[16*i])
-					denseRefRowsZ(&a, min(step, rows-i))
+					denseRefRows(&a, min(4, rows-i))
 				}
 			}
 			for i := range rows {
@@ -274,9 +264,6 @@ func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
 	a.out = unsafe.Pointer(&dst[j0])
 	a.ostr = uintptr(4 * n)
 	a.n = k / 8
-	if densePF {
-		a.pf = 16 * a.wstr // the next tile
-	}
 	switch {
 	case w.F32 != nil && m == 2:
 		denseRefV2F32(&a)
@@ -360,9 +347,6 @@ func denseFastAVX(dst, x []float32, w Vec, m, n, k int) {
 		a.astr = uintptr(4 * k)
 		a.ostr = uintptr(4 * n)
 		a.n = nb
-		if densePF {
-			a.pf = 4 * a.wstr
-		}
 		for r0 := 0; r0 < m; r0 += denseRB {
 			rows := min(denseRB, m-r0)
 			for g := lo; g < hi; g++ {

@@ -50,7 +50,6 @@ const (
 	offOut  = 40
 	offOstr = 48
 	offN    = 56
-	offPf   = 64
 )
 
 // The weight dtypes: name suffix and bytes per value.
@@ -211,21 +210,12 @@ func fast(rows, dt int) {
 	p("\tMOVQ %d(AX), DX", offOstr)
 	p("\tMOVQ %d(AX), CX", offN)
 	p("\tLEAQ (R9)(R9*2), R10")
-	p("\tMOVQ %d(AX), R11", offPf)
-	p("\tADDQ R8, R11") // the prefetch pointer: a.pf bytes ahead
 	for r := range 4 * rows {
 		p("\tVXORPS Y%d, Y%d, Y%d", r, r, r)
 	}
 	p("\tTESTQ CX, CX")
 	p("\tJZ %s_sum", name)
 	p("%s_loop:", name)
-	// Four rows of eight values, 32·size bytes, are read per step: the
-	// same bytes a.pf further on are prefetched (the next group of four
-	// rows when a.pf is four row strides).
-	for o := 0; o < 32*dts[dt].size; o += 64 {
-		p("\tPREFETCHT0 %d(R11)", o)
-	}
-	p("\tADDQ $%d, R11", 32*dts[dt].size)
 	for c := range 4 {
 		load8(dt, wrow(c, 0), fmt.Sprintf("Y%d", 8+c))
 	}
@@ -351,8 +341,6 @@ func refV(rows, dt int) {
 	p("\tLEAQ (R9)(R9*4), R11")
 	p("\tLEAQ (R10)(R9*4), R12")
 	p("\tLEAQ (R8)(R9*8), R13")
-	p("\tMOVQ %d(AX), R14", offPf)
-	p("\tADDQ R8, R14") // the prefetch pointer: a.pf bytes ahead
 	var accA, accB []int
 	for i := range rows {
 		accA = append(accA, 15-2*i)
@@ -372,13 +360,6 @@ func refV(rows, dt int) {
 		}
 		return f
 	}
-	// Sixteen rows of eight values, 128·size bytes, are read per step: the
-	// same bytes a.pf further on are prefetched (the next tile of sixteen
-	// rows when a.pf is sixteen row strides).
-	for o := 0; o < 128*dts[dt].size; o += 64 {
-		p("\tPREFETCHT0 %d(R14)", o)
-	}
-	p("\tADDQ $%d, R14", 128*dts[dt].size)
 	refVBlock(dt, "R8", accA, temps())
 	refVBlock(dt, "R13", accB, temps())
 	p("\tADDQ $%d, R8", 8*dts[dt].size)

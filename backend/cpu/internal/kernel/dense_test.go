@@ -22,7 +22,7 @@ var denseShapes = [][3]int{
 // denseWeights returns n·k random weights rounded to the dtype, as a Vec
 // whose storage has NaN guards on both sides (a kernel reading past the
 // matrix turns an output into NaN), and the float32 values.
-func denseWeights(t testing.TB, dt string, seed uint64, n, k int) (Vec, []float32) {
+func denseWeights(t *testing.T, dt string, seed uint64, n, k int) (Vec, []float32) {
 	t.Helper()
 	r := newRand(seed)
 	switch dt {

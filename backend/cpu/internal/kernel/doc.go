@@ -94,12 +94,7 @@
 // precision blocks of eight values of eight weight rows transposed in
 // registers, one output per lane, a separate multiply and add in the
 // in-order loop's order (the bits of DenseMatmulTRef); in the fast
-// precision FMA along k, within DenseFastBound. With AVX-512 the reference
-// panel kernels run eight rows of x with the sixteen accumulators of each
-// in a ZMM register (dense_z_amd64.s, the same bits), and on AMD CPUs the
-// one- and two-row kernels of both precisions prefetch the next weight
-// rows (densePF: the hardware prefetcher alone left Zen 5 at about 14 GB of
-// float16 weights per CPU second).
+// precision FMA along k, within DenseFastBound.
 //
 // Built with GOEXPERIMENT=simd (Go 1.26 simd/archsimd), archsimd forms of
 // the float32 dot product and axpy replace their assembly twins (the same
