@@ -99,6 +99,21 @@ func denseRefZ7(a *denseArgs)
 //go:noescape
 func denseRefZ8(a *denseArgs)
 
+// denseRefZV1BF16 writes to a.out[c], c < 16, the in-order float32 sum (a
+// multiply, then an add, per term) of x[l]·W[c][l] over a.n blocks of
+// sixteen values, x the row at a.a and W sixteen bfloat16 rows from a.w,
+// a.wstr bytes apart, read in place: denseRefV1BF16 in AVX-512, each
+// block of sixteen values of sixteen rows transposed in registers at 16
+// bits, one output per lane; the next tile of sixteen rows is prefetched.
+//
+//go:noescape
+func denseRefZV1BF16(a *denseArgs)
+
+// denseRefZV1F16 is denseRefZV1BF16 for float16 weights.
+//
+//go:noescape
+func denseRefZV1F16(a *denseArgs)
+
 // denseRefStep is the rows of x one reference kernel call takes: eight on
 // the AVX-512 kernels, four on the AVX2 ones.
 func denseRefStep() int {
@@ -519,8 +534,9 @@ func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 
 // denseRefFew is denseRefAVX's tile of sixteen weight rows from j0 for one
 // or two rows of x: the kernel reads the rows in place (no panel) for the
-// k/8 blocks of eight values and writes the sums to dst; the k mod 8 last
-// terms are then added in order, a separate multiply and add each.
+// k/8 blocks of eight values (one row of 16-bit weights on AVX-512: the
+// k/16 blocks of sixteen, denseRefZV1) and writes the sums to dst; the
+// last terms are then added in order, a separate multiply and add each.
 func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
 	base, es := denseBase(w)
 	var a denseArgs
@@ -531,7 +547,15 @@ func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
 	a.out = unsafe.Pointer(&dst[j0])
 	a.ostr = uintptr(4 * n)
 	a.n = k / 8
+	done := 8 * (k / 8)
 	switch {
+	case denseZOn && m == 1 && w.F32 == nil:
+		a.n, done = k/16, 16*(k/16)
+		if w.F16 {
+			denseRefZV1F16(&a)
+		} else {
+			denseRefZV1BF16(&a)
+		}
 	case w.F32 != nil && m == 2:
 		denseRefV2F32(&a)
 	case w.F32 != nil:
@@ -545,7 +569,7 @@ func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
 	default:
 		denseRefV1BF16(&a)
 	}
-	for l := 8 * (k / 8); l < k; l++ {
+	for l := done; l < k; l++ {
 		for i := range m {
 			xv := x[i*k+l]
 			d := dst[i*n+j0 : i*n+j0+16]

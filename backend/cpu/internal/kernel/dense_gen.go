@@ -733,6 +733,116 @@ func refZ(rows int) {
 	p("")
 }
 
+// refZV1 writes denseRefZV1<dt> (bfloat16 or float16 weights): refV's
+// one-row kernel in AVX-512, sixteen weight rows by sixteen values a step.
+// ZMM r holds values 0-15 of weight row r in its low half and of row 8+r in
+// its high half; three unpack stages (words, dwords, qwords) leave in each
+// 128-bit lane one value of eight rows, a 128-bit lane shuffle puts value
+// v of the sixteen rows in a low half and value v+8 in the high half, and
+// each half widens to sixteen float32 (VCVTPH2PS, or a shift for
+// bfloat16). Then, for the values in order, x's value broadcast times
+// them (VMULPS) added to the accumulator (VADDPS): one output per lane,
+// the in-order loop's operations. AX walks the next tile (prefetched).
+func refZV1(dt int) {
+	name := "denseRefZV1" + dts[dt].name
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	p("\tLEAQ (R8)(R9*8), R13")
+	p("\tLEAQ (R13)(R9*8), AX")
+	const acc = 31
+	p("\tVPXORD Z%d, Z%d, Z%d", acc, acc, acc)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop:", name)
+	var free regs
+	for r := 30; r >= 8; r-- {
+		free = append(free, r)
+	}
+	for r := range 8 {
+		p("\tVMOVDQU %s, Y%d", wrowAt("R8", r, 0), r)
+		p("\tVINSERTI64X4 $1, %s, Z%d, Z%d", wrowAt("R13", r, 0), r, r)
+	}
+	// Stage 1: lo[q] rows 2q, 2q+1 at values 0-3 of each lane, hi[q] 4-7.
+	var lo, hi [4]int
+	for q := range 4 {
+		a, b := 2*q, 2*q+1
+		lo[q], hi[q] = free.get(), free.get()
+		p("\tVPUNPCKLWD Z%d, Z%d, Z%d", b, a, lo[q])
+		p("\tVPUNPCKHWD Z%d, Z%d, Z%d", b, a, hi[q])
+	}
+	// Stage 2: t[h][P] rows 4h..4h+3 at values 2P, 2P+1 of each lane.
+	var t [2][4]int
+	for s, src := range [][4]int{lo, hi} {
+		for h := range 2 {
+			a, b := src[2*h], src[2*h+1]
+			t[h][2*s], t[h][2*s+1] = free.get(), free.get()
+			p("\tVPUNPCKLDQ Z%d, Z%d, Z%d", b, a, t[h][2*s])
+			p("\tVPUNPCKHDQ Z%d, Z%d, Z%d", b, a, t[h][2*s+1])
+			free.put(a)
+			free.put(b)
+		}
+	}
+	// Stage 3: u[v] rows 0-7 at value v of each lane (lanes: v and v+8 of
+	// rows 0-7, then of rows 8-15); stage 4 orders the lanes v | v+8.
+	var u [8]int
+	for pr := range 4 {
+		u[2*pr], u[2*pr+1] = free.get(), free.get()
+		p("\tVPUNPCKLQDQ Z%d, Z%d, Z%d", t[1][pr], t[0][pr], u[2*pr])
+		p("\tVPUNPCKHQDQ Z%d, Z%d, Z%d", t[1][pr], t[0][pr], u[2*pr+1])
+		free.put(t[0][pr])
+		free.put(t[1][pr])
+	}
+	for v := range 8 {
+		p("\tVSHUFI64X2 $0xd8, Z%d, Z%d, Z%d", u[v], u[v], u[v])
+	}
+	var f [16]int
+	widen := func(src, dst int) {
+		if dt == 1 {
+			p("\tVPMOVZXWD Y%d, Z%d", src, dst)
+			p("\tVPSLLD $16, Z%d, Z%d", dst, dst)
+		} else {
+			p("\tVCVTPH2PS Y%d, Z%d", src, dst)
+		}
+	}
+	for v := range 8 {
+		f[v], f[v+8] = free.get(), free.get()
+		widen(u[v], f[v])
+		p("\tVEXTRACTI64X4 $1, Z%d, Y%d", u[v], u[v])
+		widen(u[v], f[v+8])
+		free.put(u[v])
+	}
+	for l := range 16 {
+		pr := free.get()
+		p("\tVMULPS.BCST %d(SI), Z%d, Z%d", 4*l, f[l], pr)
+		p("\tVADDPS Z%d, Z%d, Z%d", pr, acc, acc)
+		free.put(pr)
+		free.put(f[l])
+	}
+	for off := 0; off < 512; off += 64 {
+		p("\tPREFETCHT0 %d(AX)", off)
+	}
+	p("\tADDQ $512, AX")
+	p("\tADDQ $32, R8")
+	p("\tADDQ $32, R13")
+	p("\tADDQ $64, SI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_store:", name)
+	p("\tVMOVUPS Z%d, (DI)", acc)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 // zshapes are the (rows, cols) of the AVX-512 fast kernels (dense_amd64.go
 // uses them by name).
 var zshapes = [][2]int{{1, 8}, {1, 6}, {1, 1}, {4, 6}, {4, 1}}
@@ -762,6 +872,8 @@ func main() {
 	for rows := 1; rows <= 8; rows++ {
 		refZ(rows)
 	}
+	refZV1(1)
+	refZV1(2)
 	for dt := range dts {
 		for _, s := range zshapes {
 			zfast(s[0], s[1], dt)
