@@ -413,6 +413,11 @@ func denseCovers(w Vec) bool {
 const (
 	denseKC = 256 // values of k per panel (16 KiB of float32)
 	denseRB = 64  // rows of x per accumulator block
+	// denseRefRB is denseRefPanel's block of rows of x: each panel is
+	// packed once per block, so larger blocks pack less (64 rows spent 8%
+	// of a 511-token reference prefill of SmolLM2-360M f16 packing); its
+	// x rows of one panel (1 KiB each) stay in L2.
+	denseRefRB = 256
 )
 
 // denseAsm runs DenseMatmulT on the AVX2 kernels, reporting false when
@@ -498,21 +503,21 @@ func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
 }
 
 // denseRefPanel runs tiles lo..hi-1 of sixteen weight rows: per tile and
-// block of up to denseRB rows of x the accumulators start at +0, and each
+// block of up to denseRefRB rows of x the accumulators start at +0, and each
 // panel of denseKC values (densePack) adds its terms in order, up to four
 // rows of x at a time (denseRef1..4), or eight on AVX-512 CPUs
 // (denseRefZ1..8), so every output is the in-order loop's.
 func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 	var panel [denseKC * 16]float32
-	var acc [denseRB * 16]float32
+	var acc [denseRefRB * 16]float32
 	var a denseArgs
 	a.astr = uintptr(4 * k)
 	step := denseRefStep()
 	for t := lo; t < hi; t++ {
 		j0 := 16 * t
 		cols := min(16, n-j0)
-		for r0 := 0; r0 < m; r0 += denseRB {
-			rows := min(denseRB, m-r0)
+		for r0 := 0; r0 < m; r0 += denseRefRB {
+			rows := min(denseRefRB, m-r0)
 			clear(acc[:rows*16])
 			for l0 := 0; l0 < k; l0 += denseKC {
 				kc := min(denseKC, k-l0)

@@ -9,15 +9,16 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// denseShapes are the (m, n, k) of the dense matmul tests: m = 1, 2, 7, 33
-// and one past denseRB; n odd, below, at and past a tile of sixteen and a
-// group of four; k below, at and past the eight-value block and the
-// denseKC panel, and not multiples of 8, and k = 0 (empty sums).
+// denseShapes are the (m, n, k) of the dense matmul tests: m = 1, 2, 7, 33,
+// one past denseRB and past denseRefRB; n odd, below, at and past a tile
+// of sixteen and a group of four; k below, at and past the eight- and
+// sixteen-value blocks and the denseKC panel, and not multiples of 8, and
+// k = 0 (empty sums).
 var denseShapes = [][3]int{
 	{1, 1, 1}, {1, 3, 7}, {2, 17, 0}, {1, 16, 0}, {1, 16, 8}, {1, 17, 13}, {1, 48, 64}, {1, 33, 300}, {1, 64, 576},
 	{2, 5, 9}, {2, 16, 256}, {2, 31, 257}, {7, 16, 40}, {7, 21, 37}, {7, 49, 520},
 	{33, 16, 24}, {33, 35, 100}, {33, 64, 263}, {70, 19, 65}, {70, 64, 128},
-	{1, 9, 33}, {3, 25, 48}, {4, 6, 16}, {5, 13, 31}, {9, 7, 64}, {130, 13, 600},
+	{1, 9, 33}, {3, 25, 48}, {4, 6, 16}, {5, 13, 31}, {9, 7, 64}, {130, 13, 600}, {260, 17, 270},
 }
 
 // denseWeights returns n·k random weights rounded to the dtype, as a Vec
@@ -196,7 +197,7 @@ func TestDenseFastUsesFMA(t *testing.T) {
 // BenchmarkDense: GEMV (m = 1) at a shape whose weights stay in L2 (k 256,
 // n 512: the kernels' arithmetic rate), SmolLM2-135M's MLP shape (k 576, n
 // 1536), SmolLM2-360M's (k 960, n 2560) and a 2048×8192 one, and GEMM (m =
-// 64, and 128 for SmolLM2-360M) at the larger ones, per weight dtype and
+// 64, and 512 for SmolLM2-360M) at the larger ones, per weight dtype and
 // precision, and the portable loop (the vector kernels off: the backend's
 // matmulNT before them); on AVX-512 CPUs also ref-avx2 and fast-avx2, the
 // AVX2 kernels (denseZOn off), for A/B runs in one binary. The bytes are
@@ -210,7 +211,7 @@ func BenchmarkDense(b *testing.B) {
 	if denseZOn {
 		modes = append(modes, mode{"ref-avx2", false, true, false}, mode{"fast-avx2", true, true, false})
 	}
-	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 2560, 960}, {1, 8192, 2048}, {64, 1536, 576}, {128, 2560, 960}, {64, 8192, 2048}} {
+	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 2560, 960}, {1, 8192, 2048}, {64, 1536, 576}, {512, 2560, 960}, {64, 8192, 2048}} {
 		for _, dt := range []string{"f32", "bf16", "f16"} {
 			for _, mode := range modes {
 				fast := mode.fast
