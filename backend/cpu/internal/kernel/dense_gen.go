@@ -843,6 +843,56 @@ func refZV1(dt int) {
 	p("")
 }
 
+// refZW writes denseRefZW<rows>: refZ for two sixteen-column panels at
+// once (a.p and a.p + a.pf, the second panel's bytes from the first), up
+// to eight rows of x, thirty-two accumulators a row (128 bytes apart): x
+// broadcast once per row and step for both panels' multiplies, then the
+// adds, in order, so each lane is its output's scalar loop, bit for bit.
+func refZW(rows int) {
+	name := fmt.Sprintf("denseRefZW%d", rows)
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), BX", offAstr)
+	p("\tMOVQ %d(AX), R8", offP)
+	p("\tMOVQ %d(AX), R9", offPf)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (BX)(BX*2), DX")
+	p("\tLEAQ (BX)(BX*4), R10")
+	p("\tLEAQ (DX)(BX*4), R11")
+	for i := range rows {
+		p("\tVMOVUPS %d(DI), Z%d", 128*i, 2*i)
+		p("\tVMOVUPS %d(DI), Z%d", 128*i+64, 2*i+1)
+	}
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop:", name)
+	p("\tVMOVUPS (R8), Z16")
+	p("\tVMOVUPS (R8)(R9*1), Z17")
+	for i := range rows {
+		bc := 18 + 3*(i%4)
+		p("\tVBROADCASTSS %s, Z%d", xrow8(i, 0), bc)
+		p("\tVMULPS Z16, Z%d, Z%d", bc, bc+1)
+		p("\tVMULPS Z17, Z%d, Z%d", bc, bc+2)
+		p("\tVADDPS Z%d, Z%d, Z%d", bc+1, 2*i, 2*i)
+		p("\tVADDPS Z%d, Z%d, Z%d", bc+2, 2*i+1, 2*i+1)
+	}
+	p("\tADDQ $64, R8")
+	p("\tADDQ $4, SI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_store:", name)
+	for i := range rows {
+		p("\tVMOVUPS Z%d, %d(DI)", 2*i, 128*i)
+		p("\tVMOVUPS Z%d, %d(DI)", 2*i+1, 128*i+64)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 // zshapes are the (rows, cols) of the AVX-512 fast kernels (dense_amd64.go
 // uses them by name).
 var zshapes = [][2]int{{1, 8}, {1, 6}, {1, 1}, {4, 6}, {4, 1}}
@@ -871,6 +921,9 @@ func main() {
 	}
 	for rows := 1; rows <= 8; rows++ {
 		refZ(rows)
+	}
+	for rows := 1; rows <= 8; rows++ {
+		refZW(rows)
 	}
 	refZV1(1)
 	refZV1(2)
