@@ -70,32 +70,46 @@ func denseRef3(a *denseArgs)
 //go:noescape
 func denseRef4(a *denseArgs)
 
-// denseRefZ1 .. denseRefZ8 are denseRef1..4 in AVX-512 for one to eight
-// rows of x (the sixteen panel columns in one ZMM register, x broadcast
-// from memory into the multiply): the same multiply, then add, per lane
-// and step, so the same bits.
+// denseRefZ1 is denseRef1 in AVX-512 (denseRefZ2..8 take two to eight
+// rows of x): the sixteen panel columns in one ZMM register, x broadcast
+// from memory into the multiply; the same multiply, then add, per lane and
+// step, so the same bits.
 //
 //go:noescape
 func denseRefZ1(a *denseArgs)
 
+// denseRefZ2 is denseRefZ1 for 2 rows of x.
+//
 //go:noescape
 func denseRefZ2(a *denseArgs)
 
+// denseRefZ3 is denseRefZ1 for 3 rows of x.
+//
 //go:noescape
 func denseRefZ3(a *denseArgs)
 
+// denseRefZ4 is denseRefZ1 for 4 rows of x.
+//
 //go:noescape
 func denseRefZ4(a *denseArgs)
 
+// denseRefZ5 is denseRefZ1 for 5 rows of x.
+//
 //go:noescape
 func denseRefZ5(a *denseArgs)
 
+// denseRefZ6 is denseRefZ1 for 6 rows of x.
+//
 //go:noescape
 func denseRefZ6(a *denseArgs)
 
+// denseRefZ7 is denseRefZ1 for 7 rows of x.
+//
 //go:noescape
 func denseRefZ7(a *denseArgs)
 
+// denseRefZ8 is denseRefZ1 for 8 rows of x.
+//
 //go:noescape
 func denseRefZ8(a *denseArgs)
 
@@ -114,32 +128,47 @@ func denseRefZV1BF16(a *denseArgs)
 //go:noescape
 func denseRefZV1F16(a *denseArgs)
 
-// denseRefZW1 .. denseRefZW8 are denseRefZ1..8 for two sixteen-column
-// panels at once (a.p and a.p + a.pf), thirty-two accumulators a row of
-// x (128 bytes apart): x broadcast once for both multiplies, the same
-// multiply, then add, per lane and step, so the same bits.
+// denseRefZW1 is denseRefZ1 for two sixteen-column panels at once (a.p
+// and a.p + a.pf), thirty-two accumulators a row of x (128 bytes apart;
+// denseRefZW2..8 take two to eight rows): x broadcast once for both
+// multiplies, the same multiply, then add, per lane and step, so the same
+// bits.
 //
 //go:noescape
 func denseRefZW1(a *denseArgs)
 
+// denseRefZW2 is denseRefZW1 for 2 rows of x.
+//
 //go:noescape
 func denseRefZW2(a *denseArgs)
 
+// denseRefZW3 is denseRefZW1 for 3 rows of x.
+//
 //go:noescape
 func denseRefZW3(a *denseArgs)
 
+// denseRefZW4 is denseRefZW1 for 4 rows of x.
+//
 //go:noescape
 func denseRefZW4(a *denseArgs)
 
+// denseRefZW5 is denseRefZW1 for 5 rows of x.
+//
 //go:noescape
 func denseRefZW5(a *denseArgs)
 
+// denseRefZW6 is denseRefZW1 for 6 rows of x.
+//
 //go:noescape
 func denseRefZW6(a *denseArgs)
 
+// denseRefZW7 is denseRefZW1 for 7 rows of x.
+//
 //go:noescape
 func denseRefZW7(a *denseArgs)
 
+// denseRefZW8 is denseRefZW1 for 8 rows of x.
+//
 //go:noescape
 func denseRefZW8(a *denseArgs)
 
@@ -244,8 +273,8 @@ func denseFast1F16(a *denseArgs)
 //go:noescape
 func denseFast2F16(a *denseArgs)
 
-// denseZ<r>x<c><dt> (r rows of x against c weight rows read in place, of
-// dtype dt) writes to a.out + i·a.ostr + 4·c the fast-precision dot
+// The denseZ<r>x<c><dt> kernels (r rows of x against c weight rows read
+// in place, of dtype dt) write to a.out + i·a.ostr + 4·c the fast-precision dot
 // product of x row i (a.a + i·a.astr, float32) with weight row c (a.w +
 // c·a.wstr) over a.n values: AVX-512, sixteen values a step, lane t of one
 // accumulator per output summing the products of the values ≡ t mod 16 by
@@ -255,49 +284,94 @@ func denseFast2F16(a *denseArgs)
 // output's bits thus depend on neither the kernel nor the number of rows
 // of x. The one-row kernels prefetch the weights a.pf bytes past each
 // row's loads.
+
+// denseZ1x8F32 is the denseZ kernel for 1 row of x by 8 float32 weight rows
+// (prefetching a.pf bytes ahead).
 //
 //go:noescape
 func denseZ1x8F32(a *denseArgs)
 
+// denseZ1x6F32 is the denseZ kernel for 1 row of x by 6 float32 weight rows
+// (prefetching a.pf bytes ahead).
+//
 //go:noescape
 func denseZ1x6F32(a *denseArgs)
 
+// denseZ1x1F32 is the denseZ kernel for 1 row of x by 1 float32 weight row
+// (prefetching a.pf bytes ahead).
+//
 //go:noescape
 func denseZ1x1F32(a *denseArgs)
 
+// denseZ4x6F32 is the denseZ kernel for 4 rows of x by 6 float32 weight
+// rowsNone.
+//
 //go:noescape
 func denseZ4x6F32(a *denseArgs)
 
+// denseZ4x1F32 is the denseZ kernel for 4 rows of x by 1 float32 weight
+// rowNone.
+//
 //go:noescape
 func denseZ4x1F32(a *denseArgs)
 
+// denseZ1x8BF16 is the denseZ kernel for 1 row of x by 8 bfloat16 weight
+// rows (prefetching a.pf bytes ahead).
+//
 //go:noescape
 func denseZ1x8BF16(a *denseArgs)
 
+// denseZ1x6BF16 is the denseZ kernel for 1 row of x by 6 bfloat16 weight
+// rows (prefetching a.pf bytes ahead).
+//
 //go:noescape
 func denseZ1x6BF16(a *denseArgs)
 
+// denseZ1x1BF16 is the denseZ kernel for 1 row of x by 1 bfloat16 weight
+// row (prefetching a.pf bytes ahead).
+//
 //go:noescape
 func denseZ1x1BF16(a *denseArgs)
 
+// denseZ4x6BF16 is the denseZ kernel for 4 rows of x by 6 bfloat16 weight
+// rowsNone.
+//
 //go:noescape
 func denseZ4x6BF16(a *denseArgs)
 
+// denseZ4x1BF16 is the denseZ kernel for 4 rows of x by 1 bfloat16 weight
+// rowNone.
+//
 //go:noescape
 func denseZ4x1BF16(a *denseArgs)
 
+// denseZ1x8F16 is the denseZ kernel for 1 row of x by 8 float16 weight rows
+// (prefetching a.pf bytes ahead).
+//
 //go:noescape
 func denseZ1x8F16(a *denseArgs)
 
+// denseZ1x6F16 is the denseZ kernel for 1 row of x by 6 float16 weight rows
+// (prefetching a.pf bytes ahead).
+//
 //go:noescape
 func denseZ1x6F16(a *denseArgs)
 
+// denseZ1x1F16 is the denseZ kernel for 1 row of x by 1 float16 weight row
+// (prefetching a.pf bytes ahead).
+//
 //go:noescape
 func denseZ1x1F16(a *denseArgs)
 
+// denseZ4x6F16 is the denseZ kernel for 4 rows of x by 6 float16 weight
+// rowsNone.
+//
 //go:noescape
 func denseZ4x6F16(a *denseArgs)
 
+// denseZ4x1F16 is the denseZ kernel for 4 rows of x by 1 float16 weight
+// rowNone.
+//
 //go:noescape
 func denseZ4x1F16(a *denseArgs)
 
