@@ -282,23 +282,23 @@ func denseFast2F16(a *denseArgs)
 // past the row), then reduced the same way in every kernel (dense_gen.go's
 // zsum): y_t = z_t + z_(t+8), ((y0+y1)+(y2+y3)) + ((y4+y5)+(y6+y7)). An
 // output's bits thus depend on neither the kernel nor the number of rows
-// of x. The one-row kernels prefetch the weights a.pf bytes past each
-// row's loads.
+// of x. The one-row kernels prefetch, in address order, the weights from
+// a.pf bytes past the first row (the next group of rows).
 
 // denseZ1x8F32 is the denseZ kernel for 1 row of x by 8 float32 weight rows
-// (prefetching a.pf bytes ahead).
+// (prefetching the group a.pf bytes on).
 //
 //go:noescape
 func denseZ1x8F32(a *denseArgs)
 
 // denseZ1x6F32 is the denseZ kernel for 1 row of x by 6 float32 weight rows
-// (prefetching a.pf bytes ahead).
+// (prefetching the group a.pf bytes on).
 //
 //go:noescape
 func denseZ1x6F32(a *denseArgs)
 
 // denseZ1x1F32 is the denseZ kernel for 1 row of x by 1 float32 weight row
-// (prefetching a.pf bytes ahead).
+// (prefetching the group a.pf bytes on).
 //
 //go:noescape
 func denseZ1x1F32(a *denseArgs)
@@ -316,19 +316,19 @@ func denseZ4x6F32(a *denseArgs)
 func denseZ4x1F32(a *denseArgs)
 
 // denseZ1x8BF16 is the denseZ kernel for 1 row of x by 8 bfloat16 weight
-// rows (prefetching a.pf bytes ahead).
+// rows (prefetching the group a.pf bytes on).
 //
 //go:noescape
 func denseZ1x8BF16(a *denseArgs)
 
 // denseZ1x6BF16 is the denseZ kernel for 1 row of x by 6 bfloat16 weight
-// rows (prefetching a.pf bytes ahead).
+// rows (prefetching the group a.pf bytes on).
 //
 //go:noescape
 func denseZ1x6BF16(a *denseArgs)
 
 // denseZ1x1BF16 is the denseZ kernel for 1 row of x by 1 bfloat16 weight
-// row (prefetching a.pf bytes ahead).
+// row (prefetching the group a.pf bytes on).
 //
 //go:noescape
 func denseZ1x1BF16(a *denseArgs)
@@ -346,19 +346,19 @@ func denseZ4x6BF16(a *denseArgs)
 func denseZ4x1BF16(a *denseArgs)
 
 // denseZ1x8F16 is the denseZ kernel for 1 row of x by 8 float16 weight rows
-// (prefetching a.pf bytes ahead).
+// (prefetching the group a.pf bytes on).
 //
 //go:noescape
 func denseZ1x8F16(a *denseArgs)
 
 // denseZ1x6F16 is the denseZ kernel for 1 row of x by 6 float16 weight rows
-// (prefetching a.pf bytes ahead).
+// (prefetching the group a.pf bytes on).
 //
 //go:noescape
 func denseZ1x6F16(a *denseArgs)
 
 // denseZ1x1F16 is the denseZ kernel for 1 row of x by 1 float16 weight row
-// (prefetching a.pf bytes ahead).
+// (prefetching the group a.pf bytes on).
 //
 //go:noescape
 func denseZ1x1F16(a *denseArgs)
