@@ -450,8 +450,9 @@ const denseZRows = 256 << 10
 // leftovers by the 1x6, 4x1 and 1x1 kernels. Every kernel gives an output
 // the same bits, so a row of x gets them whatever m is. (On Zen 5, one
 // thread, 3x8 tiles ran as fast as 4x6 at 512x960x2560 and up to 20%
-// slower at 64x2048x8192, 6x4 tiles 10-30% slower at both: BenchmarkDense
-// CPU time, 2026-12-02.)
+// slower at 64x2048x8192, 6x4 tiles 10-30% slower at both, and the one-row
+// kernels' prefetch added to the 4x6 and 4x1 ones 10% slower at
+// 64x2048x8192: BenchmarkDense CPU time, 2026-12-02.)
 func denseFastZ(dst, x []float32, w Vec, m, n, k int) {
 	base, es := denseBase(w)
 	dt := denseDtype(w)
