@@ -15,7 +15,8 @@ import (
 // accumulators of denseRef1..4 (sixteen float32 a row, rows contiguous), or
 // the first output of denseRefV and denseFast with ostr the bytes between
 // their output rows; n the values of k (denseRef1..4) or the blocks of
-// eight values (the others).
+// eight values (the others), or the values of k (denseZ); pf the bytes
+// from each weight row to the row the one-row denseZ kernels prefetch.
 type denseArgs struct {
 	w    unsafe.Pointer // 0
 	wstr uintptr        // 8
@@ -25,6 +26,7 @@ type denseArgs struct {
 	out  unsafe.Pointer // 40
 	ostr uintptr        // 48
 	n    int            // 56
+	pf   uintptr        // 64
 }
 
 // densePackF32 writes, for a.n blocks of eight values of eight consecutive
@@ -68,8 +70,163 @@ func denseRef3(a *denseArgs)
 //go:noescape
 func denseRef4(a *denseArgs)
 
-// denseRefRows runs the reference kernel for n (1 to 4) rows of x.
+// denseRefZ1 is denseRef1 in AVX-512 (denseRefZ2..8 take two to eight
+// rows of x): the sixteen panel columns in one ZMM register, x broadcast
+// from memory into the multiply; the same multiply, then add, per lane and
+// step, so the same bits.
+//
+//go:noescape
+func denseRefZ1(a *denseArgs)
+
+// denseRefZ2 is denseRefZ1 for 2 rows of x.
+//
+//go:noescape
+func denseRefZ2(a *denseArgs)
+
+// denseRefZ3 is denseRefZ1 for 3 rows of x.
+//
+//go:noescape
+func denseRefZ3(a *denseArgs)
+
+// denseRefZ4 is denseRefZ1 for 4 rows of x.
+//
+//go:noescape
+func denseRefZ4(a *denseArgs)
+
+// denseRefZ5 is denseRefZ1 for 5 rows of x.
+//
+//go:noescape
+func denseRefZ5(a *denseArgs)
+
+// denseRefZ6 is denseRefZ1 for 6 rows of x.
+//
+//go:noescape
+func denseRefZ6(a *denseArgs)
+
+// denseRefZ7 is denseRefZ1 for 7 rows of x.
+//
+//go:noescape
+func denseRefZ7(a *denseArgs)
+
+// denseRefZ8 is denseRefZ1 for 8 rows of x.
+//
+//go:noescape
+func denseRefZ8(a *denseArgs)
+
+// denseRefZV1BF16 writes to a.out[c], c < 16, the in-order float32 sum (a
+// multiply, then an add, per term) of x[l]·W[c][l] over a.n blocks of
+// sixteen values, x the row at a.a and W sixteen bfloat16 rows from a.w,
+// a.wstr bytes apart, read in place: denseRefV1BF16 in AVX-512, each
+// block of sixteen values of sixteen rows transposed in registers at 16
+// bits, one output per lane; the next tile of sixteen rows is prefetched.
+//
+//go:noescape
+func denseRefZV1BF16(a *denseArgs)
+
+// denseRefZV1F16 is denseRefZV1BF16 for float16 weights.
+//
+//go:noescape
+func denseRefZV1F16(a *denseArgs)
+
+// denseRefZW1 is denseRefZ1 for two sixteen-column panels at once (a.p
+// and a.p + a.pf), thirty-two accumulators a row of x (128 bytes apart;
+// denseRefZW2..8 take two to eight rows): x broadcast once for both
+// multiplies, the same multiply, then add, per lane and step, so the same
+// bits.
+//
+//go:noescape
+func denseRefZW1(a *denseArgs)
+
+// denseRefZW2 is denseRefZW1 for 2 rows of x.
+//
+//go:noescape
+func denseRefZW2(a *denseArgs)
+
+// denseRefZW3 is denseRefZW1 for 3 rows of x.
+//
+//go:noescape
+func denseRefZW3(a *denseArgs)
+
+// denseRefZW4 is denseRefZW1 for 4 rows of x.
+//
+//go:noescape
+func denseRefZW4(a *denseArgs)
+
+// denseRefZW5 is denseRefZW1 for 5 rows of x.
+//
+//go:noescape
+func denseRefZW5(a *denseArgs)
+
+// denseRefZW6 is denseRefZW1 for 6 rows of x.
+//
+//go:noescape
+func denseRefZW6(a *denseArgs)
+
+// denseRefZW7 is denseRefZW1 for 7 rows of x.
+//
+//go:noescape
+func denseRefZW7(a *denseArgs)
+
+// denseRefZW8 is denseRefZW1 for 8 rows of x.
+//
+//go:noescape
+func denseRefZW8(a *denseArgs)
+
+// denseRefWRows runs denseRefZW<n> (n 1 to 8).
+func denseRefWRows(a *denseArgs, n int) {
+	switch n {
+	case 1:
+		denseRefZW1(a)
+	case 2:
+		denseRefZW2(a)
+	case 3:
+		denseRefZW3(a)
+	case 4:
+		denseRefZW4(a)
+	case 5:
+		denseRefZW5(a)
+	case 6:
+		denseRefZW6(a)
+	case 7:
+		denseRefZW7(a)
+	default:
+		denseRefZW8(a)
+	}
+}
+
+// denseRefStep is the rows of x one reference kernel call takes: eight on
+// the AVX-512 kernels, four on the AVX2 ones.
+func denseRefStep() int {
+	if denseZOn {
+		return 8
+	}
+	return 4
+}
+
+// denseRefRows runs the reference kernel for n (1 to denseRefStep()) rows
+// of x.
 func denseRefRows(a *denseArgs, n int) {
+	if denseZOn {
+		switch n {
+		case 1:
+			denseRefZ1(a)
+		case 2:
+			denseRefZ2(a)
+		case 3:
+			denseRefZ3(a)
+		case 4:
+			denseRefZ4(a)
+		case 5:
+			denseRefZ5(a)
+		case 6:
+			denseRefZ6(a)
+		case 7:
+			denseRefZ7(a)
+		default:
+			denseRefZ8(a)
+		}
+		return
+	}
 	switch n {
 	case 1:
 		denseRef1(a)
@@ -116,13 +273,264 @@ func denseFast1F16(a *denseArgs)
 //go:noescape
 func denseFast2F16(a *denseArgs)
 
+// The denseZ<r>x<c><dt> kernels (r rows of x against c weight rows read
+// in place, of dtype dt) write to a.out + i·a.ostr + 4·c the fast-precision dot
+// product of x row i (a.a + i·a.astr, float32) with weight row c (a.w +
+// c·a.wstr) over a.n values: AVX-512, sixteen values a step, lane t of one
+// accumulator per output summing the products of the values ≡ t mod 16 by
+// FMA in order (the last a.n mod 16 in a masked step that reads nothing
+// past the row), then reduced the same way in every kernel (dense_gen.go's
+// zsum): y_t = z_t + z_(t+8), ((y0+y1)+(y2+y3)) + ((y4+y5)+(y6+y7)). An
+// output's bits thus depend on neither the kernel nor the number of rows
+// of x. The one-row kernels prefetch, in address order, the weights from
+// a.pf bytes past the first row (the next group of rows).
+
+// denseZ1x8F32 is the denseZ kernel for 1 row of x by 8 float32 weight rows
+// (prefetching the group a.pf bytes on).
+//
+//go:noescape
+func denseZ1x8F32(a *denseArgs)
+
+// denseZ1x6F32 is the denseZ kernel for 1 row of x by 6 float32 weight rows
+// (prefetching the group a.pf bytes on).
+//
+//go:noescape
+func denseZ1x6F32(a *denseArgs)
+
+// denseZ1x1F32 is the denseZ kernel for 1 row of x by 1 float32 weight row
+// (prefetching the group a.pf bytes on).
+//
+//go:noescape
+func denseZ1x1F32(a *denseArgs)
+
+// denseZ4x6F32 is the denseZ kernel for 4 rows of x by 6 float32 weight
+// rowsNone.
+//
+//go:noescape
+func denseZ4x6F32(a *denseArgs)
+
+// denseZ4x1F32 is the denseZ kernel for 4 rows of x by 1 float32 weight
+// rowNone.
+//
+//go:noescape
+func denseZ4x1F32(a *denseArgs)
+
+// denseZ1x8BF16 is the denseZ kernel for 1 row of x by 8 bfloat16 weight
+// rows (prefetching the group a.pf bytes on).
+//
+//go:noescape
+func denseZ1x8BF16(a *denseArgs)
+
+// denseZ1x6BF16 is the denseZ kernel for 1 row of x by 6 bfloat16 weight
+// rows (prefetching the group a.pf bytes on).
+//
+//go:noescape
+func denseZ1x6BF16(a *denseArgs)
+
+// denseZ1x1BF16 is the denseZ kernel for 1 row of x by 1 bfloat16 weight
+// row (prefetching the group a.pf bytes on).
+//
+//go:noescape
+func denseZ1x1BF16(a *denseArgs)
+
+// denseZ4x6BF16 is the denseZ kernel for 4 rows of x by 6 bfloat16 weight
+// rowsNone.
+//
+//go:noescape
+func denseZ4x6BF16(a *denseArgs)
+
+// denseZ4x1BF16 is the denseZ kernel for 4 rows of x by 1 bfloat16 weight
+// rowNone.
+//
+//go:noescape
+func denseZ4x1BF16(a *denseArgs)
+
+// denseZ1x8F16 is the denseZ kernel for 1 row of x by 8 float16 weight rows
+// (prefetching the group a.pf bytes on).
+//
+//go:noescape
+func denseZ1x8F16(a *denseArgs)
+
+// denseZ1x6F16 is the denseZ kernel for 1 row of x by 6 float16 weight rows
+// (prefetching the group a.pf bytes on).
+//
+//go:noescape
+func denseZ1x6F16(a *denseArgs)
+
+// denseZ1x1F16 is the denseZ kernel for 1 row of x by 1 float16 weight row
+// (prefetching the group a.pf bytes on).
+//
+//go:noescape
+func denseZ1x1F16(a *denseArgs)
+
+// denseZ4x6F16 is the denseZ kernel for 4 rows of x by 6 float16 weight
+// rowsNone.
+//
+//go:noescape
+func denseZ4x6F16(a *denseArgs)
+
+// denseZ4x1F16 is the denseZ kernel for 4 rows of x by 1 float16 weight
+// rowNone.
+//
+//go:noescape
+func denseZ4x1F16(a *denseArgs)
+
+// The denseZ kernel shapes (rows of x × weight rows), denseZCall's kind.
+const (
+	dz1x8 = iota
+	dz1x6
+	dz1x1
+	dz4x6
+	dz4x1
+)
+
+// denseZCall runs the denseZ kernel of shape kind and weight dtype dt (0
+// float32, 1 bfloat16, 2 float16), by direct calls (a function value would
+// move a to the heap).
+func denseZCall(a *denseArgs, dt, kind int) {
+	switch dt*8 + kind {
+	case dz1x8:
+		denseZ1x8F32(a)
+	case dz1x6:
+		denseZ1x6F32(a)
+	case dz1x1:
+		denseZ1x1F32(a)
+	case dz4x6:
+		denseZ4x6F32(a)
+	case dz4x1:
+		denseZ4x1F32(a)
+	case 8 + dz1x8:
+		denseZ1x8BF16(a)
+	case 8 + dz1x6:
+		denseZ1x6BF16(a)
+	case 8 + dz1x1:
+		denseZ1x1BF16(a)
+	case 8 + dz4x6:
+		denseZ4x6BF16(a)
+	case 8 + dz4x1:
+		denseZ4x1BF16(a)
+	case 16 + dz1x8:
+		denseZ1x8F16(a)
+	case 16 + dz1x6:
+		denseZ1x6F16(a)
+	case 16 + dz1x1:
+		denseZ1x1F16(a)
+	case 16 + dz4x6:
+		denseZ4x6F16(a)
+	case 16 + dz4x1:
+		denseZ4x1F16(a)
+	}
+}
+
+// denseDtype returns w's dtype as the kernels number it: 0 float32, 1
+// bfloat16, 2 float16.
+func denseDtype(w Vec) int {
+	switch {
+	case w.F32 != nil:
+		return 0
+	case w.F16:
+		return 2
+	}
+	return 1
+}
+
+// denseZRows is the budget, in bytes of float32 x, of one block of rows of
+// x that the GEMM form of denseFastZ runs against each group of weight
+// rows (it stays in the 1 MiB L2 of Zen 5 and most AVX-512 cores while
+// the group's rows stay in L1).
+const denseZRows = 256 << 10
+
+// denseFastZ is the fast precision on the AVX-512 kernels. Fewer than four
+// rows of x (decode): groups of eight weight rows split across the pool,
+// each row of x against the group by denseZ1x8 (which prefetches the next
+// group), the n mod 8 last rows one at a time. Four or more rows (prefill):
+// groups of six weight rows split across the pool; each worker runs its
+// groups against one block of rows of x (denseZRows) at a time, four rows
+// of x by six weight rows per call (denseZ4x6), the m mod 4 and n mod 6
+// leftovers by the 1x6, 4x1 and 1x1 kernels. Every kernel gives an output
+// the same bits, so a row of x gets them whatever m is. (On Zen 5, one
+// thread, 3x8 tiles ran as fast as 4x6 at 512x960x2560 and up to 20%
+// slower at 64x2048x8192, 6x4 tiles 10-30% slower at both, and the one-row
+// kernels' prefetch added to the 4x6 and 4x1 ones 10% slower at
+// 64x2048x8192: BenchmarkDense CPU time, 2026-12-02.)
+func denseFastZ(dst, x []float32, w Vec, m, n, k int) {
+	base, es := denseBase(w)
+	dt := denseDtype(w)
+	wstr := uintptr(k * es)
+	row := func(j int) unsafe.Pointer { return unsafe.Add(base, j*k*es) }
+	if m < 4 {
+		parallelFor((n+7)/8, denseMinChunk(8, m, k), func(lo, hi int) {
+			a := denseArgs{wstr: wstr, n: k}
+			for g := lo; g < hi; g++ {
+				j := 8 * g
+				cols := min(8, n-j)
+				for i := range m {
+					a.a = unsafe.Pointer(&x[i*k])
+					if cols == 8 {
+						a.w, a.out, a.pf = row(j), unsafe.Pointer(&dst[i*n+j]), 8*wstr
+						denseZCall(&a, dt, dz1x8)
+						continue
+					}
+					for c := range cols {
+						a.w, a.out, a.pf = row(j+c), unsafe.Pointer(&dst[i*n+j+c]), wstr
+						denseZCall(&a, dt, dz1x1)
+					}
+				}
+			}
+		})
+		return
+	}
+	mb := max(4, min(m, denseZRows/(4*k))&^3)
+	parallelFor((n+5)/6, denseMinChunk(6, m, k), func(lo, hi int) {
+		a := denseArgs{wstr: wstr, astr: uintptr(4 * k), ostr: uintptr(4 * n), n: k}
+		for r0 := 0; r0 < m; r0 += mb {
+			r1 := min(m, r0+mb)
+			for g := lo; g < hi; g++ {
+				j := 6 * g
+				cols := min(6, n-j)
+				for i := r0; i < r1; i += 4 {
+					switch four := i+4 <= r1; {
+					case cols == 6 && four:
+						a.w, a.a, a.out = row(j), unsafe.Pointer(&x[i*k]), unsafe.Pointer(&dst[i*n+j])
+						denseZCall(&a, dt, dz4x6)
+					case cols == 6:
+						for r := i; r < r1; r++ {
+							a.w, a.a, a.out, a.pf = row(j), unsafe.Pointer(&x[r*k]), unsafe.Pointer(&dst[r*n+j]), 6*wstr
+							denseZCall(&a, dt, dz1x6)
+						}
+					case four:
+						for c := range cols {
+							a.w, a.a, a.out = row(j+c), unsafe.Pointer(&x[i*k]), unsafe.Pointer(&dst[i*n+j+c])
+							denseZCall(&a, dt, dz4x1)
+						}
+					default:
+						for c := range cols {
+							for r := i; r < r1; r++ {
+								a.w, a.a, a.out, a.pf = row(j+c), unsafe.Pointer(&x[r*k]), unsafe.Pointer(&dst[r*n+j+c]), wstr
+								denseZCall(&a, dt, dz1x1)
+							}
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
 // denseAVX is set when the CPU has AVX2 and FMA; denseF16 when it also has
 // F16C. denseOn switches the kernels on (tests compare with them off).
 var denseAVX, denseF16, denseOn = false, false, true
 
+// denseZOn is set on CPUs with AVX-512 F/BW/DQ/VL (x86Features): the fast
+// precision then runs the denseZ kernels (tests switch it off to hold the
+// AVX2 ones to their bound too).
+var denseZOn = false
+
 func init() {
 	denseAVX = cpu.X86.HasAVX && cpu.X86.HasAVX2 && cpu.X86.HasFMA
 	denseF16 = denseAVX && hasF16C()
+	denseZOn, _ = x86Features()
+	denseZOn = denseZOn && denseF16
 }
 
 // denseCovers reports whether the AVX2 kernels take weights like w on
@@ -134,6 +542,11 @@ func denseCovers(w Vec) bool {
 const (
 	denseKC = 256 // values of k per panel (16 KiB of float32)
 	denseRB = 64  // rows of x per accumulator block
+	// denseRefRB is denseRefPanel's block of rows of x: each panel is
+	// packed once per block, so larger blocks pack less (64 rows spent 8%
+	// of a 511-token reference prefill of SmolLM2-360M f16 packing); its
+	// x rows of one panel (1 KiB each) stay in L2.
+	denseRefRB = 256
 )
 
 // denseAsm runs DenseMatmulT on the AVX2 kernels, reporting false when
@@ -142,7 +555,9 @@ func denseAsm(dst, x []float32, w Vec, m, n, k int, fast bool) bool {
 	if !denseCovers(w) {
 		return false
 	}
-	if fast {
+	if fast && denseZOn {
+		denseFastZ(dst, x, w, m, n, k)
+	} else if fast {
 		denseFastAVX(dst, x, w, m, n, k)
 	} else {
 		denseRefAVX(dst, x, w, m, n, k)
@@ -199,8 +614,17 @@ func densePack(panel []float32, w Vec, j0, cols, l0, kc, k int) {
 
 // denseRefAVX is the reference precision on the AVX2 kernels, tiles of
 // sixteen weight rows split across the pool: one or two rows of x run
-// denseRefFew on the full tiles, everything else denseRefPanel.
+// denseRefFew on the full tiles, everything else denseRefPanel. On AVX-512
+// CPUs three or more rows of x take denseRefPanelW, tiles of thirty-two
+// (at 512x960x2560 and 64x2048x8192, f16, one thread: 10-25% less CPU
+// time than sixteen-column tiles of denseRefZ8).
 func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
+	if denseZOn && m > 2 {
+		parallelFor((n+31)/32, denseMinChunk(32, m, k), func(lo, hi int) {
+			denseRefPanelW(dst, x, w, m, n, k, lo, hi)
+		})
+		return
+	}
 	tiles := (n + 15) / 16
 	parallelFor(tiles, denseMinChunk(16, m, k), func(lo, hi int) {
 		if m <= 2 {
@@ -216,31 +640,69 @@ func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
 	})
 }
 
+// denseRefPanelW is denseRefPanel on the AVX-512 kernels for three or
+// more rows of x, tiles lo..hi-1 of thirty-two weight rows (two panels of
+// sixteen columns, the second all zero past n): eight rows of x per
+// denseRefZW call, every output the in-order loop's.
+func denseRefPanelW(dst, x []float32, w Vec, m, n, k, lo, hi int) {
+	var panel [2 * denseKC * 16]float32
+	var acc [denseRefRB * 32]float32
+	a := denseArgs{astr: uintptr(4 * k), pf: uintptr(4 * denseKC * 16)}
+	for t := lo; t < hi; t++ {
+		j0 := 32 * t
+		cols := min(32, n-j0)
+		for r0 := 0; r0 < m; r0 += denseRefRB {
+			rows := min(denseRefRB, m-r0)
+			clear(acc[:rows*32])
+			for l0 := 0; l0 < k; l0 += denseKC {
+				kc := min(denseKC, k-l0)
+				densePack(panel[:denseKC*16], w, j0, min(16, cols), l0, kc, k)
+				if cols > 16 {
+					densePack(panel[denseKC*16:], w, j0+16, cols-16, l0, kc, k)
+				} else {
+					clear(panel[denseKC*16 : denseKC*16+16*kc])
+				}
+				a.p = unsafe.Pointer(&panel[0])
+				a.n = kc
+				for i := 0; i < rows; i += 8 {
+					a.a = unsafe.Pointer(&x[(r0+i)*k+l0])
+					a.out = unsafe.Pointer(&acc[32*i])
+					denseRefWRows(&a, min(8, rows-i))
+				}
+			}
+			for i := range rows {
+				copy(dst[(r0+i)*n+j0:(r0+i)*n+j0+cols], acc[32*i:32*i+cols])
+			}
+		}
+	}
+}
+
 // denseRefPanel runs tiles lo..hi-1 of sixteen weight rows: per tile and
-// block of up to denseRB rows of x the accumulators start at +0, and each
+// block of up to denseRefRB rows of x the accumulators start at +0, and each
 // panel of denseKC values (densePack) adds its terms in order, up to four
-// rows of x at a time (denseRef1..4), so every output is the in-order
-// loop's.
+// rows of x at a time (denseRef1..4), or eight on AVX-512 CPUs
+// (denseRefZ1..8), so every output is the in-order loop's.
 func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 	var panel [denseKC * 16]float32
-	var acc [denseRB * 16]float32
+	var acc [denseRefRB * 16]float32
 	var a denseArgs
 	a.astr = uintptr(4 * k)
+	step := denseRefStep()
 	for t := lo; t < hi; t++ {
 		j0 := 16 * t
 		cols := min(16, n-j0)
-		for r0 := 0; r0 < m; r0 += denseRB {
-			rows := min(denseRB, m-r0)
+		for r0 := 0; r0 < m; r0 += denseRefRB {
+			rows := min(denseRefRB, m-r0)
 			clear(acc[:rows*16])
 			for l0 := 0; l0 < k; l0 += denseKC {
 				kc := min(denseKC, k-l0)
 				densePack(panel[:], w, j0, cols, l0, kc, k)
 				a.p = unsafe.Pointer(&panel[0])
 				a.n = kc
-				for i := 0; i < rows; i += 4 {
+				for i := 0; i < rows; i += step {
 					a.a = unsafe.Pointer(&x[(r0+i)*k+l0])
 					a.out = unsafe.Pointer(&acc[16*i])
-					denseRefRows(&a, min(4, rows-i))
+					denseRefRows(&a, min(step, rows-i))
 				}
 			}
 			for i := range rows {
@@ -252,8 +714,9 @@ func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 
 // denseRefFew is denseRefAVX's tile of sixteen weight rows from j0 for one
 // or two rows of x: the kernel reads the rows in place (no panel) for the
-// k/8 blocks of eight values and writes the sums to dst; the k mod 8 last
-// terms are then added in order, a separate multiply and add each.
+// k/8 blocks of eight values (one row of 16-bit weights on AVX-512: the
+// k/16 blocks of sixteen, denseRefZV1) and writes the sums to dst; the
+// last terms are then added in order, a separate multiply and add each.
 func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
 	base, es := denseBase(w)
 	var a denseArgs
@@ -264,7 +727,15 @@ func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
 	a.out = unsafe.Pointer(&dst[j0])
 	a.ostr = uintptr(4 * n)
 	a.n = k / 8
+	done := 8 * (k / 8)
 	switch {
+	case denseZOn && m == 1 && w.F32 == nil:
+		a.n, done = k/16, 16*(k/16)
+		if w.F16 {
+			denseRefZV1F16(&a)
+		} else {
+			denseRefZV1BF16(&a)
+		}
 	case w.F32 != nil && m == 2:
 		denseRefV2F32(&a)
 	case w.F32 != nil:
@@ -278,7 +749,7 @@ func denseRefFew(dst, x []float32, w Vec, m, n, k, j0 int) {
 	default:
 		denseRefV1BF16(&a)
 	}
-	for l := 8 * (k / 8); l < k; l++ {
+	for l := done; l < k; l++ {
 		for i := range m {
 			xv := x[i*k+l]
 			d := dst[i*n+j0 : i*n+j0+16]

@@ -50,6 +50,7 @@ const (
 	offOut  = 40
 	offOstr = 48
 	offN    = 56
+	offPf   = 64
 )
 
 // The weight dtypes: name suffix and bytes per value.
@@ -341,6 +342,7 @@ func refV(rows, dt int) {
 	p("\tLEAQ (R9)(R9*4), R11")
 	p("\tLEAQ (R10)(R9*4), R12")
 	p("\tLEAQ (R8)(R9*8), R13")
+	p("\tLEAQ (R13)(R9*8), AX")
 	var accA, accB []int
 	for i := range rows {
 		accA = append(accA, 15-2*i)
@@ -362,6 +364,7 @@ func refV(rows, dt int) {
 	}
 	refVBlock(dt, "R8", accA, temps())
 	refVBlock(dt, "R13", accB, temps())
+	refVPrefetch(8 * dts[dt].size)
 	p("\tADDQ $%d, R8", 8*dts[dt].size)
 	p("\tADDQ $%d, R13", 8*dts[dt].size)
 	p("\tADDQ $32, SI")
@@ -379,6 +382,19 @@ func refV(rows, dt int) {
 	p("\tVZEROUPPER")
 	p("\tRET")
 	p("")
+}
+
+// refVPrefetch prefetches the next 16·step bytes at AX and advances AX:
+// started at the next tile of sixteen weight rows (contiguous, 16·wstr
+// bytes) and stepped once per block of eight values (step the bytes of
+// eight values), it walks that tile while the current one is summed, so
+// its rows are in cache when their call starts (the hardware prefetcher
+// alone follows sixteen interleaved row streams poorly).
+func refVPrefetch(step int) {
+	for off := 0; off < 16*step; off += 64 {
+		p("\tPREFETCHT0 %d(AX)", off)
+	}
+	p("\tADDQ $%d, AX", 16*step)
 }
 
 // refV1BF16 writes denseRefV1BF16, refV's one-row kernel for bfloat16
@@ -403,6 +419,7 @@ func refV1BF16() {
 	p("\tLEAQ (R9)(R9*4), R11")
 	p("\tLEAQ (R10)(R9*4), R12")
 	p("\tLEAQ (R8)(R9*8), R13")
+	p("\tLEAQ (R13)(R9*8), AX")
 	const zero, accLo, accHi = 13, 15, 14
 	p("\tVPXOR Y%d, Y%d, Y%d", zero, zero, zero)
 	p("\tVXORPS Y%d, Y%d, Y%d", accLo, accLo, accLo)
@@ -463,6 +480,7 @@ func refV1BF16() {
 		free.put(q[0][u])
 		free.put(q[1][u])
 	}
+	refVPrefetch(16)
 	p("\tADDQ $16, R8")
 	p("\tADDQ $16, R13")
 	p("\tADDQ $32, SI")
@@ -477,6 +495,409 @@ func refV1BF16() {
 	p("\tRET")
 	p("")
 }
+
+// zload loads sixteen weight values at addr as float32 into ZMM z; with
+// masked, only the lanes of K1 (the rest zero, masked-out memory not read:
+// AVX-512 masked loads suppress faults), through Y(tmp) for the 16-bit
+// dtypes.
+func zload(dt int, addr string, z, tmp int, masked bool) {
+	if masked {
+		switch dt {
+		case 0:
+			p("\tVMOVUPS.Z %s, K1, Z%d", addr, z)
+		case 1:
+			p("\tVMOVDQU16.Z %s, K1, Y%d", addr, tmp)
+			p("\tVPMOVZXWD Y%d, Z%d", tmp, z)
+			p("\tVPSLLD $16, Z%d, Z%d", z, z)
+		case 2:
+			p("\tVMOVDQU16.Z %s, K1, Y%d", addr, tmp)
+			p("\tVCVTPH2PS Y%d, Z%d", tmp, z)
+		}
+		return
+	}
+	switch dt {
+	case 0:
+		p("\tVMOVUPS %s, Z%d", addr, z)
+	case 1:
+		p("\tVPMOVZXWD %s, Z%d", addr, z)
+		p("\tVPSLLD $16, Z%d, Z%d", z, z)
+	case 2:
+		p("\tVCVTPH2PS %s, Z%d", addr, z)
+	}
+}
+
+// zstep writes one step of sixteen values of denseZ<rows>x<cols>: the x
+// rows' values at byte offset 4·v into Z0..Z(rows-1), each weight row's at
+// its offset es·v (Z4 and Z5 in turn) and an FMA per (x row, weight row)
+// into accumulator Z(8 + i·cols + c).
+func zstep(rows, cols, dt, v int, masked bool) {
+	es := dts[dt].size
+	for i := range rows {
+		addr := fmt.Sprintf("%d%s", 4*v, xrow(i))
+		if masked {
+			p("\tVMOVUPS.Z %s, K1, Z%d", addr, i)
+		} else {
+			p("\tVMOVUPS %s, Z%d", addr, i)
+		}
+	}
+	for c := range cols {
+		t := 4 + c%2
+		zload(dt, wrow(c, es*v), t, 6, masked)
+		for i := range rows {
+			p("\tVFMADD231PS Z%d, Z%d, Z%d", t, i, 8+i*cols+c)
+		}
+	}
+}
+
+// zfast writes denseZ<rows>x<cols><dt>: rows (1 to 4) rows of x against
+// cols weight rows read in place (rows·cols ≤ 24), sixteen values a step:
+// one ZMM accumulator per (x row, weight row), lane t summing, by FMA in
+// order, the products of the values ≡ t mod 16 (the last k mod 16 in a
+// masked step, the lanes past it adding +0·0). Each accumulator is then
+// reduced the same way whatever the kernel (zsum), so an output's bits do
+// not depend on rows or cols. The one-row kernels prefetch the weights
+// from a.pf bytes past the first row (the next group of rows, contiguous,
+// when a.pf = cols·a.wstr), walking that region in address order as many
+// bytes per step as the group consumes: it is in cache when its call
+// starts. (Against a prefetch of each row's own next group's line, one
+// thread, one-row 2048x8192 f16: 1.00-1.34 ms CPU against 1.24-1.74,
+// alternating runs.)
+func zfast(rows, cols, dt int) {
+	name := fmt.Sprintf("denseZ%dx%d%s", rows, cols, dts[dt].name)
+	es := dts[dt].size
+	pf := rows == 1
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), R13", offOstr)
+	if rows > 1 {
+		p("\tMOVQ %d(AX), BX", offAstr)
+		p("\tLEAQ (BX)(BX*2), DX")
+	}
+	if pf {
+		p("\tMOVQ %d(AX), DX", offPf)
+		p("\tADDQ R8, DX")
+	}
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tMOVQ CX, AX")
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	if cols > 7 {
+		p("\tLEAQ (R10)(R9*4), R12")
+	}
+	for a := 8; a < 8+rows*cols; a++ {
+		p("\tVPXORD Z%d, Z%d, Z%d", a, a, a)
+	}
+	p("\tSHRQ $5, CX")
+	p("\tJZ %s_one", name)
+	p("%s_loop:", name)
+	zstep(rows, cols, dt, 0, false)
+	zstep(rows, cols, dt, 16, false)
+	if pf {
+		for off := 0; off < cols*32*es; off += 64 {
+			p("\tPREFETCHT0 %d(DX)", off)
+		}
+		p("\tADDQ $%d, DX", cols*32*es)
+	}
+	p("\tADDQ $%d, R8", 32*es)
+	p("\tADDQ $128, SI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_one:", name)
+	p("\tTESTQ $16, AX")
+	p("\tJZ %s_tail", name)
+	zstep(rows, cols, dt, 0, false)
+	p("\tADDQ $%d, R8", 16*es)
+	p("\tADDQ $64, SI")
+	p("%s_tail:", name)
+	p("\tANDQ $15, AX")
+	p("\tJZ %s_sum", name)
+	p("\tMOVQ AX, CX")
+	p("\tMOVL $1, AX")
+	p("\tSHLL CX, AX")
+	p("\tDECL AX")
+	p("\tKMOVW AX, K1")
+	zstep(rows, cols, dt, 0, true)
+	p("%s_sum:", name)
+	p("\tLEAQ (R13)(R13*2), CX")
+	for i := range rows {
+		out := [...]string{"(DI)", "(DI)(R13*1)", "(DI)(R13*2)", "(DI)(CX*1)"}[i]
+		zsum(i, cols, out)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// zsum reduces the cols accumulators of x row i (Z(8 + i·cols + c)) and
+// stores the sums at out + 4c. Each accumulator z is reduced alike: y_t =
+// z_t + z_(t+8) (t < 8), then ((y0+y1) + (y2+y3)) + ((y4+y5) + (y6+y7)) by
+// two VHADDPS and one add of the 128-bit halves; four accumulators at a
+// time share the VHADDPS (a group of fewer repeats its last pair or
+// itself, which leaves each sum's operations unchanged).
+func zsum(i, cols int, out string) {
+	for g := 0; g < cols; g += 4 {
+		n := min(4, cols-g)
+		for s := range n {
+			a := 8 + i*cols + g + s
+			p("\tVEXTRACTF64X4 $1, Z%d, Y6", a)
+			p("\tVADDPS Y6, Y%d, Y%d", a, s)
+		}
+		switch n {
+		case 1:
+			p("\tVHADDPS Y0, Y0, Y4")
+			p("\tVHADDPS Y4, Y4, Y4")
+		case 2:
+			p("\tVHADDPS Y1, Y0, Y4")
+			p("\tVHADDPS Y4, Y4, Y4")
+		case 3:
+			p("\tVHADDPS Y1, Y0, Y4")
+			p("\tVHADDPS Y2, Y2, Y5")
+			p("\tVHADDPS Y5, Y4, Y4")
+		default:
+			p("\tVHADDPS Y1, Y0, Y4")
+			p("\tVHADDPS Y3, Y2, Y5")
+			p("\tVHADDPS Y5, Y4, Y4")
+		}
+		p("\tVEXTRACTF128 $1, Y4, X5")
+		p("\tVADDPS X5, X4, X4")
+		off := ""
+		if g > 0 {
+			off = fmt.Sprint(4 * g)
+		}
+		switch n {
+		case 1:
+			p("\tVMOVSS X4, %s%s", off, out)
+		case 2:
+			p("\tVMOVSD X4, %s%s", off, out)
+		case 3:
+			p("\tVMOVSD X4, %s%s", off, out)
+			p("\tVEXTRACTPS $2, X4, %d%s", 4*g+8, out)
+		default:
+			p("\tVMOVUPS X4, %s%s", off, out)
+		}
+	}
+}
+
+// xrow8 returns the address of row i (0..7) of x at byte offset off: SI is
+// row 0's, BX the row stride, DX three strides, R10 five, R11 seven.
+func xrow8(i, off int) string {
+	o := ""
+	if off != 0 {
+		o = fmt.Sprint(off)
+	}
+	return o + [...]string{"(SI)", "(SI)(BX*1)", "(SI)(BX*2)", "(SI)(DX*1)", "(SI)(BX*4)", "(SI)(R10*1)", "(SI)(DX*2)", "(SI)(R11*1)"}[i]
+}
+
+// refZ writes denseRefZ<rows>: denseRef<rows> in AVX-512 for up to eight
+// rows of x, the sixteen columns of the panel in one ZMM register:
+// acc[i] = acc[i] + x[i][l]·panel[l] for l in order, a multiply (VMULPS
+// with x[i][l] broadcast from memory) and then an add per lane and step,
+// so each lane is still its output's scalar loop, bit for bit.
+func refZ(rows int) {
+	name := fmt.Sprintf("denseRefZ%d", rows)
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), BX", offAstr)
+	p("\tMOVQ %d(AX), R8", offP)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (BX)(BX*2), DX")
+	p("\tLEAQ (BX)(BX*4), R10")
+	p("\tLEAQ (DX)(BX*4), R11")
+	for i := range rows {
+		p("\tVMOVUPS %d(DI), Z%d", 64*i, i)
+	}
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop:", name)
+	p("\tVMOVUPS (R8), Z8")
+	for i := range rows {
+		p("\tVMULPS.BCST %s, Z8, Z%d", xrow8(i, 0), 16+i)
+		p("\tVADDPS Z%d, Z%d, Z%d", 16+i, i, i)
+	}
+	p("\tADDQ $64, R8")
+	p("\tADDQ $4, SI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_store:", name)
+	for i := range rows {
+		p("\tVMOVUPS Z%d, %d(DI)", i, 64*i)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// refZV1 writes denseRefZV1<dt> (bfloat16 or float16 weights): refV's
+// one-row kernel in AVX-512, sixteen weight rows by sixteen values a step.
+// ZMM r holds values 0-15 of weight row r in its low half and of row 8+r in
+// its high half; three unpack stages (words, dwords, qwords) leave in each
+// 128-bit lane one value of eight rows, a 128-bit lane shuffle puts value
+// v of the sixteen rows in a low half and value v+8 in the high half, and
+// each half widens to sixteen float32 (VCVTPH2PS, or a shift for
+// bfloat16). Then, for the values in order, x's value broadcast times
+// them (VMULPS) added to the accumulator (VADDPS): one output per lane,
+// the in-order loop's operations. AX walks the next tile (prefetched).
+func refZV1(dt int) {
+	name := "denseRefZV1" + dts[dt].name
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	p("\tLEAQ (R8)(R9*8), R13")
+	p("\tLEAQ (R13)(R9*8), AX")
+	const acc = 31
+	p("\tVPXORD Z%d, Z%d, Z%d", acc, acc, acc)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop:", name)
+	var free regs
+	for r := 30; r >= 8; r-- {
+		free = append(free, r)
+	}
+	for r := range 8 {
+		p("\tVMOVDQU %s, Y%d", wrowAt("R8", r, 0), r)
+		p("\tVINSERTI64X4 $1, %s, Z%d, Z%d", wrowAt("R13", r, 0), r, r)
+	}
+	// Stage 1: lo[q] rows 2q, 2q+1 at values 0-3 of each lane, hi[q] 4-7.
+	var lo, hi [4]int
+	for q := range 4 {
+		a, b := 2*q, 2*q+1
+		lo[q], hi[q] = free.get(), free.get()
+		p("\tVPUNPCKLWD Z%d, Z%d, Z%d", b, a, lo[q])
+		p("\tVPUNPCKHWD Z%d, Z%d, Z%d", b, a, hi[q])
+	}
+	// Stage 2: t[h][P] rows 4h..4h+3 at values 2P, 2P+1 of each lane.
+	var t [2][4]int
+	for s, src := range [][4]int{lo, hi} {
+		for h := range 2 {
+			a, b := src[2*h], src[2*h+1]
+			t[h][2*s], t[h][2*s+1] = free.get(), free.get()
+			p("\tVPUNPCKLDQ Z%d, Z%d, Z%d", b, a, t[h][2*s])
+			p("\tVPUNPCKHDQ Z%d, Z%d, Z%d", b, a, t[h][2*s+1])
+			free.put(a)
+			free.put(b)
+		}
+	}
+	// Stage 3: u[v] rows 0-7 at value v of each lane (lanes: v and v+8 of
+	// rows 0-7, then of rows 8-15); stage 4 orders the lanes v | v+8.
+	var u [8]int
+	for pr := range 4 {
+		u[2*pr], u[2*pr+1] = free.get(), free.get()
+		p("\tVPUNPCKLQDQ Z%d, Z%d, Z%d", t[1][pr], t[0][pr], u[2*pr])
+		p("\tVPUNPCKHQDQ Z%d, Z%d, Z%d", t[1][pr], t[0][pr], u[2*pr+1])
+		free.put(t[0][pr])
+		free.put(t[1][pr])
+	}
+	for v := range 8 {
+		p("\tVSHUFI64X2 $0xd8, Z%d, Z%d, Z%d", u[v], u[v], u[v])
+	}
+	var f [16]int
+	widen := func(src, dst int) {
+		if dt == 1 {
+			p("\tVPMOVZXWD Y%d, Z%d", src, dst)
+			p("\tVPSLLD $16, Z%d, Z%d", dst, dst)
+		} else {
+			p("\tVCVTPH2PS Y%d, Z%d", src, dst)
+		}
+	}
+	for v := range 8 {
+		f[v], f[v+8] = free.get(), free.get()
+		widen(u[v], f[v])
+		p("\tVEXTRACTI64X4 $1, Z%d, Y%d", u[v], u[v])
+		widen(u[v], f[v+8])
+		free.put(u[v])
+	}
+	for l := range 16 {
+		pr := free.get()
+		p("\tVMULPS.BCST %d(SI), Z%d, Z%d", 4*l, f[l], pr)
+		p("\tVADDPS Z%d, Z%d, Z%d", pr, acc, acc)
+		free.put(pr)
+		free.put(f[l])
+	}
+	for off := 0; off < 512; off += 64 {
+		p("\tPREFETCHT0 %d(AX)", off)
+	}
+	p("\tADDQ $512, AX")
+	p("\tADDQ $32, R8")
+	p("\tADDQ $32, R13")
+	p("\tADDQ $64, SI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_store:", name)
+	p("\tVMOVUPS Z%d, (DI)", acc)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// refZW writes denseRefZW<rows>: refZ for two sixteen-column panels at
+// once (a.p and a.p + a.pf, the second panel's bytes from the first), up
+// to eight rows of x, thirty-two accumulators a row (128 bytes apart): x
+// broadcast once per row and step for both panels' multiplies, then the
+// adds, in order, so each lane is its output's scalar loop, bit for bit.
+func refZW(rows int) {
+	name := fmt.Sprintf("denseRefZW%d", rows)
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), BX", offAstr)
+	p("\tMOVQ %d(AX), R8", offP)
+	p("\tMOVQ %d(AX), R9", offPf)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (BX)(BX*2), DX")
+	p("\tLEAQ (BX)(BX*4), R10")
+	p("\tLEAQ (DX)(BX*4), R11")
+	for i := range rows {
+		p("\tVMOVUPS %d(DI), Z%d", 128*i, 2*i)
+		p("\tVMOVUPS %d(DI), Z%d", 128*i+64, 2*i+1)
+	}
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop:", name)
+	p("\tVMOVUPS (R8), Z16")
+	p("\tVMOVUPS (R8)(R9*1), Z17")
+	for i := range rows {
+		bc := 18 + 3*(i%4)
+		p("\tVBROADCASTSS %s, Z%d", xrow8(i, 0), bc)
+		p("\tVMULPS Z16, Z%d, Z%d", bc, bc+1)
+		p("\tVMULPS Z17, Z%d, Z%d", bc, bc+2)
+		p("\tVADDPS Z%d, Z%d, Z%d", bc+1, 2*i, 2*i)
+		p("\tVADDPS Z%d, Z%d, Z%d", bc+2, 2*i+1, 2*i+1)
+	}
+	p("\tADDQ $64, R8")
+	p("\tADDQ $4, SI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_store:", name)
+	for i := range rows {
+		p("\tVMOVUPS Z%d, %d(DI)", 2*i, 128*i)
+		p("\tVMOVUPS Z%d, %d(DI)", 2*i+1, 128*i+64)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// zshapes are the (rows, cols) of the AVX-512 fast kernels (dense_amd64.go
+// uses them by name).
+var zshapes = [][2]int{{1, 8}, {1, 6}, {1, 1}, {4, 6}, {4, 1}}
 
 func main() {
 	out := flag.String("o", "", "output file (default standard output)")
@@ -499,6 +920,19 @@ func main() {
 	for dt := range dts {
 		fast(1, dt)
 		fast(2, dt)
+	}
+	for rows := 1; rows <= 8; rows++ {
+		refZ(rows)
+	}
+	for rows := 1; rows <= 8; rows++ {
+		refZW(rows)
+	}
+	refZV1(1)
+	refZV1(2)
+	for dt := range dts {
+		for _, s := range zshapes {
+			zfast(s[0], s[1], dt)
+		}
 	}
 	if *out == "" {
 		os.Stdout.WriteString(b.String())

@@ -6,6 +6,9 @@ package kernel
 // compare with them off); this platform has none.
 var denseOn = true
 
+// denseZOn reports the AVX-512 fast kernels switched on: never here.
+var denseZOn = false
+
 // denseCovers reports false: no assembly kernels on this platform.
 func denseCovers(w Vec) bool { return false }
 

@@ -9,14 +9,16 @@ import (
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
-// denseShapes are the (m, n, k) of the dense matmul tests: m = 1, 2, 7, 33
-// and one past denseRB; n odd, below, at and past a tile of sixteen and a
-// group of four; k below, at and past the eight-value block and the
-// denseKC panel, and not multiples of 8, and k = 0 (empty sums).
+// denseShapes are the (m, n, k) of the dense matmul tests: m = 1, 2, 7, 33,
+// one past denseRB and past denseRefRB; n odd, below, at and past a tile
+// of sixteen and a group of four; k below, at and past the eight- and
+// sixteen-value blocks and the denseKC panel, and not multiples of 8, and
+// k = 0 (empty sums).
 var denseShapes = [][3]int{
 	{1, 1, 1}, {1, 3, 7}, {2, 17, 0}, {1, 16, 0}, {1, 16, 8}, {1, 17, 13}, {1, 48, 64}, {1, 33, 300}, {1, 64, 576},
 	{2, 5, 9}, {2, 16, 256}, {2, 31, 257}, {7, 16, 40}, {7, 21, 37}, {7, 49, 520},
 	{33, 16, 24}, {33, 35, 100}, {33, 64, 263}, {70, 19, 65}, {70, 64, 128},
+	{1, 9, 33}, {3, 25, 48}, {4, 6, 16}, {5, 13, 31}, {9, 7, 64}, {130, 13, 600}, {260, 17, 270},
 }
 
 // denseWeights returns n·k random weights rounded to the dtype, as a Vec
@@ -74,17 +76,34 @@ func runDense(t *testing.T, x []float32, w Vec, m, n, k int, fast, vec bool) []f
 	return dst
 }
 
-// TestDenseReference: the reference precision, on the vector kernels and
-// on the portable loop, gives the bits of DenseMatmulTRef (the in-order loop) for
-// every dtype and shape; a kernel that read past x or W would meet a NaN
-// guard.
+// denseZModes returns the settings of denseZOn the tests run: both where
+// the CPU has the AVX-512 kernels, else off.
+func denseZModes() []bool {
+	if denseZOn {
+		return []bool{true, false}
+	}
+	return []bool{false}
+}
+
+// TestDenseReference: the reference precision, on the vector kernels (the
+// AVX-512 and the AVX2 ones where the CPU has them) and on the portable
+// loop, gives the bits of DenseMatmulTRef (the in-order loop) for every
+// dtype and shape; a kernel that read past x or W would meet a NaN guard.
 func TestDenseReference(t *testing.T) {
+	defer func(on bool) { denseZOn = on }(denseZOn)
+	for _, z := range denseZModes() {
+		denseZOn = z
+		testDenseReference(t, fmt.Sprintf("avx512=%v", z))
+	}
+}
+
+func testDenseReference(t *testing.T, path string) {
 	for _, dt := range []string{"f32", "bf16", "f16"} {
 		w0, _ := denseWeights(t, dt, 1, 1, 1)
 		t.Logf("%s: vector kernels cover it on this CPU (%s): %v", dt, runtime.GOARCH, denseCovers(w0))
 		for si, s := range denseShapes {
 			m, n, k := s[0], s[1], s[2]
-			t.Run(fmt.Sprintf("%s/m%d_n%d_k%d", dt, m, n, k), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%s/m%d_n%d_k%d", path, dt, m, n, k), func(t *testing.T) {
 				w, _ := denseWeights(t, dt, uint64(10+si), n, k)
 				x := randVec(newRand(uint64(100+si)), m*k, 1, Identity)
 				want := make([]float32, m*n)
@@ -106,43 +125,48 @@ func TestDenseReference(t *testing.T) {
 // sum (float64 over the same float32 products, exact to 2^-53 relative per
 // term and added with a 2^-50·Σ|x·w| allowance) for every dtype and shape,
 // and a row of x run alone gives the bits it gets among the others (so
-// chunked prefill and decode agree with one-shot evaluation).
+// chunked prefill and decode agree with one-shot evaluation), on the
+// AVX-512 kernels where the CPU has them and on the AVX2 ones.
 func TestDenseFast(t *testing.T) {
 	worst := 0.0
-	for _, dt := range []string{"f32", "bf16", "f16"} {
-		for si, s := range denseShapes {
-			m, n, k := s[0], s[1], s[2]
-			t.Run(fmt.Sprintf("%s/m%d_n%d_k%d", dt, m, n, k), func(t *testing.T) {
-				w, wv := denseWeights(t, dt, uint64(10+si), n, k)
-				x := randVec(newRand(uint64(100+si)), m*k, 1, Identity)
-				got := runDense(t, x, w, m, n, k, true, true)
-				for i := 0; i < m && m > 1; i += 3 { // a row alone gives the bits it gets among many
-					one := runDense(t, x[i*k:(i+1)*k], w, 1, n, k, true, true)
-					for j := range n {
-						if math.Float32bits(one[j]) != math.Float32bits(got[i*n+j]) {
-							t.Fatalf("row %d alone: output %d = %v, among %d rows %v", i, j, one[j], m, got[i*n+j])
+	defer func(on bool) { denseZOn = on }(denseZOn)
+	for _, z := range denseZModes() {
+		denseZOn = z
+		for _, dt := range []string{"f32", "bf16", "f16"} {
+			for si, s := range denseShapes {
+				m, n, k := s[0], s[1], s[2]
+				t.Run(fmt.Sprintf("avx512=%v/%s/m%d_n%d_k%d", z, dt, m, n, k), func(t *testing.T) {
+					w, wv := denseWeights(t, dt, uint64(10+si), n, k)
+					x := randVec(newRand(uint64(100+si)), m*k, 1, Identity)
+					got := runDense(t, x, w, m, n, k, true, true)
+					for i := 0; i < m && m > 1; i += 3 { // a row alone gives the bits it gets among many
+						one := runDense(t, x[i*k:(i+1)*k], w, 1, n, k, true, true)
+						for j := range n {
+							if math.Float32bits(one[j]) != math.Float32bits(got[i*n+j]) {
+								t.Fatalf("row %d alone: output %d = %v, among %d rows %v", i, j, one[j], m, got[i*n+j])
+							}
 						}
 					}
-				}
-				for i := range m {
-					for j := range n {
-						var sum, abs float64
-						for l := range k {
-							p := float64(x[i*k+l]) * float64(wv[j*k+l])
-							sum += p
-							abs += math.Abs(p)
-						}
-						bound := DenseFastBound(k, abs) + 0x1p-50*abs
-						err := math.Abs(float64(got[i*n+j]) - sum)
-						if !(err <= bound) {
-							t.Fatalf("output (%d, %d) = %v, exact %v: error %g over the bound %g", i, j, got[i*n+j], sum, err, bound)
-						}
-						if bound > 0 {
-							worst = max(worst, err/bound)
+					for i := range m {
+						for j := range n {
+							var sum, abs float64
+							for l := range k {
+								p := float64(x[i*k+l]) * float64(wv[j*k+l])
+								sum += p
+								abs += math.Abs(p)
+							}
+							bound := DenseFastBound(k, abs) + 0x1p-50*abs
+							err := math.Abs(float64(got[i*n+j]) - sum)
+							if !(err <= bound) {
+								t.Fatalf("output (%d, %d) = %v, exact %v: error %g over the bound %g", i, j, got[i*n+j], sum, err, bound)
+							}
+							if bound > 0 {
+								worst = max(worst, err/bound)
+							}
 						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 	t.Logf("worst error: %.3f of the bound", worst)
@@ -172,21 +196,28 @@ func TestDenseFastUsesFMA(t *testing.T) {
 
 // BenchmarkDense: GEMV (m = 1) at a shape whose weights stay in L2 (k 256,
 // n 512: the kernels' arithmetic rate), SmolLM2-135M's MLP shape (k 576, n
-// 1536) and a 2048×8192 one, and GEMM (m = 64) at the last two, per weight
-// dtype and precision, and the portable loop (the vector kernels off: the
-// backend's matmulNT before them); the bytes are the weights read once, so
-// MB/s is the weight stream.
+// 1536), SmolLM2-360M's (k 960, n 2560) and a 2048×8192 one, and GEMM (m =
+// 64, and 512 for SmolLM2-360M) at the larger ones, per weight dtype and
+// precision, and the portable loop (the vector kernels off: the backend's
+// matmulNT before them); on AVX-512 CPUs also ref-avx2 and fast-avx2, the
+// AVX2 kernels (denseZOn off), for A/B runs in one binary. The bytes are
+// the weights read once, so MB/s is the weight stream.
 func BenchmarkDense(b *testing.B) {
-	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 8192, 2048}, {64, 1536, 576}, {64, 8192, 2048}} {
+	type mode struct {
+		name         string
+		fast, vec, z bool
+	}
+	modes := []mode{{"ref", false, true, denseZOn}, {"fast", true, true, denseZOn}, {"portable", false, false, false}}
+	if denseZOn {
+		modes = append(modes, mode{"ref-avx2", false, true, false}, mode{"fast-avx2", true, true, false})
+	}
+	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 2560, 960}, {1, 8192, 2048}, {64, 1536, 576}, {512, 2560, 960}, {64, 8192, 2048}} {
 		for _, dt := range []string{"f32", "bf16", "f16"} {
-			for _, mode := range []struct {
-				name      string
-				fast, vec bool
-			}{{"ref", false, true}, {"fast", true, true}, {"portable", false, false}} {
+			for _, mode := range modes {
 				fast := mode.fast
 				b.Run(fmt.Sprintf("m%d_k%d_n%d/%s/%s", sz.m, sz.k, sz.n, dt, mode.name), func(b *testing.B) {
-					defer func(on bool) { denseOn = on }(denseOn)
-					denseOn = mode.vec
+					defer func(on, z bool) { denseOn, denseZOn = on, z }(denseOn, denseZOn)
+					denseOn, denseZOn = mode.vec, mode.z
 					r := newRand(1)
 					var w Vec
 					es := 2

@@ -94,7 +94,16 @@
 // precision blocks of eight values of eight weight rows transposed in
 // registers, one output per lane, a separate multiply and add in the
 // in-order loop's order (the bits of DenseMatmulTRef); in the fast
-// precision FMA along k, within DenseFastBound.
+// precision FMA along k, within DenseFastBound. On AVX-512 CPUs the
+// reference GEMM runs tiles of thirty-two weight rows, eight rows of x per
+// call in ZMM registers (denseRefZW1..8, the same bits), one row of 16-bit
+// weights takes denseRefZV1 (sixteen rows by sixteen values transposed at
+// 16 bits), the few-row reference kernels prefetch the next tile of weight
+// rows, and the fast precision takes the denseZ
+// kernels: sixteen FMA lanes per output along k, four rows of x by six
+// weight rows per call in prefill, one by eight with the next group
+// prefetched in decode, every kernel reducing an output's lanes alike so
+// that a row of x gets the same bits whatever the number of rows.
 //
 // Built with GOEXPERIMENT=simd (Go 1.26 simd/archsimd), archsimd forms of
 // the float32 dot product and axpy replace their assembly twins (the same
