@@ -1,3 +1,5 @@
+//go:build amd64
+
 package kernel
 
 import (
@@ -127,6 +129,75 @@ func BenchmarkAVXOneRowPF(b *testing.B) {
 						}
 					})
 				})
+			}
+		}
+	}
+}
+
+// BenchmarkQMVSpreadPF measures qmvSpreadPF (the one-row kernels of
+// qmv_amd64.s with the scales and biases of the next chunk prefetched
+// between calls) against one call per chunk, in alternating runs on one
+// thread, streamed from memory, in weight bytes per CPU second: four of
+// Qwen2.5-0.5B's layers (8-bit group 32), three of MiniCPM5-1B's at 4 bits
+// and two at 8 (group 64), bfloat16 scales.
+func BenchmarkQMVSpreadPF(b *testing.B) {
+	if !asmF32 {
+		b.Skip("SKIPPED: this CPU lacks AVX-512; the one-row kernels are not installed")
+	}
+	type model struct {
+		name             string
+		layers, gs, bits int
+		shapes           [][2]int
+	}
+	cpm := [][2]int{{2048, 1536}, {256, 1536}, {256, 1536}, {1536, 2048}, {4608, 1536}, {4608, 1536}, {1536, 4608}}
+	defer func(on bool) { qmvSpreadPF = on }(qmvSpreadPF)
+	for _, md := range []model{
+		{"qwen-0.5b-b8g32", 4, 32, 8, [][2]int{{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4864, 896}, {4864, 896}, {896, 4864}}},
+		{"minicpm5-b4g64", 3, 64, 4, cpm},
+		{"minicpm5-b8g64", 2, 64, 8, cpm},
+	} {
+		type mat struct {
+			n, k   int
+			wq     []uint32
+			sc, bi Vec
+		}
+		var mats []mat
+		var bytes int64
+		for l := range md.layers {
+			for i, sh := range md.shapes {
+				n, k := sh[0], sh[1]
+				_, wq, sc, bi, sb, bb := qmvInputs(uint64(100*l+i), n, k, md.gs, md.bits)
+				scv, biv := avxVecs("bf16", sc, bi, sb, bb)
+				mats = append(mats, mat{n, k, wq, scv, biv})
+				bytes += int64(4*len(wq) + 4*len(sc))
+			}
+		}
+		x := make([]float32, 8192)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		dst := make([]float32, 8192)
+		for _, acc := range []Acc{AccF32, AccQ8} {
+			for rep := range 3 {
+				for _, on := range []bool{false, true} {
+					b.Run(fmt.Sprintf("%s/acc%d/spread=%v/run%d", md.name, acc, on, rep), func(b *testing.B) {
+						qmvSpreadPF = on
+						b.SetBytes(bytes)
+						withThreads(1, func() {
+							runtime.LockOSThread()
+							defer runtime.UnlockOSThread()
+							t0 := threadCPU()
+							for b.Loop() {
+								for _, m := range mats {
+									QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, md.gs, md.bits, Identity, acc)
+								}
+							}
+							if sec := (threadCPU() - t0).Seconds(); sec > 0 {
+								b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+							}
+						})
+					})
+				}
 			}
 		}
 	}
