@@ -303,7 +303,7 @@ func Run(o Options) (*Result, error) {
 		return nil, err
 	}
 	res.BandwidthGBs = bw / 1e9
-	res.BandwidthNote = fmt.Sprintf("Go streaming read of a 512 MiB buffer, %d goroutines, best of 5 passes", runtime.NumCPU())
+	res.BandwidthNote = fmt.Sprintf("streaming read of a 512 MiB buffer, %d goroutines, best of 5 passes (a prefetching reader and a plain Go loop)", runtime.NumCPU())
 
 	mlxSlow := false
 	if slices.ContainsFunc(configs, func(c string) bool { return strings.HasPrefix(c, "mlx") }) && o.Python != "" {

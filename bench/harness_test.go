@@ -126,31 +126,52 @@ func TestRunChild(t *testing.T) {
 	}
 }
 
-// The per-token bytes of the tiny optiq checkpoint: every block's linears
-// and norms, the final norm, the head, one embedding row. By hand from the
-// synth spec: each linear of [out, in] at b bits stores out·in·b/8 bytes of
-// codes and 2·2·out·in/64 of bf16 scales and biases.
+// The per-token bytes of the tiny optiq checkpoint, untied and tied: every
+// block's linears and norms, the final norm, and the head plus one
+// embedding row, or (tied) the whole embedding once, which the tied head
+// reads. By hand from the synth spec: each linear of [out, in] at b bits
+// stores out·in·b/8 bytes of codes and 2·2·out·in/64 of bf16 scales and
+// biases.
 func TestCheckpointWeightBytes(t *testing.T) {
-	s := synth.Presets["tiny"]
-	lin := func(out, in, bits int) int64 { return int64(out*in*bits/8 + 4*out*in/64) }
-	var want int64
-	for _, m := range s.Modules() {
-		if m.Path != "model.embed_tokens" {
-			want += lin(m.Out, m.In, m.Bits)
-		}
-	}
-	want += lin(1, 128, 4)             // one 4-bit embedding row
-	want += int64((2*3 + 1) * 128 * 2) // norms, bf16
-	got, files, err := CheckpointWeightBytes(fixture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != want {
-		t.Errorf("per token: got %d, want %d", got, want)
-	}
-	st, _ := os.Stat(filepath.Join(fixture, "model.safetensors"))
-	if files != st.Size() {
-		t.Errorf("files: got %d, want %d", files, st.Size())
+	for _, tied := range []bool{false, true} {
+		t.Run(fmt.Sprintf("tied=%v", tied), func(t *testing.T) {
+			s := synth.Presets["tiny"]
+			s.Tied = tied
+			dir := fixture
+			if tied {
+				dir = filepath.Join(t.TempDir(), "tied")
+				if err := synth.WriteMLX(dir, s, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lin := func(out, in, bits int) int64 { return int64(out*in*bits/8 + 4*out*in/64) }
+			var want int64
+			for _, m := range s.Modules() {
+				switch {
+				case m.Path != "model.embed_tokens":
+					want += lin(m.Out, m.In, m.Bits)
+				case tied:
+					want += lin(m.Out, m.In, m.Bits) // the head's read, the embedding row within it
+				default:
+					want += lin(1, m.In, m.Bits) // one embedding row
+				}
+			}
+			want += int64((2*s.Layers + 1) * s.Hidden * 2) // norms, bf16
+			got, files, err := CheckpointWeightBytes(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("per token: got %d, want %d", got, want)
+			}
+			st, _ := os.Stat(filepath.Join(dir, "model.safetensors"))
+			if files != st.Size() {
+				t.Errorf("files: got %d, want %d", files, st.Size())
+			}
+			if tied && got > files {
+				t.Errorf("tied: per token %d exceeds the files' %d bytes (the embedding counted twice?)", got, files)
+			}
+		})
 	}
 }
 
@@ -186,8 +207,19 @@ func TestReadBandwidth(t *testing.T) {
 	if bw := ReadBandwidth(2, 1<<20, 1); !(bw > 0) {
 		t.Errorf("got %v bytes/s, want > 0", bw)
 	}
-	if got := sumWords([]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}); got != 55 {
-		t.Errorf("sumWords(1..10): got %d, want 55", got)
+	for _, n := range []int{0, 1, 7, 8, 9, 10, 64, 1000, 4099} {
+		p := make([]uint64, n)
+		var want uint64
+		for i := range p {
+			p[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+			want += p[i]
+		}
+		if got := sumWords(p); got != want {
+			t.Errorf("sumWords(%d words): got %d, want %d", n, got, want)
+		}
+		if got := sumStream(p); got != want {
+			t.Errorf("sumStream(%d words): got %d, want %d", n, got, want)
+		}
 	}
 }
 

@@ -41,7 +41,9 @@
 //     scales read in place (qmv_amd64.s; the weights prefetched a tile
 //     ahead, by the int8 kernels too on AMD CPUs, where the hardware
 //     prefetcher alone left them at two thirds of the float32 kernels'
-//     rate on Zen 5); float32 GEMM tiles of eight rows of x per unpacked
+//     rate on Zen 5; their scales and biases prefetched a chunk ahead
+//     between calls of four tiles, qmvSpreadPF, and likewise the staged
+//     scales of the AVX2/AVX-512 one-row kernels, avxOneRow); float32 GEMM tiles of eight rows of x per unpacked
 //     weight block (qmm_gemmf32_amd64.s), bit-identical per output to the
 //     one-row kernels; the int8 VNNI GEMM for two or more rows of x
 //     (qmm_gemm_amd64.s, arithmetic spelled out by qmmTQ8BlockRef); the

@@ -1,3 +1,5 @@
+//go:build amd64
+
 package kernel
 
 import (
@@ -6,16 +8,85 @@ import (
 	"testing"
 )
 
-// BenchmarkQMVStream runs the matvecs of one decode step of a
-// SmolLM2-135M-shaped model (30 layers of q, k, v, o, gate, up and down at
-// width 576, 4-bit group 32 with float16 scales: 66 MB of weights, more
-// than the last-level cache) in graph order, on 1 and 2 threads, and
-// reports the weight bytes read per second: what decode can reach when
-// nothing but the matmuls runs.
+// BenchmarkQMVStream runs the matvecs of decode steps in graph order, on 1
+// and 2 threads, and reports the weight bytes read per second (per CPU
+// second with one thread): what decode can reach when nothing but the
+// matmuls runs. Each model's layers hold more than the last-level cache:
+// smollm2-135m is SmolLM2-135M's 30 layers (q, k, v, o, gate, up, down at
+// width 576, 4-bit group 32, float16 scales: 66 MB); llama-1b is two of
+// Llama-3.2-1B's layers (width 2048, 4-bit group 32, bfloat16: 76 MB);
+// qwen-0.5b four of Qwen2.5-0.5B's (width 896, 8-bit group 32, bfloat16:
+// 67 MB).
 func BenchmarkQMVStream(b *testing.B) {
 	needAVX2(b)
-	const layers, gs, bits = 30, 32, 4
-	shapes := [][2]int{{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}}
+	type model struct {
+		name             string
+		layers, gs, bits int
+		dt               string
+		shapes           [][2]int // [n, k] of q, k, v, o, gate, up, down
+	}
+	models := []model{
+		{"smollm2-135m", 30, 32, 4, "f16", [][2]int{{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}}},
+		{"llama-1b", 2, 32, 4, "bf16", [][2]int{{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048}, {8192, 2048}, {8192, 2048}, {2048, 8192}}},
+		{"qwen-0.5b", 4, 32, 8, "bf16", [][2]int{{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4864, 896}, {4864, 896}, {896, 4864}}},
+	}
+	type mat struct {
+		n, k   int
+		wq     []uint32
+		sc, bi Vec
+	}
+	for _, md := range models {
+		gs, bits := md.gs, md.bits
+		var mats []mat
+		var bytes int64
+		kmax := 0
+		for l := range md.layers {
+			for i, sh := range md.shapes {
+				n, k := sh[0], sh[1]
+				_, wq, sc, bi, sb, bb := qmvInputs(uint64(100*l+i), n, k, gs, bits)
+				scv, biv := avxVecs(md.dt, sc, bi, sb, bb)
+				mats = append(mats, mat{n, k, wq, scv, biv})
+				bytes += int64(4*len(wq) + 2*2*len(sc))
+				kmax = max(kmax, n, k)
+			}
+		}
+		x := make([]float32, kmax)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		dst := make([]float32, kmax)
+		for _, acc := range []Acc{AccF32, AccQ8} {
+			for _, th := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%s/acc%d/threads%d", md.name, acc, th), func(b *testing.B) {
+					b.SetBytes(bytes)
+					withThreads(th, func() {
+						runtime.LockOSThread()
+						defer runtime.UnlockOSThread()
+						t0 := threadCPU()
+						for b.Loop() {
+							for _, m := range mats {
+								QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
+							}
+						}
+						if sec := (threadCPU() - t0).Seconds(); th == 1 && sec > 0 {
+							b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+						}
+					})
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkAVXOneRowPF measures avxOneRow's spread prefetch of the next
+// chunk's scales and biases against the kernels' own (avxSpreadPF off), in
+// alternating runs on one thread: two of Llama-3.2-1B's layers (4-bit
+// group 32, bfloat16 scales, 76 MB) streamed from memory, in weight bytes
+// per CPU second.
+func BenchmarkAVXOneRowPF(b *testing.B) {
+	needAVX2(b)
+	const layers, gs, bits = 2, 32, 4
+	shapes := [][2]int{{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048}, {8192, 2048}, {8192, 2048}, {2048, 8192}}
 	type mat struct {
 		n, k   int
 		wq     []uint32
@@ -27,34 +98,107 @@ func BenchmarkQMVStream(b *testing.B) {
 		for i, sh := range shapes {
 			n, k := sh[0], sh[1]
 			_, wq, sc, bi, sb, bb := qmvInputs(uint64(100*l+i), n, k, gs, bits)
-			scv, biv := avxVecs("f16", sc, bi, sb, bb)
+			scv, biv := avxVecs("bf16", sc, bi, sb, bb)
 			mats = append(mats, mat{n, k, wq, scv, biv})
 			bytes += int64(4*len(wq) + 4*len(sc))
 		}
 	}
-	x := make([]float32, 1536)
+	x := make([]float32, 8192)
 	for i := range x {
 		x[i] = float32(i%7) - 3
 	}
-	dst := make([]float32, 1536)
+	dst := make([]float32, 8192)
+	defer func(on bool) { avxSpreadPF = on }(avxSpreadPF)
 	for _, acc := range []Acc{AccF32, AccQ8} {
-		for _, th := range []int{1, 2} {
-			b.Run(fmt.Sprintf("acc%d/threads%d", acc, th), func(b *testing.B) {
-				b.SetBytes(bytes)
-				withThreads(th, func() {
-					runtime.LockOSThread()
-					defer runtime.UnlockOSThread()
-					t0 := threadCPU()
-					for b.Loop() {
-						for _, m := range mats {
-							QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
+		for rep := range 3 {
+			for _, on := range []bool{false, true} {
+				b.Run(fmt.Sprintf("acc%d/spread=%v/run%d", acc, on, rep), func(b *testing.B) {
+					avxSpreadPF = on
+					b.SetBytes(bytes)
+					withThreads(1, func() {
+						runtime.LockOSThread()
+						defer runtime.UnlockOSThread()
+						t0 := threadCPU()
+						for b.Loop() {
+							for _, m := range mats {
+								QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
+							}
 						}
-					}
-					if sec := (threadCPU() - t0).Seconds(); th == 1 && sec > 0 {
-						b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
-					}
+						if sec := (threadCPU() - t0).Seconds(); sec > 0 {
+							b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+						}
+					})
 				})
-			})
+			}
+		}
+	}
+}
+
+// BenchmarkQMVSpreadPF measures qmvSpreadPF (the one-row kernels of
+// qmv_amd64.s with the scales and biases of the next chunk prefetched
+// between calls) against one call per chunk, in alternating runs on one
+// thread, streamed from memory, in weight bytes per CPU second: four of
+// Qwen2.5-0.5B's layers (8-bit group 32), three of MiniCPM5-1B's at 4 bits
+// and two at 8 (group 64), bfloat16 scales.
+func BenchmarkQMVSpreadPF(b *testing.B) {
+	if !asmF32 {
+		b.Skip("SKIPPED: this CPU lacks AVX-512; the one-row kernels are not installed")
+	}
+	type model struct {
+		name             string
+		layers, gs, bits int
+		shapes           [][2]int
+	}
+	cpm := [][2]int{{2048, 1536}, {256, 1536}, {256, 1536}, {1536, 2048}, {4608, 1536}, {4608, 1536}, {1536, 4608}}
+	defer func(on bool) { qmvSpreadPF = on }(qmvSpreadPF)
+	for _, md := range []model{
+		{"qwen-0.5b-b8g32", 4, 32, 8, [][2]int{{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4864, 896}, {4864, 896}, {896, 4864}}},
+		{"minicpm5-b4g64", 3, 64, 4, cpm},
+		{"minicpm5-b8g64", 2, 64, 8, cpm},
+	} {
+		type mat struct {
+			n, k   int
+			wq     []uint32
+			sc, bi Vec
+		}
+		var mats []mat
+		var bytes int64
+		for l := range md.layers {
+			for i, sh := range md.shapes {
+				n, k := sh[0], sh[1]
+				_, wq, sc, bi, sb, bb := qmvInputs(uint64(100*l+i), n, k, md.gs, md.bits)
+				scv, biv := avxVecs("bf16", sc, bi, sb, bb)
+				mats = append(mats, mat{n, k, wq, scv, biv})
+				bytes += int64(4*len(wq) + 4*len(sc))
+			}
+		}
+		x := make([]float32, 8192)
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		dst := make([]float32, 8192)
+		for _, acc := range []Acc{AccF32, AccQ8} {
+			for rep := range 3 {
+				for _, on := range []bool{false, true} {
+					b.Run(fmt.Sprintf("%s/acc%d/spread=%v/run%d", md.name, acc, on, rep), func(b *testing.B) {
+						qmvSpreadPF = on
+						b.SetBytes(bytes)
+						withThreads(1, func() {
+							runtime.LockOSThread()
+							defer runtime.UnlockOSThread()
+							t0 := threadCPU()
+							for b.Loop() {
+								for _, m := range mats {
+									QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, md.gs, md.bits, Identity, acc)
+								}
+							}
+							if sec := (threadCPU() - t0).Seconds(); sec > 0 {
+								b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+							}
+						})
+					})
+				}
+			}
 		}
 	}
 }

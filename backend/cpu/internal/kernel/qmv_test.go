@@ -55,8 +55,9 @@ func qmvInputs(seed uint64, n, k, gs, bits int) (x []float32, wq []uint32, sc, b
 // TestQMVEqualsRowKernels holds the one-row kernels (qmv_amd64.s) to the
 // general path (the per-row kernels of qmm_amd64.s) bit for bit, for both
 // precisions, bit widths, the group sizes of the vector kernels, float32,
-// bf16 and f16 scales, row counts that leave a partial tile, and with several
-// chunks per worker.
+// bf16 and f16 scales, row counts that leave a partial tile, with several
+// chunks per worker (one tile, or a few: the spread prefetch's sub-ranges
+// and the next chunk in range), with and without qmvSpreadPF.
 func TestQMVEqualsRowKernels(t *testing.T) {
 	if !asmF32 {
 		t.Skip("SKIPPED: this CPU lacks AVX-512; the one-row kernels are not installed")
@@ -79,7 +80,7 @@ func TestQMVEqualsRowKernels(t *testing.T) {
 		for _, n := range []int{1, 3, 4, 5, 38, 131} {
 			for _, acc := range []Acc{AccF32, AccQ8} {
 				for _, dt := range []string{"f32", "bf16", "f16"} {
-					for _, chunk := range []int{64 << 10, 1} {
+					for _, chunk := range []int{64 << 10, 8 << 10, 1} {
 						name := fmt.Sprintf("b%dg%d/%s/acc%d/%s/chunk%d", sh.bits, sh.gs, dims(1, n, sh.k), acc, dt, chunk)
 						t.Run(name, func(t *testing.T) {
 							if acc == AccQ8 && !asmQ8 {
@@ -98,12 +99,16 @@ func TestQMVEqualsRowKernels(t *testing.T) {
 								// 2 and 5 workers: one range per worker, a worker
 								// done with its own range helps with the others.
 								for _, th := range []int{2, 5} {
-									got, whole := guarded(n)
-									withThreads(th, func() {
-										QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
-									})
-									checkGuards(t, whole, name)
-									expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
+									for _, spread := range []bool{true, false} {
+										qmvSpreadPF = spread
+										got, whole := guarded(n)
+										withThreads(th, func() {
+											QuantizedMatmulTVec(got, x, wq, scv, biv, 1, n, sh.k, sh.gs, sh.bits, tensor.RoundBF16, acc)
+										})
+										qmvSpreadPF = true
+										checkGuards(t, whole, name)
+										expectSame(t, got, want, fmt.Sprintf("%s threads %d spread %v", name, th, spread))
+									}
 								}
 								// Unrounded: the kernel's float32 results themselves.
 								got32, want32 := make([]float32, n), make([]float32, n)
