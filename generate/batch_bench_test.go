@@ -73,7 +73,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 	for _, B := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("b%d", B), func(b *testing.B) {
 			prompts := batchPrompts(m.VocabSize(), repeat(promptLen, B)...)
-			var tokens, steps int
+			var tokens, nstep int
 			var secs float64
 			var cpu time.Duration
 			for b.Loop() {
@@ -91,7 +91,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 					}
 					if !first { // the first step prefills
 						cpu += processCPU() - c0
-						steps++
+						nstep++
 					}
 				}
 				s := g.Stats()
@@ -100,8 +100,8 @@ func BenchmarkBatchDecode(b *testing.B) {
 				g.Close()
 			}
 			b.ReportMetric(float64(tokens)/secs, "tok/s")
-			if steps > 0 {
-				b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(steps), "cpu-ms/step")
+			if nstep > 0 {
+				b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(nstep), "cpu-ms/step")
 			}
 		})
 	}
