@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu"
@@ -20,7 +22,9 @@ import (
 // the synth preset MLXGO_BENCH_PRESET (default smollm2-135m: SmolLM2-135M's
 // shapes, 4-bit), written once to a temporary directory, or the model
 // directory MLXGO_BENCH_MODEL; MLXGO_BENCH_PRECISION picks the CPU
-// backend's precision (reference by default, or fast).
+// backend's precision (reference by default, or fast). Metric
+// "cpu-ms/step" is the process's CPU time per decode step after the first
+// (which prefills), all threads (the machine may be shared).
 //
 //	go test ./generate/ -run '^$' -bench BatchDecode -benchtime 3x
 func BenchmarkBatchDecode(b *testing.B) {
@@ -69,8 +73,9 @@ func BenchmarkBatchDecode(b *testing.B) {
 	for _, B := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("b%d", B), func(b *testing.B) {
 			prompts := batchPrompts(m.VocabSize(), repeat(promptLen, B)...)
-			var tokens int
+			var tokens, nstep int
 			var secs float64
+			var cpu time.Duration
 			for b.Loop() {
 				g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: steps, CompletionBatchSize: B, PrefillBatchSize: B})
 				if err != nil {
@@ -79,9 +84,14 @@ func BenchmarkBatchDecode(b *testing.B) {
 				if _, err := g.Insert(prompts, nil); err != nil {
 					b.Fatal(err)
 				}
-				for !g.Done() {
+				for first := true; !g.Done(); first = false {
+					c0 := processCPU()
 					if _, err := g.Next(); err != nil {
 						b.Fatal(err)
+					}
+					if !first { // the first step prefills
+						cpu += processCPU() - c0
+						nstep++
 					}
 				}
 				s := g.Stats()
@@ -90,8 +100,21 @@ func BenchmarkBatchDecode(b *testing.B) {
 				g.Close()
 			}
 			b.ReportMetric(float64(tokens)/secs, "tok/s")
+			if nstep > 0 {
+				b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(nstep), "cpu-ms/step")
+			}
 		})
 	}
+}
+
+// processCPU is the CPU time (user and system) of the process so far, all
+// threads.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func repeat(n, times int) []int {

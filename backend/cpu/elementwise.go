@@ -99,8 +99,57 @@ func binaryF32(op backend.BinaryOp, dst, a, b []float32, shape, as, bs tensor.Sh
 		binaryLoop(op, dst, a, b, 0, 1)
 		return
 	}
+	if binaryRows(op, dst, a, b, shape, as, bs) {
+		return
+	}
 	f := binaryF(op, false)
 	broadcast2(shape, as, bs, func(k, i, j int) { dst[k] = float32(f(float64(a[i]), float64(b[j]))) })
+}
+
+// binaryRows is binaryF32 for shapes whose trailing axes (the inner block)
+// each input reads either in order or as one broadcast value, as a row
+// minus its own scalar (logits [B, V] - logsumexp [B, 1]) or a batch plus
+// a shared vector: binaryLoop per inner block, the outer axes walked. It
+// reports false (and does nothing) where the inner block is under
+// minBinaryRow elements.
+func binaryRows(op backend.BinaryOp, dst, a, b []float32, shape, as, bs tensor.Shape) bool {
+	sa, sb := bstrides(as, shape), bstrides(bs, shape)
+	inner, ka, kb := 1, -1, -1 // ka, kb: 1 the input is read in order over the block, 0 broadcast
+	ax := len(shape)
+	for ; ax > 0; ax-- {
+		d := shape[ax-1]
+		if d == 1 {
+			continue
+		}
+		ca, cb := runKind(sa[ax-1], inner), runKind(sb[ax-1], inner)
+		if ca < 0 || cb < 0 || (ka >= 0 && ca != ka) || (kb >= 0 && cb != kb) {
+			break
+		}
+		ka, kb = ca, cb
+		inner *= d
+	}
+	if inner < minBinaryRow {
+		return false
+	}
+	walk(shape[:ax], [][]int{sa[:ax], sb[:ax]}, func(k int, o []int) {
+		binaryLoop(op, dst[k*inner:(k+1)*inner], a[o[0]:], b[o[1]:], ka, kb)
+	})
+	return true
+}
+
+// minBinaryRow is the smallest inner block binaryRows takes.
+const minBinaryRow = 16
+
+// runKind is 1 when stride st continues a run of inner elements read in
+// order, 0 when it broadcasts (st 0), else -1.
+func runKind(st, inner int) int {
+	switch st {
+	case inner:
+		return 1
+	case 0:
+		return 0
+	}
+	return -1
 }
 
 // binaryLoop is binaryF32 over len(dst) elements, a and b read with strides

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -202,4 +203,60 @@ func TestWhere(t *testing.T) {
 	// row 0 takes x, row 1 takes y; bf16 with f32 promotes to f32
 	check(t, b, b.Where(cond, x, y), tensor.F32, tensor.Shape{2, 3}, 1, 2, 3, -1, -1, -1)
 	opPanic(t, func() { b.Where(cond, b.Zeros(tensor.Shape{3, 2}, tensor.F32), y) })
+}
+
+// TestBinaryRows holds binaryF32's row loops (binaryRows) to the
+// element-by-element broadcast it replaces, bit for bit (NaNs included),
+// on shapes that take them and shapes that do not.
+func TestBinaryRows(t *testing.T) {
+	cases := []struct {
+		as, bs tensor.Shape
+		rows   bool // binaryRows takes it
+	}{
+		{tensor.Shape{8, 1, 40}, tensor.Shape{8, 1, 1}, true},  // logits - logsumexp
+		{tensor.Shape{8, 1, 1}, tensor.Shape{8, 1, 40}, true},  // scalar per row on the left
+		{tensor.Shape{3, 4, 32}, tensor.Shape{32}, true},       // a shared vector
+		{tensor.Shape{1, 32}, tensor.Shape{5, 2, 32}, true},    // the vector on the left
+		{tensor.Shape{2, 3, 16}, tensor.Shape{2, 1, 16}, true}, // a middle axis broadcast
+		{tensor.Shape{4, 1, 20}, tensor.Shape{1, 3, 20}, true}, // both broadcast over the outer axes
+		{tensor.Shape{2, 3, 17}, tensor.Shape{2, 3, 1}, true},  // odd rows
+		{tensor.Shape{2, 8, 4}, tensor.Shape{2, 8, 1}, false},  // rows under minBinaryRow: the walk
+		{tensor.Shape{3, 1, 16}, tensor.Shape{3, 16, 1}, true}, // inner rows of 16: a in order, b one value each
+		{tensor.Shape{5, 3}, tensor.Shape{5, 1}, false},        // rows of 3
+	}
+	ops := []backend.BinaryOp{backend.Add, backend.Subtract, backend.Multiply, backend.Divide, backend.Maximum, backend.Minimum}
+	rng := rand.New(rand.NewPCG(1, 2))
+	vals := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+			if rng.IntN(9) == 0 {
+				v[i] = float32(math.NaN())
+			}
+		}
+		return v
+	}
+	for _, c := range cases {
+		shape, ok := broadcastInto(nil, c.as, c.bs)
+		if !ok {
+			t.Fatalf("%v and %v do not broadcast", c.as, c.bs)
+		}
+		a, b := vals(c.as.Size()), vals(c.bs.Size())
+		for _, op := range ops {
+			t.Run(name(c.as, c.bs)+"/"+op.String(), func(t *testing.T) {
+				got, want := make([]float32, shape.Size()), make([]float32, shape.Size())
+				if binaryRows(op, got, a, b, shape, c.as, c.bs) != c.rows {
+					t.Fatalf("binaryRows took it: %v, want %v", !c.rows, c.rows)
+				}
+				binaryF32(op, got, a, b, shape, c.as, c.bs)
+				f := binaryF(op, false)
+				broadcast2(shape, c.as, c.bs, func(k, i, j int) { want[k] = float32(f(float64(a[i]), float64(b[j]))) })
+				for k := range want {
+					if math.Float32bits(got[k]) != math.Float32bits(want[k]) {
+						t.Fatalf("element %d: %g, want %g", k, got[k], want[k])
+					}
+				}
+			})
+		}
+	}
 }
