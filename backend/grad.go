@@ -60,3 +60,20 @@ type Differentiator interface {
 type Compiler interface {
 	Compile(fn Func) (compiled Func, release func())
 }
+
+// CrossEntropyFuser is implemented by backends with a fused cross-entropy
+// (mx.fast.cross_entropy), which mlx.nn.losses.cross_entropy, and so
+// mlx_lm's loss, uses on a GPU:
+//
+//	f, ok := b.(backend.CrossEntropyFuser)
+//
+// FusesCrossEntropy says whether the backend's device has the fused kernel
+// (where it does not, a caller following mlx_lm computes the loss op by
+// op). FusedCrossEntropy returns, for logits [..., V] and int32 targets of
+// the logits' shape less the last axis, logsumexp(logits) − logits[target]
+// of each row in float32 (accumulated in float32), differentiable with
+// respect to the logits.
+type CrossEntropyFuser interface {
+	FusesCrossEntropy() bool
+	FusedCrossEntropy(logits, targets Array) Array
+}

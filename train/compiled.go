@@ -106,7 +106,7 @@ func (t *Trainer) compiledStep(batch Batch, accum *[]backend.Array, update bool,
 	}
 	in = append(in, *accum...)
 	ids, mask := ld.arrays(b)
-	in = append(in, ids, ld.picks(b, t.Model.VocabSize()), mask)
+	in = append(in, ids, ld.targets(b, t.Model.VocabSize()), mask)
 	if t.Dropout != nil {
 		for _, sh := range drops {
 			in = append(in, lora.KeepMask(b, t.keys.p, t.keys.next(), sh))

@@ -32,12 +32,12 @@ func lossWith(b backend.Backend, m *minicpm5.Model, batch Batch, fo minicpm5.For
 		return nil, nil, err
 	}
 	ids, maskA := ld.arrays(b)
-	return lossOn(b, d, m, ids, ld.picks(b, m.VocabSize()), maskA, fo)
+	return lossOn(b, d, m, ids, ld.targets(b, m.VocabSize()), maskA, fo)
 }
 
 // lossOn is lossWith on a batch's arrays: the input ids and the loss
-// mask (lossData.arrays) and the targets' flat indices in the logits
-// (lossData.picks). It reads nothing else of the batch, so a compiled
+// mask (lossData.arrays) and the targets as cePicked takes them
+// (lossData.targets). It reads nothing else of the batch, so a compiled
 // step may trace it with these as inputs.
 func lossOn(b backend.Backend, d backend.Differentiator, m *minicpm5.Model, ids, pick, mask backend.Array, fo minicpm5.ForwardOptions) (loss, ntoks backend.Array, err error) {
 	o, err := m.Forward(ids, nil, fo)
@@ -100,7 +100,20 @@ func (ld lossData) arrays(b backend.Backend) (ids, mask backend.Array) {
 // float32, of the rows' shape.
 func ceRows(b backend.Backend, d backend.Differentiator, logits backend.Array, tg []int32, mask backend.Array) backend.Array {
 	sh := logits.Shape()
+	if fusedCE(b) != nil {
+		return cePicked(b, d, logits, b.FromHost(tensor.FromInt32(sh[:len(sh)-1], tg)), mask)
+	}
 	return cePicked(b, d, logits, b.FromHost(tensor.FromInt32(sh[:len(sh)-1], picks(tg, sh[len(sh)-1]))), mask)
+}
+
+// fusedCE returns b as a CrossEntropyFuser when its device has the fused
+// cross-entropy, which mlx.nn.losses.cross_entropy takes there
+// (mx.fast.cross_entropy on a GPU), else nil.
+func fusedCE(b backend.Backend) backend.CrossEntropyFuser {
+	if f, ok := b.(backend.CrossEntropyFuser); ok && f.FusesCrossEntropy() {
+		return f
+	}
+	return nil
 }
 
 // picks returns the flat index of each target's logit among rows of V
@@ -113,14 +126,26 @@ func picks(tg []int32, V int) []int32 {
 	return flat
 }
 
-// picks returns the targets' flat indices in logits [B, T, V], [B, T].
-func (ld lossData) picks(b backend.Backend, V int) backend.Array {
+// targets returns the targets as cePicked takes them on b, [B, T]: the
+// targets themselves where b fuses the cross-entropy, else their flat
+// indices in logits [B, T, V].
+func (ld lossData) targets(b backend.Backend, V int) backend.Array {
+	if fusedCE(b) != nil {
+		return b.FromHost(tensor.FromInt32(tensor.Shape{ld.B, ld.T}, ld.tg))
+	}
 	return b.FromHost(tensor.FromInt32(tensor.Shape{ld.B, ld.T}, picks(ld.tg, V)))
 }
 
-// cePicked is ceRows with the targets' flat indices pick (of the rows'
-// shape) as an array.
+// cePicked is ceRows with the targets as an array of the rows' shape:
+// where b fuses the cross-entropy (fusedCE), the targets, and the
+// cross-entropy is mx.fast.cross_entropy's cast to the logits' dtype
+// (mlx.nn.losses.cross_entropy on a GPU); else the targets' flat indices
+// in the logits, and the cross-entropy is computed op by op.
 func cePicked(b backend.Backend, d backend.Differentiator, logits, pick, mask backend.Array) backend.Array {
+	if f := fusedCE(b); f != nil {
+		ce := b.AsType(f.FusedCrossEntropy(logits, pick), logits.DType())
+		return b.AsType(b.Binary(backend.Multiply, ce, mask), tensor.F32)
+	}
 	l := b.Binary(backend.Subtract, logits, d.StopGradient(b.Max(logits, -1, true)))
 	score := b.Take(b.Reshape(l, -1), pick, 0)
 	ce := b.Binary(backend.Multiply, b.Binary(backend.Subtract, b.LogSumExp(l, -1, false), score), mask)

@@ -34,7 +34,8 @@
 // The backend calls the MLX functions mlx_lm calls, in the same order with
 // the same dtypes, so results are the same bits: mx.fast.rms_norm, rope
 // (scalar and per-row array offsets), scaled_dot_product_attention,
-// quantized_matmul, and swiglu/silu compiled shapeless as mlx_lm's
+// quantized_matmul, cross_entropy (on the GPU only, where
+// mlx.nn.losses.cross_entropy takes it), and swiglu/silu compiled shapeless as mlx_lm's
 // @partial(mx.compile, shapeless=True) functions are. Compile
 // (backend.Compiler) is mx.compile of a Go function (mlx_compile over the
 // same mlx_closure the gradients use), which the trainer compiles its

@@ -839,6 +839,14 @@ int mlx_fast_scaled_dot_product_attention(mlx_array* res, const mlx_array q, con
 
 // ---- mlxgo extensions (not mlx-c) ---------------------------------------------
 
+// mlxgo_fast_cross_entropy is mx.fast.cross_entropy (MLX 0.32; mlx-c 0.7
+// has it as mlx_fast_cross_entropy, the older mlx-c the tag mlxc_system
+// may find does not): logsumexp(logits) - logits[target] per row, in
+// float32, fused on Metal and CUDA.
+int mlxgo_fast_cross_entropy(mlx_array* res, const mlx_array logits, const mlx_array targets, const mlx_stream s) {
+  return op(res, [&] { return mx::fast::cross_entropy(arr(logits), arr(targets), str(s)); });
+}
+
 // mlxgo_graph_ops walks the graph that computes outs[0..n) and returns, in a
 // malloc'd string the caller frees, the name of the primitive of every node
 // still to run (an array not yet evaluated, its siblings, the other outputs
