@@ -523,14 +523,7 @@ func (s *qmvState) run(w, _ int) {
 func (s *qmvState) tiles(t0, t1 int) {
 	if full := min(t1, s.full); full > t0 {
 		if !qmvSpreadPF {
-			a := s.args
-			j := uintptr(4 * t0)
-			a.w = unsafe.Add(a.w, j*a.rowb)
-			a.s = unsafe.Add(a.s, j*a.gstr)
-			a.b += j * a.gstr
-			a.out += 4 * j
-			a.ntile = full - t0
-			qmvCall(&a, s.kern)
+			s.call(t0, full)
 		} else {
 			for u := t0; u < full; u += qmvSpreadTiles {
 				v := min(u+qmvSpreadTiles, full)
@@ -538,14 +531,7 @@ func (s *qmvState) tiles(t0, t1 int) {
 					vecPrefetch(s.sc, 4*p*s.gpr, 4*qmvSpreadTiles*s.gpr)
 					vecPrefetch(s.bi, 4*p*s.gpr, 4*qmvSpreadTiles*s.gpr)
 				}
-				a := s.args
-				j := uintptr(4 * u)
-				a.w = unsafe.Add(a.w, j*a.rowb)
-				a.s = unsafe.Add(a.s, j*a.gstr)
-				a.b += j * a.gstr
-				a.out += 4 * j
-				a.ntile = v - u
-				qmvCall(&a, s.kern)
+				s.call(u, v)
 			}
 		}
 	}
@@ -553,6 +539,18 @@ func (s *qmvState) tiles(t0, t1 int) {
 		s.tail()
 	}
 	roundSlice(s.dst[4*t0:min(4*t1, s.n)], s.round, s.kind)
+}
+
+// call runs the kernel over the full tiles u to v (exclusive).
+func (s *qmvState) call(u, v int) {
+	a := s.args
+	j := uintptr(4 * u)
+	a.w = unsafe.Add(a.w, j*a.rowb)
+	a.s = unsafe.Add(a.s, j*a.gstr)
+	a.b += j * a.gstr
+	a.out += 4 * j
+	a.ntile = v - u
+	qmvCall(&a, s.kern)
 }
 
 // tail runs the partial last tile (n mod 4 rows) from a copy padded with
