@@ -278,11 +278,13 @@ type ArrayMask struct{ A Array }
 // of Prefix positions followed by blocks of Blocks[k] positions. Query i
 // attends to key j iff j <= i and j lies in the prefix or in query i's own
 // block: the prefix is causal, and each block sees the whole prefix and
-// itself causally, never another block. Fused attentions skip the keys it
-// hides a block at a time; backends without such a path lower it to the
-// equivalent Bool array (Dense). A, when not nil, is that array already on
-// the backend (made once for many calls), which they read instead; it must
-// equal Dense.
+// itself causally, never another block. Attentions skip the keys it
+// hides (the CPU backend a block of keys at a time, MLX as one causal
+// attention over the prefix and one over each block after the prefix's
+// keys); backends without such a path lower it to the equivalent Bool
+// array (Dense). A, when not nil, is that array already on the backend
+// (made once for many calls), which they read instead; it must equal
+// Dense.
 type PrefixMask struct {
 	Prefix int
 	Blocks []int

@@ -63,10 +63,12 @@ type Config struct {
 
 	// ORPO (not mlx_lm's): Loss "orpo" trains on preference pairs
 	// (LoadPreferenceDir) with λ = ORPOLambda; ORPOTwoForwards reads each
-	// pair as two forwards instead of one prefix-shared forward.
+	// pair as two forwards instead of one prefix-shared forward, whose
+	// attention ORPOAttention picks: "blocked" (the default) or "dense".
 	Loss            string  `yaml:"loss" json:"loss,omitempty"`
 	ORPOLambda      float64 `yaml:"orpo_lambda" json:"orpo_lambda,omitempty"`
 	ORPOTwoForwards bool    `yaml:"orpo_two_forwards" json:"orpo_two_forwards,omitempty"`
+	ORPOAttention   string  `yaml:"orpo_attention" json:"orpo_attention,omitempty"`
 
 	// mlx_lm.lora options that change nothing here (logging services,
 	// the allocator cache, remote code, the config file's own name):

@@ -39,6 +39,20 @@ func (v ORPOValues) Arrays() []backend.Array {
 	return []backend.Array{v.Loss, v.LogOdds, v.ChosenLogP, v.RejectedLogP}
 }
 
+// PairForward is how ORPOLoss reads a preference pair.
+type PairForward int
+
+const (
+	// Shared is one prefix-shared forward of [prompt | chosen | rejected]
+	// (PrefixCache) with the blocked attention of its PrefixMask.
+	Shared PairForward = iota
+	// SharedDense is the same forward with the plain attention under the
+	// mask's Bool [T, T] array.
+	SharedDense
+	// TwoForwards is two forwards, [prompt | chosen] and [prompt | rejected].
+	TwoForwards
+)
+
 // ORPOLoss is the ORPO loss of Hong, Lee and Thorne (2024) over pairs,
 // the mean over the pairs of
 //
@@ -46,14 +60,13 @@ func (v ORPOValues) Arrays() []backend.Array {
 //	logOR = (ℓ_w − ℓ_l) − [log(1 − e^{ℓ_w}) − log(1 − e^{ℓ_l})],
 //
 // ℓ the mean log-probability of a response's tokens given the prompt
-// (prompt tokens are not counted). With shared, each pair is one forward
-// of [prompt | chosen | rejected] under the prefix-shared mask and RoPE
-// blocks (PrefixCache); otherwise two forwards, [prompt | chosen] and
-// [prompt | rejected]. b must implement backend.Differentiator; call it
+// (prompt tokens are not counted). fw says how a pair is read: one
+// forward of [prompt | chosen | rejected] under the prefix-shared mask and
+// RoPE blocks (PrefixCache), or two forwards. b must implement backend.Differentiator; call it
 // inside a ValueAndGrad function to train. fo is the forward's options
 // (a checkpointing Block hook; only for the two-forward path, which
 // calls the model without a cache).
-func ORPOLoss(b backend.Backend, m *minicpm5.Model, pairs []Pair, lambda float64, shared bool, fo minicpm5.ForwardOptions) (ORPOValues, error) {
+func ORPOLoss(b backend.Backend, m *minicpm5.Model, pairs []Pair, lambda float64, fw PairForward, fo minicpm5.ForwardOptions) (ORPOValues, error) {
 	if _, ok := b.(backend.Differentiator); !ok {
 		return ORPOValues{}, fmt.Errorf("train: backend %s has no gradients", b.Name())
 	}
@@ -70,10 +83,10 @@ func ORPOLoss(b backend.Backend, m *minicpm5.Model, pairs []Pair, lambda float64
 		}
 		var lw, ll backend.Array
 		var err error
-		if shared {
-			lw, ll, err = sharedLogPs(b, m, p)
-		} else {
+		if fw == TwoForwards {
 			lw, ll, err = twoForwardLogPs(b, m, p, fo)
+		} else {
+			lw, ll, err = sharedLogPs(b, m, p, fw == SharedDense)
 		}
 		if err != nil {
 			return ORPOValues{}, fmt.Errorf("train: %s: %w", p.Source, err)
@@ -176,13 +189,14 @@ func twoForwardLogPs(b backend.Backend, m *minicpm5.Model, p Pair, fo minicpm5.F
 
 // sharedLogPs runs the pair as one prefix-shared forward and returns ℓ_w
 // and ℓ_l, the head applied to the predicting rows only (chosen's, then
-// rejected's).
-func sharedLogPs(b backend.Backend, m *minicpm5.Model, p Pair) (lw, ll backend.Array, err error) {
+// rejected's); dense attends under the Bool mask array.
+func sharedLogPs(b backend.Backend, m *minicpm5.Model, p Pair, dense bool) (lw, ll backend.Array, err error) {
 	l := p.Layout()
 	c, err := NewPrefixCache(b, l)
 	if err != nil {
 		return nil, nil, err
 	}
+	c.Dense = dense
 	defer c.Release()
 	seq := make([]int32, 0, l.T())
 	seq = append(append(append(seq, p.Prompt...), p.Chosen...), p.Rejected...)

@@ -34,8 +34,8 @@ var devicePeak func(b backend.Backend) (reset func(), peak func() int64)
 // pair tokens (P+Rc+Rr) per second and the step's peak memory (the CPU
 // backend's live arrays; MLX's allocator peak). $MLXGO_ORPO_MODES picks
 // the modes (default "shared,two"; "shared-array" is the prefix-shared
-// step with the plain Bool ArrayMask instead of the PrefixMask, as before
-// the blocked mask). Run one at a time:
+// step with the plain Bool ArrayMask instead of the PrefixMask,
+// --orpo-attention dense). Run one at a time:
 //
 //	go test ./train -run '^$' -bench ORPOStep -benchtime 1x -timeout 60m
 func BenchmarkORPOStep(b *testing.B) {
@@ -79,16 +79,15 @@ func BenchmarkORPOStep(b *testing.B) {
 		for _, P := range prompts {
 			for _, mode := range modes {
 				b.Run(fmt.Sprintf("%s/P=%d/%s", bname, P, mode), func(b *testing.B) {
-					prefixArrayMask = mode == "shared-array"
-					defer func() { prefixArrayMask = false }()
-					benchORPOStep(b, bname, model, P, resp, mode == "two")
+					o := ORPOArgs{Lambda: DefaultORPOLambda, TwoForwards: mode == "two", DenseAttention: mode == "shared-array"}
+					benchORPOStep(b, bname, model, P, resp, o)
 				})
 			}
 		}
 	}
 }
 
-func benchORPOStep(b *testing.B, bname, model string, P, R int, two bool) {
+func benchORPOStep(b *testing.B, bname, model string, P, R int, o ORPOArgs) {
 	be, err := backend.Open(bname, backend.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -111,7 +110,6 @@ func benchORPOStep(b *testing.B, bname, model string, P, R int, two bool) {
 		}
 		t := &Trainer{B: be, Model: m, Adapters: ads, Opt: opt}
 		pair := randomPair(rand.New(rand.NewPCG(uint64(P), 1)), m.VocabSize(), P, R, R)
-		o := ORPOArgs{Lambda: DefaultORPOLambda, TwoForwards: two}
 		if os.Getenv("MLXGO_ORPO_WARMUP") != "0" {
 			if _, err := t.orpoStep([]Pair{pair}, o); err != nil {
 				return err

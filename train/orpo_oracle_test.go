@@ -137,7 +137,7 @@ func TestORPOOracle(t *testing.T) {
 						}
 						for i, p := range pairs {
 							s := b.Scope()
-							v, err := ORPOLoss(b, m, []Pair{p}, fx.Lambda, shared, minicpm5.ForwardOptions{})
+							v, err := ORPOLoss(b, m, []Pair{p}, fx.Lambda, pairForward(shared), minicpm5.ForwardOptions{})
 							if err != nil {
 								t.Fatal(err)
 							}
@@ -145,7 +145,7 @@ func TestORPOOracle(t *testing.T) {
 							near(fmt.Sprintf("ℓ_l of pair %d", i), host(t, b, v.RejectedLogP)[0], fx.RejectedLogP[i], ref(func() float64 { return fx.Ref.RejectedLogP[i] }), 1e-5, 2e-5, exact)
 							s.Close()
 						}
-						vals, grads := orpoGrads(t, b, m, ads, pairs, fx.Lambda, shared)
+						vals, grads := orpoGrads(t, b, m, ads, pairs, fx.Lambda, pairForward(shared))
 						near("loss", vals[0], fx.Loss, ref(func() float64 { return fx.Ref.Loss }), 1e-5, 2e-5, exact && fx.Lambda == 0)
 						near("logOR", vals[1], fx.LogOdds, ref(func() float64 { return fx.Ref.LogOdds }), 1e-5, 1e-4, false)
 						want, err := tensor.OpenSafetensors(filepath.Join(root, "orpo", name+".grads.safetensors"))

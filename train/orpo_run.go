@@ -20,6 +20,32 @@ type ORPOArgs struct {
 	// TwoForwards reads each pair as two forwards, [prompt | chosen] and
 	// [prompt | rejected], instead of one prefix-shared forward.
 	TwoForwards bool
+	// DenseAttention makes the prefix-shared forward attend under the
+	// plain Bool mask array instead of the blocked PrefixMask.
+	DenseAttention bool
+}
+
+// forward is how ORPOLoss reads the pairs under o.
+func (o ORPOArgs) forward() PairForward {
+	switch {
+	case o.TwoForwards:
+		return TwoForwards
+	case o.DenseAttention:
+		return SharedDense
+	}
+	return Shared
+}
+
+// ParseORPOAttention maps --orpo-attention's value ("" is the default)
+// to ORPOArgs.DenseAttention.
+func ParseORPOAttention(s string) (dense bool, err error) {
+	switch s {
+	case "", "blocked":
+		return false, nil
+	case "dense":
+		return true, nil
+	}
+	return false, fmt.Errorf("train: --orpo-attention %q: want blocked or dense", s)
 }
 
 // ORPOReport is one ORPO training report: the means over the steps since
@@ -46,7 +72,7 @@ func (t *Trainer) orpoStep(pairs []Pair, o ORPOArgs) ([4]float64, error) {
 	fo := t.forwardOptions()
 	vals, err := t.gradStep(func(slots []*backend.Array) ([]backend.Array, []backend.Array, error) {
 		return t.gradOf(slots, slotValues(slots), func() ([]backend.Array, error) {
-			v, err := ORPOLoss(t.B, t.Model, pairs, o.Lambda, !o.TwoForwards, fo)
+			v, err := ORPOLoss(t.B, t.Model, pairs, o.Lambda, o.forward(), fo)
 			return v.Arrays(), err
 		})
 	}, &accum, true, 1)
@@ -74,7 +100,7 @@ func (t *Trainer) orpoEval(set []Pair, batchSize int, o ORPOArgs) (loss, logOdds
 	for i := 0; i < len(set); i += batchSize {
 		batch := set[i:min(i+batchSize, len(set))]
 		s := t.B.Scope()
-		v, err := ORPOLoss(t.B, t.Model, batch, o.Lambda, !o.TwoForwards, minicpm5.ForwardOptions{})
+		v, err := ORPOLoss(t.B, t.Model, batch, o.Lambda, o.forward(), minicpm5.ForwardOptions{})
 		if err != nil {
 			s.Close()
 			return 0, 0, err
@@ -202,7 +228,14 @@ func runORPO(b backend.Backend, m *minicpm5.Model, text *chat.Text, c Config, ou
 	if c.MaskPrompt {
 		fmt.Fprintln(warn, "Warning: --mask-prompt has no effect with --loss orpo: ORPO's log-probabilities never count the prompt.")
 	}
-	o := ORPOArgs{Lambda: c.ORPOLambda, TwoForwards: c.ORPOTwoForwards}
+	dense, err := ParseORPOAttention(c.ORPOAttention)
+	if err != nil {
+		return err
+	}
+	if dense && c.ORPOTwoForwards {
+		return fmt.Errorf("train: --orpo-attention dense applies to the prefix-shared forward, not to --orpo-two-forwards")
+	}
+	o := ORPOArgs{Lambda: c.ORPOLambda, TwoForwards: c.ORPOTwoForwards, DenseAttention: dense}
 	fmt.Fprintln(out, "Loading datasets")
 	trainSet, valid, test, err := LoadPreferenceDir(c.Data, text, c.MaxSeqLength)
 	if err != nil {

@@ -109,7 +109,7 @@ func TestORPOLossErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		for _, shared := range []bool{false, true} {
-			_, err := ORPOLoss(b, m, c.pairs, c.lambda, shared, minicpmOpts())
+			_, err := ORPOLoss(b, m, c.pairs, c.lambda, pairForward(shared), minicpmOpts())
 			if err == nil || !contains(err.Error(), c.want) {
 				t.Errorf("%s (shared %v): error %v, want one naming %q", c.name, shared, err, c.want)
 			}

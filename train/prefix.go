@@ -73,11 +73,14 @@ func (l PrefixLayout) MaskData() []byte { return l.Mask().Dense().Data }
 // (the seed's PrefixSharedCache): one for every layer of a
 // minicpm5.Model.Forward over the whole sequence from position 0. It
 // stores nothing (keys and values pass through), masks with the layout's
-// block-sparse mask (a backend.PrefixMask, which the CPU backend's
-// attention reads a block of keys at a time, skipping those it hides,
-// with its Bool array made once and shared by every layer for backends
-// that read that, MLX) and gives the attention its RoPE blocks.
+// block-sparse mask (a backend.PrefixMask, whose attention the CPU
+// backend reads a block of keys at a time, skipping those it hides, and
+// MLX as causal attentions over the prompt and over each response after
+// it) and gives the attention its RoPE blocks. With Dense set it masks
+// with the plain ArrayMask of the layout's Bool array (made once, shared
+// by every layer) instead: the plain attention, for comparison.
 type PrefixCache struct {
+	Dense  bool
 	b      backend.Backend
 	layout PrefixLayout
 	mask   backend.Array
@@ -113,18 +116,13 @@ func (c *PrefixCache) Mask(L int) backend.Mask {
 	if L != c.layout.T() {
 		panic(backend.Errorf("PrefixCache.Mask", nil, "%d queries for a prefix layout of %d tokens", L, c.layout.T()))
 	}
-	if prefixArrayMask {
+	if c.Dense {
 		return backend.ArrayMask{A: c.mask}
 	}
 	m := c.layout.Mask()
 	m.A = c.mask
 	return m
 }
-
-// prefixArrayMask makes PrefixCache mask with the plain ArrayMask of its
-// Bool array instead of the PrefixMask (tests and benchmarks compare the
-// two paths).
-var prefixArrayMask bool
 
 // RoPEBlocks are the layout's blocks (nn.BlockPositioner).
 func (c *PrefixCache) RoPEBlocks() []nn.RoPEBlock { return c.layout.Blocks() }

@@ -101,9 +101,17 @@ func host(t *testing.T, b backend.Backend, a backend.Array) []float64 {
 	return d.ToFloat64()
 }
 
+// pairForward is Shared or TwoForwards.
+func pairForward(shared bool) PairForward {
+	if shared {
+		return Shared
+	}
+	return TwoForwards
+}
+
 // orpoGrads is the ORPO loss's values and gradients w.r.t. every adapter
 // parameter.
-func orpoGrads(t *testing.T, b backend.Backend, m *minicpm5.Model, ads []lora.Adapter, pairs []Pair, lambda float64, shared bool) (vals []float64, grads [][]float64) {
+func orpoGrads(t *testing.T, b backend.Backend, m *minicpm5.Model, ads []lora.Adapter, pairs []Pair, lambda float64, fw PairForward) (vals []float64, grads [][]float64) {
 	t.Helper()
 	var slots []*backend.Array
 	for _, a := range ads {
@@ -122,7 +130,7 @@ func orpoGrads(t *testing.T, b backend.Backend, m *minicpm5.Model, ads []lora.Ad
 		for i, s := range slots {
 			*s = x[i]
 		}
-		v, err := ORPOLoss(b, m, pairs, lambda, shared, minicpm5.ForwardOptions{})
+		v, err := ORPOLoss(b, m, pairs, lambda, fw, minicpm5.ForwardOptions{})
 		return v.Arrays(), err
 	}, params, all)
 	for i, s := range slots {
@@ -141,8 +149,9 @@ func orpoGrads(t *testing.T, b backend.Backend, m *minicpm5.Model, ads []lora.Ad
 }
 
 // hiddenRows runs the pair both ways and returns the final-norm hidden
-// states of the prompt, chosen and rejected rows: [two-forward, shared].
-func hiddenRows(t *testing.T, b backend.Backend, m *minicpm5.Model, p Pair) (two, shared [3][]float64) {
+// states of the prompt, chosen and rejected rows: [two-forward, shared];
+// dense: the shared forward under the Bool mask array.
+func hiddenRows(t *testing.T, b backend.Backend, m *minicpm5.Model, p Pair, dense bool) (two, shared [3][]float64) {
 	t.Helper()
 	l := p.Layout()
 	D := m.Config().HiddenSize
@@ -167,6 +176,7 @@ func hiddenRows(t *testing.T, b backend.Backend, m *minicpm5.Model, p Pair) (two
 		t.Fatal(err)
 	}
 	defer c.Release()
+	c.Dense = dense
 	seq := append(append(append([]int32{}, p.Prompt...), p.Chosen...), p.Rejected...)
 	o, err := m.Forward(b.FromHost(tensor.FromInt32(tensor.Shape{1, len(seq)}, seq)), c.Caches(len(m.Layers)), minicpm5.ForwardOptions{CaptureHidden: true, NoLogits: true})
 	if err != nil {
@@ -196,10 +206,15 @@ func relDiff(got, want []float64) float64 {
 // the gradients of every adapter (random lora_b, so all have one).
 //
 // Measured (both backends, every checkpoint below): the prompt and chosen
-// rows, ℓ_w, and the λ = 0 loss and gradients (−ℓ_w: only the chosen
-// branch has a cotangent) are bit for bit those of two forwards. On MLX,
-// and on the CPU backend in bfloat16, so are the rejected rows, ℓ_l,
-// logOR and the λ > 0 loss. On the CPU backend in float32 the rejected
+// rows, ℓ_w, and the λ = 0 loss (−ℓ_w: only the chosen branch has a
+// cotangent) are bit for bit those of two forwards, and so are the λ = 0
+// gradients on the CPU backend. On MLX, whose blocked attention runs the
+// prompt's queries and each response's as separate causal attentions, the
+// prompt's dK and dV are two sums added instead of one: the λ = 0
+// gradients move by ≤ 4.8e-7 of a tensor's largest element in float32
+// and ≤ 2.3e-2 in bfloat16 (MLX's CPU device), within the λ > 0 bounds
+// below. On MLX, and on the CPU backend in bfloat16, the rejected rows,
+// ℓ_l, logOR and the λ > 0 loss are those of two forwards bit for bit. On the CPU backend in float32 the rejected
 // rows (whose attention reads T keys, the chosen ones masked, where their
 // own forward reads P+Rr) differ by summation order: measured ≤ 1.3e-6
 // of the largest hidden value (bound 1e-5) and 1.4e-6 of logOR (bound
@@ -237,7 +252,7 @@ func TestPrefixSharedEqualsTwoForwards(t *testing.T) {
 					r := rand.New(rand.NewPCG(7, 8))
 					pairs := []Pair{randomPair(r, m.VocabSize(), 9, 5, 7), randomPair(r, m.VocabSize(), 1, 1, 3), randomPair(r, m.VocabSize(), 4, 6, 1)}
 					for _, p := range pairs {
-						two, shared := hiddenRows(t, b, m, p)
+						two, shared := hiddenRows(t, b, m, p, false)
 						for k, part := range []string{"prompt", "chosen", "rejected"} {
 							d := relDiff(shared[k], two[k])
 							if (k < 2 || rejectedExact) && d != 0 || d > 1e-5 {
@@ -246,8 +261,8 @@ func TestPrefixSharedEqualsTwoForwards(t *testing.T) {
 						}
 					}
 					for _, lam := range []float64{0, 0.1, 1} {
-						v2, g2 := orpoGrads(t, b, m, ads, pairs, lam, false)
-						v1, g1 := orpoGrads(t, b, m, ads, pairs, lam, true)
+						v2, g2 := orpoGrads(t, b, m, ads, pairs, lam, TwoForwards)
+						v1, g1 := orpoGrads(t, b, m, ads, pairs, lam, Shared)
 						for k, name := range []string{"loss", "logOR", "ℓ_w", "ℓ_l"} {
 							exact := rejectedExact || name == "ℓ_w" || (name == "loss" && lam == 0)
 							if d := math.Abs(v1[k] - v2[k]); exact && d != 0 || d > 1e-5*math.Abs(v2[k]) {
@@ -270,7 +285,7 @@ func TestPrefixSharedEqualsTwoForwards(t *testing.T) {
 						if c.bf16 {
 							bound, fro = 0.1, 0.05
 						}
-						if lam == 0 && worst != 0 || worst > bound {
+						if lam == 0 && bname == "cpu" && worst != 0 || worst > bound {
 							t.Errorf("λ=%g: gradients differ by %.3g of a tensor's largest element (bound %g)", lam, worst, bound)
 						}
 						if worstFro > fro {
@@ -292,17 +307,18 @@ func TestPrefixSharedEqualsTwoForwards(t *testing.T) {
 // backend's attention VJP to go in three tiles of 128 positions, the
 // second wholly in the rejected block, which skips the chosen keys (P=100,
 // Rc=28, Rr=150: 278 positions), prefix-shared under the PrefixMask (the
-// blocked attention)
-// and under the plain Bool ArrayMask of the same layout, on every backend:
-// the hidden states and the loss's parts are the same bits; so are the
-// gradients on MLX (the same array mask there), while on the CPU backend,
-// whose VJP sums dK and dV tile by tile under the PrefixMask, they are held
-// to 1e-5 of each tensor's largest element in float32 (measured 5.4e-7)
-// and 0.1 in bfloat16 (measured 3.9e-3; the bound of
-// TestPrefixSharedEqualsTwoForwards). With λ = 0 the gradients stay those
-// of two separate forwards bit for bit on both backends (the tiles of the
-// chosen sequence's own causal VJP are those of the shared one, whose
-// rejected rows carry a zero cotangent).
+// blocked attention) and under the plain Bool ArrayMask of the same
+// layout (--orpo-attention dense), on every backend: the hidden states and
+// the loss's parts are the same bits. The gradients are held to 1e-5 of
+// each tensor's largest element in float32 and 0.1 in bfloat16 (the
+// bounds of TestPrefixSharedEqualsTwoForwards): the CPU backend's VJP sums
+// dK and dV tile by tile under the PrefixMask (measured 5.4e-7 and
+// 3.9e-3), MLX's blocked attention sums the prompt's dK and dV over its
+// own queries and each response's separately. With λ = 0 the gradients
+// stay those of two separate forwards bit for bit on the CPU backend (the
+// tiles of the chosen sequence's own causal VJP are those of the shared
+// one, whose rejected rows carry a zero cotangent) and within the same
+// bounds on MLX.
 func TestPrefixMaskEqualsArrayMask(t *testing.T) {
 	for _, bname := range backend.Names() {
 		for _, model := range []string{"optiq-f32", "q4g64-bf16"} {
@@ -318,10 +334,12 @@ func TestPrefixMaskEqualsArrayMask(t *testing.T) {
 					defer m.Close()
 					pair := randomPair(rand.New(rand.NewPCG(9, 10)), m.VocabSize(), 100, 28, 150)
 					run := func(array bool, lam float64) (hid [3][]float64, vals []float64, grads [][]float64) {
-						prefixArrayMask = array
-						defer func() { prefixArrayMask = false }()
-						_, hid = hiddenRows(t, b, m, pair)
-						vals, grads = orpoGrads(t, b, m, ads, []Pair{pair}, lam, true)
+						fw := Shared
+						if array {
+							fw = SharedDense
+						}
+						_, hid = hiddenRows(t, b, m, pair, array)
+						vals, grads = orpoGrads(t, b, m, ads, []Pair{pair}, lam, fw)
 						return hid, vals, grads
 					}
 					for _, lam := range []float64{0, 0.1} {
@@ -341,9 +359,6 @@ func TestPrefixMaskEqualsArrayMask(t *testing.T) {
 						if model == "q4g64-bf16" {
 							bound = 0.1
 						}
-						if bname != "cpu" {
-							bound = 0
-						}
 						worst := 0.0
 						for i := range g0 {
 							worst = math.Max(worst, relDiff(g1[i], g0[i]))
@@ -353,9 +368,9 @@ func TestPrefixMaskEqualsArrayMask(t *testing.T) {
 						}
 						t.Logf("λ=%g: gradients differ by %.3g", lam, worst)
 						if lam == 0 {
-							_, g2 := orpoGrads(t, b, m, ads, []Pair{pair}, lam, false)
+							_, g2 := orpoGrads(t, b, m, ads, []Pair{pair}, lam, TwoForwards)
 							for i := range g2 {
-								if d := relDiff(g1[i], g2[i]); d != 0 {
+								if d := relDiff(g1[i], g2[i]); bname == "cpu" && d != 0 || d > bound {
 									t.Errorf("λ=0: gradient %d differs from two forwards' by %.3g", i, d)
 								}
 							}

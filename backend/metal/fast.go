@@ -139,19 +139,47 @@ func (b *Backend) ScaledDotProductAttention(q, k, v backend.Array, scale float32
 	case backend.ArrayMask:
 		p.mode, p.mask = maskArray, mk.A
 	case backend.PrefixMask:
-		// MLX's SDPA has no blocked form of it: its Bool array, as an
-		// ArrayMask of it would give.
 		if err := mk.Check(q.Shape()[2]); err != nil || k.Shape()[2] != mk.Len() {
 			panic(backend.Errorf("ScaledDotProductAttention", []backend.Array{q, k, v}, "prefix mask of %d positions for %d queries over %d keys", mk.Len(), q.Shape()[2], k.Shape()[2]))
 		}
-		p.mode, p.mask = maskArray, mk.A
-		if mk.A == nil {
-			p.mask = b.FromHost(mk.Dense()) // freed with the scope
-		}
+		return b.prefixSDPA(q, k, v, scale, mk)
 	default:
 		panic(backend.Errorf("ScaledDotProductAttention", []backend.Array{q, k, v}, "unknown mask %T", mask))
 	}
 	return hop(b, "ScaledDotProductAttention", p, sdpaArgs.record)
+}
+
+// prefixSDPA is the attention under a PrefixMask in blocks, each a fused
+// causal attention of MLX's: the prefix's queries over the prefix's keys,
+// and each block's queries over the prefix's keys followed by the block's
+// own (MLX's causal mask with fewer queries than keys aligns the last
+// query with the last key, so a block query sees the whole prefix and its
+// block up to itself: the PrefixMask's rule). Nothing is computed for the
+// keys the mask hides, no [L, L] mask or score array is made, and each
+// block's attention is the one its sequence would get alone.
+func (b *Backend) prefixSDPA(q, k, v backend.Array, scale float32, mk backend.PrefixMask) backend.Array {
+	seq := func(x backend.Array, lo, hi int) backend.Array {
+		s := x.Shape()
+		return b.Slice(x, []int{0, 0, lo, 0}, []int{s[0], s[1], hi, s[3]})
+	}
+	P := mk.Prefix
+	var outs []backend.Array
+	if P > 0 {
+		outs = append(outs, b.ScaledDotProductAttention(seq(q, 0, P), seq(k, 0, P), seq(v, 0, P), scale, backend.CausalMask{}))
+	}
+	for s, i := P, 0; i < len(mk.Blocks); s, i = s+mk.Blocks[i], i+1 {
+		e := s + mk.Blocks[i]
+		kb, vb := seq(k, s, e), seq(v, s, e)
+		if P > 0 {
+			kb = b.Concatenate(2, seq(k, 0, P), kb)
+			vb = b.Concatenate(2, seq(v, 0, P), vb)
+		}
+		outs = append(outs, b.ScaledDotProductAttention(seq(q, s, e), kb, vb, scale, backend.CausalMask{}))
+	}
+	if len(outs) == 1 {
+		return outs[0]
+	}
+	return b.Concatenate(2, outs...)
 }
 
 func (p sdpaArgs) record(b *Backend) *Array {

@@ -55,8 +55,10 @@ or as chat messages, through the chat template. The loss is ORPO's
 (Hong, Lee and Thorne 2024): −ℓ_w + λ·softplus(−logOR), ℓ the mean
 log-probability of a response's tokens, λ = --orpo-lambda (0.1); each
 pair is one forward of [prompt | chosen | rejected] with the prompt
-shared (--orpo-two-forwards reads it as two). Progress lines add the
-log-odds ratio. (mlx-lm-lora's "ORPO" is another formula, not matched.)
+shared (--orpo-two-forwards reads it as two), its attention blocked
+(no work for the keys the mask hides; --orpo-attention dense attends
+under the plain [T, T] mask array). Progress lines add the log-odds
+ratio. (mlx-lm-lora's "ORPO" is another formula, not matched.)
 
 Examples:
   mlxgo lora --model smollm2-mlx --train --data data --iters 50 --num-layers 8
@@ -107,6 +109,7 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.Loss, "loss", d.Loss, "default (mlx_lm's cross-entropy) or orpo (preference pairs: prompt, chosen, rejected)")
 	fs.Float64Var(&c.ORPOLambda, "orpo-lambda", d.ORPOLambda, "ORPO's λ, the weight of the odds-ratio term")
 	fs.BoolVar(&c.ORPOTwoForwards, "orpo-two-forwards", false, "ORPO: read each pair as two forwards instead of one prefix-shared forward")
+	fs.StringVar(&c.ORPOAttention, "orpo-attention", "blocked", "ORPO: the prefix-shared forward's attention, blocked (skips the keys the mask hides) or dense (the plain attention under the [T, T] mask array)")
 	config := fs.String("c", "", "YAML config file of mlx_lm.lora options")
 	fs.StringVar(config, "config", "", "same as -c")
 	name := fs.String("backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
@@ -169,6 +172,7 @@ func cmdLoRA(args []string, stdout, stderr io.Writer) int {
 	pick("loss", &final.Loss, &c.Loss)
 	pick("orpo-lambda", &final.ORPOLambda, &c.ORPOLambda)
 	pick("orpo-two-forwards", &final.ORPOTwoForwards, &c.ORPOTwoForwards)
+	pick("orpo-attention", &final.ORPOAttention, &c.ORPOAttention)
 	switch {
 	case final.Model == "":
 		fmt.Fprint(stderr, "mlxgo lora: --model (or model in the -c file) is required\n\n")
