@@ -1,19 +1,9 @@
 #!/bin/bash
 # H200: batch sweep of the Go MLX backend (mlx-gpu) against mlx_lm's BatchGenerator, after one warm-up process.
 set -u
-T0=$(date +%s); el(){ echo $(( $(date +%s)-T0 )); }
+. bench/h200/setup.sh
 REPS=${REPS:-5}; NPAIR=${NPAIR:-2}; DEADLINE=${DEADLINE:-470}; SIZES=${SIZES:-1,2,4,8,16}; DEC=${DEC:-128}
-W=/tmp/w; R=/tmp/res; mkdir -p $W $R /tmp/site
-C=.whl/carry
-xz -dc $C/mlxcuda-slim.tar.xz | tar -x -C /tmp/site || exit 1
-xz -dc $C/mlxgo.xz > $W/mlxgo && chmod +x $W/mlxgo || exit 1
-NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=/tmp/site/mlx/lib:$(ls -d $NV/*/lib | tr '\n' ':')
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-PY=$(command -v python3)
-pack(){ cp $R/*.log $R/*.json $OUT/ 2>/dev/null; }
-{ echo "unpacked at $(el)s"; uname -r; nproc; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
-  $PY -c "import mlx.core as mx, mlx_lm; a=mx.random.normal((256,256)); print('mlx', mx.__version__, 'mlx_lm', mlx_lm.__version__, mx.default_device(), (a@a).sum().item())"
+{ envinfo
   $W/mlxgo synth --preset minicpm5-1b --quant optiq --out /tmp/synth; } > $R/env.log 2>&1 || { cat $R/env.log; pack; exit 1; }
 tail -4 $R/env.log
 A="--model /tmp/synth --python $PY --driver bench/mlx_lm_driver.py --batch-sizes $SIZES --prompt-lens 16"

@@ -3,19 +3,9 @@
 # (bench/mlx_lm_driver.py --contexts, kv_bits through maybe_quantize_kv_cache) on the synthetic
 # MiniCPM5-1B, with the carry of run-batch.sh. CONTEXTS, KINDS, REPS override the defaults.
 set -u
-T0=$(date +%s); el(){ echo $(( $(date +%s)-T0 )); }
+. bench/h200/setup.sh
 CONTEXTS=${CONTEXTS:-1k,4k,8k,16k,32k}; KINDS=${KINDS:-full,quantized,turbo}; REPS=${REPS:-2}
-W=/tmp/w; R=/tmp/res; mkdir -p $W $R /tmp/site
-C=.whl/carry
-xz -dc $C/mlxcuda-slim.tar.xz | tar -x -C /tmp/site || exit 1
-xz -dc $C/mlxgo.xz > $W/mlxgo && chmod +x $W/mlxgo || exit 1
-NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=/tmp/site/mlx/lib:$(ls -d $NV/*/lib | tr '\n' ':')
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-PY=$(command -v python3)
-pack(){ cp $R/*.log $R/*.json $OUT/ 2>/dev/null; }
-{ echo "unpacked at $(el)s"; uname -r; nproc; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
-  $PY -c "import mlx.core as mx, mlx_lm; a=mx.random.normal((256,256)); print('mlx', mx.__version__, 'mlx_lm', mlx_lm.__version__, mx.default_device(), (a@a).sum().item())"
+{ envinfo
   $W/mlxgo synth --preset minicpm5-1b --quant optiq --out /tmp/synth; } > $R/env.log 2>&1 || { cat $R/env.log; pack; exit 1; }
 tail -3 $R/env.log
 A="--model /tmp/synth --python $PY --driver bench/mlx_lm_driver.py --kv-cache $KINDS"

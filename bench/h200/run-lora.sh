@@ -11,18 +11,9 @@
 # quantization layout (8-bit embedding, 4-bit group 32, float16) and a word-level tokenizer without
 # a chat template, so the data is train/testdata/instruct as {"text"} lines (no 50-step run).
 set -u
-T0=$(date +%s); el(){ echo $(( $(date +%s)-T0 )); }
+. bench/h200/setup.sh
 REPS=${REPS:-2}; ITERS=${ITERS:-20}; REPORT=${REPORT:-10}; ENGINES=${ENGINES:-mlxgo-mlx,mlx_lm}
 BATCH=${BATCH:-4}; LAYERS=${LAYERS:-8}
-W=/tmp/w; R=/tmp/res; mkdir -p $W $R /tmp/site
-C=.whl/carry
-xz -dc $C/mlxcuda-slim.tar.xz | tar -x -C /tmp/site || exit 1
-xz -dc $C/mlxgo.xz > $W/mlxgo && chmod +x $W/mlxgo || exit 1
-NV=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=/tmp/site/mlx/lib:$(ls -d $NV/*/lib | tr '\n' ':')
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
-PY=$(command -v python3)
-pack(){ cp $R/*.log $R/*.json $R/*.md $OUT/ 2>/dev/null; cp -r $W/bench/*.log $OUT/ 2>/dev/null; }
 { echo "unpacked at $(el)s"; uname -r; nproc; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
   $PY -c "import mlx.core as mx, mlx_lm, mlx_lm.lora, yaml; a=mx.random.normal((256,256)); print('mlx', mx.__version__, 'mlx_lm', mlx_lm.__version__, mx.default_device(), (a@a).sum().item())"
   if [ -f $C/smollm2.tar.xz ]; then
