@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/bench"
+	"github.com/mlxgo/mlxgo/internal/testenv"
 	"github.com/mlxgo/mlxgo/synth"
 )
 
@@ -74,6 +77,61 @@ func TestBenchContextEndToEnd(t *testing.T) {
 	}
 	if out.String() != table {
 		t.Errorf("--report:\n%s\nwant the run's table:\n%s", out.String(), table)
+	}
+}
+
+// TestBenchContextMLXLM runs the context sweep's mlx_lm rows
+// (bench/mlx_lm_driver.py --contexts on the oracle venv) beside the CPU
+// backend on the tiny fixture checkpoint, the full and the 8-bit quantized
+// cache at contexts 64 and 128: every row has both points with positive
+// prefill and decode speeds at the context's depth, and mlx_lm's memory per
+// cached token, summed over its own caches' arrays, is ours (768 bytes
+// full, 432 quantized in groups of 32).
+func TestBenchContextMLXLM(t *testing.T) {
+	t.Setenv("MLXGO_TEST_AS_MLXGO", "1")
+	py := testenv.Python(t)
+	root := testenv.RepoRoot(t)
+	results := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--model", filepath.Join(testModels, "optiq-bf16"), "--contexts", "64,128",
+		"--context-prefill", "8", "--decode-tokens", "3", "--reps", "1", "--warmup", "0", "--kv-cache", "full,quantized", "--kv-group-size", "32",
+		"--configs", "cpu-reference,mlx_lm", "--python", py, "--driver", filepath.Join(root, "bench", "mlx_lm_driver.py"), "--results", results}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	jsons, _ := filepath.Glob(filepath.Join(results, "*-context.json"))
+	if len(jsons) != 1 {
+		t.Fatalf("got result files %v, want one context JSON", jsons)
+	}
+	data, err := os.ReadFile(jsons[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.ContextResult
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	bytesPer := map[string]float64{}
+	for _, r := range res.Rows {
+		if r.Err != "" {
+			t.Errorf("%s %s: %s", r.Config, r.Kind, r.Err)
+			continue
+		}
+		if len(r.Points) != 2 {
+			t.Errorf("%s %s: %d points, want 2", r.Config, r.Kind, len(r.Points))
+			continue
+		}
+		for i, p := range r.Points {
+			if ctx := []int{64, 128}[i]; p.Context != ctx || p.PrefillDepth != ctx || p.DecodeDepth != ctx || !(p.PrefillTPS.Median > 0) || !(p.DecodeTPS.Median > 0) {
+				t.Errorf("%s %s: point %d: %+v", r.Config, r.Kind, i, p)
+			}
+		}
+		bytesPer[r.Config+"/"+r.Kind] = r.BytesPerToken
+	}
+	for kind, want := range map[string]float64{"full": 768, "quantized": 432} {
+		if got, ours := bytesPer["mlx_lm/"+kind], bytesPer["cpu-reference/"+kind]; got != want || ours != want {
+			t.Errorf("%s cache: %v bytes per token in mlx_lm, %v in ours, want %v", kind, got, ours, want)
+		}
 	}
 }
 
