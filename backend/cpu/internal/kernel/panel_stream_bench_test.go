@@ -28,19 +28,7 @@ func BenchmarkPanelStream(b *testing.B) {
 	if !asmQ8 {
 		b.Skip("SKIPPED: this CPU lacks AVX512-VNNI")
 	}
-	type layer struct{ n, k, gs, bits int }
-	var smol, cpm []layer
-	for range 30 {
-		for _, nk := range [][2]int{{576, 576}, {192, 576}, {192, 576}, {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}} {
-			smol = append(smol, layer{nk[0], nk[1], 32, 4})
-		}
-	}
-	smol = append(smol, layer{49152, 576, 32, 8})
-	for range 6 {
-		cpm = append(cpm, layer{2048, 1536, 64, 4}, layer{256, 1536, 64, 4}, layer{256, 1536, 64, 4}, layer{1536, 2048, 64, 8},
-			layer{4608, 1536, 64, 8}, layer{4608, 1536, 64, 4}, layer{1536, 4608, 64, 4})
-	}
-	cpm = append(cpm, layer{130560, 1536, 64, 8})
+	smol, cpm := streamModels()
 	const m = 8
 	for _, model := range []struct {
 		name, dt string
