@@ -23,9 +23,9 @@ func (e *OpError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Op)
 	if len(e.Shapes) > 0 {
-		fmt.Fprintf(&b, " (shapes %s", strings.Join(e.Shapes, ", "))
+		fmt.Fprintf(&b, " (shapes %s", listed(e.Shapes))
 		if len(e.DTypes) > 0 {
-			fmt.Fprintf(&b, "; dtypes %s", strings.Join(e.DTypes, ", "))
+			fmt.Fprintf(&b, "; dtypes %s", listed(e.DTypes))
 		}
 		b.WriteString(")")
 	}
@@ -34,6 +34,18 @@ func (e *OpError) Error() string {
 		b.WriteString(e.Err.Error())
 	}
 	return b.String()
+}
+
+// maxListed is how many argument shapes or dtypes an OpError's message lists;
+// an Eval of a whole model's cache has hundreds, which bury the cause.
+const maxListed = 8
+
+// listed joins the first maxListed items and says how many were left out.
+func listed(items []string) string {
+	if len(items) <= maxListed {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s, ... %d more of %d", strings.Join(items[:maxListed], ", "), len(items)-maxListed, len(items))
 }
 
 func (e *OpError) Unwrap() error { return e.Err }

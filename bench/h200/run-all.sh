@@ -6,7 +6,8 @@
 # from the start), and a step starts only with at least MIN (60) s left.
 #   orpo     BenchmarkORPOStep on MLX (train.test from the carry): prefix-shared with the blocked
 #            attention, two forwards, and the dense mask (MODES), at PROMPTS (1024,2048,256),
-#            ORPO_N timed steps after one untimed (issue 18)
+#            ORPO_N timed steps after one untimed, on ORPO_MODEL (default /tmp/smol, the SmolLM2
+#            shapes; /tmp/synth is the MiniCPM5-1B shape) (issue 18)
 #   lora     bench/lora.py: the Go MLX backend against mlx_lm.lora, with and without
 #            --grad-checkpoint, REPS alternating repetitions of ITERS steps (issue 17)
 #   batch    the batch sweep, mlx-gpu against mlx_lm's BatchGenerator at SIZES (1,8) (issue 14)
@@ -26,7 +27,7 @@ for s in $STEPS; do
   echo "== $s at $(el)s ($(left) s left)"
   case $s in
   orpo)
-    (cd train && MLXGO_ORPO_MODEL=/tmp/smol MLXGO_ORPO_PROMPTS=${PROMPTS:-1024,2048,256} MLXGO_ORPO_MODES=${MODES:-shared,two,shared-array} \
+    (cd train && MLXGO_ORPO_MODEL=${ORPO_MODEL:-/tmp/smol} MLXGO_ORPO_PROMPTS=${PROMPTS:-1024,2048,256} MLXGO_ORPO_MODES=${MODES:-shared,two,shared-array} \
       timeout $(left) $W/train.test -test.run '^$' -test.bench 'ORPOStep/mlx/' -test.benchtime ${ORPO_N:-5}x -test.v) > $R/orpo.log 2>&1
     grep -E 'Benchmark' $R/orpo.log ;;
   lora)
