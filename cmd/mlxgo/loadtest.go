@@ -102,6 +102,8 @@ func parseLoadtestFlags(args []string, stdout io.Writer) (*loadtestFlags, error)
 	switch {
 	case (f.url == "") == (f.model == ""):
 		err = usagef("give --model (a server in this process) or --url (a running server), one of them")
+	case f.url != "" && f.cpuProfile != "":
+		err = usagef("--cpuprofile profiles the server in this process: give --model, not --url")
 	case f.clients < 1:
 		err = usagef("--clients %d: want >= 1", f.clients)
 	case f.requests < 1:
@@ -158,6 +160,11 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 func runLoadtest(f *loadtestFlags, stdout, stderr io.Writer) error {
 	url := f.url
 	if url == "" {
+		stopProfile, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err

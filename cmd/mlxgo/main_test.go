@@ -130,12 +130,18 @@ func TestGenerateFastWithProfile(t *testing.T) {
 	if got := generated(t, stdout); len(got) != 5 {
 		t.Errorf("got %d tokens %v, want 5", len(got), got)
 	}
-	data, err := os.ReadFile(prof)
+	checkProfile(t, prof)
+}
+
+// checkProfile requires a CPU profile in pprof's gzip format at path.
+func checkProfile(t *testing.T, path string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(data) < 2 || data[0] != 0x1f || data[1] != 0x8b {
-		t.Errorf("profile %s: %d bytes, want a gzip-compressed pprof profile", prof, len(data))
+		t.Errorf("profile %s: %d bytes, want a gzip-compressed pprof profile", path, len(data))
 	}
 }
 

@@ -187,6 +187,11 @@ func runServe(f *serveFlags, stdout, stderr io.Writer) error {
 		return usagef("--host %s --port %d: %v", f.host, f.port, err)
 	}
 	defer ln.Close()
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	srv, closeSrv, err := openServer(f, stdout, stderr, stderr)
 	if err != nil {
 		return err

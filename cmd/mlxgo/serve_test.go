@@ -149,10 +149,12 @@ func TestServeFlags(t *testing.T) {
 // is the full one): 16 clients, 64 requests on the tiny checkpoint with
 // four sequences decoding and four waiting, so that some requests are
 // rejected (429), with cancellations and malformed bodies; no error, and
-// the server's arrays besides its prompt cache back at their level before.
+// the server's arrays besides its prompt cache back at their level before;
+// and --cpuprofile's profile of the server.
 func TestLoadTestShort(t *testing.T) {
 	dir := textFixture(t, chatML)
-	rc, out, errOut := mlxgo("loadtest", "--model", dir, "--backend", "cpu", "--clients", "16", "--requests", "64",
+	prof := filepath.Join(t.TempDir(), "serve.prof")
+	rc, out, errOut := mlxgo("loadtest", "--model", dir, "--backend", "cpu", "--clients", "16", "--requests", "64", "--cpuprofile", prof,
 		"--duration", "60s", "--tokens", "24", "--prompt-words", "2,10,30", "--cancel", "0.1", "--malformed", "0.1", "--slow", "0.1", "--max-concurrency", "4", "--queue-size", "4", "--prompt-cache-bytes", "2000000")
 	t.Logf("mlxgo loadtest:\n%s", out)
 	if rc != 0 {
@@ -172,6 +174,7 @@ func TestLoadTestShort(t *testing.T) {
 	if ok == 0 || cancelled == 0 || malformed == 0 || rejected == 0 || errs != 0 {
 		t.Errorf("ok %d, cancelled %d, malformed %d, rejected %d, errors %d: want every kind but errors", ok, cancelled, malformed, rejected, errs)
 	}
+	checkProfile(t, prof)
 }
 
 // TestLoadTestFlags: bad flags are usage errors; --url must be loopback.
@@ -183,6 +186,7 @@ func TestLoadTestFlags(t *testing.T) {
 		{nil, "give --model (a server in this process) or --url"},
 		{[]string{"--url", "http://10.1.2.3:8080"}, "is not on loopback"},
 		{[]string{"--url", "http://127.0.0.1:1", "--clients", "0"}, "--clients 0"},
+		{[]string{"--url", "http://127.0.0.1:1", "--cpuprofile", "p.out"}, "--cpuprofile profiles the server in this process"},
 		{[]string{"--url", "http://127.0.0.1:1", "--cancel", "0.9", "--malformed", "0.1", "--slow", "0.1"}, "adding up to at most 1"},
 	} {
 		rc, _, errOut := mlxgo(append([]string{"loadtest"}, c.args...)...)
