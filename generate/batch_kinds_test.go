@@ -41,12 +41,14 @@ func head64Model(t *testing.T, b backend.Backend, seed uint64) *minicpm5.Model {
 }
 
 // rowKinds are the cache kinds a batch holds as one cache per row: the
-// quantized cache converting at different points (from the start, part way
-// through the prompts) and TurboQuant schemes read both ways.
+// full cache with PerRow, the quantized cache converting at different
+// points (from the start, part way through the prompts) and TurboQuant
+// schemes read both ways.
 var rowKinds = []struct {
 	name string
 	o    nn.CacheOptions
 }{
+	{"full-per-row", nn.CacheOptions{PerRow: true}},
 	{"kv8g64-start0", nn.CacheOptions{KVBits: 8, KVGroupSize: 64}},
 	{"kv4g32-start6", nn.CacheOptions{KVBits: 4, KVGroupSize: 32, QuantizedKVStart: 6}},
 	{"turbo-k8v3", nn.CacheOptions{Turbo: turboquant.Scheme{KBits: 8, VBits: 3}}},
@@ -323,7 +325,7 @@ func TestBatchRowCachesPrefix(t *testing.T) {
 	V := m.Config().VocabSize
 	full := batchPrompts(V, 14)[0]
 	other := batchPrompts(V, 5)[0]
-	for _, k := range rowKinds[:3] {
+	for _, k := range rowKinds[:4] {
 		t.Run(k.name, func(t *testing.T) {
 			view, err := m.WithCache(k.o)
 			if err != nil {
@@ -386,7 +388,7 @@ func TestBatchRowCachesPrefix(t *testing.T) {
 		})
 	}
 	// Caches of another kind than the batch's.
-	view, _ := m.WithCache(rowKinds[2].o)
+	view, _ := m.WithCache(nn.CacheOptions{Turbo: turboquant.Scheme{KBits: 8, VBits: 3}})
 	plain, _ := generate.NewSession[nn.KVCache](m)
 	defer plain.Release()
 	if err := plain.Append(full[:9], 4); err != nil {

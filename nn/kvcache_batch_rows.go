@@ -21,13 +21,14 @@ import (
 //     what it computes alone. mlx_lm has no batch form of its quantized
 //     cache (BatchGenerator takes no kv_bits, QuantizedKVCache no merge);
 //     TurboQuant is ours. Such a batch has no padding: leftPadding must be
-//     all zeros.
+//     all zeros;
+//   - the full cache with PerRow: one FullKVCache per row, likewise.
 func NewBatchCache(b backend.Backend, leftPadding []int, o CacheOptions) (*BatchKVCache, error) {
 	if err := o.Check(); err != nil {
 		return nil, err
 	}
 	switch {
-	case o.Turbo != (turboquant.Scheme{}) || o.KVBits > 0:
+	case o.Turbo != (turboquant.Scheme{}) || o.KVBits > 0 || o.PerRow:
 		for r, p := range leftPadding {
 			if p != 0 {
 				return nil, fmt.Errorf("batch cache: left padding %d of row %d: a %s batch holds each row's tokens alone, unpadded", p, r, o.kindName())
@@ -54,6 +55,8 @@ func (o CacheOptions) kindName() string {
 		return fmt.Sprintf("%d-bit quantized", o.KVBits)
 	case o.MaxKVSize > 0:
 		return fmt.Sprintf("rotating (max %d)", o.MaxKVSize)
+	case o.PerRow:
+		return "per-row full"
 	}
 	return "full"
 }
@@ -240,6 +243,8 @@ func (c *BatchKVCache) SeedRow(prefix KVCache, n int) error {
 		ok = c.kind.KVBits == p.bits && c.kind.KVGroupSize == p.groupSize
 	case *TurboKVCache:
 		ok = c.kind.Turbo == p.scheme && c.kind.TurboEager == !p.deferred
+	case *FullKVCache:
+		ok = c.kind == CacheOptions{PerRow: true}
 	}
 	if !ok {
 		return fmt.Errorf("batch cache: a %s batch is seeded from a cache of its kind, not a %T", c.kind.kindName(), prefix)

@@ -304,10 +304,20 @@ type CacheOptions struct {
 	// scheme (bf16-first), read deferred unless TurboEager.
 	Turbo      turboquant.Scheme
 	TurboEager bool
+	// PerRow makes a batch of the full cache (NewBatchCache) one
+	// FullKVCache per row, as the quantized and TurboQuant kinds always
+	// are, instead of mlx_lm's shared left-padded buffer: rows finishing
+	// and joining move caches instead of copying the batch's buffers, and
+	// each row computes what it computes alone. A single sequence's cache
+	// is the same either way.
+	PerRow bool
 }
 
 // Check returns an error naming the option that is out of range.
 func (o CacheOptions) Check() error {
+	if o.PerRow && o.MaxKVSize > 0 {
+		return fmt.Errorf("per-row batch caches with max KV size %d: a rotating batch shares one window (mlx_lm's BatchRotatingKVCache)", o.MaxKVSize)
+	}
 	if o.MaxKVSize < 0 || (o.MaxKVSize > 0 && o.MaxKVSize <= RotatingKeep) {
 		return fmt.Errorf("max KV size %d: want 0 (keep every token) or more than %d (the rotating cache keeps the first %d tokens)", o.MaxKVSize, RotatingKeep, RotatingKeep)
 	}

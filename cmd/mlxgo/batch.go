@@ -88,6 +88,7 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 	fs.Usage = func() {}
 	f.register(fs, 256)
 	f.registerKV(fs)
+	f.registerBatchCache(fs)
 	fs.StringVar(&f.prompts, "prompts", "", "JSON Lines file of prompts, one object per line (- reads stdin); required")
 	fs.IntVar(&f.maxBatch, "max-batch", 8, "most sequences decoding at once (>= 1); more prompts wait in a queue")
 	fs.IntVar(&f.prefillBatch, "prefill-batch", 8, "most prompts prefilled at once (>= 1; at most --max-batch)")
@@ -127,6 +128,9 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 		err = usagef("--raw skips the chat template, so --system, --think and --no-think cannot apply")
 	case kvErr(&f.kvCacheFlags) != nil:
 		err = kvErr(&f.kvCacheFlags)
+	}
+	if err == nil {
+		_, err = f.batchOptions(f.backend)
 	}
 	if err != nil {
 		return nil, err
@@ -370,12 +374,16 @@ func runBatch(f *batchFlags, stdout, stderr io.Writer) error {
 			opts.StopTokens = append(opts.StopTokens, int32(e))
 		}
 	}
-	view, err := m.WithCache(f.cacheOptions())
+	co, err := f.batchOptions(f.backend)
+	if err != nil {
+		return err
+	}
+	view, err := m.WithCache(co)
 	if err == nil {
 		err = view.CheckBatch()
 	}
 	if err != nil {
-		return usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+		return usagef("%s: %v", kvDescription(co), err)
 	}
 	g, err := generate.NewBatchGenerator(view, opts)
 	if err != nil {

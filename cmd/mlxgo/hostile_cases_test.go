@@ -197,6 +197,9 @@ func hostileCases(t *testing.T, good, root string) []hostileCase {
 		{name: "chat/ok", args: []string{"chat", "--model", "{M}", "--max-tokens", "2"}, stdin: "hi\n", ok: true},
 		{name: "chat/binary-stdin", args: []string{"chat", "--model", "{M}", "--max-tokens", "2"}, stdin: "\x00\xff\xfe\n", ok: true},
 		// batch.
+		{name: "batch/batch-cache-bad", args: []string{"batch", "--model", "{M}", "--prompts", "-", "--batch-cache", "paged"}, want: `--batch-cache "paged": want auto, shared or per-row`},
+		{name: "batch/batch-cache-shared-quantized", args: []string{"batch", "--model", "{M}", "--prompts", "-", "--batch-cache", "shared", "--kv-bits", "8"}, want: `--batch-cache shared with --kv-bits 8`},
+		{name: "serve/batch-cache-per-row-rotating", args: []string{"serve", "--model", "{M}", "--batch-cache", "per-row", "--max-kv-size", "64"}, want: `--batch-cache per-row with --max-kv-size 64`},
 		{name: "batch/prompts-zero", args: []string{"batch", "--model", "{M}", "--prompts", "{D}/p"}, files: map[string]string{"p": "@zero"}, want: `/p: not a regular file`},
 		{name: "batch/prompts-dir", args: []string{"batch", "--model", "{M}", "--prompts", "{D}/p"}, files: map[string]string{"p": "@dir"}, want: `/p: not a regular file`},
 		{name: "batch/prompts-missing", args: []string{"batch", "--model", "{M}", "--prompts", "{D}/p"}, want: `/p.*no such file`},

@@ -18,6 +18,7 @@ type kvCacheFlags struct {
 	kvBits           int    // --kv-bits
 	kvGroupSize      int    // --kv-group-size
 	quantizedKVStart int    // --quantized-kv-start
+	batchCache       string // --batch-cache (serve and batch): auto, shared or per-row
 }
 
 func (f *kvCacheFlags) registerKV(fs *flag.FlagSet) {
@@ -27,6 +28,37 @@ func (f *kvCacheFlags) registerKV(fs *flag.FlagSet) {
 	fs.IntVar(&f.kvBits, "kv-bits", 0, "quantize the KV cache to this many bits, 4 or 8 (mlx_lm's kv_bits; 0: no quantization)")
 	fs.IntVar(&f.kvGroupSize, "kv-group-size", 64, "group size of the KV cache quantization, 32 or 64 (dividing head_dim)")
 	fs.IntVar(&f.quantizedKVStart, "quantized-kv-start", 5000, "with --kv-bits, quantize the KV cache once it holds this many tokens")
+}
+
+// registerBatchCache adds --batch-cache (the commands that decode batches).
+func (f *kvCacheFlags) registerBatchCache(fs *flag.FlagSet) {
+	fs.StringVar(&f.batchCache, "batch-cache", "auto", "how a batch keeps its full KV caches: shared (mlx_lm's BatchKVCache: one left-padded buffer, copied when sequences finish or join), per-row (one cache per sequence, moved instead: each computes what it computes alone), or auto (per-row on the cpu backend, shared on mlx); quantized and turbo caches are always per row")
+}
+
+// batchOptions are the cache options of a batch on backend: cacheKind's,
+// with --batch-cache applied to the full cache.
+func (f *kvCacheFlags) batchOptions(backend string) (nn.CacheOptions, error) {
+	o, err := f.cacheKind()
+	if err != nil {
+		return o, err
+	}
+	full := o.KVBits == 0 && o.Turbo == (turboquant.Scheme{})
+	switch f.batchCache {
+	case "auto":
+		o.PerRow = full && o.MaxKVSize == 0 && backend == "cpu"
+	case "shared":
+		if !full {
+			return o, usagef("--batch-cache shared with %s: quantized and TurboQuant batches keep one cache per row (mlx_lm has no shared quantized batch cache)", kvDescription(o))
+		}
+	case "per-row":
+		if o.MaxKVSize > 0 {
+			return o, usagef("--batch-cache per-row with --max-kv-size %d: a rotating batch shares one window (mlx_lm's BatchRotatingKVCache)", o.MaxKVSize)
+		}
+		o.PerRow = full
+	default:
+		return o, usagef("--batch-cache %q: want auto, shared or per-row", f.batchCache)
+	}
+	return o, nil
 }
 
 // cacheKind resolves --kv-cache against the other flags: the options, or a

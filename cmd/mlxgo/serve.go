@@ -100,6 +100,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
 	f.registerKV(fs)
+	f.registerBatchCache(fs)
 }
 
 // checkServe validates the flags and resolves --model.
@@ -250,22 +251,27 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 	}
 	var model generate.BatchModel = m
 	cacheBytes := f.promptCacheBytes
-	if f.kvFlagsSet() {
-		// Rows of the kind asked for (nn.NewBatchCache); the prefix
-		// cache copies full caches only, so it is off.
-		view, err := m.WithCache(f.cacheOptions())
+	co, err := f.batchOptions(f.backend)
+	if err != nil {
+		free()
+		return nil, nil, err
+	}
+	if f.kvFlagsSet() || co.PerRow {
+		// Rows of the kind asked for (nn.NewBatchCache).
+		view, err := m.WithCache(co)
 		if err == nil {
 			err = view.CheckBatch()
 		}
 		if err != nil {
 			free()
-			return nil, nil, usagef("%s: %v", kvDescription(f.cacheOptions()), err)
+			return nil, nil, usagef("%s: %v", kvDescription(co), err)
 		}
 		model = view
-		if cacheBytes > 0 {
-			fmt.Fprintf(stderr, "note: %s: the prompt cache holds full caches only; it is off\n", kvDescription(f.cacheOptions()))
-			cacheBytes = 0
-		}
+	}
+	if f.kvFlagsSet() && cacheBytes > 0 {
+		// The prefix cache copies full caches only.
+		fmt.Fprintf(stderr, "note: %s: the prompt cache holds full caches only; it is off\n", kvDescription(co))
+		cacheBytes = 0
 	}
 	ctxLen := cfg.MaxPositionEmbeddings
 	if ctxLen == 0 {
