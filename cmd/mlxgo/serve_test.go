@@ -174,6 +174,14 @@ func TestLoadTestShort(t *testing.T) {
 	if ok == 0 || cancelled == 0 || malformed == 0 || rejected == 0 || errs != 0 {
 		t.Errorf("ok %d, cancelled %d, malformed %d, rejected %d, errors %d: want every kind but errors", ok, cancelled, malformed, rejected, errs)
 	}
+	var prompt, cached int
+	pl := out[strings.Index(out, "prompts: "):]
+	if _, err := fmt.Sscanf(pl, "prompts: %d tokens, %d of them from the prompt cache", &prompt, &cached); err != nil {
+		t.Fatalf("prompts line %q: %v", strings.SplitN(pl, "\n", 2)[0], err)
+	}
+	if prompt < ok || cached < 0 || cached >= prompt {
+		t.Errorf("%d prompt tokens, %d of them cached, over %d whole answers: want at least one uncached token a request", prompt, cached, ok)
+	}
 	checkProfile(t, prof)
 }
 

@@ -66,9 +66,12 @@ type Report struct {
 	// not answered 400 included), with up to 5 samples.
 	Errors       int
 	ErrorSamples []string
-	Tokens       int           // completion tokens of the requests answered whole (usage)
-	Elapsed      time.Duration // the run's wall time
-	TTFT, ITL    []time.Duration
+	Tokens       int // completion tokens of the requests answered whole (usage)
+	// PromptTokens are those requests' prompt tokens, CachedTokens the
+	// part of them the server's prompt cache supplied (usage).
+	PromptTokens, CachedTokens int
+	Elapsed                    time.Duration // the run's wall time
+	TTFT, ITL                  []time.Duration
 	// Before and After are the server's memory before the run and once
 	// idle after it (nil when the server does not report it).
 	Before, After *server.MemoryStats
@@ -101,6 +104,7 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "  error: %s\n", s)
 	}
 	fmt.Fprintf(w, "throughput: %d completion tokens in %.1f s = %.1f tok/s aggregate\n", r.Tokens, r.Elapsed.Seconds(), r.Throughput())
+	fmt.Fprintf(w, "prompts: %d tokens, %d of them from the prompt cache\n", r.PromptTokens, r.CachedTokens)
 	fmt.Fprintf(w, "time to first token: p50 %s, p99 %s (%d streamed requests)\n", ms(percentile(r.TTFT, 50)), ms(percentile(r.TTFT, 99)), len(r.TTFT))
 	fmt.Fprintf(w, "inter-token latency: p50 %s, p99 %s (%d gaps)\n", ms(percentile(r.ITL, 50)), ms(percentile(r.ITL, 99)), len(r.ITL))
 	if r.Before != nil && r.After != nil {
@@ -224,11 +228,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
+// usage is the part of a response's usage object the report reads.
+type usage struct {
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokens        int `json:"prompt_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
 // result is one request's outcome.
 type result struct {
 	kind   string // ok, cancelled, malformed, rejected, error
 	err    string
 	tokens int
+	usage  usage
 	ttft   time.Duration
 	itl    []time.Duration
 	retry  time.Duration
@@ -242,6 +256,8 @@ func (r *Report) add(x result) {
 	case "ok":
 		r.OK++
 		r.Tokens += x.tokens
+		r.PromptTokens += x.usage.PromptTokens
+		r.CachedTokens += x.usage.PromptTokensDetails.CachedTokens
 	case "cancelled":
 		r.Cancelled++
 	case "malformed":
@@ -374,15 +390,13 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 	}
 	if !stream {
 		var out struct {
-			Usage struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
+			Usage   usage             `json:"usage"`
 			Choices []json.RawMessage `json:"choices"`
 		}
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) != 1 {
 			return result{kind: "error", err: fmt.Sprintf("%s: a 200 without one choice: %v", route, err)}
 		}
-		return result{kind: "ok", tokens: out.Usage.CompletionTokens}
+		return result{kind: "ok", tokens: out.Usage.CompletionTokens, usage: out.Usage}
 	}
 	r := result{kind: "ok"}
 	sc := bufio.NewScanner(resp.Body)
@@ -405,16 +419,14 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 					Content string `json:"content"`
 				} `json:"delta"`
 			} `json:"choices"`
-			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-			Error any `json:"error"`
+			Usage *usage `json:"usage"`
+			Error any    `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(data), &c); err != nil || c.Error != nil {
 			return result{kind: "error", err: fmt.Sprintf("%s: stream event %q (%v)", route, data, err)}
 		}
 		if c.Usage != nil {
-			r.tokens = c.Usage.CompletionTokens
+			r.tokens, r.usage = c.Usage.CompletionTokens, *c.Usage
 		}
 		if len(c.Choices) == 0 || c.Choices[0].Text == "" && c.Choices[0].Delta.Content == "" {
 			continue
