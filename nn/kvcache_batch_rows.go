@@ -244,7 +244,9 @@ func (c *BatchKVCache) SeedRow(prefix KVCache, n int) error {
 	case *TurboKVCache:
 		ok = c.kind.Turbo == p.scheme && c.kind.TurboEager == !p.deferred
 	case *FullKVCache:
-		ok = c.kind == CacheOptions{PerRow: true}
+		// A batch of row caches without bits or a scheme is the per-row
+		// full kind, whatever its (unused) group size and start say.
+		ok = c.kind.KVBits == 0 && c.kind.Turbo == (turboquant.Scheme{})
 	}
 	if !ok {
 		return fmt.Errorf("batch cache: a %s batch is seeded from a cache of its kind, not a %T", c.kind.kindName(), prefix)

@@ -426,6 +426,16 @@ func TestSeedRowErrors(t *testing.T) {
 	if err := one.SeedRow(full, 3); err != nil || one.Offset() != 3 {
 		t.Fatalf("seed 3 of 4: %v, offset %d", err, one.Offset())
 	}
+	// A per-row full batch with the options the CLI passes (a group size
+	// and a start, unused without bits) takes a full prefix too: the server
+	// fell back to no prefix when it did not.
+	perRow, err := nn.NewBatchCache(b, []int{0}, nn.CacheOptions{PerRow: true, KVGroupSize: 64, QuantizedKVStart: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := perRow.SeedRow(full, 3); err != nil || perRow.Offset() != 3 {
+		t.Errorf("seed 3 of 4 into a per-row batch: %v, offset %d", err, perRow.Offset())
+	}
 	if err := one.SeedRow(full, 2); err == nil || !strings.Contains(err.Error(), "holding 3 tokens") {
 		t.Errorf("seeding a seeded cache: got %v", err)
 	}

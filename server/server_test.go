@@ -456,9 +456,26 @@ func TestSeedAndLogprobs(t *testing.T) {
 
 // TestPrefixCache: a second turn reuses the first's cache (cached_tokens)
 // and still answers what the oracle gives for the whole conversation; the
-// cache stays within its byte bound.
+// cache stays within its byte bound. Both batch layouts of the full cache:
+// mlx_lm's shared buffer and per-row caches with the options mlxgo serve
+// passes (whose unused group size once made the prefix fall back unseen).
 func TestPrefixCache(t *testing.T) {
-	f := newFixture(t, func(c *server.Config) { c.PromptCacheBytes = 1 << 20 })
+	for _, perRow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("per-row=%v", perRow), func(t *testing.T) { testPrefixCache(t, perRow) })
+	}
+}
+
+func testPrefixCache(t *testing.T, perRow bool) {
+	f := newFixture(t, func(c *server.Config) {
+		c.PromptCacheBytes = 1 << 20
+		if perRow {
+			view, err := c.Model.(*minicpm5.Model).WithCache(nn.CacheOptions{PerRow: true, KVGroupSize: 64, QuantizedKVStart: 5000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Model = view
+		}
+	})
 	ids := f.render("user", "Hello there")
 	first, _, _ := f.want(ids, generate.Options{MaxTokens: 6})
 	_, got, _ := f.post("/v1/chat/completions", `{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6}`)
