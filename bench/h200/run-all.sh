@@ -1,6 +1,6 @@
 #!/bin/bash
-# H200: the open measurements in one call, in priority order (STEPS, default
-# "orpo lora batch qprobe context"), each step's files copied to $OUT as it ends. No step has
+# H200: the open measurements in one call, in priority order (STEPS, default "lora context":
+# what is still open after 2026-12-03; orpo, batch and qprobe ran then), each step's files copied to $OUT as it ends. No step has
 # a timeout of its own (MLX-CUDA compiles its kernels on first use, for minutes, and a short
 # timeout kills a step before it prints): each gets what is left of DEADLINE (default 560 s
 # from the start), and a step starts only with at least MIN (60) s left.
@@ -15,7 +15,7 @@
 #   context  the context sweep, full cache, mlx-gpu against mlx_lm at CONTEXTS (issue 16)
 set -u
 . bench/h200/setup.sh
-DEADLINE=${DEADLINE:-560}; MIN=${MIN:-60}; STEPS=${STEPS:-orpo lora batch qprobe context}
+DEADLINE=${DEADLINE:-560}; MIN=${MIN:-60}; STEPS=${STEPS:-lora context}
 left(){ echo $(( DEADLINE - $(el) )); }
 xz -dc $C/train.test.xz > $W/train.test && chmod +x $W/train.test || exit 1
 { envinfo
