@@ -28,7 +28,7 @@ func NewBatchCache(b backend.Backend, leftPadding []int, o CacheOptions) (*Batch
 		return nil, err
 	}
 	switch {
-	case o.Turbo != (turboquant.Scheme{}) || o.KVBits > 0 || o.PerRow:
+	case o.Encoded() || o.PerRow:
 		for r, p := range leftPadding {
 			if p != 0 {
 				return nil, fmt.Errorf("batch cache: left padding %d of row %d: a %s batch holds each row's tokens alone, unpadded", p, r, o.kindName())
@@ -246,7 +246,7 @@ func (c *BatchKVCache) SeedRow(prefix KVCache, n int) error {
 	case *FullKVCache:
 		// A batch of row caches without bits or a scheme is the per-row
 		// full kind, whatever its (unused) group size and start say.
-		ok = c.kind.KVBits == 0 && c.kind.Turbo == (turboquant.Scheme{})
+		ok = !c.kind.Encoded()
 	}
 	if !ok {
 		return fmt.Errorf("batch cache: a %s batch is seeded from a cache of its kind, not a %T", c.kind.kindName(), prefix)

@@ -313,6 +313,14 @@ type CacheOptions struct {
 	PerRow bool
 }
 
+// Encoded reports whether o's cache stores its keys and values encoded
+// (quantized or TurboQuant): a batch of such caches always holds one per
+// row, and only a per-row batch of the full cache is seeded from a
+// FullKVCache.
+func (o CacheOptions) Encoded() bool {
+	return o.KVBits > 0 || o.Turbo != (turboquant.Scheme{})
+}
+
 // Check returns an error naming the option that is out of range.
 func (o CacheOptions) Check() error {
 	if o.PerRow && o.MaxKVSize > 0 {

@@ -42,7 +42,7 @@ func (f *kvCacheFlags) batchOptions(backend string) (nn.CacheOptions, error) {
 	if err != nil {
 		return o, err
 	}
-	full := o.KVBits == 0 && o.Turbo == (turboquant.Scheme{})
+	full := !o.Encoded()
 	switch f.batchCache {
 	case "auto":
 		o.PerRow = full && o.MaxKVSize == 0 && backend == "cpu"

@@ -239,13 +239,12 @@ type usage struct {
 
 // result is one request's outcome.
 type result struct {
-	kind   string // ok, cancelled, malformed, rejected, error
-	err    string
-	tokens int
-	usage  usage
-	ttft   time.Duration
-	itl    []time.Duration
-	retry  time.Duration
+	kind  string // ok, cancelled, malformed, rejected, error
+	err   string
+	usage usage // of a request answered whole
+	ttft  time.Duration
+	itl   []time.Duration
+	retry time.Duration
 }
 
 func (r *Report) add(x result) {
@@ -255,7 +254,7 @@ func (r *Report) add(x result) {
 	switch x.kind {
 	case "ok":
 		r.OK++
-		r.Tokens += x.tokens
+		r.Tokens += x.usage.CompletionTokens
 		r.PromptTokens += x.usage.PromptTokens
 		r.CachedTokens += x.usage.PromptTokensDetails.CachedTokens
 	case "cancelled":
@@ -396,7 +395,7 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Choices) != 1 {
 			return result{kind: "error", err: fmt.Sprintf("%s: a 200 without one choice: %v", route, err)}
 		}
-		return result{kind: "ok", tokens: out.Usage.CompletionTokens, usage: out.Usage}
+		return result{kind: "ok", usage: out.Usage}
 	}
 	r := result{kind: "ok"}
 	sc := bufio.NewScanner(resp.Body)
@@ -426,7 +425,7 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 			return result{kind: "error", err: fmt.Sprintf("%s: stream event %q (%v)", route, data, err)}
 		}
 		if c.Usage != nil {
-			r.tokens, r.usage = c.Usage.CompletionTokens, *c.Usage
+			r.usage = *c.Usage
 		}
 		if len(c.Choices) == 0 || c.Choices[0].Text == "" && c.Choices[0].Delta.Content == "" {
 			continue
