@@ -27,8 +27,11 @@ other prompts wait in a queue and join as sequences finish, so any number
 of prompts can be given (up to --max-prompts). Prompts of different lengths
 are prefilled together, --prefill-batch at a time.
 
-KV caches: the rows share one left-padded full cache (mlx_lm's
-BatchKVCache), or with --max-kv-size N one rotating window of N slots
+KV caches: with --batch-cache shared the rows share one left-padded full
+cache (mlx_lm's BatchKVCache, copied whole as rows finish and join); with
+--batch-cache per-row each row keeps a full cache of its own, moved instead
+of copied; auto (the default) is per-row on the cpu backend and shared on
+mlx. With --max-kv-size N the rows share one rotating window of N slots
 (mlx_lm's BatchRotatingKVCache, which keeps no first tokens). With
 --kv-bits or --kv-cache quantized|turbo[:k<K>v<V>] each row has a cache of
 that kind of its own and computes what it computes alone (mlx_lm has no
@@ -64,6 +67,7 @@ Examples:
   mlxgo batch --model DIR --prompts in.jsonl --max-batch 16 --max-tokens 64 --backend cpu
   mlxgo batch --model conformance/testdata/models/optiq-f32 --prompts ids.jsonl   # lines {"prompt_ids": [1, 2, 3]}
   mlxgo batch --model smollm2-mlx --prompts in.jsonl --kv-cache turbo
+  mlxgo batch --model smollm2-mlx --prompts in.jsonl --batch-cache shared   # mlx_lm's layout on the cpu backend too
 
 Flags:
 `

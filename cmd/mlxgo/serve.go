@@ -50,7 +50,8 @@ cache files (mlx_lm's format) when evicted and at shutdown, loaded at
 start; a file there made for another model stops the start, naming it.
 --adapter-path puts LoRA or DoRA adapters on the model, as for generate.
 --kv-cache and its flags choose the rows' caches as for mlxgo batch: the
-full cache (the default), a rotating window (--max-kv-size), or one cache
+full cache (the default; --batch-cache shared|per-row|auto as there), a
+rotating window (--max-kv-size), or one cache
 of its own per row for --kv-bits and --kv-cache quantized|turbo; the
 prompt cache holds full caches only and is off with the other kinds.
 
@@ -64,6 +65,7 @@ inter-token latency.
 Examples:
   mlxgo serve --model smollm2-mlx
   mlxgo serve --model DIR --port 9000 --max-concurrency 16 --temp 0.7
+  mlxgo serve --model smollm2-mlx --batch-cache shared   # mlx_lm's shared batch cache on the cpu backend
   curl localhost:8080/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
 
 Flags:
