@@ -3,7 +3,10 @@ package generate
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -1037,18 +1040,63 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 	}
 	rows := lp.ToFloat32()
 	V := lp.Shape[1]
+	dt := lp.DType
+	// Greedy rows first; the others take their keys in row order (rows
+	// without a seed of their own share the generator's random state, as
+	// in mlx_lm), then draw, in parallel when there are several.
+	var drawn []int
+	keys := make([][2]uint32, len(p.rows))
 	for i, s := range p.rows {
 		row := rows[i*V : (i+1)*V : (i+1)*V]
-		tok, err := s.sampler.Sample(row, lp.DType)
-		if err != nil {
+		if err := checkRow(row, dt); err != nil {
 			return fmt.Errorf("generate: sampling sequence %d: %w", s.uid, err)
 		}
-		s.next, s.nextLP = tok, nil
+		s.nextLP = nil
 		if s.wantLP {
 			s.nextLP = row
 		}
+		if s.sampler.Greedy() {
+			s.next = int32(Argmax(row))
+			continue
+		}
+		keys[i] = s.sampler.rng.Next()
+		drawn = append(drawn, i)
 	}
-	return nil
+	errs := make([]error, len(p.rows))
+	parallelRows(len(drawn), func(j int) {
+		i := drawn[j]
+		s := p.rows[i]
+		tok, err := s.sampler.draw(rows[i*V:(i+1)*V:(i+1)*V], dt, keys[i])
+		if err != nil {
+			errs[i] = fmt.Errorf("generate: sampling sequence %d: %w", s.uid, err)
+		}
+		s.next = tok
+	})
+	return errors.Join(errs...)
+}
+
+// parallelRows runs f(0) to f(n-1) on up to GOMAXPROCS goroutines when n
+// is two or more (a draw over a large vocabulary is a few exp-heavy passes
+// over its row, and the backend's workers are idle meanwhile), else on
+// this one.
+func parallelRows(n int, f func(i int)) {
+	workers := min(n, runtime.GOMAXPROCS(0))
+	if workers < 2 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // process applies the rows' logits processors on the host (rows without

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
+	"github.com/mlxgo/mlxgo/internal/mlxmath"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -77,15 +79,30 @@ func (s *Sampler) Greedy() bool { return s.opts.Temp == 0 }
 // exactly representable in dt (the model's logits dtype: BF16, F16 or F32).
 // lp is not modified.
 func (s *Sampler) Sample(lp []float32, dt tensor.DType) (int32, error) {
-	if len(lp) == 0 {
-		return 0, errors.New("sampler: empty logprobs row")
-	}
-	if rounder(dt) == nil {
-		return 0, fmt.Errorf("sampler: logprobs dtype %v, want BF16, F16 or F32", dt)
+	if err := checkRow(lp, dt); err != nil {
+		return 0, err
 	}
 	if s.Greedy() {
 		return int32(Argmax(lp)), nil
 	}
+	return s.draw(lp, dt, s.rng.Next())
+}
+
+// checkRow is Sample's check of its row.
+func checkRow(lp []float32, dt tensor.DType) error {
+	if len(lp) == 0 {
+		return errors.New("sampler: empty logprobs row")
+	}
+	if rounder(dt) == nil {
+		return fmt.Errorf("sampler: logprobs dtype %v, want BF16, F16 or F32", dt)
+	}
+	return nil
+}
+
+// draw is Sample's non-greedy path on a checked row with the random key
+// already taken from the sampler's state (the batch generator takes the
+// keys of its rows in row order, then draws the rows in parallel).
+func (s *Sampler) draw(lp []float32, dt tensor.DType, key [2]uint32) (int32, error) {
 	o := s.opts
 	x := append([]float32(nil), lp...)
 	if 0 < o.TopP && o.TopP < 1 {
@@ -101,7 +118,7 @@ func (s *Sampler) Sample(lp []float32, dt tensor.DType) (int32, error) {
 		ApplyTopK(x, o.TopK)
 	}
 	ScaleTemp(x, o.Temp, dt)
-	return int32(Categorical(x, s.rng.Next())), nil
+	return int32(Categorical(x, key)), nil
 }
 
 // Argmax returns the index of the largest value, the smallest index on ties
@@ -127,12 +144,14 @@ var negInf = float32(math.Inf(-1))
 func ApplyTopP(x []float32, topP float64) {
 	n := len(x)
 	sorted := append([]float32(nil), x...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	slices.Sort(sorted) // ascending (a row with NaNs has no defined order, here or in MLX)
+	p := make([]float32, n)
+	mlxmath.ExpSlice(p, sorted)
 	mass := make([]float32, n)
 	for i := n - 2; i >= 0; i-- {
-		mass[i] = mass[i+1] + expF32(sorted[i+1])
+		mass[i] = mass[i+1] + p[i+1]
 	}
-	total := mass[0] + expF32(sorted[0])
+	total := mass[0] + p[0]
 	thr := float32(topP) * total
 	d := 0
 	for _, m := range mass {
@@ -232,6 +251,19 @@ func categoricalCDF(logits []float32) (cdf []float32, sum float32) {
 	m := logits[Argmax(logits)]
 	inf := math.IsInf(float64(m), 0)
 	cdf = make([]float32, len(logits))
+	if !inf {
+		// exp(x − m) for the whole row first (mlxmath.ExpSlice, Exp's
+		// bits), then the sequential exclusive sum in place.
+		for i, v := range logits {
+			cdf[i] = v - m
+		}
+		mlxmath.ExpSlice(cdf, cdf)
+		for i, w := range cdf {
+			cdf[i] = sum
+			sum += w
+		}
+		return cdf, sum
+	}
 	for i, v := range logits {
 		cdf[i] = sum
 		switch {

@@ -27,6 +27,9 @@ func ExpSlice(dst, src []float32) {
 	}
 }
 
+// The sampler's exp (mlxmath.ExpSlice) runs on ExpSlice's vector kernels.
+func init() { mlxmath.SetExpSlice(ExpSlice) }
+
 // SigmoidMLX is mx.sigmoid of a value stored in a dtype with rounding round,
 // as MLX's CPU computes it (mlx/backend/cpu/unary_ops.h Sigmoid): the exp is
 // stored in the dtype, the rest is float32 (float op bf16 gives float in
