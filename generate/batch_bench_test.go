@@ -12,6 +12,7 @@ import (
 	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/synth"
 )
 
@@ -25,6 +26,8 @@ import (
 // backend's precision (reference by default, or fast). Metric
 // "cpu-ms/step" is the process's CPU time per decode step after the first
 // (which prefills), all threads (the machine may be shared).
+// MLXGO_BENCH_BATCH_CACHE=per-row gives each row a cache of its own (the
+// server's default on the CPU backend, --batch-cache per-row).
 //
 //	go test ./generate/ -run '^$' -bench BatchDecode -benchtime 3x
 func BenchmarkBatchDecode(b *testing.B) {
@@ -53,6 +56,14 @@ func BenchmarkBatchDecode(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
+	var bm generate.BatchModel = m
+	if os.Getenv("MLXGO_BENCH_BATCH_CACHE") == "per-row" {
+		view, err := m.WithCache(nn.CacheOptions{PerRow: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		bm = view
+	}
 	const promptLen, steps = 16, 32
 	// "alone": Generate on one prompt, the rate the batch path is measured
 	// against (its GenerationTPS counts from the first token).
@@ -77,7 +88,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 			var secs float64
 			var cpu time.Duration
 			for b.Loop() {
-				g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: steps, CompletionBatchSize: B, PrefillBatchSize: B})
+				g, err := generate.NewBatchGenerator(bm, generate.BatchOptions{MaxTokens: steps, CompletionBatchSize: B, PrefillBatchSize: B})
 				if err != nil {
 					b.Fatal(err)
 				}
