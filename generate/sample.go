@@ -42,8 +42,9 @@ type SamplerOptions struct {
 // doc), emulating MLX's dtype arithmetic. A Sampler is not safe for
 // concurrent use: it owns its random state.
 type Sampler struct {
-	opts SamplerOptions
-	rng  *RNG
+	opts   SamplerOptions
+	rng    *RNG
+	counts []int32 // topP16's histogram of 16-bit values, kept between draws
 }
 
 // NewSampler validates o and returns a sampler seeded with o.Seed.
@@ -106,7 +107,9 @@ func (s *Sampler) draw(lp []float32, dt tensor.DType, key [2]uint32) (int32, err
 	o := s.opts
 	x := append([]float32(nil), lp...)
 	if 0 < o.TopP && o.TopP < 1 {
-		ApplyTopP(x, o.TopP)
+		if !s.topP16(x, o.TopP, dt) {
+			ApplyTopP(x, o.TopP)
+		}
 	}
 	if o.MinP != 0 {
 		ApplyMinP(x, o.MinP, o.MinTokensToKeep, dt)
@@ -170,6 +173,93 @@ func ApplyTopP(x []float32, topP float64) {
 			x[i] = negInf
 		}
 	}
+}
+
+// topP16 is ApplyTopP for a row whose values are bfloat16 or float16 (dt),
+// with the same result, reporting false for other dtypes (the caller then
+// runs ApplyTopP). Instead of sorting the row it counts each of the at
+// most 65,536 values, then walks them from the largest down: once adding
+// every position's exp in that order gives the total (the same float32
+// sums in the same order as the sorted row's), and again, from the top,
+// until the mass above a position reaches float32(topP)·total, which
+// finds sorted[d] without the sort (equal values are interchangeable).
+func (s *Sampler) topP16(x []float32, topP float64, dt tensor.DType) bool {
+	var bits func(float32) uint16
+	var value func(uint16) float32
+	switch dt {
+	case tensor.BF16:
+		bits = func(v float32) uint16 { return uint16(math.Float32bits(v) >> 16) }
+		value = tensor.BF16ToFloat32
+	case tensor.F16:
+		bits, value = tensor.Float32ToF16, tensor.F16ToFloat32
+	default:
+		return false
+	}
+	// key orders the 16-bit patterns as their values (sign-magnitude to
+	// unsigned): negatives reversed below the positives. NaNs take keys
+	// of their own, as they take places of their own in a sort.
+	key := func(b uint16) uint16 {
+		if b&0x8000 != 0 {
+			return ^b
+		}
+		return b | 0x8000
+	}
+	unkey := func(k uint16) uint16 {
+		if k&0x8000 != 0 {
+			return k &^ 0x8000
+		}
+		return ^k
+	}
+	if s.counts == nil {
+		s.counts = make([]int32, 1<<16)
+	}
+	counts := s.counts
+	clear(counts)
+	for _, v := range x {
+		counts[key(bits(v))]++
+	}
+	var total float32
+	for k := len(counts) - 1; k >= 0; k-- {
+		if c := counts[k]; c > 0 {
+			q := mlxmath.Exp(value(unkey(uint16(k))))
+			for range c {
+				total += q
+			}
+		}
+	}
+	thr := float32(topP) * total
+	// From the top: position i's mass is what was added before it. The
+	// first position (from the top) whose mass reaches thr is d − 1, so
+	// sorted[d] is the value of the position before it; d = n (the top
+	// position itself) leaves the row unchanged, as ApplyTopP does.
+	var mass float32
+	var above float32 // the value of the position before, in this walk
+	first := true
+	for k := len(counts) - 1; k >= 0; k-- {
+		c := counts[k]
+		if c == 0 {
+			continue
+		}
+		v := value(unkey(uint16(k)))
+		q := mlxmath.Exp(v)
+		for range c {
+			if mass >= thr {
+				if first {
+					return true
+				}
+				for j, w := range x {
+					if w < above {
+						x[j] = negInf
+					}
+				}
+				return true
+			}
+			mass += q
+			above, first = v, false
+		}
+	}
+	// No position's mass reached thr: d = 0 and t = sorted[0], which masks nothing.
+	return true
 }
 
 // ApplyMinP is mlx_lm's apply_min_p on one row, in place: the threshold

@@ -3,6 +3,8 @@ package generate
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -244,5 +246,49 @@ func TestSamplingMatchesMLX(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTopP16MatchesApplyTopP holds the counting form of top-p (bfloat16
+// and float16 rows) to ApplyTopP's sort, bit for bit, over random rows with
+// ties, −Inf entries, signed zeros and a range of top_p values.
+func TestTopP16MatchesApplyTopP(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	s := &Sampler{}
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
+		round := rounder(dt)
+		for trial := range 300 {
+			n := 1 + r.IntN(3000)
+			x := make([]float32, n)
+			spread := []float64{0.01, 1, 4, 12}[trial%4]
+			for i := range x {
+				switch r.IntN(40) {
+				case 0:
+					x[i] = float32(math.Inf(-1))
+				case 1:
+					x[i] = float32(math.Copysign(0, -1))
+				case 2:
+					x[i] = 0
+				default:
+					x[i] = round(float32(r.NormFloat64()*spread - 3))
+				}
+			}
+			for _, p := range []float64{0.05, 0.5, 0.9, 0.95, 0.999} {
+				want := slices.Clone(x)
+				ApplyTopP(want, p)
+				got := slices.Clone(x)
+				if !s.topP16(got, p, dt) {
+					t.Fatalf("%v: topP16 declined", dt)
+				}
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%v trial %d n %d top_p %v: value %d is %v, ApplyTopP gives %v", dt, trial, n, p, i, got[i], want[i])
+					}
+				}
+			}
+		}
+	}
+	if s.topP16(make([]float32, 4), 0.9, tensor.F32) {
+		t.Fatal("topP16 took a float32 row")
 	}
 }
