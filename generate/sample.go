@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/mlxgo/mlxgo/internal/mlxmath"
 	"github.com/mlxgo/mlxgo/tensor"
@@ -42,9 +43,8 @@ type SamplerOptions struct {
 // doc), emulating MLX's dtype arithmetic. A Sampler is not safe for
 // concurrent use: it owns its random state.
 type Sampler struct {
-	opts   SamplerOptions
-	rng    *RNG
-	counts []int32 // topP16's histogram of 16-bit values, kept between draws
+	opts SamplerOptions
+	rng  *RNG
 }
 
 // NewSampler validates o and returns a sampler seeded with o.Seed.
@@ -107,7 +107,7 @@ func (s *Sampler) draw(lp []float32, dt tensor.DType, key [2]uint32) (int32, err
 	o := s.opts
 	x := append([]float32(nil), lp...)
 	if 0 < o.TopP && o.TopP < 1 {
-		if !s.topP16(x, o.TopP, dt) {
+		if !topP16(x, o.TopP, dt) {
 			ApplyTopP(x, o.TopP)
 		}
 	}
@@ -175,6 +175,10 @@ func ApplyTopP(x []float32, topP float64) {
 	}
 }
 
+// countsPool holds topP16's histograms (256 KiB each), shared by the
+// samplers of every sequence rather than kept by each.
+var countsPool = sync.Pool{New: func() any { return new([1 << 16]int32) }}
+
 // topP16 is ApplyTopP for a row whose values are bfloat16 or float16 (dt),
 // with the same result, reporting false for other dtypes (the caller then
 // runs ApplyTopP). Instead of sorting the row it counts each of the at
@@ -183,7 +187,7 @@ func ApplyTopP(x []float32, topP float64) {
 // sums in the same order as the sorted row's), and again, from the top,
 // until the mass above a position reaches float32(topP)·total, which
 // finds sorted[d] without the sort (equal values are interchangeable).
-func (s *Sampler) topP16(x []float32, topP float64, dt tensor.DType) bool {
+func topP16(x []float32, topP float64, dt tensor.DType) bool {
 	var bits func(float32) uint16
 	var value func(uint16) float32
 	switch dt {
@@ -210,10 +214,9 @@ func (s *Sampler) topP16(x []float32, topP float64, dt tensor.DType) bool {
 		}
 		return ^k
 	}
-	if s.counts == nil {
-		s.counts = make([]int32, 1<<16)
-	}
-	counts := s.counts
+	buf := countsPool.Get().(*[1 << 16]int32)
+	defer countsPool.Put(buf)
+	counts := buf[:]
 	clear(counts)
 	for _, v := range x {
 		counts[key(bits(v))]++

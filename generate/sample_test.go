@@ -254,7 +254,6 @@ func TestSamplingMatchesMLX(t *testing.T) {
 // ties, −Inf entries, signed zeros and a range of top_p values.
 func TestTopP16MatchesApplyTopP(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	s := &Sampler{}
 	for _, dt := range []tensor.DType{tensor.BF16, tensor.F16} {
 		round := rounder(dt)
 		for trial := range 300 {
@@ -277,7 +276,7 @@ func TestTopP16MatchesApplyTopP(t *testing.T) {
 				want := slices.Clone(x)
 				ApplyTopP(want, p)
 				got := slices.Clone(x)
-				if !s.topP16(got, p, dt) {
+				if !topP16(got, p, dt) {
 					t.Fatalf("%v: topP16 declined", dt)
 				}
 				for i := range got {
@@ -288,7 +287,7 @@ func TestTopP16MatchesApplyTopP(t *testing.T) {
 			}
 		}
 	}
-	if s.topP16(make([]float32, 4), 0.9, tensor.F32) {
+	if topP16(make([]float32, 4), 0.9, tensor.F32) {
 		t.Fatal("topP16 took a float32 row")
 	}
 }
