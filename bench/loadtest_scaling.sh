@@ -1,0 +1,39 @@
+#!/bin/bash
+# The server's scaling target (issue 15): aggregate completion tok/s of 8 concurrent clients
+# against 1, per model, measured by mlxgo loadtest (in-process server on a loopback port, cpu
+# backend) in PASSES alternating passes, each pass running 1 client then 8 for each model.
+# Every request streams or not at random; nothing is cancelled or malformed; the prompt cache is
+# off (so that each request pays its prompt), per-row batch caches (the cpu default). Prints the
+# loadtest lines per run and then one line per model and pass with the ratio.
+#
+#   bench/loadtest_scaling.sh [MODEL_DIR ...]      (make loadtest-scaling)
+#
+# Environment: MLXGO (default: go run ./cmd/mlxgo), TOKENS (--tokens, default 256: each request
+# asks for a quarter to all of it), PASSES (3), PRECISION (fast), FLAGS (more loadtest flags).
+set -eu
+MLXGO=${MLXGO:-go run ./cmd/mlxgo}
+TOKENS=${TOKENS:-256}; PASSES=${PASSES:-3}; PRECISION=${PRECISION:-fast}; FLAGS=${FLAGS:-}
+[ $# -gt 0 ] || { echo "usage: $0 MODEL_DIR ..." >&2; exit 2; }
+for m in "$@"; do
+  [ -f "$m/config.json" ] || { echo "$0: $m/config.json: no such file (want an MLX checkpoint directory)" >&2; exit 2; }
+done
+summary=()
+for pass in $(seq 1 "$PASSES"); do
+  for m in "$@"; do
+    declare -A tps=()
+    for c in 1 8; do
+      r=$((c == 1 ? 8 : 32))
+      echo "=== pass $pass $(date -u +%T) $m tokens $TOKENS clients $c requests $r"
+      out=$($MLXGO loadtest --model "$m" --backend cpu --precision "$PRECISION" --cancel 0 --malformed 0 --slow 0 \
+        --max-concurrency 8 --prompt-words 16 --prompt-cache-bytes 0 --tokens "$TOKENS" --clients $c --requests $r $FLAGS 2>&1) \
+        || { echo "$out" >&2; echo "$0: mlxgo loadtest failed on $m with $c clients" >&2; exit 1; }
+      echo "$out" | grep -E "^(requests|throughput|prompts|time to first|inter-token)"
+      tps[$c]=$(echo "$out" | sed -n 's/^throughput: .* = \([0-9.]*\) tok\/s aggregate$/\1/p')
+      [ -n "${tps[$c]}" ] || { echo "$out" >&2; echo "$0: no throughput line from mlxgo loadtest" >&2; exit 1; }
+    done
+    summary+=("$(printf '%s pass %d: 1 client %s tok/s, 8 clients %s tok/s, %s×' "$m" "$pass" "${tps[1]}" "${tps[8]}" \
+      "$(awk -v a="${tps[1]}" -v b="${tps[8]}" 'BEGIN { printf "%.2f", b / a }')")")
+  done
+done
+echo "=== 8 clients against 1 (tokens $TOKENS, precision $PRECISION)"
+printf '%s\n' "${summary[@]}"
