@@ -1066,6 +1066,11 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 	parallelRows(len(drawn), func(j int) {
 		i := drawn[j]
 		s := p.rows[i]
+		defer func() { // a panic on another goroutine would end the process
+			if r := recover(); r != nil {
+				errs[i] = fmt.Errorf("generate: sampling sequence %d: %v", s.uid, r)
+			}
+		}()
 		tok, err := s.sampler.draw(rows[i*V:(i+1)*V:(i+1)*V], dt, keys[i])
 		if err != nil {
 			errs[i] = fmt.Errorf("generate: sampling sequence %d: %w", s.uid, err)
