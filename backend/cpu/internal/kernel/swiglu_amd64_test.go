@@ -5,8 +5,10 @@ package kernel
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/internal/mlxmath"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -90,6 +92,24 @@ func TestNormScaleAVX512BitExact(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestMLXMathExpSlice: the sampler's mlxmath.ExpSlice runs through the
+// kernels' exp registered by this package (SetExpSlice) and gives
+// mlxmath.Exp's bits on every input of the SDPA exp test, in place too.
+func TestMLXMathExpSlice(t *testing.T) {
+	xs := sdpaExpInputs()
+	xs = append(xs, 0.25, -3) // a length that is not a multiple of 16
+	got := make([]float32, len(xs))
+	mlxmath.ExpSlice(got, xs)
+	inPlace := slices.Clone(xs)
+	mlxmath.ExpSlice(inPlace, inPlace)
+	for i, x := range xs {
+		want := mlxmath.Exp(x)
+		if math.Float32bits(got[i]) != math.Float32bits(want) || math.Float32bits(inPlace[i]) != math.Float32bits(want) {
+			t.Fatalf("mlxmath.ExpSlice(%v) at %d: got %v (in place %v), want %v", x, i, got[i], inPlace[i], want)
 		}
 	}
 }
