@@ -342,29 +342,25 @@ func Categorical(logits []float32, key [2]uint32) int {
 // sum (a sequential float32 sum, as MLX's CPU reduction on x86 does).
 func categoricalCDF(logits []float32) (cdf []float32, sum float32) {
 	m := logits[Argmax(logits)]
-	inf := math.IsInf(float64(m), 0)
 	cdf = make([]float32, len(logits))
-	if !inf {
-		// exp(x − m) for the whole row first (mlxmath.ExpSlice, Exp's
-		// bits), then the sequential exclusive sum in place.
+	if math.IsInf(float64(m), 0) { // w = [x == m]
 		for i, v := range logits {
-			cdf[i] = v - m
-		}
-		mlxmath.ExpSlice(cdf, cdf)
-		for i, w := range cdf {
 			cdf[i] = sum
-			sum += w
+			if v == m {
+				sum++
+			}
 		}
 		return cdf, sum
 	}
+	// w = exp(x − m) for the whole row first (mlxmath.ExpSlice, Exp's
+	// bits), then the sequential exclusive sum in place.
 	for i, v := range logits {
+		cdf[i] = v - m
+	}
+	mlxmath.ExpSlice(cdf, cdf)
+	for i, w := range cdf {
 		cdf[i] = sum
-		switch {
-		case !inf:
-			sum += expF32(v - m)
-		case v == m:
-			sum++
-		}
+		sum += w
 	}
 	return cdf, sum
 }
