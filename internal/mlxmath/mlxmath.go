@@ -90,11 +90,7 @@ func Exp(x float32) float32 {
 	f := y - ipart
 	p := expPoly[0]
 	for _, c := range expPoly[1:] {
-		q, ok := fma32Fast(p, f, c)
-		if !ok {
-			q = fma32Exact(p, f, c)
-		}
-		p = q
+		p = FMA32(p, f, c)
 	}
 	e := math.Float32frombits(uint32((int32(ipart) + 127) << 23))
 	return e * p
