@@ -57,12 +57,16 @@ func BenchmarkBatchDecode(b *testing.B) {
 	}
 	defer m.Close()
 	var bm generate.BatchModel = m
-	if os.Getenv("MLXGO_BENCH_BATCH_CACHE") == "per-row" {
+	switch c := os.Getenv("MLXGO_BENCH_BATCH_CACHE"); c {
+	case "", "shared":
+	case "per-row":
 		view, err := m.WithCache(nn.CacheOptions{PerRow: true})
 		if err != nil {
 			b.Fatal(err)
 		}
 		bm = view
+	default:
+		b.Fatalf("MLXGO_BENCH_BATCH_CACHE %q: want shared (the default) or per-row", c)
 	}
 	const promptLen, steps = 16, 32
 	// "alone": Generate on one prompt, the rate the batch path is measured
