@@ -13,7 +13,11 @@
 set -eu
 MLXGO=${MLXGO:-go run ./cmd/mlxgo}
 TOKENS=${TOKENS:-256}; PASSES=${PASSES:-3}; PRECISION=${PRECISION:-fast}; FLAGS=${FLAGS:-}
-[ $# -gt 0 ] || { echo "usage: $0 MODEL_DIR ..." >&2; exit 2; }
+case "${1:-}" in -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+[ $# -gt 0 ] || { echo "usage: $0 MODEL_DIR ... (--help for more)" >&2; exit 2; }
+for v in TOKENS PASSES; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$0: $v=${!v}: want a positive integer" >&2; exit 2; }
+done
 for m in "$@"; do
   [ -f "$m/config.json" ] || { echo "$0: $m/config.json: no such file (want an MLX checkpoint directory)" >&2; exit 2; }
 done
