@@ -24,7 +24,9 @@ import "unsafe"
 // staged biases, gstr the bytes between tiles' staged values; ngrp groups
 // of upg blocks (int8) or words (float32: 4-bit 8 codes, else 4); out row
 // 0's output of the first tile (eight floats per tile), ostr the bytes
-// between output rows; ntile tiles. The float32 kernels run one chunk of
+// between output rows; ntile tiles; pf..pfEnd the weights of the next
+// tiles, which the kernels prefetch into L2 a few lines per block (and
+// leave pf past what they asked for). The float32 kernels run one chunk of
 // groups per call: the res and bias sums of each tile and row (in state,
 // 2·avxGR·8 floats per tile) start at zero on the first chunk (first) and
 // go to out, res + bias, on the last (last). tmp is the dotQ8-order
@@ -47,7 +49,9 @@ type avxGArgs struct {
 	state unsafe.Pointer      // 112: float32 kernels: res and bias per tile and row between chunks
 	first int                 // 120: float32 kernels: 1 on the first chunk of groups
 	last  int                 // 128: float32 kernels: 1 on the last chunk
-	_     [3]uintptr          // 136
+	pf    uintptr             // 136: the next weights to prefetch (the kernels advance it)
+	pfEnd uintptr             // 144: their end
+	_     uintptr             // 152
 	tmp   [avxGR * 32]float32 // 160
 }
 
@@ -359,11 +363,12 @@ func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
 // avxGemm is the m-blocked form of avxRun's tiles t0..t1-1 (eight weight
 // rows each, scales and biases already staged in row, nv floats each): it
 // builds the tiles' panels in ws.panel and runs every row of x against
-// them, up to avxGR rows at a time, then rounds the outputs. g.s holds x's
+// them, up to avxGR rows at a time, then rounds the outputs. The kernels
+// prefetch the weights of tiles t1..t2-1, which the caller runs next. g.s holds x's
 // preparations (avxPrepQ8's layouts, and in gd and gxs the block scales
 // and group sums interleaved by avxInterleave). The float32 kernels go through the groups in chunks of
 // about avxGemmChunk codes, whose x stays in L1 across the tiles.
-func avxGemm(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32, nv int) {
+func avxGemm(g *avxGemmJob, ws *avxState, t0, t1, t2 int, row []float32, nv int) {
 	if g.z {
 		avxGemmZ(g, ws, t0, t1, row)
 		return
@@ -383,6 +388,11 @@ func avxGemm(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32, nv int) {
 		panel: panel, pstr: uintptr(pstr), xstr: g.xstr,
 		s: ptr(row), boff: uintptr(4 * nv), gstr: uintptr(4 * 8 * g.gpad),
 		ngrp: gpr, upg: g.upg, ostr: uintptr(4 * n), ntile: t1 - t0, first: 1, last: 1,
+	}
+	if t2 > t1 {
+		next := wq[8*t1*g.wpr : 8*t2*g.wpr]
+		a.pf = uintptr(ptr(next))
+		a.pfEnd = a.pf + uintptr(4*len(next))
 	}
 	cg := gpr // groups per call
 	if g.f32 {

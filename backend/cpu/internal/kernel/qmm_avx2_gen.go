@@ -258,8 +258,25 @@ const (
 	aState = 112
 	aFirst = 120
 	aLast  = 128
+	aPf    = 136 // the next weights to prefetch
+	aPfEnd = 144 // the end of those weights
 	aTmp   = 160 // the dotQ8-order kernels' bias sums, 32 bytes a row
 )
+
+// prefetchNext asks for the next lines cache lines of the weights the
+// caller runs next (R13 walking from a.pf to a.pfEnd; PREFETCHT1: into
+// L2, leaving the panel's lines in L1), so that building their panel does
+// not wait on memory while the kernel computes. The panel builders read
+// eight row streams, which the hardware prefetcher does not follow.
+func prefetchNext(name string, lines int) {
+	p("\tCMPQ R13, %d(AX)", aPfEnd)
+	p("\tJAE %s_nopf", name)
+	for l := range lines {
+		p("\tPREFETCHT1 %d(R13)", 64*l)
+	}
+	p("\tADDQ $%d, R13", 64*lines)
+	p("%s_nopf:", name)
+}
 
 // kernelHead writes the kernel's prologue and the start of its tile loop.
 func kernelHead(name string, q8 bool) {
@@ -269,6 +286,7 @@ func kernelHead(name string, q8 bool) {
 	p("\tMOVQ %d(AX), R9", aXstr)
 	p("\tLEAQ (R9)(R9*2), R10")
 	p("\tMOVQ %d(AX), R12", aBoff)
+	p("\tMOVQ %d(AX), R13", aPf)
 	if q8 {
 		p("\tVMOVDQU gmOnes16<>(SB), Y15")
 	}
@@ -308,6 +326,7 @@ func kernelTail(name string, rows, res int) {
 	p("\tINCQ SI")
 	p("\tJMP %s_tile", name)
 	p("%s_done:", name)
+	p("\tMOVQ R13, %d(AX)", aPf)
 	p("\tVZEROUPPER")
 	p("\tRET")
 	p("")
@@ -377,6 +396,7 @@ func intKernel(bits, rows int, gemm bool) {
 			}
 		}
 	}
+	prefetchNext(name, bits/2) // a block of a tile: 4-bit 128 bytes, 8-bit 256
 	for r := range rows {
 		if bits == 4 {
 			p("\tVPMADDWD Y15, %s, %s", I(r), I(r))
@@ -480,6 +500,7 @@ func f32Kernel(bits, rows int) {
 			p("\tVADDPS Y14, %s, %s", A(r, j), A(r, j))
 		}
 	}
+	prefetchNext(name, 1) // a word of a tile: 32 bytes (4-bit), 4 codes of 8 rows (else)
 	p("\tADDQ $%d, R8", 32*cpw)
 	p("\tADDQ $%d, DI", 4*cpw)
 	p("\tDECQ R10")

@@ -169,3 +169,54 @@ func BenchmarkAVX2Prefill(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAVX2GemmStream runs the m-blocked kernels as a batched decode
+// step does (8 rows of x, MLXGO_BENCH_ROWS to change it, both threads):
+// over one matrix again and again ("cache": its weights stay in L2/L3) and
+// over a model's worth of distinct matrices in turn ("memory": every call
+// reads its weights from DRAM, where the kernels' prefetch of the next
+// tiles matters). GMAC per second of wall time.
+func BenchmarkAVX2GemmStream(b *testing.B) {
+	needAVX2(b)
+	m := 8
+	if v, err := strconv.Atoi(os.Getenv("MLXGO_BENCH_ROWS")); err == nil && v > 0 {
+		m = v
+	}
+	shapes := []struct {
+		name              string
+		n, k, gs, bits, c int // c matrices, about 60 MB in all
+	}{
+		{"smollm2_up_b4g32", 1536, 576, 32, 4, 120},
+		{"minicpm_up_b4g64", 4608, 1536, 64, 4, 12},
+		{"minicpm_gate_b8g64", 4608, 1536, 64, 8, 6},
+	}
+	for _, sz := range shapes {
+		var wqs [][]uint32
+		var scs, bis []Vec
+		for i := range sz.c {
+			_, wq, sc, bi, sb, bb := qmvInputs(uint64(i), sz.n, sz.k, sz.gs, sz.bits)
+			scv, biv := avxVecs("f16", sc, bi, sb, bb)
+			wqs, scs, bis = append(wqs, wq), append(scs, scv), append(bis, biv)
+		}
+		x := randVec(newRand(2), m*sz.k, 1, tensor.RoundBF16)
+		y := make([]float32, m*sz.n)
+		for _, acc := range []Acc{AccF32, AccQ8} {
+			for _, from := range []string{"cache", "memory"} {
+				b.Run(fmt.Sprintf("%s/%s/acc%d/%s", sz.name, dims(m, sz.n, sz.k), acc, from), func(b *testing.B) {
+					noAVX512(func() {
+						i := 0
+						for b.Loop() {
+							j := 0
+							if from == "memory" {
+								j = i % sz.c
+							}
+							i++
+							QuantizedMatmulTVec(y, x, wqs[j], scs[j], bis[j], m, sz.n, sz.k, sz.gs, sz.bits, tensor.RoundBF16, acc)
+						}
+					})
+					b.ReportMetric(float64(m*sz.n*sz.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+				})
+			}
+		}
+	}
+}

@@ -356,7 +356,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 			avxStage(ws.row[:nv], sc, j0, t1-t0, gpr, gpad)
 			avxStage(ws.row[nv:2*nv], bi, j0, t1-t0, gpr, gpad)
 			if gj != nil {
-				avxGemm(gj, ws, t0, t1, ws.row[:2*nv+8*gpad], nv)
+				avxGemm(gj, ws, t0, t1, min(t1+per, hi), ws.row[:2*nv+8*gpad], nv)
 				continue
 			}
 			// The arguments live in the pooled state: a local handed to
