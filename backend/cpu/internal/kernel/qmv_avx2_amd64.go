@@ -325,7 +325,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 			set = f32Set
 		}
 		avxInterleave(s, m, k, gpr, set, q8)
-		gj = &avxGemmJob{kern: kern2, build: build, blk: blk, dst: dst, wq: wq, s: s,
+		gj = &avxGemmJob{kern: kern2, build: build, blk: blk, dst: dst, wq: wq, sc: sc, bi: bi, s: s,
 			x: ptr(x), xstr: uintptr(4 * k), m: m, n: n, k: k, wpr: wpr, gpr: gpr, gpad: gpad,
 			upg: gs / 4, set: set, round: round, rk: rk}
 		if bits == 4 {
