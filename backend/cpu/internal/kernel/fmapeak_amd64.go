@@ -10,3 +10,19 @@ package kernel
 //
 //go:noescape
 func fmaPeak(n int)
+
+// fmaPeakAVX2 is fmaPeak on YMM registers (twelve chains, 96
+// multiply-adds an iteration): the float32 FMA rate of a core without
+// AVX-512. Requires AVX2 and FMA.
+//
+//go:noescape
+func fmaPeakAVX2(n int)
+
+// maddPeakAVX2 runs n iterations of eight independent VPMADDUBSW + VPADDW
+// pairs on YMM registers (256 int8 multiply-adds an iteration), the inner
+// step of the AVX2 int8 kernels (qmv_avx2_gen.go, qmm_avx2_gen.go) with
+// nothing else: their arithmetic limit on a core without VNNI. Requires
+// AVX2.
+//
+//go:noescape
+func maddPeakAVX2(n int)
