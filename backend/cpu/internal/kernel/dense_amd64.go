@@ -70,6 +70,17 @@ func denseRef3(a *denseArgs)
 //go:noescape
 func denseRef4(a *denseArgs)
 
+// denseRef5 is denseRef2 for five rows.
+//
+//go:noescape
+func denseRef5(a *denseArgs)
+
+// denseRef6 is denseRef2 for six rows (a.astr bytes apart, the sixth at
+// five strides).
+//
+//go:noescape
+func denseRef6(a *denseArgs)
+
 // denseRefZ1 is denseRef1 in AVX-512 (denseRefZ2..8 take two to eight
 // rows of x): the sixteen panel columns in one ZMM register, x broadcast
 // from memory into the multiply; the same multiply, then add, per lane and
@@ -195,12 +206,12 @@ func denseRefWRows(a *denseArgs, n int) {
 }
 
 // denseRefStep is the rows of x one reference kernel call takes: eight on
-// the AVX-512 kernels, four on the AVX2 ones.
+// the AVX-512 kernels, six on the AVX2 ones.
 func denseRefStep() int {
 	if denseZOn {
 		return 8
 	}
-	return 4
+	return 6
 }
 
 // denseRefRows runs the reference kernel for n (1 to denseRefStep()) rows
@@ -234,8 +245,12 @@ func denseRefRows(a *denseArgs, n int) {
 		denseRef2(a)
 	case 3:
 		denseRef3(a)
-	default:
+	case 4:
 		denseRef4(a)
+	case 5:
+		denseRef5(a)
+	default:
+		denseRef6(a)
 	}
 }
 

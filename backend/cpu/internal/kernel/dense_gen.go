@@ -75,10 +75,10 @@ func wrowAt(base string, r, off int) string {
 	return o + "(" + base + ")" + idx
 }
 
-// xrow returns the address of row i (0..3) of x: SI is row 0's, BX the row
-// stride, DX three strides.
+// xrow returns the address of row i (0..5) of x: SI is row 0's, BX the row
+// stride, DX three strides, R13 five (the six-row reference kernel).
 func xrow(i int) string {
-	return [...]string{"(SI)", "(SI)(BX*1)", "(SI)(BX*2)", "(SI)(DX*1)"}[i]
+	return [...]string{"(SI)", "(SI)(BX*1)", "(SI)(BX*2)", "(SI)(DX*1)", "(SI)(BX*4)", "(SI)(R13*1)"}[i]
 }
 
 // load8 loads eight weight values at addr as float32 into register y.
@@ -168,6 +168,9 @@ func ref(rows int) {
 	p("\tMOVQ %d(AX), DI", offOut)
 	p("\tMOVQ %d(AX), CX", offN)
 	p("\tLEAQ (BX)(BX*2), DX")
+	if rows > 5 {
+		p("\tLEAQ (BX)(BX*4), R13")
+	}
 	for i := range rows {
 		p("\tVMOVUPS %d(DI), Y%d", 64*i, 2*i)
 		p("\tVMOVUPS %d(DI), Y%d", 64*i+32, 2*i+1)
@@ -175,14 +178,14 @@ func ref(rows int) {
 	p("\tTESTQ CX, CX")
 	p("\tJZ %s_store", name)
 	p("%s_loop:", name)
-	p("\tVMOVUPS (R8), Y8")
-	p("\tVMOVUPS 32(R8), Y9")
+	p("\tVMOVUPS (R8), Y12")
+	p("\tVMOVUPS 32(R8), Y13")
 	for i := range rows {
-		p("\tVBROADCASTSS %s, Y10", xrow(i))
-		p("\tVMULPS Y8, Y10, Y11")
-		p("\tVADDPS Y11, Y%d, Y%d", 2*i, 2*i)
-		p("\tVMULPS Y9, Y10, Y12")
-		p("\tVADDPS Y12, Y%d, Y%d", 2*i+1, 2*i+1)
+		p("\tVBROADCASTSS %s, Y14", xrow(i))
+		p("\tVMULPS Y12, Y14, Y15")
+		p("\tVADDPS Y15, Y%d, Y%d", 2*i, 2*i)
+		p("\tVMULPS Y13, Y14, Y15")
+		p("\tVADDPS Y15, Y%d, Y%d", 2*i+1, 2*i+1)
 	}
 	p("\tADDQ $64, R8")
 	p("\tADDQ $4, SI")
@@ -915,7 +918,7 @@ func main() {
 	for dt := range dts {
 		pack(dt)
 	}
-	for rows := 1; rows <= 4; rows++ {
+	for rows := 1; rows <= 6; rows++ {
 		ref(rows)
 	}
 	for dt := range dts {
