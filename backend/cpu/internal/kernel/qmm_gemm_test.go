@@ -92,8 +92,10 @@ func TestQ8Quant(t *testing.T) {
 // rows, partial tiles of x rows, every group size, storage dtype and scale
 // type.
 func TestQ8Gemm(t *testing.T) {
-	qmvbOn = false // two to eight rows would take the batched one-row kernels
-	defer func() { qmvbOn = true }()
+	// Two to four rows would take the batched one-row kernels or the
+	// one-row kernels row by row (qmvBatchMax).
+	qmvbOn, qmvBatchMax = false, 1
+	defer func(v int) { qmvbOn, qmvBatchMax = true, v }(qmvBatchMax)
 	for _, bits := range []int{4, 8} {
 		for _, gs := range []int{32, 64, 128} {
 			for _, sz := range [][3]int{{2, 16, 256}, {9, 37, 512}, {17, 70, 384}} {

@@ -137,6 +137,14 @@ func QuantizedMatmulTVec(dst, x []float32, wq []uint32, scales, biases Vec, m, n
 	qmmTFast(dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round), acc)
 }
 
+// qmvBatchMax is the most rows of x that decode as they do alone in the
+// int8 precision whatever the layout: a decode batch or a speculative
+// verify window of up to this many rows takes the batched one-row kernels
+// (qmvb_amd64.go, AVX-512 VNNI) or else the one-row kernels row by row
+// (qmmTRows, the AVX2 kernels' m-blocked forms from four rows), never the
+// int8 GEMM's own order (tests raise it).
+var qmvBatchMax = 4
+
 func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, acc Acc) {
 	if m == 0 {
 		return
@@ -147,7 +155,9 @@ func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 	case acc == AccQ8 && qmvBatch(dst, x, wq, sc, bi, m, n, k, gs, bits, round):
 		// a few rows (a decode batch, a verify window): the one-row
 		// kernel's bits for each row (qmvb_amd64.go)
-	case acc == AccQ8 && m >= 2 && (gemmQ8(k, gs, bits) || gemmDot(k, gs, bits)):
+	case acc == AccQ8 && m >= 2 && (m > qmvBatchMax && gemmQ8(k, gs, bits) || gemmDot(k, gs, bits)):
+		// the int8 GEMM: in its own order past a few rows, in the
+		// one-row order (gemmDot) at any number
 		qmmTQ8Gemm(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
 	default:
 		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, acc == AccQ8)

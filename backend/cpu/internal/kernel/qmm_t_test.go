@@ -67,16 +67,19 @@ func TestQuantizedMatmulTRowsIndependent(t *testing.T) {
 										QuantizedMatmulT(want[r*n:(r+1)*n], xr, wq, sc, bi, 1, n, k, gs, bits, dt.round, acc)
 										continue
 									}
-									if m <= qmvBatchMax && vecKernel(k, gs, bits, true) == 'a' || gemmDot(k, gs, bits) {
-										// the batched one-row kernels, or the GEMM in the
-										// one-row order (4-bit group 32): each row's one-row bits
+									if m <= qmvBatchMax || gemmDot(k, gs, bits) {
+										// the batched one-row kernels or the one-row kernels
+										// row by row, or the GEMM in the one-row order
+										// (4-bit group 32): each row's one-row bits
 										QuantizedMatmulT(want[r*n:(r+1)*n], xr, wq, sc, bi, 1, n, k, gs, bits, dt.round, acc)
 										continue
 									}
-									qmvbOn = false // the pair through the GEMM, as the m rows
+									// the pair through the GEMM, as the m rows
+									maxRows := qmvBatchMax
+									qmvbOn, qmvBatchMax = false, 1
 									pair, y := append(append([]float32(nil), other...), xr...), make([]float32, 2*n)
 									QuantizedMatmulT(y, pair, wq, sc, bi, 2, n, k, gs, bits, dt.round, acc)
-									qmvbOn = true
+									qmvbOn, qmvBatchMax = true, maxRows
 									copy(want[r*n:(r+1)*n], y[n:])
 								}
 								expectSame(t, got, want, name)

@@ -109,13 +109,9 @@ func qmvbCall(bits, st int, a *qmvBArgs) {
 	}
 }
 
-// qmvBatchMax is the most rows of x the batched kernels take in one call
-// (in passes of four rows; tests raise it); qmvbOn switches them on (tests
-// compare).
-var (
-	qmvBatchMax = 4
-	qmvbOn      = true
-)
+// qmvbOn switches the batched kernels on (tests compare); they take up to
+// qmvBatchMax rows (qmm_t.go) in one call, in passes of four.
+var qmvbOn = true
 
 // qmvbState is the pooled per-call scratch.
 type qmvbState struct {
