@@ -76,9 +76,11 @@ func trainModelDir(t testing.TB, tokenizer string) string {
 // Frobenius) away; on the portable loops 2.3e-3, 6.2e-2 and 7.9e-2; dora's
 // worst element 5.03e-3. So on the CPU backend sgd's losses are held to
 // 3e-3 and its adapters to 0.1 (MLX must still give its bits), and every
-// case's elements to 6e-3. That the AVX2 path and the portable loops
-// give different training bits at all is not explained yet: each kernel
-// is held to its portable twin bit for bit, op by op.
+// case's elements to 6e-3. The paths give different training bits because
+// the CPU backend's attention (kernel.SDPAKV) sums in an order of its own
+// on each (the kernel package's doc: fused multiply-adds on AVX-512, its
+// AVX2 form, the portable dot and axpy), within a written bound; which op
+// moves sgd's fourth step most has not been bisected.
 type trainTol struct{ loss, elem, fro float64 }
 
 // fixtureTol returns the CPU backend's bounds for a fixture (see above).
