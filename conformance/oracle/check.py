@@ -67,7 +67,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, os.path.join(HERE, "generate.py"), "--out", tmp], check=True)
         want, got = files(COMMITTED), files(tmp)
-        bad = []
+        bad, near = [], []
         for f in sorted(want - got):
             bad.append(f"committed but not regenerated: {f}")
         for f in sorted(got - want):
@@ -77,12 +77,14 @@ def main():
             if filecmp.cmp(a, b, shallow=False):
                 continue
             if f.startswith("turboquant" + os.sep) and f.endswith(".safetensors") and float64_refs_only(b, a):
+                near.append(f)
                 continue
             bad.append(f"differs: {f}")
         if bad:
             print("oracle-check FAILED:\n  " + "\n  ".join(bad))
             sys.exit(1)
-        print(f"oracle-check: {len(want)} fixture files reproduced byte for byte")
+        print(f"oracle-check: {len(want) - len(near)} fixture files reproduced byte for byte, "
+              f"{len(near)} with float64 references within {REF_RTOL:g} (the rule above)")
 
 
 if __name__ == "__main__":
