@@ -62,12 +62,6 @@ const (
 	f32Set = 3
 )
 
-// avxPrefetch asks for the n bytes at p (PREFETCHT1: into L2), a cache
-// line at a time.
-//
-//go:noescape
-func avxPrefetch(p unsafe.Pointer, n uintptr)
-
 // avxPanelI4 writes the int8 kernels' panel of nblk blocks of 32 4-bit
 // codes of the eight weight rows at w (wstr bytes apart): per block and
 // word i, the low nibbles of the rows' word i (codes 8i, 8i+2, 8i+4, 8i+6,
@@ -401,8 +395,8 @@ func avxGemm(g *avxGemmJob, ws *avxState, t0, t1, t2 int, row []float32, nv int)
 		a.pfEnd = a.pf + uintptr(4*len(next))
 		// Their scales and biases (a quarter of the weights' bytes at
 		// 4-bit group 32 in float16), which avxStage reads first.
-		prefetchVec(g.sc, 8*t1*gpr, 8*t2*gpr)
-		prefetchVec(g.bi, 8*t1*gpr, 8*t2*gpr)
+		vecPrefetch(g.sc, 8*t1*gpr, 8*(t2-t1)*gpr)
+		vecPrefetch(g.bi, 8*t1*gpr, 8*(t2-t1)*gpr)
 	}
 	cg := gpr // groups per call
 	if g.f32 {
@@ -434,17 +428,6 @@ func avxGemm(g *avxGemmJob, ws *avxState, t0, t1, t2 int, row []float32, nv int)
 	}
 	for r := range m {
 		roundSlice(g.dst[r*n+j0:r*n+j1], g.round, g.rk)
-	}
-}
-
-// prefetchVec prefetches values lo..hi-1 of v.
-func prefetchVec(v Vec, lo, hi int) {
-	switch {
-	case hi <= lo:
-	case v.F32 != nil:
-		avxPrefetch(ptr(v.F32[lo:hi]), uintptr(4*(hi-lo)))
-	default:
-		avxPrefetch(ptr(v.U16[lo:hi]), uintptr(2*(hi-lo)))
 	}
 }
 

@@ -57,21 +57,6 @@ DATA gmW16x1<>+24(SB)/4, $0x800b800a
 DATA gmW16x1<>+28(SB)/4, $0x800f800e
 GLOBL gmW16x1<>(SB), RODATA|NOPTR, $32
 
-// func avxPrefetch(p unsafe.Pointer, n uintptr)
-TEXT ·avxPrefetch(SB), NOSPLIT, $0-16
-	MOVQ p+0(FP), SI
-	MOVQ n+8(FP), CX
-	ADDQ SI, CX
-	ANDQ $-64, SI
-avxPrefetch_loop:
-	CMPQ SI, CX
-	JAE avxPrefetch_done
-	PREFETCHT1 (SI)
-	ADDQ $64, SI
-	JMP avxPrefetch_loop
-avxPrefetch_done:
-	RET
-
 // func avxPanelI4(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
 TEXT ·avxPanelI4(SB), NOSPLIT, $0-32
 	MOVQ dst+0(FP), DI

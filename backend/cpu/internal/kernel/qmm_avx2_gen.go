@@ -544,31 +544,10 @@ func boolInt(v bool) int {
 	return 0
 }
 
-// prefetchRange writes avxPrefetch(p unsafe.Pointer, n uintptr): a
-// PREFETCHT1 for each cache line of the n bytes at p.
-func prefetchRange() {
-	p("// func avxPrefetch(p unsafe.Pointer, n uintptr)")
-	p("TEXT ·avxPrefetch(SB), NOSPLIT, $0-16")
-	p("\tMOVQ p+0(FP), SI")
-	p("\tMOVQ n+8(FP), CX")
-	p("\tADDQ SI, CX")
-	p("\tANDQ $-64, SI")
-	p("avxPrefetch_loop:")
-	p("\tCMPQ SI, CX")
-	p("\tJAE avxPrefetch_done")
-	p("\tPREFETCHT1 (SI)")
-	p("\tADDQ $64, SI")
-	p("\tJMP avxPrefetch_loop")
-	p("avxPrefetch_done:")
-	p("\tRET")
-	p("")
-}
-
 func main() {
 	out := flag.String("o", "", "output file (default standard output)")
 	flag.Parse()
 	header()
-	prefetchRange()
 	panelI4()
 	panelI8()
 	panelF(4)
