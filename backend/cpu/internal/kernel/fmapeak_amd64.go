@@ -26,3 +26,12 @@ func fmaPeakAVX2(n int)
 //
 //go:noescape
 func maddPeakAVX2(n int)
+
+// mulAddPeakAVX2 runs n iterations of twelve VMULPS + VADDPS pairs on YMM
+// registers (six add chains, each product independent: 96 multiply-adds
+// an iteration), the reference precision's separate multiply and add with
+// nothing else: the arithmetic limit of its float32 kernels (no FMA, for
+// the portable loops' bits). Requires AVX2.
+//
+//go:noescape
+func mulAddPeakAVX2(n int)
