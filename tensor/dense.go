@@ -223,27 +223,36 @@ func (e elem) f32() float32 {
 // float32: exact for F16, BF16, F32, Bool and integers below 2^24 in
 // magnitude; round to nearest even otherwise (F64, large integers).
 func (t *Dense) ToFloat32() []float32 {
-	n := t.Shape.Size()
-	out := make([]float32, n)
+	out := make([]float32, t.Shape.Size())
+	t.Float32sAt(out, 0)
+	return out
+}
+
+// Float32sAt converts the len(dst) elements from flat index start on to
+// float32 into dst, as ToFloat32 does (callers convert parts of a large
+// array in parallel). It panics when the range leaves the array.
+func (t *Dense) Float32sAt(dst []float32, start int) {
+	if n := t.Shape.Size(); start < 0 || start+len(dst) > n {
+		panic(fmt.Sprintf("tensor: Float32sAt [%d, %d) of %d elements", start, start+len(dst), n))
+	}
 	switch t.DType {
 	case F32:
-		for k := range out {
-			out[k] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*k:]))
+		for k := range dst {
+			dst[k] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*(start+k):]))
 		}
 	case BF16:
-		for k := range out {
-			out[k] = BF16ToFloat32(binary.LittleEndian.Uint16(t.Data[2*k:]))
+		for k := range dst {
+			dst[k] = BF16ToFloat32(binary.LittleEndian.Uint16(t.Data[2*(start+k):]))
 		}
 	case F16:
-		for k := range out {
-			out[k] = F16ToFloat32(binary.LittleEndian.Uint16(t.Data[2*k:]))
+		for k := range dst {
+			dst[k] = F16ToFloat32(binary.LittleEndian.Uint16(t.Data[2*(start+k):]))
 		}
 	default:
-		for k := range out {
-			out[k] = t.at(k).f32()
+		for k := range dst {
+			dst[k] = t.at(start + k).f32()
 		}
 	}
-	return out
 }
 
 // ToFloat64 returns a new []float64 holding every element converted to

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -176,8 +177,34 @@ func TestToFloat(t *testing.T) {
 				if got64[i] != w || got32[i] != float32(w) {
 					t.Errorf("got %v / %v, want %v (index %d)", got64[i], got32[i], w, i)
 				}
+				one := []float32{-1}
+				c.t.Float32sAt(one, i) // one element from index i
+				if one[0] != float32(w) {
+					t.Errorf("Float32sAt(_, %d) = %v, want %v", i, one[0], w)
+				}
 			}
 		})
+	}
+}
+
+// TestFloat32sAtRange: a range that leaves the array panics with a message
+// naming it, rather than reading past the data.
+func TestFloat32sAtRange(t *testing.T) {
+	d := FromFloat32(Shape{2, 3}, []float32{1, 2, 3, 4, 5, 6})
+	got := make([]float32, 3)
+	d.Float32sAt(got, 3)
+	if got[0] != 4 || got[2] != 6 {
+		t.Fatalf("Float32sAt(_, 3) = %v, want [4 5 6]", got)
+	}
+	for _, c := range []struct{ n, start int }{{3, 4}, {1, -1}, {7, 0}} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Float32sAt") {
+					t.Errorf("Float32sAt of %d from %d: recovered %v, want a panic naming Float32sAt", c.n, c.start, r)
+				}
+			}()
+			d.Float32sAt(make([]float32, c.n), c.start)
+		}()
 	}
 }
 
