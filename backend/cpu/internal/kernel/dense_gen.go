@@ -203,10 +203,10 @@ func ref(rows int) {
 	p("")
 }
 
-// fast writes denseFast<rows><dt>: rows (1 or 2) rows of x against four
-// weight rows; accumulator Y(4i+c) for x row i and weight row c.
-func fast(rows, dt int) {
-	name := fmt.Sprintf("denseFast%d%s", rows, dts[dt].name)
+// fastHead writes the fast kernels' prologue: the arguments in R8 (w), R9
+// (wstr), SI (a), BX (astr), DI (out), ostr (the output row stride) and CX
+// (n).
+func fastHead(name, ostr string) {
 	p("// func %s(a *denseArgs)", name)
 	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
 	p("\tMOVQ a+0(FP), AX")
@@ -215,8 +215,15 @@ func fast(rows, dt int) {
 	p("\tMOVQ %d(AX), SI", offA)
 	p("\tMOVQ %d(AX), BX", offAstr)
 	p("\tMOVQ %d(AX), DI", offOut)
-	p("\tMOVQ %d(AX), DX", offOstr)
+	p("\tMOVQ %d(AX), %s", offOstr, ostr)
 	p("\tMOVQ %d(AX), CX", offN)
+}
+
+// fast writes denseFast<rows><dt>: rows (1 or 2) rows of x against four
+// weight rows; accumulator Y(4i+c) for x row i and weight row c.
+func fast(rows, dt int) {
+	name := fmt.Sprintf("denseFast%d%s", rows, dts[dt].name)
+	fastHead(name, "DX")
 	p("\tLEAQ (R9)(R9*2), R10")
 	// R11 walks the next four weight rows (contiguous after these), a line
 	// or two per step: the whole group by the last step.
@@ -271,21 +278,11 @@ func fast(rows, dt int) {
 // lane mod 8, in order) and each output reduced by the same VHADDPS tree
 // (the third accumulator paired with itself where those pair it with a
 // fourth), so an output's bits do not depend on the kernel. Twelve FMAs a
-// step against three conversions, where denseFast2 has eight against four:
-// float16 and bfloat16 conversions share the FMA kernels' ports. Outputs:
-// three float32 at a.out + i·a.ostr.
+// step against three weight loads, where denseFast2 has eight against
+// four. Outputs: three float32 at a.out + i·a.ostr.
 func fast4x3(dt int) {
 	name := fmt.Sprintf("denseFast4x3%s", dts[dt].name)
-	p("// func %s(a *denseArgs)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
-	p("\tMOVQ a+0(FP), AX")
-	p("\tMOVQ %d(AX), R8", offW)
-	p("\tMOVQ %d(AX), R9", offWstr)
-	p("\tMOVQ %d(AX), SI", offA)
-	p("\tMOVQ %d(AX), BX", offAstr)
-	p("\tMOVQ %d(AX), DI", offOut)
-	p("\tMOVQ %d(AX), R12", offOstr)
-	p("\tMOVQ %d(AX), CX", offN)
+	fastHead(name, "R12")
 	p("\tLEAQ (BX)(BX*2), DX")
 	p("\tLEAQ (R12)(R12*2), R13")
 	for r := range 12 {
