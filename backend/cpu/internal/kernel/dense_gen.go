@@ -219,6 +219,18 @@ func fastHead(name, ostr string) {
 	p("\tMOVQ %d(AX), CX", offN)
 }
 
+// hsumTree reduces the accumulators Y(a0)..Y(a3) of four outputs, each
+// the tree ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)) of its eight lanes, into
+// lanes 0..3 of X(t0) (Y(t1) scratch): the one reduction of every fast
+// kernel, so that an output's bits do not depend on the kernel.
+func hsumTree(a0, a1, a2, a3, t0, t1 int) {
+	p("\tVHADDPS Y%d, Y%d, Y%d", a1, a0, t0)
+	p("\tVHADDPS Y%d, Y%d, Y%d", a3, a2, t1)
+	p("\tVHADDPS Y%d, Y%d, Y%d", t1, t0, t0)
+	p("\tVEXTRACTF128 $1, Y%d, X%d", t0, t1)
+	p("\tVADDPS X%d, X%d, X%d", t1, t0, t0)
+}
+
 // fast writes denseFast<rows><dt>: rows (1 or 2) rows of x against four
 // weight rows; accumulator Y(4i+c) for x row i and weight row c.
 func fast(rows, dt int) {
@@ -256,11 +268,7 @@ func fast(rows, dt int) {
 	p("%s_sum:", name)
 	for i := range rows {
 		a := 4 * i
-		p("\tVHADDPS Y%d, Y%d, Y8", a+1, a)
-		p("\tVHADDPS Y%d, Y%d, Y9", a+3, a+2)
-		p("\tVHADDPS Y9, Y8, Y8")
-		p("\tVEXTRACTF128 $1, Y8, X9")
-		p("\tVADDPS X9, X8, X8")
+		hsumTree(a, a+1, a+2, a+3, 8, 9)
 		if i == 0 {
 			p("\tVMOVUPS X8, (DI)")
 		} else {
@@ -308,11 +316,7 @@ func fast4x3(dt int) {
 	out := [...]string{"(DI)", "(DI)(R12*1)", "(DI)(R12*2)", "(DI)(R13*1)"}
 	for i := range 4 {
 		a := 3 * i
-		p("\tVHADDPS Y%d, Y%d, Y12", a+1, a)
-		p("\tVHADDPS Y%d, Y%d, Y13", a+2, a+2)
-		p("\tVHADDPS Y13, Y12, Y12")
-		p("\tVEXTRACTF128 $1, Y12, X13")
-		p("\tVADDPS X13, X12, X12")
+		hsumTree(a, a+1, a+2, a+2, 12, 13) // the third accumulator twice: lane 3 unused
 		p("\tVMOVQ X12, %s", out[i])
 		p("\tVEXTRACTPS $2, X12, 8%s", out[i])
 	}
