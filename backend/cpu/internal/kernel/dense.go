@@ -15,12 +15,13 @@ package kernel
 //     and transposes them in registers, so that each vector lane holds one
 //     output and performs its scalar loop: for one or two rows of x
 //     (decode) straight from the weights, for more rows (prefill) through a
-//     transposed panel that up to four rows of x at a time reuse.
+//     transposed panel that up to six rows of x at a time reuse.
 //   - fast: FMA and any order; the AVX2 form reads four weight rows in place
-//     and accumulates eight partial sums per output along k; the AVX-512
-//     form (denseZ kernels) sixteen, for up to four rows of x by six (or,
-//     decode, one by eight) weight rows a call, the weights prefetched in
-//     decode. Its error is bounded by DenseFastBound.
+//     (three against four rows of x in prefill) and accumulates eight
+//     partial sums per output along k, in the same order in every kernel;
+//     the AVX-512 form (denseZ kernels) sixteen, for up to four rows of x
+//     by six (or, decode, one by eight) weight rows a call, the weights
+//     prefetched in decode. Its error is bounded by DenseFastBound.
 //
 // Both split the output columns across the worker pool; without AVX2 (or
 // float16 weights without F16C) they run the portable loop denseGo, which
