@@ -713,8 +713,8 @@ func denseRefPanelW(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 
 // denseRefPanel runs tiles lo..hi-1 of sixteen weight rows: per tile and
 // block of up to denseRefRB rows of x the accumulators start at +0, and each
-// panel of denseKC values (densePack) adds its terms in order, up to four
-// rows of x at a time (denseRef1..4), or eight on AVX-512 CPUs
+// panel of denseKC values (densePack) adds its terms in order, up to six
+// rows of x at a time (denseRef1..6), or eight on AVX-512 CPUs
 // (denseRefZ1..8), so every output is the in-order loop's.
 func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 	var panel [denseKC * 16]float32
