@@ -78,6 +78,13 @@ func avxPanelI4(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
 //go:noescape
 func avxPanelI8(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
 
+// avxPanelS8 is the int8 GEMM's 8-bit panel (qgemmG8B8R*): per block and
+// word i (codes 4i..4i+3), the rows' word with each code c as the signed
+// byte c - 128 (a dword per row) at 32i; 256 bytes a block.
+//
+//go:noescape
+func avxPanelS8(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
+
 // avxPanelF4 writes the float32 kernels' panel of nblk blocks of 32 4-bit
 // codes of the eight weight rows at w (wstr bytes apart): per block, code
 // c of the eight rows as float32 (exact) in the staging's lane order at
@@ -136,29 +143,29 @@ func qgemmG8B4R3(a *avxGArgs)
 //go:noescape
 func qgemmG8B4R4(a *avxGArgs)
 
-// qgemmG8B8R1 runs one row of x (int8, avxPrepQ8's layout) against a.ntile
-// tiles of 8-bit weight rows (avxPanelI8) in the int8 GEMM's steps
+// qgemmG8B8R1 runs one row of x (int8, avxLayS8's layout) against a.ntile
+// tiles of 8-bit weight rows (avxPanelS8) in the int8 GEMM's steps
 // (q8BlockDot, as qavxG8B8).
 //
 //go:noescape
 func qgemmG8B8R1(a *avxGArgs)
 
-// qgemmG8B8R2 runs 2 rows of x (int8, avxPrepQ8's layout) against a.ntile
-// tiles of 8-bit weight rows (avxPanelI8) in the int8 GEMM's steps
+// qgemmG8B8R2 runs 2 rows of x (int8, avxLayS8's layout) against a.ntile
+// tiles of 8-bit weight rows (avxPanelS8) in the int8 GEMM's steps
 // (q8BlockDot, as qavxG8B8).
 //
 //go:noescape
 func qgemmG8B8R2(a *avxGArgs)
 
-// qgemmG8B8R3 runs 3 rows of x (int8, avxPrepQ8's layout) against a.ntile
-// tiles of 8-bit weight rows (avxPanelI8) in the int8 GEMM's steps
+// qgemmG8B8R3 runs 3 rows of x (int8, avxLayS8's layout) against a.ntile
+// tiles of 8-bit weight rows (avxPanelS8) in the int8 GEMM's steps
 // (q8BlockDot, as qavxG8B8).
 //
 //go:noescape
 func qgemmG8B8R3(a *avxGArgs)
 
-// qgemmG8B8R4 runs 4 rows of x (int8, avxPrepQ8's layout) against a.ntile
-// tiles of 8-bit weight rows (avxPanelI8) in the int8 GEMM's steps
+// qgemmG8B8R4 runs 4 rows of x (int8, avxLayS8's layout) against a.ntile
+// tiles of 8-bit weight rows (avxPanelS8) in the int8 GEMM's steps
 // (q8BlockDot, as qavxG8B8).
 //
 //go:noescape
@@ -296,7 +303,7 @@ func avxGemmKind(bits int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, 
 	case bits == 4 && gemm:
 		return &[avxGR]func(*avxGArgs){qgemmG8B4R1, qgemmG8B4R2, qgemmG8B4R3, qgemmG8B4R4}, avxPanelI4, 256
 	case bits == 8 && gemm:
-		return &[avxGR]func(*avxGArgs){qgemmG8B8R1, qgemmG8B8R2, qgemmG8B8R3, qgemmG8B8R4}, avxPanelI8, 512
+		return &[avxGR]func(*avxGArgs){qgemmG8B8R1, qgemmG8B8R2, qgemmG8B8R3, qgemmG8B8R4}, avxPanelS8, 256
 	case bits == 4 && q8:
 		return &[avxGR]func(*avxGArgs){qgemmQ8B4R1, qgemmQ8B4R2, qgemmQ8B4R3, qgemmQ8B4R4}, avxPanelI4, 256
 	case bits == 8 && q8:

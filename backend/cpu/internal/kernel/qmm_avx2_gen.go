@@ -100,6 +100,10 @@ func header() {
 		p("DATA gmOnes16<>+%d(SB)/2, $1", 2*l)
 	}
 	p("GLOBL gmOnes16<>(SB), RODATA|NOPTR, $32")
+	for l := range 4 {
+		p("DATA gmSign<>+%d(SB)/8, $0x8080808080808080", 8*l)
+	}
+	p("GLOBL gmSign<>(SB), RODATA|NOPTR, $32")
 	for l, v := range []int{0, 4, 1, 5, 2, 6, 3, 7} {
 		p("DATA gmPerm<>+%d(SB)/4, $%d", 4*l, v)
 	}
@@ -204,6 +208,27 @@ func panelI8() {
 		}
 	}
 	panelTail(name, 32, 512)
+}
+
+// panelS8 writes avxPanelS8, the int8 GEMM's 8-bit panel: per block and
+// word i of the block (codes 4i..4i+3), the eight rows' word with every
+// code c as the signed byte c - 128 (c XOR 0x80; one dword per row) at
+// 32i: 256 bytes per block. The kernels multiply |c - 128| by x carrying
+// the sign of c - 128 (VPABSB, VPSIGNB, VPMADDUBSW: every pair sum within
+// 2·128·127 < 2^15, exact) and add 128·Σx per block (the x layout's fifth
+// dword), so the block sums are Σ c·x exactly, as the int16 panel's.
+func panelS8() {
+	name := "avxPanelS8"
+	panelHead(name)
+	p("\tVMOVDQU gmSign<>(SB), Y15")
+	for half := range 2 {
+		transpose4(16*half, 8)
+		for i := range 4 {
+			p("\tVPXOR Y15, Y%d, Y%d", 8+i, 8+i)
+			p("\tVMOVDQU Y%d, %d(DI)", 8+i, 32*(4*half+i))
+		}
+	}
+	panelTail(name, 32, 256)
 }
 
 // panelF writes avxPanelF<bits> (4 or 8), the float32 kernels' panel: per
@@ -372,13 +397,32 @@ func intKernel(bits, rows int, gemm bool) {
 	// row (products in int16 pairs: |sum| <= 16·15·127 < 2^15, exact);
 	// 8-bit, sixteen vectors of two int16 codes per row (VPMADDWD, int32).
 	nvec, xoff := 8, func(v int) int { return 4*(v/2) + 16*(v%2) } // x layout: even codes then odd
-	if bits == 8 {
+	signed := bits == 8 && gemm                                      // avxPanelS8 and x as int8 (avxLayS8)
+	switch {
+	case signed:
+		nvec, xoff = 8, func(v int) int { return 4 * v }
+	case bits == 8:
 		nvec, xoff = 16, func(v int) int { return 4 * v }
 	}
 	for v := range nvec {
 		p("\tVMOVDQU %d(R8), Y0", 32*v)
+		if signed {
+			p("\tVPABSB Y0, Y14")
+		}
 		for r := range rows {
 			p("\tVPBROADCASTD %s, Y1", xrow("DI", r, xoff(v)))
+			if signed {
+				// |c'|·(x·sign c'): pairs of int16, widened to int32.
+				p("\tVPSIGNB Y0, Y1, Y1")
+				p("\tVPMADDUBSW Y1, Y14, Y1")
+				if v == 0 {
+					p("\tVPMADDWD Y15, Y1, %s", I(r))
+				} else {
+					p("\tVPMADDWD Y15, Y1, Y1")
+					p("\tVPADDD Y1, %s, %s", I(r), I(r))
+				}
+				continue
+			}
 			if bits == 4 {
 				if v == 0 {
 					p("\tVPMADDUBSW Y1, Y0, %s", I(r))
@@ -401,6 +445,10 @@ func intKernel(bits, rows int, gemm bool) {
 		if bits == 4 {
 			p("\tVPMADDWD Y15, %s, %s", I(r), I(r))
 		}
+		if signed { // + 128·Σx of the block: Σ c·x
+			p("\tVPBROADCASTD %s, Y1", xrow("DI", r, 32))
+			p("\tVPADDD Y1, %s, %s", I(r), I(r))
+		}
 		p("\tVCVTDQ2PS %s, %s", I(r), I(r))
 		p("\tVBROADCASTSS %d(CX), Y1", 4*r)
 		p("\tVMULPS Y1, %s, %s", I(r), I(r))
@@ -411,7 +459,7 @@ func intKernel(bits, rows int, gemm bool) {
 		}
 	}
 	p("\tADDQ $%d, R8", 32*nvec)
-	p("\tADDQ $%d, DI", 8*bits) // x codes of the block: 4-bit 32 bytes, 8-bit 64 (int16)
+	p("\tADDQ $%d, DI", 8*bits) // x of the block: 4-bit 32 bytes, 8-bit 64 (int16, or avxLayS8's)
 	p("\tADDQ $%d, CX", 4*R)
 	p("\tDECQ DX")
 	p("\tJNZ %s_blk", name)
@@ -550,6 +598,7 @@ func main() {
 	header()
 	panelI4()
 	panelI8()
+	panelS8()
 	panelF(4)
 	panelF(8)
 	for _, bits := range []int{4, 8} {

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"encoding/binary"
 	"sync"
 	"unsafe"
 
@@ -299,6 +300,9 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		upg = gs / 32 // blocks of 32
 		if useGemm && bits != 4 {
 			avxPrepQ8(s, x, m*k, 8) // the m-blocked kernels take x as int16 for every width but 4
+			if gemm && bits == 8 {
+				avxLayS8(s, m*k) // but the 8-bit GEMM's as int8 with 128·Σx
+			}
 		} else {
 			avxPrepQ8(s, x, m*k, bits)
 		}
@@ -474,6 +478,24 @@ func avxPrepQ8(s *avxState, x []float32, n, bits int) {
 	parallelFor(nb, 256, func(lo, hi int) {
 		avxQuantQ8(&x[32*lo], &s.xqn[32*lo], &s.dx[lo], hi-lo, unsafe.Add(lay, 32*lo*esz), mode, q8Max(bits))
 	})
+}
+
+// avxLayS8 rewrites s.x16 (2n bytes) in the layout of the 8-bit int8 GEMM
+// kernels (qgemmG8B8R*, avxPanelS8): per block of 32 codes of s.xqn, the
+// codes as int8, then 128·Σ codes as an int32, then 28 bytes unused: 64
+// bytes, the int16 layout's stride. The sum restores Σ c·x from the
+// panel's c - 128: exact (|128·Σ| < 2^20).
+func avxLayS8(s *avxState, n int) {
+	out := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s.x16))), 2*n)
+	for t := range n / 32 {
+		blk, codes := out[64*t:64*t+64], s.xqn[32*t:32*t+32]
+		var sum int32
+		for i, c := range codes {
+			blk[i] = byte(c)
+			sum += int32(c)
+		}
+		binary.LittleEndian.PutUint32(blk[32:], uint32(128*sum))
+	}
 }
 
 // avxLanes are the weight rows of a tile in the kernels' lane order.
