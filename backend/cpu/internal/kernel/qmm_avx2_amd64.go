@@ -71,16 +71,9 @@ const (
 //go:noescape
 func avxPanelI4(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
 
-// avxPanelI8 is avxPanelI4 for 8-bit codes: per block and pair c of codes
-// (2c, 2c+1), the rows' two codes as int16 (a dword per row) at 32c; 512
-// bytes a block.
-//
-//go:noescape
-func avxPanelI8(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
-
-// avxPanelS8 is the int8 GEMM's 8-bit panel (qgemmG8B8R*): per block and
-// word i (codes 4i..4i+3), the rows' word with each code c as the signed
-// byte c - 128 (a dword per row) at 32i; 256 bytes a block.
+// avxPanelS8 is the int8 kernels' 8-bit panel (qgemmG8B8R*, qgemmQ8B8R*):
+// per block and word i (codes 4i..4i+3), the rows' word with each code c
+// as the signed byte c - 128 (a dword per row) at 32i; 256 bytes a block.
 //
 //go:noescape
 func avxPanelS8(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int)
@@ -199,29 +192,29 @@ func qgemmQ8B4R3(a *avxGArgs)
 //go:noescape
 func qgemmQ8B4R4(a *avxGArgs)
 
-// qgemmQ8B8R1 runs one row of x (int8, avxPrepQ8's layout) against a.ntile
-// tiles of 8-bit weight rows (avxPanelI8) in dotQ8 + dotBias's
+// qgemmQ8B8R1 runs one row of x (int8, avxLayS8's layout) against a.ntile
+// tiles of 8-bit weight rows (avxPanelS8) in dotQ8 + dotBias's
 // steps (as qavxQ8B8).
 //
 //go:noescape
 func qgemmQ8B8R1(a *avxGArgs)
 
-// qgemmQ8B8R2 runs 2 rows of x (int8, avxPrepQ8's layout) against a.ntile
-// tiles of 8-bit weight rows (avxPanelI8) in dotQ8 + dotBias's
+// qgemmQ8B8R2 runs 2 rows of x (int8, avxLayS8's layout) against a.ntile
+// tiles of 8-bit weight rows (avxPanelS8) in dotQ8 + dotBias's
 // steps (as qavxQ8B8).
 //
 //go:noescape
 func qgemmQ8B8R2(a *avxGArgs)
 
-// qgemmQ8B8R3 runs 3 rows of x (int8, avxPrepQ8's layout) against a.ntile
-// tiles of 8-bit weight rows (avxPanelI8) in dotQ8 + dotBias's
+// qgemmQ8B8R3 runs 3 rows of x (int8, avxLayS8's layout) against a.ntile
+// tiles of 8-bit weight rows (avxPanelS8) in dotQ8 + dotBias's
 // steps (as qavxQ8B8).
 //
 //go:noescape
 func qgemmQ8B8R3(a *avxGArgs)
 
-// qgemmQ8B8R4 runs 4 rows of x (int8, avxPrepQ8's layout) against a.ntile
-// tiles of 8-bit weight rows (avxPanelI8) in dotQ8 + dotBias's
+// qgemmQ8B8R4 runs 4 rows of x (int8, avxLayS8's layout) against a.ntile
+// tiles of 8-bit weight rows (avxPanelS8) in dotQ8 + dotBias's
 // steps (as qavxQ8B8).
 //
 //go:noescape
@@ -307,14 +300,14 @@ func avxGemmKind(bits int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, 
 	case bits == 4 && q8:
 		return &[avxGR]func(*avxGArgs){qgemmQ8B4R1, qgemmQ8B4R2, qgemmQ8B4R3, qgemmQ8B4R4}, avxPanelI4, 256
 	case bits == 8 && q8:
-		return &[avxGR]func(*avxGArgs){qgemmQ8B8R1, qgemmQ8B8R2, qgemmQ8B8R3, qgemmQ8B8R4}, avxPanelI8, 512
+		return &[avxGR]func(*avxGArgs){qgemmQ8B8R1, qgemmQ8B8R2, qgemmQ8B8R3, qgemmQ8B8R4}, avxPanelS8, 256
 	case bits == 4:
 		return &[avxGR]func(*avxGArgs){qgemmF32B4R1, qgemmF32B4R2, qgemmF32B4R3}, avxPanelF4, 1024
 	case bits == 8:
 		return &[avxGR]func(*avxGArgs){qgemmF32B8R1, qgemmF32B8R2, qgemmF32B8R3}, avxPanelF8, 1024
 	case !validBits(bits):
 	case q8 && !gemm:
-		return &[avxGR]func(*avxGArgs){qgemmQ8B8R1, qgemmQ8B8R2, qgemmQ8B8R3, qgemmQ8B8R4}, avxPanelOdd(bits, true), 512
+		return &[avxGR]func(*avxGArgs){qgemmQ8B8R1, qgemmQ8B8R2, qgemmQ8B8R3, qgemmQ8B8R4}, avxPanelOdd(bits, true), 256
 	case !q8:
 		return &[avxGR]func(*avxGArgs){qgemmF32B8R1, qgemmF32B8R2, qgemmF32B8R3}, avxPanelOdd(bits, false), 1024
 	}
@@ -322,11 +315,11 @@ func avxGemmKind(bits int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, 
 }
 
 // avxPanelOdd returns the panel builder of the widths 2, 3, 5 and 6, in
-// Go: with i16 avxPanelI8's layout (pairs of codes as int16, for the 8-bit
+// Go: with s8 avxPanelS8's layout (the codes as c - 128, for the 8-bit
 // int8 kernels, which then serve these widths: the integer block sums are
 // exact in any order), else avxPanelF8's (the codes as float32; the
 // generic loop of dotF32 is the 8-bit loop's steps on chunks of four).
-func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
+func avxPanelOdd(bits int, s8 bool) func(*byte, unsafe.Pointer, uintptr, int) {
 	return func(dst *byte, w unsafe.Pointer, wstr uintptr, nb int) {
 		wpr := int(wstr / 4)
 		var rows [8][]uint32
@@ -334,8 +327,8 @@ func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
 			rows[r] = unsafe.Slice((*uint32)(unsafe.Add(w, uintptr(r)*wstr)), wpr)
 		}
 		blk := 1024
-		if i16 {
-			blk = 512
+		if s8 {
+			blk = 256
 		}
 		out := unsafe.Slice(dst, nb*blk)
 		var c [8][32]uint8
@@ -346,13 +339,12 @@ func avxPanelOdd(bits int, i16 bool) func(*byte, unsafe.Pointer, uintptr, int) {
 				}
 			}
 			o := out[b*blk : (b+1)*blk]
-			if i16 {
-				for v := range 16 { // pair of codes (2v, 2v+1), lanes in avxLanes order
+			if s8 {
+				for v := range 8 { // codes 4v..4v+3, lanes in avxLanes order
 					for l, r := range avxLanes {
-						o[32*v+4*l] = c[r][2*v]
-						o[32*v+4*l+1] = 0
-						o[32*v+4*l+2] = c[r][2*v+1]
-						o[32*v+4*l+3] = 0
+						for i := range 4 {
+							o[32*v+4*l+i] = c[r][4*v+i] ^ 0x80
+						}
 					}
 				}
 				continue

@@ -8,8 +8,8 @@
 // compares that output with the committed file).
 //
 // A tile of eight weight rows is first unpacked into a panel in the layout
-// its kernel reads, once per call (int8 kernels: one code per byte, or per
-// int16 for 8-bit weights; float32 kernels: the codes as float32); the
+// its kernel reads, once per call (int8 kernels: one code per byte, 8-bit
+// codes as c - 128; float32 kernels: the codes as float32); the
 // kernels then run up to four (int8) or three (float32) rows of x against
 // the panel, each code vector loaded once for all of them. Per output the
 // float32 operations are those of the one-row kernels of
@@ -108,15 +108,6 @@ func header() {
 		p("DATA gmPerm<>+%d(SB)/4, $%d", 4*l, v)
 	}
 	p("GLOBL gmPerm<>(SB), RODATA|NOPTR, $32")
-	// Dword j of each lane <- bytes 4j+o and 4j+o+1 as two int16 (o = 0:
-	// codes 0, 1 of the word; o = 2: codes 2, 3).
-	for h := range 2 {
-		for l := range 8 {
-			j := l & 3
-			p("DATA gmW16x%d<>+%d(SB)/4, $0x80%02x80%02x", h, 4*l, 4*j+2*h+1, 4*j+2*h)
-		}
-		p("GLOBL gmW16x%d<>(SB), RODATA|NOPTR, $32", h)
-	}
 	p("")
 }
 
@@ -188,35 +179,15 @@ func panelI4() {
 	panelTail(name, 16, 256)
 }
 
-// panelI8 writes avxPanelI8, the int8 kernels' 8-bit panel: per block and
-// pair of codes (2c, 2c+1), c = 0..15, the eight rows' two codes as int16
-// (one dword per row) at 32c: 512 bytes per block.
-func panelI8() {
-	name := "avxPanelI8"
-	panelHead(name)
-	p("\tVMOVDQU gmW16x0<>(SB), Y14")
-	p("\tVMOVDQU gmW16x1<>(SB), Y15")
-	for half := range 2 {
-		transpose4(16*half, 8)
-		for i := range 4 {
-			w := 8 + i
-			word := 4*half + i
-			p("\tVPSHUFB Y14, Y%d, Y12", w)
-			p("\tVPSHUFB Y15, Y%d, Y13", w)
-			p("\tVMOVDQU Y12, %d(DI)", 64*word)
-			p("\tVMOVDQU Y13, %d(DI)", 64*word+32)
-		}
-	}
-	panelTail(name, 32, 512)
-}
-
-// panelS8 writes avxPanelS8, the int8 GEMM's 8-bit panel: per block and
+// panelS8 writes avxPanelS8, the int8 kernels' 8-bit panel: per block and
 // word i of the block (codes 4i..4i+3), the eight rows' word with every
 // code c as the signed byte c - 128 (c XOR 0x80; one dword per row) at
 // 32i: 256 bytes per block. The kernels multiply |c - 128| by x carrying
 // the sign of c - 128 (VPABSB, VPSIGNB, VPMADDUBSW: every pair sum within
 // 2·128·127 < 2^15, exact) and add 128·Σx per block (the x layout's fifth
-// dword), so the block sums are Σ c·x exactly, as the int16 panel's.
+// dword), so the block sums are Σ c·x exactly. (Against codes widened to
+// int16 and VPMADDWD, 5 instructions per 32 multiply-adds and row instead
+// of 6: BenchmarkAVX2Prefill's 8-bit shapes ran 16-31% faster.)
 func panelS8() {
 	name := "avxPanelS8"
 	panelHead(name)
@@ -393,16 +364,14 @@ func intKernel(bits, rows int, gemm bool) {
 	}
 	p("\tMOVQ %d(AX), DX", aUpg)
 	p("%s_blk:", name)
-	// Integer sums of the block: 4-bit, eight vectors of four codes per
-	// row (products in int16 pairs: |sum| <= 16·15·127 < 2^15, exact);
-	// 8-bit, sixteen vectors of two int16 codes per row (VPMADDWD, int32).
+	// Integer sums of the block, eight vectors of four codes per row:
+	// 4-bit, products in int16 pairs (|sum| <= 16·15·127 < 2^15, exact);
+	// 8-bit, the codes as c - 128 (avxPanelS8) against x as int8 with
+	// 128·Σx (avxLayS8), each pair of products widened to int32.
 	nvec, xoff := 8, func(v int) int { return 4*(v/2) + 16*(v%2) } // x layout: even codes then odd
-	signed := bits == 8 && gemm                                      // avxPanelS8 and x as int8 (avxLayS8)
-	switch {
-	case signed:
-		nvec, xoff = 8, func(v int) int { return 4 * v }
-	case bits == 8:
-		nvec, xoff = 16, func(v int) int { return 4 * v }
+	signed := bits == 8
+	if signed {
+		xoff = func(v int) int { return 4 * v }
 	}
 	for v := range nvec {
 		p("\tVMOVDQU %d(R8), Y0", 32*v)
@@ -423,20 +392,11 @@ func intKernel(bits, rows int, gemm bool) {
 				}
 				continue
 			}
-			if bits == 4 {
-				if v == 0 {
-					p("\tVPMADDUBSW Y1, Y0, %s", I(r))
-				} else {
-					p("\tVPMADDUBSW Y1, Y0, Y1")
-					p("\tVPADDW Y1, %s, %s", I(r), I(r))
-				}
+			if v == 0 {
+				p("\tVPMADDUBSW Y1, Y0, %s", I(r))
 			} else {
-				if v == 0 {
-					p("\tVPMADDWD Y1, Y0, %s", I(r))
-				} else {
-					p("\tVPMADDWD Y1, Y0, Y1")
-					p("\tVPADDD Y1, %s, %s", I(r), I(r))
-				}
+				p("\tVPMADDUBSW Y1, Y0, Y1")
+				p("\tVPADDW Y1, %s, %s", I(r), I(r))
 			}
 		}
 	}
@@ -459,7 +419,7 @@ func intKernel(bits, rows int, gemm bool) {
 		}
 	}
 	p("\tADDQ $%d, R8", 32*nvec)
-	p("\tADDQ $%d, DI", 8*bits) // x of the block: 4-bit 32 bytes, 8-bit 64 (int16, or avxLayS8's)
+	p("\tADDQ $%d, DI", 8*bits) // x of the block: 4-bit 32 bytes, 8-bit 64 (avxLayS8's)
 	p("\tADDQ $%d, CX", 4*R)
 	p("\tDECQ DX")
 	p("\tJNZ %s_blk", name)
@@ -597,7 +557,6 @@ func main() {
 	flag.Parse()
 	header()
 	panelI4()
-	panelI8()
 	panelS8()
 	panelF(4)
 	panelF(8)

@@ -299,10 +299,8 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	if q8 {
 		upg = gs / 32 // blocks of 32
 		if useGemm && bits != 4 {
-			avxPrepQ8(s, x, m*k, 8) // the m-blocked kernels take x as int16 for every width but 4
-			if gemm && bits == 8 {
-				avxLayS8(s, m*k) // but the 8-bit GEMM's as int8 with 128·Σx
-			}
+			avxPrepQ8(s, x, m*k, 8)
+			avxLayS8(s, m*k) // the m-blocked kernels take x as int8 with 128·Σx for every width but 4
 		} else {
 			avxPrepQ8(s, x, m*k, bits)
 		}
@@ -480,8 +478,9 @@ func avxPrepQ8(s *avxState, x []float32, n, bits int) {
 	})
 }
 
-// avxLayS8 rewrites s.x16 (2n bytes) in the layout of the 8-bit int8 GEMM
-// kernels (qgemmG8B8R*, avxPanelS8): per block of 32 codes of s.xqn, the
+// avxLayS8 rewrites s.x16 (2n bytes) in the layout of the m-blocked 8-bit
+// int8 kernels (qgemmG8B8R*, qgemmQ8B8R*, avxPanelS8; they also serve the
+// widths 2, 3, 5 and 6): per block of 32 codes of s.xqn, the
 // codes as int8, then 128·Σ codes as an int32, then 28 bytes unused: 64
 // bytes, the int16 layout's stride. The sum restores Σ c·x from the
 // panel's c - 128: exact (|128·Σ| < 2^20).
