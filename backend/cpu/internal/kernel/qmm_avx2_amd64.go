@@ -271,6 +271,54 @@ var avxGemmOn = true
 // nanoseconds a code, which only many rows of x repay (tests lower it).
 var avxGemmOddRows = 64
 
+// qgemmQ8G1B4R1 is qgemmQ8B4R1 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B4R1(a *avxGArgs)
+
+// qgemmQ8G1B4R2 is qgemmQ8B4R2 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B4R2(a *avxGArgs)
+
+// qgemmQ8G1B4R3 is qgemmQ8B4R3 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B4R3(a *avxGArgs)
+
+// qgemmQ8G1B4R4 is qgemmQ8B4R4 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B4R4(a *avxGArgs)
+
+// qgemmQ8G1B8R1 is qgemmQ8B8R1 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B8R1(a *avxGArgs)
+
+// qgemmQ8G1B8R2 is qgemmQ8B8R2 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B8R2(a *avxGArgs)
+
+// qgemmQ8G1B8R3 is qgemmQ8B8R3 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B8R3(a *avxGArgs)
+
+// qgemmQ8G1B8R4 is qgemmQ8B8R4 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B8R4(a *avxGArgs)
+
 // avxGemmMinRows is the fewest rows of x for which the 4- and 8-bit
 // weights take the m-blocked kernels. Building a panel costs more than the
 // one-row kernels' second pass over a tile still in cache: per CPU-second
@@ -288,11 +336,15 @@ const avxGemmPanelBytes = 256 << 10
 
 // avxGemmKind returns the m-blocked kernels (by rows of x - 1), panel
 // builder and panel bytes per block of 32 codes for a combination, or nil:
-// 4- and 8-bit weights in the three forms (gemm: the int8 GEMM; q8: dotQ8;
-// else dotF32), the widths 2, 3, 5 and 6 in the last two through the
-// 8-bit kernels.
-func avxGemmKind(bits int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, unsafe.Pointer, uintptr, int), int) {
+// 4- and 8-bit weights in the three forms (gemm: the int8 GEMM; q8: dotQ8,
+// with kernels of their own for groups of one block; else dotF32), the
+// widths 2, 3, 5 and 6 in the last two through the 8-bit kernels.
+func avxGemmKind(bits, gs int, q8, gemm bool) (*[avxGR]func(*avxGArgs), func(*byte, unsafe.Pointer, uintptr, int), int) {
 	switch {
+	case bits == 4 && q8 && !gemm && gs == 32:
+		return &[avxGR]func(*avxGArgs){qgemmQ8G1B4R1, qgemmQ8G1B4R2, qgemmQ8G1B4R3, qgemmQ8G1B4R4}, avxPanelI4, 256
+	case bits == 8 && q8 && !gemm && gs == 32:
+		return &[avxGR]func(*avxGArgs){qgemmQ8G1B8R1, qgemmQ8G1B8R2, qgemmQ8G1B8R3, qgemmQ8G1B8R4}, avxPanelS8, 256
 	case bits == 4 && gemm:
 		return &[avxGR]func(*avxGArgs){qgemmG8B4R1, qgemmG8B4R2, qgemmG8B4R3, qgemmG8B4R4}, avxPanelI4, 256
 	case bits == 8 && gemm:

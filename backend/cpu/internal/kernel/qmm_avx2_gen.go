@@ -336,10 +336,18 @@ func kernelTail(name string, rows, res int) {
 // Registers: Y0 a panel vector, Y1 a scratch, Y2.. the rows' integer block
 // sums I (4-bit: int16 lanes until the block's end), Y6.. acc (gemm) or a,
 // Y10.. res (dotQ8; bias in the arguments' scratch), Y15 int16 ones.
-func intKernel(bits, rows int, gemm bool) {
+//
+// With one (dotQ8's steps, groups of one block: group size 32), a = d·I
+// is written at once instead of added to a zeroed a: the same bits, as
+// 0 + y is y for every y but -0, and d·float(I) is never -0 (d >= 0, and
+// d = 0 only for a block of zeros, whose I is 0).
+func intKernel(bits, rows int, gemm, one bool) {
 	kind := "Q8"
 	if gemm {
 		kind = "G8"
+	}
+	if one {
+		kind = "Q8G1"
 	}
 	name := fmt.Sprintf("qgemm%sB%dR%d", kind, bits, rows)
 	I := func(r int) string { return fmt.Sprintf("Y%d", 2+r) }
@@ -357,7 +365,7 @@ func intKernel(bits, rows int, gemm bool) {
 		}
 	}
 	p("%s_group:", name)
-	if !gemm {
+	if !gemm && !one {
 		for r := range rows {
 			p("\tVXORPS %s, %s, %s", A(r), A(r), A(r))
 		}
@@ -411,10 +419,14 @@ func intKernel(bits, rows int, gemm bool) {
 		}
 		p("\tVCVTDQ2PS %s, %s", I(r), I(r))
 		p("\tVBROADCASTSS %d(CX), Y1", 4*r)
-		p("\tVMULPS Y1, %s, %s", I(r), I(r))
-		if gemm {
+		switch {
+		case one:
+			p("\tVMULPS Y1, %s, %s", I(r), A(r))
+		case gemm:
+			p("\tVMULPS Y1, %s, %s", I(r), I(r))
 			p("\tVFMADD231PS (BX), %s, %s", I(r), A(r))
-		} else {
+		default:
+			p("\tVMULPS Y1, %s, %s", I(r), I(r))
 			p("\tVADDPS %s, %s, %s", I(r), A(r), A(r))
 		}
 	}
@@ -562,8 +574,9 @@ func main() {
 	panelF(8)
 	for _, bits := range []int{4, 8} {
 		for rows := 1; rows <= R; rows++ {
-			intKernel(bits, rows, true)
-			intKernel(bits, rows, false)
+			intKernel(bits, rows, true, false)
+			intKernel(bits, rows, false, false)
+			intKernel(bits, rows, false, true)
 		}
 		for rows := 1; rows <= f32Set; rows++ {
 			f32Kernel(bits, rows)

@@ -294,7 +294,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	if bits != 4 && bits != 8 {
 		upg = gs / 8 // chunks of eight codes
 	}
-	kern2, build, blk := avxGemmKind(bits, q8, gemm)
+	kern2, build, blk := avxGemmKind(bits, gs, q8, gemm)
 	useGemm := avxGemmOn && kern2 != nil && (m >= avxGemmMinRows && (bits == 4 || bits == 8) || m >= avxGemmOddRows)
 	if q8 {
 		upg = gs / 32 // blocks of 32
