@@ -220,6 +220,54 @@ func qgemmQ8B8R3(a *avxGArgs)
 //go:noescape
 func qgemmQ8B8R4(a *avxGArgs)
 
+// qgemmQ8G1B4R1 is qgemmQ8B4R1 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B4R1(a *avxGArgs)
+
+// qgemmQ8G1B4R2 is qgemmQ8B4R2 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B4R2(a *avxGArgs)
+
+// qgemmQ8G1B4R3 is qgemmQ8B4R3 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B4R3(a *avxGArgs)
+
+// qgemmQ8G1B4R4 is qgemmQ8B4R4 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B4R4(a *avxGArgs)
+
+// qgemmQ8G1B8R1 is qgemmQ8B8R1 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B8R1(a *avxGArgs)
+
+// qgemmQ8G1B8R2 is qgemmQ8B8R2 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B8R2(a *avxGArgs)
+
+// qgemmQ8G1B8R3 is qgemmQ8B8R3 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B8R3(a *avxGArgs)
+
+// qgemmQ8G1B8R4 is qgemmQ8B8R4 for groups of one block (group size
+// 32): the same bits, a = d·I set at once.
+//
+//go:noescape
+func qgemmQ8G1B8R4(a *avxGArgs)
+
 // qgemmF32B4R1 runs one row of x (float32) against a.ntile tiles of
 // 4-bit weight rows (avxPanelF4) in dotF32 + dotBias's steps (as
 // qavxF32B4).
@@ -270,54 +318,6 @@ var avxGemmOn = true
 // 6 take the m-blocked kernels: their panels are built in Go, at a few
 // nanoseconds a code, which only many rows of x repay (tests lower it).
 var avxGemmOddRows = 64
-
-// qgemmQ8G1B4R1 is qgemmQ8B4R1 for groups of one block (group size
-// 32): the same bits, a = d·I set at once.
-//
-//go:noescape
-func qgemmQ8G1B4R1(a *avxGArgs)
-
-// qgemmQ8G1B4R2 is qgemmQ8B4R2 for groups of one block (group size
-// 32): the same bits, a = d·I set at once.
-//
-//go:noescape
-func qgemmQ8G1B4R2(a *avxGArgs)
-
-// qgemmQ8G1B4R3 is qgemmQ8B4R3 for groups of one block (group size
-// 32): the same bits, a = d·I set at once.
-//
-//go:noescape
-func qgemmQ8G1B4R3(a *avxGArgs)
-
-// qgemmQ8G1B4R4 is qgemmQ8B4R4 for groups of one block (group size
-// 32): the same bits, a = d·I set at once.
-//
-//go:noescape
-func qgemmQ8G1B4R4(a *avxGArgs)
-
-// qgemmQ8G1B8R1 is qgemmQ8B8R1 for groups of one block (group size
-// 32): the same bits, a = d·I set at once.
-//
-//go:noescape
-func qgemmQ8G1B8R1(a *avxGArgs)
-
-// qgemmQ8G1B8R2 is qgemmQ8B8R2 for groups of one block (group size
-// 32): the same bits, a = d·I set at once.
-//
-//go:noescape
-func qgemmQ8G1B8R2(a *avxGArgs)
-
-// qgemmQ8G1B8R3 is qgemmQ8B8R3 for groups of one block (group size
-// 32): the same bits, a = d·I set at once.
-//
-//go:noescape
-func qgemmQ8G1B8R3(a *avxGArgs)
-
-// qgemmQ8G1B8R4 is qgemmQ8B8R4 for groups of one block (group size
-// 32): the same bits, a = d·I set at once.
-//
-//go:noescape
-func qgemmQ8G1B8R4(a *avxGArgs)
 
 // avxGemmMinRows is the fewest rows of x for which the 4- and 8-bit
 // weights take the m-blocked kernels. Building a panel costs more than the
