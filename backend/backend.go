@@ -372,6 +372,51 @@ type QuantizedAttention interface {
 	QuantizedScaledDotProductAttention(q Array, keys, values QuantizedArray, scale float32, mask Mask) Array
 }
 
+// RowAttention is implemented by backends with a fused attention over rows
+// that each have keys and values of their own (a batch of per-row KV
+// caches): q [B, H, L, D]; keys[r] [1, Hk, S_r, D] and values[r]
+// [1, Hk, S_r, Dv] for row r; scale and mask (NoMask or CausalMask) as in
+// ScaledDotProductAttention on each row alone. The result [B, H, L, Dv]
+// holds, row after row, what ScaledDotProductAttention gives each row
+// alone, value for value. AttendRows uses it where a backend has it.
+type RowAttention interface {
+	ScaledDotProductAttentionRows(q Array, keys, values []Array, scale float32, mask Mask) Array
+}
+
+// AttendRows attends row r of q ([B, H, L, D]) to keys[r] and values[r]
+// ([1, Hk, S_r, ·]) under mask (NoMask or CausalMask, per row): through
+// b's RowAttention when it has one, else row by row (Slice, then
+// ScaledDotProductAttention, then Concatenate along axis 0). The result is
+// b's.
+func AttendRows(b Backend, q Array, keys, values []Array, scale float32, mask Mask) Array {
+	if ra, ok := b.(RowAttention); ok {
+		return ra.ScaledDotProductAttentionRows(q, keys, values, scale, mask)
+	}
+	return AttendRowsComposed(b, q, keys, values, scale, mask)
+}
+
+// AttendRowsComposed is AttendRows row by row through b's
+// ScaledDotProductAttention: the definition a RowAttention matches (and
+// what one may fall back to, for example while recording gradients).
+func AttendRowsComposed(b Backend, q Array, keys, values []Array, scale float32, mask Mask) Array {
+	qs := q.Shape()
+	if len(qs) != 4 || qs[0] != len(keys) || len(values) != len(keys) {
+		panic(Errorf("AttendRows", []Array{q}, "q of shape %v for %d key and %d value arrays, want [%d, H, L, D]", qs, len(keys), len(values), len(keys)))
+	}
+	if len(keys) == 1 {
+		return b.ScaledDotProductAttention(q, keys[0], values[0], scale, mask)
+	}
+	outs := make([]Array, len(keys))
+	for r := range keys {
+		qr := b.Slice(q, []int{r, 0, 0, 0}, []int{r + 1, qs[1], qs[2], qs[3]})
+		outs[r] = b.ScaledDotProductAttention(qr, keys[r], values[r], scale, mask)
+		b.Release(qr)
+	}
+	out := b.Concatenate(0, outs...)
+	b.Release(outs...)
+	return out
+}
+
 // TurboKV is the live window of a TurboQuant KV cache (nn.TurboKVCache,
 // the codec of package nn/turboquant) as TurboAttention reads it. Parts are
 // [B, Hk, S, ·] each, in the cache's persistence order: key codes (int8 for

@@ -85,6 +85,9 @@ func (c *BatchKVCache) attendRows(q, k, v backend.Array, scale float32) backend.
 		panic(backend.Errorf("BatchKVCache.Attend", []backend.Array{q, k, v}, "queries, keys and values have %d, %d and %d rows, the cache %d", qs[0], ks[0], vs[0], len(c.rows)))
 	}
 	L := qs[2]
+	if out, ok := c.attendFullRows(q, k, v, scale); ok {
+		return out
+	}
 	outs := make([]backend.Array, len(c.rows))
 	for r, rc := range c.rows {
 		n := L
@@ -114,6 +117,35 @@ func (c *BatchKVCache) attendRows(q, k, v backend.Array, scale float32) backend.
 	out := b.Concatenate(0, outs...)
 	b.Release(outs...)
 	return out
+}
+
+// attendFullRows is attendRows when every row is a FullKVCache and none is
+// right-padded (a decode step, or a prefill of equal lengths): each row's
+// keys and values are appended to its cache, then backend.AttendRows
+// attends all rows at once (one fused pass on backends with
+// RowAttention). ok is false, and nothing is done, otherwise.
+func (c *BatchKVCache) attendFullRows(q, k, v backend.Array, scale float32) (out backend.Array, ok bool) {
+	if len(c.rows) < 2 || slices.ContainsFunc(c.rightPadding, func(p int) bool { return p != 0 }) {
+		return nil, false
+	}
+	for _, rc := range c.rows {
+		if _, full := rc.(*FullKVCache); !full {
+			return nil, false
+		}
+	}
+	b := c.b
+	ks, vs := k.Shape(), v.Shape()
+	keys, values := make([]backend.Array, len(c.rows)), make([]backend.Array, len(c.rows))
+	for r, rc := range c.rows {
+		kr := b.Slice(k, []int{r, 0, 0, 0}, []int{r + 1, ks[1], ks[2], ks[3]})
+		vr := b.Slice(v, []int{r, 0, 0, 0}, []int{r + 1, vs[1], vs[2], vs[3]})
+		keys[r], values[r] = rc.Update(kr, vr)
+		b.Release(kr, vr)
+	}
+	out = backend.AttendRows(b, q, keys, values, scale, c.rows[0].Mask(q.Shape()[2]))
+	b.Release(keys...)
+	b.Release(values...)
+	return out, true
 }
 
 // attendCache appends k and v to cache and attends q to every key it holds

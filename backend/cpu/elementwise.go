@@ -131,8 +131,21 @@ func binaryRows(op backend.BinaryOp, dst, a, b []float32, shape, as, bs tensor.S
 	if inner < minBinaryRow {
 		return false
 	}
-	walk(shape[:ax], [][]int{sa[:ax], sb[:ax]}, func(k int, o []int) {
-		binaryLoop(op, dst[k*inner:(k+1)*inner], a[o[0]:], b[o[1]:], ka, kb)
+	outer := shape[:ax].Size()
+	if outer < 2 || outer*inner < 2*minParallelWork {
+		walk(shape[:ax], [][]int{sa[:ax], sb[:ax]}, func(k int, o []int) {
+			binaryLoop(op, dst[k*inner:(k+1)*inner], a[o[0]:], b[o[1]:], ka, kb)
+		})
+		return true
+	}
+	// Long blocks (a batch's rows of logits minus their logsumexp) on the
+	// workers: the blocks' input offsets first, then the blocks in parallel.
+	offs := make([]int, 2*outer)
+	walk(shape[:ax], [][]int{sa[:ax], sb[:ax]}, func(k int, o []int) { copy(offs[2*k:], o) })
+	kernel.ParallelFor(outer, max(1, minParallelWork/inner), func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			binaryLoop(op, dst[k*inner:(k+1)*inner], a[offs[2*k]:], b[offs[2*k+1]:], ka, kb)
+		}
 	})
 	return true
 }

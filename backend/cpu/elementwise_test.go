@@ -223,6 +223,10 @@ func TestBinaryRows(t *testing.T) {
 		{tensor.Shape{2, 8, 4}, tensor.Shape{2, 8, 1}, false},  // rows under minBinaryRow: the walk
 		{tensor.Shape{3, 1, 16}, tensor.Shape{3, 16, 1}, true}, // inner rows of 16: a in order, b one value each
 		{tensor.Shape{5, 3}, tensor.Shape{5, 1}, false},        // rows of 3
+		// Long rows, split over the workers:
+		{tensor.Shape{8, 1, 40000}, tensor.Shape{8, 1, 1}, true},     // a batch's logits - logsumexp
+		{tensor.Shape{3, 4, 12000}, tensor.Shape{12000}, true},       // a shared vector
+		{tensor.Shape{4, 1, 20000}, tensor.Shape{1, 3, 20000}, true}, // both broadcast over the outer axes
 	}
 	ops := []backend.BinaryOp{backend.Add, backend.Subtract, backend.Multiply, backend.Divide, backend.Maximum, backend.Minimum}
 	rng := rand.New(rand.NewPCG(1, 2))

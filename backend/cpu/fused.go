@@ -358,3 +358,76 @@ func (b *Backend) floatOut(dt tensor.DType, shape tensor.Shape, dst []float32) *
 	b.pool.putF32(dst)
 	return b.valuesF64(dt, shape, v)
 }
+
+// ScaledDotProductAttentionRows attends row r of q [B, H, L, D] to keys[r]
+// [1, Hk, S_r, D] and values[r] [1, Hk, S_r, Dv] under mask (NoMask or
+// CausalMask, per row) in one parallel pass over every row's work
+// (kernel.SDPAKVRows), the output [B, H, L, Dv] in the rows' promoted
+// dtype: row r's values are ScaledDotProductAttention's on row r alone,
+// bit for bit. It implements backend.RowAttention. While gradients are
+// recorded it runs row by row (backend.AttendRowsComposed).
+func (b *Backend) ScaledDotProductAttentionRows(q backend.Array, keys, values []backend.Array, scale float32, mask backend.Mask) backend.Array {
+	const op = "ScaledDotProductAttentionRows"
+	if b.tape != nil {
+		return backend.AttendRowsComposed(b, q, keys, values, scale, mask)
+	}
+	qa := b.use1(op, q)
+	args := func() []backend.Array { return append(append([]backend.Array{q}, keys...), values...) }
+	if len(qa.shape) != 4 || qa.shape[0] != len(keys) || len(values) != len(keys) {
+		panic(backend.Errorf(op, []backend.Array{q}, "q of shape %v for %d key and %d value arrays, want [%d, H, L, D]", qa.shape, len(keys), len(values), len(keys)))
+	}
+	B, H, L, D := qa.shape[0], qa.shape[1], qa.shape[2], qa.shape[3]
+	switch mask.(type) {
+	case nil, backend.NoMask, backend.CausalMask:
+	default:
+		panic(backend.Errorf(op, args(), "mask %T: want NoMask or CausalMask (the same for every row)", mask))
+	}
+	ks, vs := b.use(op, keys...), b.use(op, values...)
+	var dt tensor.DType
+	var Hk, Dv int
+	lens := make([]int, B)
+	for r := range B {
+		k, v := ks[r], vs[r]
+		if len(k.shape) != 4 || len(v.shape) != 4 || k.shape[0] != 1 || v.shape[0] != 1 {
+			panic(backend.Errorf(op, args(), "row %d: keys %v and values %v, want [1, Hk, S, D] each", r, k.shape, v.shape))
+		}
+		rdt := backend.PromoteTypes(backend.PromoteTypes(qa.dtype, k.dtype), v.dtype)
+		if r == 0 {
+			dt, Hk, Dv = rdt, k.shape[1], v.shape[3]
+		}
+		switch {
+		case k.shape[3] != D:
+			panic(backend.Errorf(op, args(), "row %d: q and k head dims differ (%d, %d)", r, D, k.shape[3]))
+		case v.shape[1] != k.shape[1] || v.shape[2] != k.shape[2]:
+			panic(backend.Errorf(op, args(), "row %d: k and v heads or lengths differ", r))
+		case k.shape[1] != Hk || v.shape[3] != Dv:
+			panic(backend.Errorf(op, args(), "row %d: %d KV heads of %d values, row 0 has %d of %d", r, k.shape[1], v.shape[3], Hk, Dv))
+		case rdt != dt:
+			panic(backend.Errorf(op, args(), "row %d promotes to %v, row 0 to %v", r, rdt, dt))
+		case k.shape[2] == 0 || D == 0 || Dv == 0:
+			panic(backend.Errorf(op, args(), "row %d: empty keys or head dims", r))
+		}
+		lens[r] = k.shape[2]
+	}
+	if B > 0 && (Hk == 0 || H%Hk != 0) {
+		panic(backend.Errorf(op, args(), "%d query heads is not a multiple of %d KV heads", H, Hk))
+	}
+	if B > 0 && !dt.IsFloat() {
+		panic(backend.Errorf(op, args(), "needs float dtypes"))
+	}
+	if B == 0 {
+		return b.floatOut(qa.dtype, tensor.Shape{0, H, L, D}, nil)
+	}
+	km := kernel.Mask{Kind: kernel.MaskNone}
+	if _, ok := mask.(backend.CausalMask); ok {
+		km.Kind = kernel.MaskCausal
+	}
+	defer b.freeTmps()
+	kk, vv := make([]kernel.KV, B), make([]kernel.KV, B)
+	for r := range B {
+		kk[r], vv[r] = b.kvOf(ks[r], dt), b.kvOf(vs[r], dt)
+	}
+	dst := b.pool.getF32(B * H * L * Dv)
+	kernel.SDPAKVRows(dst, b.f32Of(qa, dt), kk, vv, lens, H, Hk, L, D, Dv, scale, km, rounder(dt), b.acc())
+	return b.floatOut(dt, tensor.Shape{B, H, L, Dv}, dst)
+}

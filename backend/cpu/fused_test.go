@@ -1,7 +1,9 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -149,4 +151,94 @@ func TestSwiGLU(t *testing.T) {
 	want := vals(t, b, b.Binary(backend.Multiply, b.Unary(backend.SiLU, gb), ub))
 	check(t, b, b.SwiGLU(gb, ub), tensor.BF16, tensor.Shape{5}, want...)
 	opPanic(t, func() { b.SwiGLU(g, arr(b, tensor.F32, tensor.Shape{1}, 1)) })
+}
+
+// TestSDPARows: ScaledDotProductAttentionRows gives, bit for bit, what
+// AttendRowsComposed (each row alone through ScaledDotProductAttention)
+// gives, in every precision and float dtype, on rows of different
+// lengths whose keys and values are views of longer cache buffers; while
+// gradients are recorded it gives the composed gradients; and bad
+// arguments panic with an OpError.
+func TestSDPARows(t *testing.T) {
+	const H, Hk, D = 6, 2, 64
+	lens := []int{5, 40, 300}
+	for _, prec := range []string{"reference", "fast", "high"} {
+		for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+			for _, L := range []int{1, 2} {
+				for _, mask := range []backend.Mask{backend.NoMask{}, backend.CausalMask{}} {
+					t.Run(fmt.Sprintf("%s/%v/L%d/%T", prec, dt, L, mask), func(t *testing.T) {
+						b := openWith(t, backend.Options{Precision: prec})
+						q := randArray(b, 1, dt, len(lens), H, L, D)
+						keys, values := make([]backend.Array, len(lens)), make([]backend.Array, len(lens))
+						for r, s := range lens {
+							kbuf := randArray(b, uint64(10+r), dt, 1, Hk, s+16, D)
+							vbuf := randArray(b, uint64(20+r), dt, 1, Hk, s+16, D)
+							keys[r] = b.Slice(kbuf, []int{0, 0, 0, 0}, []int{1, Hk, s, D})
+							values[r] = b.Slice(vbuf, []int{0, 0, 0, 0}, []int{1, Hk, s, D})
+						}
+						want := vals(t, b, backend.AttendRowsComposed(b, q, keys, values, 0.125, mask))
+						got := b.ScaledDotProductAttentionRows(q, keys, values, 0.125, mask)
+						check(t, b, got, dt, tensor.Shape{len(lens), H, L, D}, want...)
+						if via := vals(t, b, backend.AttendRows(b, q, keys, values, 0.125, mask)); !slices.Equal(via, want) {
+							t.Errorf("AttendRows differs from the composition")
+						}
+					})
+				}
+			}
+		}
+	}
+	t.Run("grad", func(t *testing.T) {
+		b := open(t)
+		q := randArray(b, 1, tensor.F32, 2, 2, 1, 8)
+		k0, v0 := randArray(b, 2, tensor.F32, 1, 1, 3, 8), randArray(b, 3, tensor.F32, 1, 1, 3, 8)
+		k1, v1 := randArray(b, 4, tensor.F32, 1, 1, 7, 8), randArray(b, 5, tensor.F32, 1, 1, 7, 8)
+		loss := func(attend func(backend.Backend, backend.Array, []backend.Array, []backend.Array, float32, backend.Mask) backend.Array) backend.Func {
+			return func(in []backend.Array) ([]backend.Array, error) {
+				o := attend(b, in[0], []backend.Array{in[1], k1}, []backend.Array{v0, in[2]}, 0.5, nil)
+				return []backend.Array{b.Sum(b.Reshape(b.Binary(backend.Multiply, o, o), -1), 0, false)}, nil
+			}
+		}
+		fused := func(bb backend.Backend, q backend.Array, ks, vs []backend.Array, s float32, m backend.Mask) backend.Array {
+			return bb.(*Backend).ScaledDotProductAttentionRows(q, ks, vs, s, m)
+		}
+		in := []backend.Array{q, k0, v1}
+		_, gw, err := b.ValueAndGrad(loss(backend.AttendRowsComposed), in, []int{0, 1, 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, gg, err := b.ValueAndGrad(loss(fused), in, []int{0, 1, 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range gw {
+			w := vals(t, b, gw[i])
+			check(t, b, gg[i], tensor.F32, gw[i].Shape(), w...)
+		}
+	})
+	t.Run("errors", func(t *testing.T) {
+		b := open(t)
+		q := randArray(b, 1, tensor.F32, 2, 2, 1, 8)
+		k := randArray(b, 2, tensor.F32, 1, 1, 3, 8)
+		k16 := randArray(b, 2, tensor.F16, 1, 1, 3, 8)
+		k2 := randArray(b, 2, tensor.F32, 1, 2, 3, 8)
+		kb := randArray(b, 2, tensor.F32, 2, 1, 3, 8)
+		q16 := randArray(b, 1, tensor.F16, 2, 2, 1, 8)
+		bad := []struct {
+			name   string
+			q      backend.Array
+			ks, vs []backend.Array
+			mask   backend.Mask
+		}{
+			{"one key array for two rows", q, []backend.Array{k}, []backend.Array{k}, nil},
+			{"rows of different dtypes", q16, []backend.Array{k, k16}, []backend.Array{k, k16}, nil},
+			{"rows of different head counts", q, []backend.Array{k, k2}, []backend.Array{k, k2}, nil},
+			{"a row of two batch entries", q, []backend.Array{k, kb}, []backend.Array{k, kb}, nil},
+			{"an array mask", q, []backend.Array{k, k}, []backend.Array{k, k}, backend.ArrayMask{A: arr(b, tensor.Bool, tensor.Shape{3}, 1, 1, 1)}},
+		}
+		for _, c := range bad {
+			t.Run(c.name, func(t *testing.T) {
+				opPanic(t, func() { b.ScaledDotProductAttentionRows(c.q, c.ks, c.vs, 1, c.mask) })
+			})
+		}
+	})
 }

@@ -263,9 +263,12 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) (traced ba
 	}
 	v := b.f32In(a, dt)
 	res := b.pool.getF32(l.outer * l.inner)
-	buf := b.scratchF32(512) // exps in batches (vector exp), summed in order
-	for o := range l.outer {
-		for i := range l.inner {
+	// Each lane's sum is the same in any split: the lanes (a batch's rows
+	// of logits) go to the workers when they are long.
+	kernel.ParallelFor(len(res), max(1, minParallelWork/l.n), func(lo, hi int) {
+		var buf [512]float32 // exps in batches (vector exp), summed in order
+		for x := lo; x < hi; x++ {
+			o, i := x/l.inner, x%l.inner
 			m := maxLane(v, l, o, i)
 			r := m
 			if !math.IsInf(float64(m), 0) {
@@ -282,12 +285,16 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) (traced ba
 				}
 				r = float32(math.Log(float64(s))) + m
 			}
-			res[o*l.inner+i] = r
+			res[x] = r
 		}
-	}
+	})
 	roundTo(dt, res)
 	return b.valuesOut(dt, shape, res)
 }
+
+// minParallelWork is about the fewest elements a reduction or elementwise
+// loop hands to each worker: below it, waking one costs more than it saves.
+const minParallelWork = 16384
 
 // Softmax along axis, output in x's dtype (F32 for integer x, as MLX). It
 // follows MLX's CPU kernel (mlx/backend/cpu/softmax.cpp): m = max,

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -82,6 +83,38 @@ func TestLogSumExp(t *testing.T) {
 	// ln 2 = 0.693147 in bf16: 1.386294·2^-1, 0.386294·128 = 49.4 → 49 → 0.69140625
 	check(t, b, b.LogSumExp(arr(b, tensor.BF16, tensor.Shape{2}, 0, 0), 0, false), tensor.BF16, tensor.Shape{}, 0.69140625)
 	check(t, b, b.LogSumExp(arr(b, tensor.I32, tensor.Shape{1}, 3), 0, false), tensor.F32, tensor.Shape{}, 3)
+}
+
+// TestLogSumExpRows: long lanes go to the workers, and each gets the bits
+// it gets reduced alone, in every float dtype, along the last axis and a
+// middle one.
+func TestLogSumExpRows(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+		for _, axis := range []int{-1, 1} {
+			t.Run(fmt.Sprintf("%v/axis%d", dt, axis), func(t *testing.T) {
+				b := open(t)
+				shape := []int{5, 30000, 1}
+				if axis == 1 {
+					shape = []int{5, 20000, 2}
+				}
+				x := randArray(b, 7, dt, shape...)
+				got := vals(t, b, b.LogSumExp(x, axis, false))
+				var want []float64
+				for r := range shape[0] {
+					row := b.Slice(x, []int{r, 0, 0}, []int{r + 1, shape[1], shape[2]})
+					want = append(want, vals(t, b, b.LogSumExp(row, axis, false))...)
+				}
+				if len(got) != len(want) {
+					t.Fatalf("%d values, want %d", len(got), len(want))
+				}
+				for i := range want {
+					if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+						t.Fatalf("lane %d: %g, alone %g", i, got[i], want[i])
+					}
+				}
+			})
+		}
+	}
 }
 
 func TestSoftmax(t *testing.T) {

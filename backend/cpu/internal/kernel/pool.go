@@ -161,6 +161,13 @@ var inlineRuns atomic.Int64
 // chunksPerWorker is how many chunks each participant gets on average.
 const chunksPerWorker = 4
 
+// ParallelFor is parallelFor for the backend's own loops (a reduction or
+// an elementwise op over the rows of a batch): fn on disjoint ranges
+// [lo, hi) covering [0, n), each of at least minChunk items, on the fast
+// kernels' workers; inline when one suffices or the pool is in use. fn
+// must compute each item the same way whichever range holds it.
+func ParallelFor(n, minChunk int, fn func(lo, hi int)) { parallelFor(n, minChunk, fn) }
+
 // parallelFor calls fn on disjoint ranges [lo, hi) covering [0, n), on up to
 // Threads() goroutines, in up to chunksPerWorker ranges per goroutine of at
 // least minChunk items each (one range [0, n) when n < 2·minChunk). It runs fn inline when one worker suffices or

@@ -338,6 +338,41 @@ func SDPAKV(dst, q []float32, k, v KV, b, h, hk, l, s, d, dv int, scale float32,
 	sdpaKV(dst, q, &k, &v, b, h, hk, l, s, d, dv, scale, &m, roundOr(round), acc)
 }
 
+// SDPAKVRows is SDPAKV over the rows of q ([B, H, L, D], B = len(ks)) when
+// each row has keys and values of its own: row r attends to ks[r] and vs[r]
+// (plain storage, Vec only: one batch entry of lens[r] positions) under
+// mask m (MaskNone or MaskCausal, applied to each row as to a call of its
+// own), into dst [B, H, L, Dv]. Row r's output is bit for bit SDPAKV's on
+// row r alone; the rows share one parallel pass (a batch's decode step
+// over per-row caches, where each row alone is a few microseconds of work).
+func SDPAKVRows(dst, q []float32, ks, vs []KV, lens []int, h, hk, l, d, dv int, scale float32, m Mask, round Rounder, acc Acc) {
+	B := len(ks)
+	check(len(vs) == B && len(lens) == B, "SDPAKVRows", "%d keys, %d values and %d lengths", B, len(vs), len(lens))
+	check(m.Kind == MaskNone || m.Kind == MaskCausal, "SDPAKVRows", "mask kind %d, want none or causal", m.Kind)
+	need("SDPAKVRows", "q", len(q), B*h*l*d)
+	need("SDPAKVRows", "dst", len(dst), B*h*l*dv)
+	for r := range B {
+		check(ks[r].Q == nil && ks[r].Rows == nil && vs[r].Q == nil && vs[r].Rows == nil, "SDPAKVRows", "row %d: keys and values must be plain storage", r)
+		qr, dr := q[r*h*l*d:(r+1)*h*l*d], dst[r*h*l*dv:(r+1)*h*l*dv]
+		checkSDPA("SDPAKVRows", dr, qr, &ks[r], &vs[r], 1, h, hk, l, lens[r], d, dv, &m)
+	}
+	if B == 0 || l == 0 {
+		return
+	}
+	round = roundOr(round)
+	if acc == AccF64 {
+		for r := range B {
+			sdpaKV(dst[r*h*l*dv:], q[r*h*l*d:], &ks[r], &vs[r], 1, h, hk, l, lens[r], d, dv, scale, &m, round, acc)
+		}
+		return
+	}
+	jobs := make([]*sdpaJob, B)
+	for r := range B {
+		jobs[r] = newSDPAJob(dst[r*h*l*dv:(r+1)*h*l*dv], q[r*h*l*d:(r+1)*h*l*d], &ks[r], &vs[r], 1, h, hk, l, lens[r], d, dv, scale, &m, round, acc)
+	}
+	sdpa32Rows(jobs)
+}
+
 // sdpaKV runs the float64 or the float32 form on a validated call.
 func sdpaKV(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder, acc Acc) {
 	if acc == AccF64 {

@@ -212,18 +212,8 @@ func sdpa32(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32
 	if b == 0 || l == 0 {
 		return
 	}
-	j := &sdpaJob{dst: dst, q: q, kk: *k, vv: *v, mm: *m, b: b, h: h, hk: hk, l: l, s: s, d: d, dv: dv, rep: h / hk,
-		scale: scale, round: round, kkind: sdpaKind(k.Vec), vkind: sdpaKind(v.Vec), rkind: roundKind(round)}
-	j.k, j.v, j.m = &j.kk, &j.vv, &j.mm // copies: the caller's values stay on its stack
-	j.lb = min(l, max(1, sdpaRows/j.rep))
-	j.nqb = (l + j.lb - 1) / j.lb
-	j.rmax = j.lb * j.rep
-	j.rpad = (j.rmax + 3) &^ 3
-	j.vk = sdpaKernels(d, dv)
-	j.asm = j.vk != sdpaGo
-	j.qk8 = sdpaQ8KeysOf(k, d, acc, j.vk)
-	j.qpv8 = sdpaQ8Values(v, dv, j.vk)
-	items := b * hk * j.nqb
+	j := newSDPAJob(dst, q, k, v, b, h, hk, l, s, d, dv, scale, m, round, acc)
+	items := b * j.hk * j.nqb
 	nch := (s + sdpaChunk - 1) / sdpaChunk
 	th := Threads()
 	if th > 1 && nch > 1 && items < 2*th && items*nch*sdpaStateLen(j.rpad, dv) <= 1<<22 {
@@ -237,6 +227,41 @@ func sdpa32(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32
 			j.runItem(w, it)
 		}
 	})
+}
+
+// sdpa32Rows runs the float32 SDPA of each job (one batch entry each, the
+// same head counts, query length and head dims) in one parallel pass over
+// all their items. Each item runs as in sdpa32's unsplit path (runItem),
+// whose results runSplit's match bit for bit, so every job gets what
+// sdpa32 gives it alone.
+func sdpa32Rows(jobs []*sdpaJob) {
+	if len(jobs) == 0 {
+		return
+	}
+	per := jobs[0].hk * jobs[0].nqb // items per job
+	parallelFor(len(jobs)*per, 1, func(lo, hi int) {
+		w := jobs[0].work() // every job has the same rpad, d and dv
+		defer sdpaPool.Put(w)
+		for it := lo; it < hi; it++ {
+			jobs[it/per].runItem(w, it%per)
+		}
+	})
+}
+
+// newSDPAJob sets up the float32 SDPA of a validated call.
+func newSDPAJob(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder, acc Acc) *sdpaJob {
+	j := &sdpaJob{dst: dst, q: q, kk: *k, vv: *v, mm: *m, b: b, h: h, hk: hk, l: l, s: s, d: d, dv: dv, rep: h / hk,
+		scale: scale, round: round, kkind: sdpaKind(k.Vec), vkind: sdpaKind(v.Vec), rkind: roundKind(round)}
+	j.k, j.v, j.m = &j.kk, &j.vv, &j.mm // copies: the caller's values stay on its stack
+	j.lb = min(l, max(1, sdpaRows/j.rep))
+	j.nqb = (l + j.lb - 1) / j.lb
+	j.rmax = j.lb * j.rep
+	j.rpad = (j.rmax + 3) &^ 3
+	j.vk = sdpaKernels(d, dv)
+	j.asm = j.vk != sdpaGo
+	j.qk8 = sdpaQ8KeysOf(k, d, acc, j.vk)
+	j.qpv8 = sdpaQ8Values(v, dv, j.vk)
+	return j
 }
 
 // item returns the batch, KV head and query block of item it. Query blocks

@@ -673,3 +673,81 @@ func TestSDPALongPrefill(t *testing.T) {
 		})
 	}
 }
+
+// TestSDPAKVRows: rows attending to keys and values of their own, of
+// different lengths (one block, a partial one, several chunks: the lone-row
+// call splits those across workers), give each row the bits SDPAKV gives it
+// alone, on every kernel path, storage kind and accumulation. A row whose
+// keys are shifted by one position must change only its own output.
+func TestSDPAKVRows(t *testing.T) {
+	type shape struct{ h, hk, l, d, dv int }
+	shapes := []shape{{9, 3, 1, 64, 64}, {4, 4, 3, 16, 48}, {8, 2, 1, 8, 8}}
+	lens := []int{1, 31, 77, 600, 33}
+	for _, path := range sdpaPaths() {
+		for _, sh := range shapes {
+			for _, dt := range []struct {
+				name  string
+				round Rounder
+			}{{"f32", Identity}, {"bf16", tensor.RoundBF16}, {"f16", tensor.RoundF16}} {
+				for _, kind := range []MaskKind{MaskCausal, MaskNone} {
+					name := fmt.Sprintf("%s/%s/mask%d/h%dhk%d/%s", path.name, dt.name, kind, sh.h, sh.hk, dims(sh.l, 0, sh.d, sh.dv))
+					t.Run(name, func(t *testing.T) {
+						path.run(t, func() {
+							r := newRand(uint64(sh.h*31 + sh.d))
+							B := len(lens)
+							q := randVec(r, B*sh.h*sh.l*sh.d, 1, dt.round)
+							ks, vs := make([]KV, B), make([]KV, B)
+							for i, s := range lens {
+								k := randVec(r, sh.hk*s*sh.d, 1, dt.round)
+								v := randVec(r, sh.hk*s*sh.dv, 1, dt.round)
+								ks[i] = toStorage(k, dt.name, 1, sh.hk, s, sh.d, s+5, sh.d+3)
+								vs[i] = toStorage(v, dt.name, 1, sh.hk, s, sh.dv, s+7, sh.dv+16)
+							}
+							m := Mask{Kind: kind}
+							for _, acc := range []Acc{AccF32, AccQ8, AccF64} {
+								want := make([]float32, B*sh.h*sh.l*sh.dv)
+								rowLen := sh.h * sh.l * sh.dv
+								withThreads(2, func() {
+									for i, s := range lens {
+										SDPAKV(want[i*rowLen:(i+1)*rowLen], q[i*sh.h*sh.l*sh.d:(i+1)*sh.h*sh.l*sh.d], ks[i], vs[i], 1, sh.h, sh.hk, sh.l, s, sh.d, sh.dv, 0.3, m, dt.round, acc)
+									}
+								})
+								got, whole := guarded(len(want))
+								withThreads(2, func() {
+									SDPAKVRows(got, q, ks, vs, lens, sh.h, sh.hk, sh.l, sh.d, sh.dv, 0.3, m, dt.round, acc)
+								})
+								checkGuards(t, whole, "dst")
+								expectSame(t, got, want, fmt.Sprintf("SDPAKVRows vs SDPAKV row by row (acc%d)", acc))
+								// Row 1 reads its keys one position later: row 1 changes, the others do not.
+								shifted := slices.Clone(ks)
+								shifted[1].Vec = shiftVec(ks[1].Vec, ks[1].RowStride)
+								moved, _ := guarded(len(want))
+								withThreads(2, func() {
+									SDPAKVRows(moved, q, shifted, vs, lens, sh.h, sh.hk, sh.l, sh.d, sh.dv, 0.3, m, dt.round, acc)
+								})
+								for i := range lens {
+									same := firstDiff(moved[i*rowLen:(i+1)*rowLen], want[i*rowLen:(i+1)*rowLen]) < 0
+									if same != (i != 1) {
+										t.Fatalf("acc%d: after moving row 1's keys, row %d unchanged = %v", acc, i, same)
+									}
+								}
+							}
+						})
+					})
+				}
+			}
+		}
+	}
+}
+
+// shiftVec returns v's storage starting n elements later (a window one row
+// further along the same storage).
+func shiftVec(v Vec, n int) Vec {
+	switch {
+	case v.F32 != nil:
+		v.F32 = v.F32[n:]
+	default:
+		v.U16 = v.U16[n:]
+	}
+	return v
+}
