@@ -75,6 +75,7 @@ func x86Features() (avx512, vnni bool) {
 func installAsm() {
 	avx512, vnni := x86Features()
 	asmF32 = avx512
+	gsumAVX2 = hasAVX2()
 	if avx512 && simdDot == nil {
 		simdDot, simdAxpy = dotAsm, axpyAsm
 	}

@@ -70,6 +70,12 @@ func f32gemmB8(a *f32gArgs)
 //go:noescape
 func gsum16(dst, x *float32, gs, nset int)
 
+// gsum8 is gsum16 with AVX2 for sets of 8 groups (gs a multiple of 8),
+// the same bits.
+//
+//go:noescape
+func gsum8(dst, x *float32, gs, nset int)
+
 // permF32Asm is permF32's loop for nblk blocks of 16·32/bits floats (bits 4
 // or 8): block i of src, read consecutively, goes to dst + i·dstStep bytes
 // with code cpl·l + p of lane l at p·16 + l (cpl = 32/bits).

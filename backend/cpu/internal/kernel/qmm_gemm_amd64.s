@@ -1190,3 +1190,91 @@ qp8loop:
 qpdone:
 	VZEROUPPER
 	RET
+
+// func gsum8(dst, x *float32, gs, nset int)
+//
+// gsum16 with AVX2, for nset sets of 8 consecutive groups of gs floats (gs
+// a multiple of 8): 8 values of each of the 8 groups are transposed (the
+// unpack, shuffle, lane-permute steps) so that value e of every group lands
+// in one register, then added in order to the sums, lane i of the set
+// summing group i sequentially as the scalar loop does.
+TEXT ·gsum8(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ gs+16(FP), R9
+	MOVQ nset+24(FP), R10
+	SHLQ $2, R9 // bytes per group
+	TESTQ R10, R10
+	JZ g8done
+
+g8set:
+	MOVQ SI, R8
+	MOVQ R9, CX
+	SHRQ $5, CX // chunks of 8 values per group
+	VXORPS Y8, Y8, Y8
+
+g8chunk:
+	MOVQ R8, AX
+	VMOVUPS (AX), Y0
+	ADDQ R9, AX
+	VMOVUPS (AX), Y1
+	ADDQ R9, AX
+	VMOVUPS (AX), Y2
+	ADDQ R9, AX
+	VMOVUPS (AX), Y3
+	ADDQ R9, AX
+	VMOVUPS (AX), Y4
+	ADDQ R9, AX
+	VMOVUPS (AX), Y5
+	ADDQ R9, AX
+	VMOVUPS (AX), Y6
+	ADDQ R9, AX
+	VMOVUPS (AX), Y7
+	// Rows a..h (the groups) of 8 values: pairs interleaved ...
+	VUNPCKLPS Y1, Y0, Y9  // a0 b0 a1 b1 | a4 b4 a5 b5
+	VUNPCKHPS Y1, Y0, Y10 // a2 b2 a3 b3 | a6 b6 a7 b7
+	VUNPCKLPS Y3, Y2, Y0  // c0 d0 c1 d1 | ...
+	VUNPCKHPS Y3, Y2, Y1
+	VUNPCKLPS Y5, Y4, Y2  // e0 f0 e1 f1 | ...
+	VUNPCKHPS Y5, Y4, Y3
+	VUNPCKLPS Y7, Y6, Y4  // g0 h0 g1 h1 | ...
+	VUNPCKHPS Y7, Y6, Y5
+	// ... then quads (a b c d and e f g h of one value, per lane half) ...
+	VSHUFPS $0x44, Y0, Y9, Y6   // a0 b0 c0 d0 | a4 b4 c4 d4
+	VSHUFPS $0xEE, Y0, Y9, Y7   // a1 b1 c1 d1 | a5 ...
+	VSHUFPS $0x44, Y1, Y10, Y11 // a2 ... | a6 ...
+	VSHUFPS $0xEE, Y1, Y10, Y12 // a3 ... | a7 ...
+	VSHUFPS $0x44, Y4, Y2, Y13  // e0 f0 g0 h0 | e4 ...
+	VSHUFPS $0xEE, Y4, Y2, Y14  // e1 ... | e5 ...
+	VSHUFPS $0x44, Y5, Y3, Y15  // e2 ... | e6 ...
+	VSHUFPS $0xEE, Y5, Y3, Y9   // e3 ... | e7 ...
+	// ... and the halves joined: value e of all eight groups, e = 0..7.
+	VPERM2F128 $0x20, Y13, Y6, Y0
+	VADDPS Y0, Y8, Y8
+	VPERM2F128 $0x20, Y14, Y7, Y0
+	VADDPS Y0, Y8, Y8
+	VPERM2F128 $0x20, Y15, Y11, Y0
+	VADDPS Y0, Y8, Y8
+	VPERM2F128 $0x20, Y9, Y12, Y0
+	VADDPS Y0, Y8, Y8
+	VPERM2F128 $0x31, Y13, Y6, Y0
+	VADDPS Y0, Y8, Y8
+	VPERM2F128 $0x31, Y14, Y7, Y0
+	VADDPS Y0, Y8, Y8
+	VPERM2F128 $0x31, Y15, Y11, Y0
+	VADDPS Y0, Y8, Y8
+	VPERM2F128 $0x31, Y9, Y12, Y0
+	VADDPS Y0, Y8, Y8
+	ADDQ $32, R8
+	DECQ CX
+	JNZ g8chunk
+
+	VMOVUPS Y8, (DI)
+	ADDQ $32, DI
+	LEAQ (SI)(R9*8), SI
+	DECQ R10
+	JNZ g8set
+
+g8done:
+	VZEROUPPER
+	RET

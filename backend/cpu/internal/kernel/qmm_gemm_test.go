@@ -185,6 +185,42 @@ func TestQ8GemmVsRows(t *testing.T) {
 	}
 }
 
+// TestGroupSumsAVX2 holds groupSumsFlat's AVX2 loop (gsum8: sets of 8
+// groups and a scalar tail) to the scalar sums bit for bit, on values with
+// NaN, ±Inf, signed zeros and large terms that cancel (so the order of the
+// additions shows).
+func TestGroupSumsAVX2(t *testing.T) {
+	if !gsumAVX2 {
+		t.Skip("SKIPPED: this CPU lacks AVX2; groupSumsFlat's AVX2 loop is not installed")
+	}
+	defer func(old bool) { asmF32 = old }(asmF32)
+	asmF32 = false // the AVX-512 loop (gsum16) would take these first
+	for _, gs := range []int{8, 16, 32, 64, 128} {
+		for _, ng := range []int{5, 8, 37, 96} {
+			t.Run(fmt.Sprintf("g%d/n%d", gs, ng), func(t *testing.T) {
+				x := q8Special(uint64(3*gs+ng), ng*gs)
+				for i := range x {
+					if i%7 == 3 {
+						x[i] *= 1e7
+					}
+				}
+				want := make([]float32, ng)
+				for g := range ng {
+					var s float32
+					for _, v := range x[g*gs : (g+1)*gs] {
+						s += v
+					}
+					want[g] = s
+				}
+				got, whole := guarded(ng)
+				groupSumsFlat(got, x, ng, gs)
+				checkGuards(t, whole, "group sums")
+				expectSame(t, got, want, "group sums")
+			})
+		}
+	}
+}
+
 // TestPrepAsm holds the assembly preparations of x to their scalar loops
 // bit for bit: the sequential group sums (gsum16 through groupSumsFlat,
 // sets of 16 groups and a scalar tail) and the lane layouts of permF32,

@@ -29,6 +29,8 @@ func f32gemmB8(a *f32gArgs) { panic("kernel: no assembly kernels on this platfor
 
 func gsum16(dst, x *float32, gs, nset int) { panic("kernel: no assembly kernels on this platform") }
 
+func gsum8(dst, x *float32, gs, nset int) { panic("kernel: no assembly kernels on this platform") }
+
 func permF32Asm(dst, src *float32, nblk int, dstStep uintptr, bits int) {
 	panic("kernel: no assembly kernels on this platform")
 }

@@ -72,6 +72,9 @@ func newQLayout(k, gs, bits int) qLayout {
 // order of simdDotF32 and simdDotQ8.
 var asmF32, asmQ8 bool
 
+// gsumAVX2 is groupSumsFlat's AVX2 loop (gsum8) installed.
+var gsumAVX2 bool
+
 func init() { installAsm() }
 
 // qArgs are the arguments of the assembly kernels (the field offsets are
@@ -201,13 +204,19 @@ func groupSums(xs, x []float32, m, k, gs int) { groupSumsFlat(xs, x, m*k/gs, gs)
 
 // groupSumsFlat writes the sequential float32 sum of each of ng
 // consecutive groups of gs values of x to dst[g]; with AVX-512, sixteen
-// groups at a time in assembly (gsum16, the same bits).
+// groups at a time in assembly (gsum16), with AVX2 eight (gsum8), the same
+// bits.
 func groupSumsFlat(dst, x []float32, ng, gs int) {
 	g := 0
-	if asmF32 && gs%16 == 0 && ng >= 16 {
+	switch {
+	case asmF32 && gs%16 == 0 && ng >= 16:
 		check(len(dst) >= ng && len(x) >= ng*gs, "QuantizedMatmulT", "group sums: slices too short")
 		g = ng &^ 15
 		gsum16(&dst[0], &x[0], gs, g/16)
+	case gsumAVX2 && gs%8 == 0 && ng >= 8:
+		check(len(dst) >= ng && len(x) >= ng*gs, "QuantizedMatmulT", "group sums: slices too short")
+		g = ng &^ 7
+		gsum8(&dst[0], &x[0], gs, g/8)
 	}
 	for ; g < ng; g++ {
 		var s float32
