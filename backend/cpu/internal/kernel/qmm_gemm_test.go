@@ -186,9 +186,7 @@ func TestQ8GemmVsRows(t *testing.T) {
 }
 
 // TestGroupSumsAVX2 holds groupSumsFlat's AVX2 loop (gsum8: sets of 8
-// groups and a scalar tail) to the scalar sums bit for bit, on values with
-// NaN, ±Inf, signed zeros and large terms that cancel (so the order of the
-// additions shows).
+// groups and a scalar tail) to the scalar sums bit for bit (checkGroupSums).
 func TestGroupSumsAVX2(t *testing.T) {
 	if !gsumAVX2 {
 		t.Skip("SKIPPED: this CPU lacks AVX2; groupSumsFlat's AVX2 loop is not installed")
@@ -197,28 +195,34 @@ func TestGroupSumsAVX2(t *testing.T) {
 	asmF32 = false // the AVX-512 loop (gsum16) would take these first
 	for _, gs := range []int{8, 16, 32, 64, 128} {
 		for _, ng := range []int{5, 8, 37, 96} {
-			t.Run(fmt.Sprintf("g%d/n%d", gs, ng), func(t *testing.T) {
-				x := q8Special(uint64(3*gs+ng), ng*gs)
-				for i := range x {
-					if i%7 == 3 {
-						x[i] *= 1e7
-					}
-				}
-				want := make([]float32, ng)
-				for g := range ng {
-					var s float32
-					for _, v := range x[g*gs : (g+1)*gs] {
-						s += v
-					}
-					want[g] = s
-				}
-				got, whole := guarded(ng)
-				groupSumsFlat(got, x, ng, gs)
-				checkGuards(t, whole, "group sums")
-				expectSame(t, got, want, "group sums")
-			})
+			t.Run(fmt.Sprintf("g%d/n%d", gs, ng), func(t *testing.T) { checkGroupSums(t, gs, ng, uint64(3*gs+ng)) })
 		}
 	}
+}
+
+// checkGroupSums holds groupSumsFlat over ng groups of gs values to the
+// scalar sequential sums bit for bit, on values with NaN, ±Inf, signed
+// zeros and large terms that cancel (so the order of the additions shows).
+func checkGroupSums(t *testing.T, gs, ng int, seed uint64) {
+	t.Helper()
+	x := q8Special(seed, ng*gs)
+	for i := range x {
+		if i%7 == 3 {
+			x[i] *= 1e7
+		}
+	}
+	want := make([]float32, ng)
+	for g := range ng {
+		var s float32
+		for _, v := range x[g*gs : (g+1)*gs] {
+			s += v
+		}
+		want[g] = s
+	}
+	got, whole := guarded(ng)
+	groupSumsFlat(got, x, ng, gs)
+	checkGuards(t, whole, "group sums")
+	expectSame(t, got, want, "group sums")
 }
 
 // TestPrepAsm holds the assembly preparations of x to their scalar loops
@@ -233,24 +237,7 @@ func TestPrepAsm(t *testing.T) {
 	for _, gs := range []int{16, 32, 64, 128} {
 		for _, ng := range []int{5, 16, 37, 96} {
 			t.Run(fmt.Sprintf("sums/g%d/n%d", gs, ng), func(t *testing.T) {
-				x := q8Special(uint64(gs+ng), ng*gs)
-				for i := range x {
-					if i%7 == 3 {
-						x[i] *= 1e7 // large terms that cancel: the order shows
-					}
-				}
-				want := make([]float32, ng)
-				for g := range ng {
-					var s float32
-					for _, v := range x[g*gs : (g+1)*gs] {
-						s += v
-					}
-					want[g] = s
-				}
-				got, whole := guarded(ng)
-				groupSumsFlat(got, x, ng, gs)
-				checkGuards(t, whole, "group sums")
-				expectSame(t, got, want, "group sums")
+				checkGroupSums(t, gs, ng, uint64(gs+ng))
 			})
 		}
 	}

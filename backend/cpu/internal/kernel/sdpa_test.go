@@ -427,6 +427,13 @@ func toStorage(x []float32, dt string, b, hk, s, n, capS, rowStride int) KV {
 	return kv
 }
 
+// sdpaStorages are the storage kinds of keys and values the tests read in
+// place (toStorage's names) with the rounding of their values.
+var sdpaStorages = []struct {
+	name  string
+	round Rounder
+}{{"f32", Identity}, {"bf16", tensor.RoundBF16}, {"f16", tensor.RoundF16}}
+
 // TestSDPAKV: keys and values read in place from a strided cache (HStride >
 // s·RowStride, RowStride > d, NaN in the unused parts) in float32, bf16 and
 // f16 storage give the same bits as SDPA on dense float32 copies of the
@@ -436,10 +443,7 @@ func TestSDPAKV(t *testing.T) {
 	shapes := []shape{{1, 16, 2, 1, 45, 32, 32}, {2, 8, 2, 5, 77, 16, 48}, {1, 4, 4, 9, 33, 8, 8}, {1, 8, 1, 3, 600, 64, 64}}
 	for _, path := range sdpaPaths() {
 		for _, sh := range shapes {
-			for _, dt := range []struct {
-				name  string
-				round Rounder
-			}{{"f32", Identity}, {"bf16", tensor.RoundBF16}, {"f16", tensor.RoundF16}} {
+			for _, dt := range sdpaStorages {
 				for _, kind := range []MaskKind{MaskCausal, MaskNone} {
 					name := fmt.Sprintf("%s/%s/mask%d/b%dh%dhk%d/%s", path.name, dt.name, kind, sh.b, sh.h, sh.hk, dims(sh.l, sh.s, sh.d, sh.dv))
 					t.Run(name, func(t *testing.T) {
@@ -685,10 +689,7 @@ func TestSDPAKVRows(t *testing.T) {
 	lens := []int{1, 31, 77, 600, 33}
 	for _, path := range sdpaPaths() {
 		for _, sh := range shapes {
-			for _, dt := range []struct {
-				name  string
-				round Rounder
-			}{{"f32", Identity}, {"bf16", tensor.RoundBF16}, {"f16", tensor.RoundF16}} {
+			for _, dt := range sdpaStorages {
 				for _, kind := range []MaskKind{MaskCausal, MaskNone} {
 					name := fmt.Sprintf("%s/%s/mask%d/h%dhk%d/%s", path.name, dt.name, kind, sh.h, sh.hk, dims(sh.l, 0, sh.d, sh.dv))
 					t.Run(name, func(t *testing.T) {
