@@ -62,8 +62,11 @@
 // table ("contract/<class>"): |got - want| <= Abs + Rel·(|want| + m), Rel in
 // units of the output dtype's unit roundoff, m the magnitude scale each row
 // names (Σ|terms| for sums and products); the rows carry the worst errors
-// measured on both backends. Finally the same op on the same inputs must
-// give the same bits twice (Ops/Deterministic).
+// measured on both backends. backend.AttendRows (rows with keys and values
+// of their own, through the backend's RowAttention where it has one) must
+// give each row the bits ScaledDotProductAttention gives it alone
+// (Ops/AttendRows). Finally the same op on the same inputs must give the
+// same bits twice (Ops/Deterministic).
 //
 // Gradients (Gradients/...), where the backend implements
 // backend.Differentiator (a backend without it is skipped loudly): the VJP

@@ -40,6 +40,7 @@ func runOps(t *testing.T, open func() (backend.Backend, error), skip map[string]
 		{"RoPE", testRoPE},
 		{"ScaledDotProductAttention", testSDPA},
 		{"ScaledDotProductAttention/PrefixMask", testSDPAPrefix},
+		{"AttendRows", testAttendRows},
 		{"SwiGLU", testSwiGLU},
 		{"Dequantize", testDequantize},
 		{"Quantize", testQuantize},

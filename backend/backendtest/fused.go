@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/conformance"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -272,6 +273,59 @@ func testSDPA(t *testing.T, b backend.Backend) {
 				}
 				want, mag := sdpaWant(qr, kr, vr, scale, bias)
 				compare(t, caseName(dt, i, mask), host(t, b, b.ScaledDotProductAttention(q, k, v, scale, mask)), dt, want, budget(t, "sdpa", dt), false, mag)
+			}
+		}
+	})
+}
+
+// backend.AttendRows (rows of q with keys and values of their own, of
+// different lengths: a batch of per-row KV caches; through the backend's
+// RowAttention where it has one) gives each row, value for value, what
+// ScaledDotProductAttention gives that row alone, and so is held to the
+// float64 reference within testSDPA's budget; under NoMask and CausalMask
+// (each row's causal offset its own length).
+func testAttendRows(t *testing.T, b backend.Backend) {
+	inDo(t, b, func() {
+		for _, dt := range floats {
+			g := newGen(caseName("attend-rows", dt))
+			for i := range cases {
+				B, Hk, L := 2+g.r.IntN(3), 1+g.r.IntN(2), 1+g.r.IntN(3)
+				H := Hk * (1 + g.r.IntN(3))
+				D := 1 + g.r.IntN(16)
+				scale := float32(1 / math.Sqrt(float64(D)))
+				var mask backend.Mask = backend.NoMask{}
+				if i%2 == 1 {
+					mask = backend.CausalMask{}
+				}
+				q, qr := g.input(b, dt, tensor.Shape{B, H, L, D}, g.normal(B*H*L*D, 1))
+				keys, values := make([]backend.Array, B), make([]backend.Array, B)
+				alone := make([]backend.Array, B)
+				for r := range B {
+					S := L + g.r.IntN(40)
+					k, kr := g.input(b, dt, tensor.Shape{1, Hk, S, D}, g.normal(Hk*S*D, 1))
+					v, vr := g.input(b, dt, tensor.Shape{1, Hk, S, D}, g.normal(Hk*S*D, 1))
+					keys[r], values[r] = k, v
+					qrow := nd{tensor.Shape{1, H, L, D}, qr.v[r*H*L*D : (r+1)*H*L*D]}
+					bias := func(bi, i, j int) float64 {
+						if _, causal := mask.(backend.CausalMask); causal && j > i+S-L {
+							return math.Inf(-1)
+						}
+						return 0
+					}
+					want, mag := sdpaWant(qrow, kr, vr, scale, bias)
+					qa := b.Slice(q, []int{r, 0, 0, 0}, []int{r + 1, H, L, D})
+					alone[r] = b.ScaledDotProductAttention(qa, k, v, scale, mask)
+					compare(t, caseName(dt, i, mask, "row", r, "alone"), host(t, b, alone[r]), dt, want, budget(t, "sdpa", dt), false, mag)
+				}
+				got := host(t, b, backend.AttendRows(b, q, keys, values, scale, mask))
+				if got == nil {
+					continue
+				}
+				rows := host(t, b, b.Concatenate(0, alone...))
+				if rows == nil {
+					continue
+				}
+				compare(t, caseName(dt, i, mask, "rows"), got, dt, nd{rows.Shape, rows.ToFloat64()}, conformance.Budget{Exact: true}, true, nil)
 			}
 		}
 	})
