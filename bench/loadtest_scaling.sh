@@ -2,9 +2,11 @@
 # The server's scaling target (issue 15): aggregate completion tok/s of 8 concurrent clients
 # against 1, per model, measured by mlxgo loadtest (in-process server on a loopback port, cpu
 # backend) in PASSES alternating passes, each pass running 1 client then 8 for each model.
-# Every request streams or not at random; nothing is cancelled or malformed; the prompt cache is
-# off (so that each request pays its prompt), per-row batch caches (the cpu default). Prints the
-# loadtest lines per run and then one line per model and pass with the ratio.
+# Every request streams (so that the steady throughput counts exactly); nothing is cancelled or
+# malformed; the prompt cache is off (so that each request pays its prompt), per-row batch
+# caches (the cpu default). Prints the loadtest lines per run and then one line per model and
+# pass with the ratios of both throughputs: the whole run's, and the steady one's (while every
+# client still had a request to send, before the tail where fewer clients remain).
 #
 #   bench/loadtest_scaling.sh [MODEL_DIR ...]      (make loadtest-scaling)
 #
@@ -24,19 +26,21 @@ done
 summary=()
 for pass in $(seq 1 "$PASSES"); do
   for m in "$@"; do
-    declare -A tps=()
+    declare -A tps=() sps=()
     for c in 1 8; do
       r=$((c == 1 ? 8 : 32))
       echo "=== pass $pass $(date -u +%T) $m tokens $TOKENS clients $c requests $r"
-      out=$($MLXGO loadtest --model "$m" --backend cpu --precision "$PRECISION" --cancel 0 --malformed 0 --slow 0 \
+      out=$($MLXGO loadtest --model "$m" --backend cpu --precision "$PRECISION" --cancel 0 --malformed 0 --slow 0 --stream 1 \
         --max-concurrency 8 --prompt-words 16 --prompt-cache-bytes 0 --tokens "$TOKENS" --clients $c --requests $r $FLAGS 2>&1) \
         || { echo "$out" >&2; echo "$0: mlxgo loadtest failed on $m with $c clients" >&2; exit 1; }
-      echo "$out" | grep -E "^(requests|throughput|prompts|time to first|inter-token)"
+      echo "$out" | grep -E "^(requests|throughput|steady throughput|prompts|time to first|inter-token)"
       tps[$c]=$(echo "$out" | sed -n 's/^throughput: .* = \([0-9.]*\) tok\/s aggregate$/\1/p')
-      [ -n "${tps[$c]}" ] || { echo "$out" >&2; echo "$0: no throughput line from mlxgo loadtest" >&2; exit 1; }
+      sps[$c]=$(echo "$out" | sed -n 's/^steady throughput: .* = \([0-9.]*\) tok\/s$/\1/p')
+      [ -n "${tps[$c]}" ] && [ -n "${sps[$c]}" ] || { echo "$out" >&2; echo "$0: no throughput lines from mlxgo loadtest" >&2; exit 1; }
     done
-    summary+=("$(printf '%s pass %d: 1 client %s tok/s, 8 clients %s tok/s, %s×' "$m" "$pass" "${tps[1]}" "${tps[8]}" \
-      "$(awk -v a="${tps[1]}" -v b="${tps[8]}" 'BEGIN { printf "%.2f", b / a }')")")
+    ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b / a }'; }
+    summary+=("$(printf '%s pass %d: whole run 1 client %s tok/s, 8 clients %s tok/s, %s×; steady 1 client %s tok/s, 8 clients %s tok/s, %s×' \
+      "$m" "$pass" "${tps[1]}" "${tps[8]}" "$(ratio "${tps[1]}" "${tps[8]}")" "${sps[1]}" "${sps[8]}" "$(ratio "${sps[1]}" "${sps[8]}")")")
   done
 done
 echo "=== 8 clients against 1 (tokens $TOKENS, precision $PRECISION)"

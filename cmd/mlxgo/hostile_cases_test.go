@@ -358,6 +358,8 @@ func hostileCases(t *testing.T, good, root string) []hostileCase {
 		{name: "loadtest/malformed-2", args: []string{"loadtest", "--model", "{M}", "--malformed", "2"}, want: `--malformed 2`},
 		{name: "loadtest/cancel-nan", args: []string{"loadtest", "--model", "{M}", "--cancel", "NaN"}, want: `--cancel NaN`},
 		{name: "loadtest/slow-negative", args: []string{"loadtest", "--model", "{M}", "--slow", "-1"}, want: `--slow -1`},
+		{name: "loadtest/stream-nan", args: []string{"loadtest", "--model", "{M}", "--stream", "NaN"}, want: `--stream NaN`},
+		{name: "loadtest/stream-2", args: []string{"loadtest", "--model", "{M}", "--stream", "2"}, want: `--stream 2`},
 		{name: "loadtest/prompt-words-bad", args: []string{"loadtest", "--model", "{M}", "--prompt-words", "a,b"}, want: `--prompt-words`},
 		{name: "loadtest/tokens-zero", args: []string{"loadtest", "--model", "{M}", "--tokens", "0"}, want: `--tokens 0`},
 		{name: "loadtest/model-and-url", args: []string{"loadtest", "--model", "{M}", "--url", "http://127.0.0.1:9"}, want: `--url`},

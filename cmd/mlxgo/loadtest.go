@@ -20,7 +20,7 @@ const loadtestUsage = `usage: mlxgo loadtest (--model DIR|ORG/NAME [serve flags]
 
 Load-tests an OpenAI-compatible server: --clients clients send --requests
 requests in all (or stop after --duration), each chat or completions,
-streamed or not, with short, medium and long prompts (--prompt-words: 4, 48 or 400 words),
+streamed (a --stream share of them) or not, with short, medium and long prompts (--prompt-words: 4, 48 or 400 words),
 asking for --tokens/4 to --tokens tokens; --cancel of them are streamed and
 cancelled after a chunk or two (the client closes the connection), and
 --malformed of them are malformed bodies, which must be answered 400 (one
@@ -38,8 +38,11 @@ goes to a server already running (mlxgo serve, mlx_lm.server,
 llama-server), on loopback only unless --allow-remote.
 
 It prints the counts, the aggregate throughput (completion tokens per
-second), p50/p99 time to first token and inter-token latency (gaps between
-streamed chunks), and the server's live arrays and bytes before the run and
+second of the whole run), the steady throughput (those delivered while
+every client still had a request to send, before the tail of the run
+where fewer clients load the server: exact when every request streams,
+--stream 1), p50/p99 time to first token and inter-token latency (gaps
+between streamed chunks), and the server's live arrays and bytes before the run and
 once idle after it (from GET /health, which mlxgo serve answers with its
 memory). It exits 1 when any answer was an error (besides the deliberate
 429s and the malformed bodies' 400s) or when the server's arrays besides
@@ -62,6 +65,7 @@ type loadtestFlags struct {
 	tokens            int
 	cancel, malformed float64
 	slow              float64
+	stream            float64
 	mixSeed           uint64
 	verbose           bool
 	promptWords       string
@@ -83,6 +87,7 @@ func parseLoadtestFlags(args []string, stdout io.Writer) (*loadtestFlags, error)
 	fs.Float64Var(&f.cancel, "cancel", 0.1, "share of requests cancelled mid-stream (0 to 1)")
 	fs.Float64Var(&f.malformed, "malformed", 0.05, "share of malformed request bodies (0 to 1), one in seven over 2 MiB")
 	fs.Float64Var(&f.slow, "slow", 0.05, "share of slow clients: the body sent 32 bytes every 20 ms, a stream left unread for 300 ms (0 to 1)")
+	fs.Float64Var(&f.stream, "stream", 0.5, "share of the requests (besides the cancelled and malformed ones) that stream (0 to 1)")
 	fs.Uint64Var(&f.mixSeed, "mix-seed", 1, "seeds the mix of requests")
 	fs.StringVar(&f.promptWords, "prompt-words", "4,48,400", "prompt lengths in words, comma-separated (each request picks one)")
 	fs.BoolVar(&f.verbose, "verbose", false, "print the in-process server's line per request to stderr")
@@ -114,6 +119,8 @@ func parseLoadtestFlags(args []string, stdout io.Writer) (*loadtestFlags, error)
 		err = usagef("--tokens %d: want >= 1", f.tokens)
 	case !(f.cancel >= 0 && f.malformed >= 0 && f.slow >= 0 && f.cancel+f.malformed+f.slow <= 1):
 		err = usagef("--cancel %v, --malformed %v, --slow %v: want shares >= 0 adding up to at most 1", f.cancel, f.malformed, f.slow)
+	case !(f.stream >= 0 && f.stream <= 1):
+		err = usagef("--stream %v: want a share from 0 to 1", f.stream)
 	}
 	if err != nil {
 		return nil, err
@@ -189,7 +196,7 @@ func runLoadtest(f *loadtestFlags, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := loadtest.Run(ctx, loadtest.Options{URL: url, Clients: f.clients, Requests: f.requests, Duration: f.duration,
-		MaxTokens: f.tokens, Cancel: f.cancel, Malformed: f.malformed, Slow: f.slow, Seed: f.mixSeed, PromptWords: f.words})
+		MaxTokens: f.tokens, Cancel: f.cancel, Malformed: f.malformed, Slow: f.slow, Stream: f.stream, Seed: f.mixSeed, PromptWords: f.words})
 	if err != nil {
 		return err
 	}

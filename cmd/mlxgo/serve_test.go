@@ -165,6 +165,16 @@ func TestLoadTestShort(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
+	var tokens, steadyTokens int
+	var elapsed, steady, tps, steadyTPS float64
+	tl := out[strings.Index(out, "throughput: "):]
+	if _, err := fmt.Sscanf(tl, "throughput: %d completion tokens in %g s = %g tok/s aggregate\nsteady throughput: %d completion tokens in the first %g s, while every client had a request to send = %g tok/s",
+		&tokens, &elapsed, &tps, &steadyTokens, &steady, &steadyTPS); err != nil {
+		t.Fatalf("throughput lines %q: %v", strings.Join(strings.SplitN(tl, "\n", 3)[:2], "\n"), err)
+	}
+	if steadyTokens <= 0 || steady <= 0 || steady > elapsed || steadyTPS <= 0 {
+		t.Errorf("steady throughput: %d tokens in %g s of %g: want some tokens in a window within the run", steadyTokens, steady, elapsed)
+	}
 	var ok, cancelled, malformed, oversized, rejected, cut, errs int
 	line := out[strings.Index(out, "requests: "):]
 	if _, err := fmt.Sscanf(line, "requests: 64 | ok %d | cancelled mid-stream %d | malformed (400) %d | oversized (413) %d | rejected (429, then retried) %d | cut by the time limit %d | errors %d",

@@ -14,6 +14,15 @@
 // server reports its memory at GET /health (mlxgo serve does), the backend's
 // live arrays and bytes besides its prompt cache must be back at their
 // level before the run once it is idle.
+//
+// Besides the whole run's throughput, a run reports its steady throughput:
+// the completion tokens delivered while every client still had a request
+// to send, up to the first moment one of them found the request budget
+// spent (from then on fewer clients load the server, the tail of a run of
+// finite requests), over that time. Requests answered whole by then count
+// their usage; requests still running count the streamed chunks received
+// by then (one a token with text), a non-streamed one nothing, so a run
+// that streams every request (Stream 1) counts exactly.
 package loadtest
 
 import (
@@ -46,6 +55,7 @@ type Options struct {
 	Cancel    float64       // share of requests cancelled mid-stream (0.1)
 	Malformed float64       // share of malformed bodies (0.05), one in seven of them over 2 MiB
 	Slow      float64       // share of slow clients (0.05): the body trickles in, a stream is not read for 300 ms
+	Stream    float64       // share of the requests (not cancelled, not malformed) that stream (0.5)
 	Seed      uint64        // seeds the mix of requests
 	// PromptWords are the prompt lengths, in words, requests choose from
 	// (nil: 4, 48 and 400: short, medium, long).
@@ -71,7 +81,12 @@ type Report struct {
 	// part of them the server's prompt cache supplied (usage).
 	PromptTokens, CachedTokens int
 	Elapsed                    time.Duration // the run's wall time
-	TTFT, ITL                  []time.Duration
+	// Steady and SteadyTokens are the time from the start while every
+	// client had a request to send, and the tokens delivered in it (the
+	// package doc says how they are counted).
+	Steady       time.Duration
+	SteadyTokens int
+	TTFT, ITL    []time.Duration
 	// Before and After are the server's memory before the run and once
 	// idle after it (nil when the server does not report it).
 	Before, After *server.MemoryStats
@@ -83,6 +98,15 @@ func (r *Report) Throughput() float64 {
 		return 0
 	}
 	return float64(r.Tokens) / r.Elapsed.Seconds()
+}
+
+// SteadyThroughput is completion tokens per second while every client
+// had a request to send.
+func (r *Report) SteadyThroughput() float64 {
+	if r.Steady <= 0 {
+		return 0
+	}
+	return float64(r.SteadyTokens) / r.Steady.Seconds()
 }
 
 // percentile returns the p-th percentile of d (nearest rank), 0 if empty.
@@ -104,6 +128,8 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "  error: %s\n", s)
 	}
 	fmt.Fprintf(w, "throughput: %d completion tokens in %.1f s = %.1f tok/s aggregate\n", r.Tokens, r.Elapsed.Seconds(), r.Throughput())
+	fmt.Fprintf(w, "steady throughput: %d completion tokens in the first %.1f s, while every client had a request to send = %.1f tok/s\n",
+		r.SteadyTokens, r.Steady.Seconds(), r.SteadyThroughput())
 	fmt.Fprintf(w, "prompts: %d tokens, %d of them from the prompt cache\n", r.PromptTokens, r.CachedTokens)
 	fmt.Fprintf(w, "time to first token: p50 %s, p99 %s (%d streamed requests)\n", ms(percentile(r.TTFT, 50)), ms(percentile(r.TTFT, 99)), len(r.TTFT))
 	fmt.Fprintf(w, "inter-token latency: p50 %s, p99 %s (%d gaps)\n", ms(percentile(r.ITL, 50)), ms(percentile(r.ITL, 99)), len(r.ITL))
@@ -176,6 +202,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var mu sync.Mutex
 	answered, inflight := 0, 0
 	start := time.Now()
+	var steadyEnd time.Time // the first moment a client found the budget spent
+	var done []result       // every request's outcome, with its times
+	idle := func() {        // under mu
+		if steadyEnd.IsZero() {
+			steadyEnd = time.Now()
+		}
+	}
 	var wg sync.WaitGroup
 	for c := range o.Clients {
 		wg.Add(1)
@@ -185,11 +218,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			for ctx.Err() == nil {
 				mu.Lock()
 				if answered >= o.Requests {
+					idle()
 					mu.Unlock()
 					return
 				}
 				if answered+inflight >= o.Requests {
 					// The budget is claimed; a 429 may give a slot back.
+					idle()
 					mu.Unlock()
 					time.Sleep(5 * time.Millisecond)
 					continue
@@ -197,8 +232,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				inflight++
 				mu.Unlock()
 				r := one(ctx, client, o, rng)
+				r.end = time.Now()
 				mu.Lock()
 				rep.add(r)
+				done = append(done, r)
 				inflight--
 				if r.kind != "rejected" { // a 429 does not use up the budget: the client tries again
 					answered++
@@ -214,7 +251,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}()
 	}
 	wg.Wait()
-	rep.Elapsed = time.Since(start)
+	end := time.Now()
+	rep.Elapsed = end.Sub(start)
+	if steadyEnd.IsZero() || steadyEnd.After(end) {
+		steadyEnd = end // the time limit came first: every client was busy to the end
+	}
+	rep.Steady = steadyEnd.Sub(start)
+	rep.SteadyTokens = tokensBy(done, steadyEnd)
 	if rep.Before != nil {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -239,12 +282,34 @@ type usage struct {
 
 // result is one request's outcome.
 type result struct {
-	kind  string // ok, cancelled, malformed, rejected, error
-	err   string
-	usage usage // of a request answered whole
-	ttft  time.Duration
-	itl   []time.Duration
-	retry time.Duration
+	kind   string // ok, cancelled, malformed, rejected, error
+	err    string
+	usage  usage // of a request answered whole
+	ttft   time.Duration
+	itl    []time.Duration
+	retry  time.Duration
+	chunks []time.Time // when each streamed chunk with text arrived
+	end    time.Time   // when the request ended
+}
+
+// tokensBy counts the completion tokens delivered by t: the usage of the
+// requests answered whole by then, and the streamed chunks received by
+// then of the requests (answered whole later, or cut) still running at t.
+func tokensBy(rs []result, t time.Time) int {
+	n := 0
+	for _, r := range rs {
+		switch {
+		case r.kind == "ok" && !r.end.After(t):
+			n += r.usage.CompletionTokens
+		case r.kind == "ok" || r.kind == "cut":
+			for _, c := range r.chunks {
+				if !c.After(t) {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 func (r *Report) add(x result) {
@@ -337,7 +402,7 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 		return result{kind: "error", err: fmt.Sprintf("malformed body %s answered %d, want 400 (or 413)", what, resp.StatusCode)}
 	}
 	cancelAfter := 0
-	stream := rng.IntN(2) == 0
+	stream := rng.Float64() < o.Stream
 	slow := false
 	switch {
 	case x < o.Malformed+o.Cancel:
@@ -438,6 +503,7 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 		}
 		last = now
 		chunks++
+		r.chunks = append(r.chunks, now)
 		if slow && chunks == 1 {
 			time.Sleep(300 * time.Millisecond) // a client that stops reading for a while
 			last = time.Now()
@@ -450,7 +516,7 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 	}
 	if !done {
 		if ctx.Err() != nil {
-			return result{kind: "cut"} // the run's time is up
+			return result{kind: "cut", chunks: r.chunks} // the run's time is up
 		}
 		return result{kind: "error", err: fmt.Sprintf("%s: stream ended without [DONE] (%v)", route, sc.Err())}
 	}
