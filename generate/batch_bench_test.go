@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +29,8 @@ import (
 // (which prefills), all threads (the machine may be shared).
 // MLXGO_BENCH_BATCH_CACHE=per-row gives each row a cache of its own (the
 // server's default on the CPU backend, --batch-cache per-row).
+// MLXGO_BENCH_PROMPT and MLXGO_BENCH_STEPS change the prompt length and
+// the tokens generated per row (a server's rows run at longer contexts).
 //
 //	go test ./generate/ -run '^$' -bench BatchDecode -benchtime 3x
 func BenchmarkBatchDecode(b *testing.B) {
@@ -68,7 +71,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 	default:
 		b.Fatalf("MLXGO_BENCH_BATCH_CACHE %q: want shared (the default) or per-row", c)
 	}
-	const promptLen, steps = 16, 32
+	promptLen, steps := envInt(b, "MLXGO_BENCH_PROMPT", 16), envInt(b, "MLXGO_BENCH_STEPS", 32)
 	// "alone": Generate on one prompt, the rate the batch path is measured
 	// against (its GenerationTPS counts from the first token).
 	b.Run("alone", func(b *testing.B) {
@@ -120,6 +123,20 @@ func BenchmarkBatchDecode(b *testing.B) {
 			}
 		})
 	}
+}
+
+// envInt is the positive integer in the environment variable name, or def
+// when it is unset.
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }
 
 // processCPU is the CPU time (user and system) of the process so far, all
