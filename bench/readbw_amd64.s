@@ -3,7 +3,7 @@
 // func sumLines(p *uint64, lines int) uint64
 //
 // The 64-bit sum of lines·8 words at p, a 64-byte line per step, with a
-// PREFETCHT0 2 KiB ahead (as the decode kernels prefetch on AMD CPUs) and
+// PREFETCHT0 2 KiB ahead (as the decode kernels prefetch) and
 // four independent SSE2 accumulators.
 TEXT ·sumLines(SB), NOSPLIT, $0-24
 	MOVQ p+0(FP), SI

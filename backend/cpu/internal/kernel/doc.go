@@ -39,9 +39,9 @@
 //   - the quantized matmul with transposed weights: one row of x (decode)
 //     against tiles of four weight rows with float32, bf16 or float16
 //     scales read in place (qmv_amd64.s; the weights prefetched a tile
-//     ahead, by the int8 kernels too on AMD CPUs, where the hardware
-//     prefetcher alone left them at two thirds of the float32 kernels'
-//     rate on Zen 5; their scales and biases prefetched a chunk ahead
+//     ahead, by the int8 kernels too, where the hardware prefetcher alone
+//     left them at two thirds of the float32 kernels' rate on Zen 5 and at
+//     a third to nine tenths on a 2026 Xeon; their scales and biases prefetched a chunk ahead
 //     between calls of four tiles, qmvSpreadPF, and likewise the staged
 //     scales of the AVX2/AVX-512 one-row kernels, avxOneRow); float32 GEMM tiles of eight rows of x per unpacked
 //     weight block (qmm_gemmf32_amd64.s), bit-identical per output to the

@@ -179,14 +179,14 @@ func qmvF32B8F16(a *qmvArgs)
 //go:noescape
 func qmvF32B8F16H(a *qmvArgs)
 
-// cpuAMD reports an AMD CPU (CPUID vendor AuthenticAMD).
-func cpuAMD() bool
-
-// qmvQ8PF selects the int8 kernels that prefetch the weights (qmvCall):
-// set on AMD CPUs, where they took two thirds of the CPU time of the
-// others on Zen 5; on the Intel Xeon measured before, prefetching made
-// them slower (qmv_amd64.s gives the figures). Tests set it both ways.
-var qmvQ8PF = cpuAMD()
+// qmvQ8PF selects the int8 kernels that prefetch the weights (qmvCall).
+// It was set on AMD CPUs only (they took two thirds of the CPU time of
+// the others on Zen 5, and on the Intel Xeon of the first benchmarks
+// prefetching made them slower); on the lent Intel Xeon of 2026-12-04 the
+// prefetching kernels read 1.1-3.5× the weight bytes per CPU second
+// (qmv_amd64.s gives the figures), so they are the default on every CPU.
+// Tests set it both ways; BenchmarkQMVStream runs both (-pf1, -pf0).
+var qmvQ8PF = true
 
 // qmvF32B4F32 is qmvQ8B4F32 against float32 x (permF32's layout): per
 // block the codes as float32 times x, two partial products summed, times

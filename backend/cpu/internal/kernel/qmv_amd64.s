@@ -23,14 +23,18 @@
 // lane scales of x (int8); AX scale steps left; CX blocks left in a step;
 // R14 the prefetch pointer, a.pf bytes (a tile and more) ahead of the
 // loads, one line per block (PFF32). The float32 kernels always prefetch;
-// the int8 kernels come in two forms (qmvQ8PF picks one at start-up): on
-// the Intel Xeon of the first benchmarks the hardware prefetcher kept up
-// with each worker's sequential run, and a PREFETCHT0 per block made six
+// the int8 kernels come in two forms (qmvQ8PF, on by default): on the
+// Intel Xeon of the first benchmarks the hardware prefetcher kept up with
+// each worker's sequential run, and a PREFETCHT0 per block made six
 // decode layers of int8 kernels 10-23% slower (fast decode 3% slower end to
 // end), while on AMD Zen 5 the int8 kernels without it took 1.5× the CPU
 // time per decode layer (7.5-9.0 against 12.2-13.6 GB of weights per CPU
 // second, BenchmarkQMV layers, alternating runs) and fast decode of
-// MiniCPM5-1B 1.3-1.4× the CPU time (generate, 64 tokens, alternating runs).
+// MiniCPM5-1B 1.3-1.4× the CPU time (generate, 64 tokens, alternating runs),
+// and on the lent Intel Xeon of 2026-12-04 (two cores) the prefetching
+// form read 2.5-3.5× the bytes per CPU second on Qwen2.5-0.5B's 8-bit
+// layers and 1.1× on Llama-3.2-1B's 4-bit ones (BenchmarkQMVStream, -pf1
+// against -pf0).
 // Z0-Z3 totals of rows 0-3, Z4 the scale vector of the row in
 // progress, Z4-Z7 the bias sums of the tile's rows, Z8-Z13 scratch, Z14-Z15
 // constants of the kernel, Z16-Z23 the block of x, Y24 scratch of SCALE,
@@ -345,16 +349,6 @@ TEXT ·qmvQ8B8BF16P(SB), NOSPLIT, $0-8
 // func qmvQ8B8BF16HP(a *qmvArgs)
 TEXT ·qmvQ8B8BF16HP(SB), NOSPLIT, $0-8
 	QMV(SETUPQ8B8, XLOADQ8B8, ROWQ8B8, XSTEPQ8B8, SCALEBF16H, BIASBF16, $32, PFF32)
-
-// func cpuAMD() bool
-// CPUID leaf 0: the vendor string begins "Auth" (AuthenticAMD).
-TEXT ·cpuAMD(SB), NOSPLIT, $0-1
-	XORL AX, AX
-	XORL CX, CX
-	CPUID
-	CMPL BX, $0x68747541
-	SETEQ ret+0(FP)
-	RET
 
 // func qmvF32B4F32(a *qmvArgs)
 TEXT ·qmvF32B4F32(SB), NOSPLIT, $0-8

@@ -16,7 +16,8 @@ import (
 // width 576, 4-bit group 32, float16 scales: 66 MB); llama-1b is two of
 // Llama-3.2-1B's layers (width 2048, 4-bit group 32, bfloat16: 76 MB);
 // qwen-0.5b four of Qwen2.5-0.5B's (width 896, 8-bit group 32, bfloat16:
-// 67 MB).
+// 67 MB). On CPUs with AVX-512 VNNI the int8 rows run twice, with and
+// without the int8 kernels' prefetch (-pf1, -pf0).
 func BenchmarkQMVStream(b *testing.B) {
 	needAVX2(b)
 	type model struct {
@@ -56,23 +57,36 @@ func BenchmarkQMVStream(b *testing.B) {
 		}
 		dst := make([]float32, kmax)
 		for _, acc := range []Acc{AccF32, AccQ8} {
-			for _, th := range []int{1, 2} {
-				b.Run(fmt.Sprintf("%s/acc%d/threads%d", md.name, acc, th), func(b *testing.B) {
-					b.SetBytes(bytes)
-					withThreads(th, func() {
-						runtime.LockOSThread()
-						defer runtime.UnlockOSThread()
-						t0 := threadCPU()
-						for b.Loop() {
-							for _, m := range mats {
-								QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
+			// On AVX-512 VNNI CPUs the int8 kernels run in both forms
+			// (qmvQ8PF, chosen by CPU vendor): -pf1 prefetching, -pf0 not.
+			forms := []string{""}
+			if acc == AccQ8 && asmQ8 {
+				forms = []string{"-pf0", "-pf1"}
+			}
+			for _, form := range forms {
+				for _, th := range []int{1, 2} {
+					b.Run(fmt.Sprintf("%s/acc%d%s/threads%d", md.name, acc, form, th), func(b *testing.B) {
+						b.SetBytes(bytes)
+						if form != "" {
+							old := qmvQ8PF
+							defer func() { qmvQ8PF = old }()
+							qmvQ8PF = form == "-pf1"
+						}
+						withThreads(th, func() {
+							runtime.LockOSThread()
+							defer runtime.UnlockOSThread()
+							t0 := threadCPU()
+							for b.Loop() {
+								for _, m := range mats {
+									QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
+								}
 							}
-						}
-						if sec := (threadCPU() - t0).Seconds(); th == 1 && sec > 0 {
-							b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
-						}
+							if sec := (threadCPU() - t0).Seconds(); th == 1 && sec > 0 {
+								b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+							}
+						})
 					})
-				})
+				}
 			}
 		}
 	}
