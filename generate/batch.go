@@ -994,6 +994,7 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 		}
 	}
 	var lp *tensor.Dense
+	var dt tensor.DType // the logits' dtype (lp holds them as float32)
 	err := g.scoped(func() error {
 		var x backend.Array
 		if lazy != nil {
@@ -1029,7 +1030,11 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 			}
 			return g.b.Eval(p.next)
 		}
-		lp, err = g.b.ToHost(out)
+		// The rows go to the host as float32 (the same values: widening
+		// is exact), converted by the backend's vector code instead of an
+		// element at a time on the host; dt keeps the model's dtype.
+		dt = out.DType()
+		lp, err = g.b.ToHost(g.b.AsType(out, tensor.F32))
 		return err
 	})
 	if err != nil {
@@ -1039,12 +1044,11 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 		return nil
 	}
 	V := lp.Shape[1]
-	dt := lp.DType
-	// The rows to float32, and the greedy rows' picks, in parallel: on
-	// SmolLM2's 49152 float16 logits each row is a scalar conversion and a
-	// scan, serial work that took 2.8% of the CPU samples of
-	// BenchmarkBatchDecode at 8 rows (Zen 3, 2 cores) while the backend's
-	// workers waited.
+	// The rows out of the host tensor, and the greedy rows' picks, in
+	// parallel: on SmolLM2's 49152 logits each row is a copy and a scan,
+	// serial work (2.8% of the CPU samples of BenchmarkBatchDecode at 8
+	// rows, Zen 3, 2 cores, when the rows were float16 converted here)
+	// while the backend's workers waited.
 	rows := make([]float32, len(p.rows)*V)
 	picks := make([]int32, len(p.rows))
 	parallelRows(len(p.rows), func(i int) {

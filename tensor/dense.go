@@ -237,6 +237,10 @@ func (t *Dense) Float32sAt(dst []float32, start int) {
 	}
 	switch t.DType {
 	case F32:
+		if littleEndianHost && len(dst) > 0 { // the bytes are the values: one copy
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), t.Data[4*start:])
+			return
+		}
 		for k := range dst {
 			dst[k] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*(start+k):]))
 		}

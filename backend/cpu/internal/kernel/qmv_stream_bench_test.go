@@ -31,14 +31,9 @@ func BenchmarkQMVStream(b *testing.B) {
 		{"llama-1b", 2, 32, 4, "bf16", [][2]int{{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048}, {8192, 2048}, {8192, 2048}, {2048, 8192}}},
 		{"qwen-0.5b", 4, 32, 8, "bf16", [][2]int{{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4864, 896}, {4864, 896}, {896, 4864}}},
 	}
-	type mat struct {
-		n, k   int
-		wq     []uint32
-		sc, bi Vec
-	}
 	for _, md := range models {
 		gs, bits := md.gs, md.bits
-		var mats []mat
+		var mats []streamMat
 		var bytes int64
 		kmax := 0
 		for l := range md.layers {
@@ -46,7 +41,7 @@ func BenchmarkQMVStream(b *testing.B) {
 				n, k := sh[0], sh[1]
 				_, wq, sc, bi, sb, bb := qmvInputs(uint64(100*l+i), n, k, gs, bits)
 				scv, biv := avxVecs(md.dt, sc, bi, sb, bb)
-				mats = append(mats, mat{n, k, wq, scv, biv})
+				mats = append(mats, streamMat{n, k, wq, scv, biv})
 				bytes += int64(4*len(wq) + 2*2*len(sc))
 				kmax = max(kmax, n, k)
 			}
@@ -66,30 +61,44 @@ func BenchmarkQMVStream(b *testing.B) {
 			for _, form := range forms {
 				for _, th := range []int{1, 2} {
 					b.Run(fmt.Sprintf("%s/acc%d%s/threads%d", md.name, acc, form, th), func(b *testing.B) {
-						b.SetBytes(bytes)
 						if form != "" {
 							old := qmvQ8PF
 							defer func() { qmvQ8PF = old }()
 							qmvQ8PF = form == "-pf1"
 						}
-						withThreads(th, func() {
-							runtime.LockOSThread()
-							defer runtime.UnlockOSThread()
-							t0 := threadCPU()
-							for b.Loop() {
-								for _, m := range mats {
-									QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
-								}
-							}
-							if sec := (threadCPU() - t0).Seconds(); th == 1 && sec > 0 {
-								b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
-							}
-						})
+						runStream(b, th, mats, x, dst, gs, bits, acc, bytes)
 					})
 				}
 			}
 		}
 	}
+}
+
+// streamMat is one weight matrix of the streaming benchmarks.
+type streamMat struct {
+	n, k   int
+	wq     []uint32
+	sc, bi Vec
+}
+
+// runStream runs the matvecs of mats in turn, one row of x each, b.N times
+// on th threads, and with one thread reports the weight bytes read per
+// CPU second ("GB/s-cpu").
+func runStream(b *testing.B, th int, mats []streamMat, x, dst []float32, gs, bits int, acc Acc, bytes int64) {
+	b.SetBytes(bytes)
+	withThreads(th, func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		t0 := threadCPU()
+		for b.Loop() {
+			for _, m := range mats {
+				QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
+			}
+		}
+		if sec := (threadCPU() - t0).Seconds(); th == 1 && sec > 0 {
+			b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
+		}
+	})
 }
 
 // BenchmarkAVXOneRowPF measures avxOneRow's spread prefetch of the next
@@ -101,19 +110,14 @@ func BenchmarkAVXOneRowPF(b *testing.B) {
 	needAVX2(b)
 	const layers, gs, bits = 2, 32, 4
 	shapes := [][2]int{{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048}, {8192, 2048}, {8192, 2048}, {2048, 8192}}
-	type mat struct {
-		n, k   int
-		wq     []uint32
-		sc, bi Vec
-	}
-	var mats []mat
+	var mats []streamMat
 	var bytes int64
 	for l := range layers {
 		for i, sh := range shapes {
 			n, k := sh[0], sh[1]
 			_, wq, sc, bi, sb, bb := qmvInputs(uint64(100*l+i), n, k, gs, bits)
 			scv, biv := avxVecs("bf16", sc, bi, sb, bb)
-			mats = append(mats, mat{n, k, wq, scv, biv})
+			mats = append(mats, streamMat{n, k, wq, scv, biv})
 			bytes += int64(4*len(wq) + 4*len(sc))
 		}
 	}
@@ -128,20 +132,7 @@ func BenchmarkAVXOneRowPF(b *testing.B) {
 			for _, on := range []bool{false, true} {
 				b.Run(fmt.Sprintf("acc%d/spread=%v/run%d", acc, on, rep), func(b *testing.B) {
 					avxSpreadPF = on
-					b.SetBytes(bytes)
-					withThreads(1, func() {
-						runtime.LockOSThread()
-						defer runtime.UnlockOSThread()
-						t0 := threadCPU()
-						for b.Loop() {
-							for _, m := range mats {
-								QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
-							}
-						}
-						if sec := (threadCPU() - t0).Seconds(); sec > 0 {
-							b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
-						}
-					})
+					runStream(b, 1, mats, x, dst, gs, bits, acc, bytes)
 				})
 			}
 		}
