@@ -116,6 +116,48 @@ func TestBatchRowsEqualAlone(t *testing.T) {
 	}
 }
 
+// TestBatchSampledRowsEqualAlone: on bfloat16 checkpoints with per-row
+// caches (the server's layout on the CPU backend, whose rows get the bits
+// they get alone), rows sampled at temperature 3 for 48 tokens, each with a
+// seed of its own, give what Generate gives them alone: the batch draws in
+// the model's dtype (1/temp and the scaled logits round to it, as in
+// mlx_lm), although the rows come to the host as float32. A high
+// temperature makes the draws sensitive to that rounding.
+func TestBatchSampledRowsEqualAlone(t *testing.T) {
+	for _, name := range []string{"fp-bf16", "optiq-bf16"} {
+		t.Run(name, func(t *testing.T) {
+			b := cpuBackend(t)
+			m := batchCheckpoint(t, b, name)
+			view, err := m.WithCache(nn.CacheOptions{PerRow: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompts := batchPrompts(m.VocabSize(), 4, 7, 2)
+			seqs := make([]generate.SequenceOptions, len(prompts))
+			solo := make([]generate.Options, len(prompts))
+			for i := range prompts {
+				seed := uint64(7 + i)
+				so := generate.SamplerOptions{Temp: 3, Seed: seed}
+				seqs[i] = generate.SequenceOptions{MaxTokens: 48, Sampler: &so, Seed: &seed}
+				solo[i] = generate.Options{MaxTokens: 48, Sampler: so}
+			}
+			got, _, err := generate.BatchGenerate(view, prompts, generate.BatchOptions{}, seqs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range prompts {
+				want, err := generate.Generate(m, p, solo[i], nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got[i].Tokens, want.Tokens) {
+					t.Errorf("row %d: batch gave %v, alone %v", i, got[i].Tokens, want.Tokens)
+				}
+			}
+		})
+	}
+}
+
 // TestBatchPrefillBudget: a long prompt inserted while other rows decode is
 // prefilled over several steps under BatchOptions.PrefillBudget, the
 // decoding rows getting a token at every one of them; every row's greedy

@@ -157,8 +157,9 @@ type generator[C Cache] struct {
 	opts    Options
 	sampler *Sampler
 	cache   []C
-	context []int32 // the processors' token history
-	device  bool    // greedy without processors: argmax on the backend
+	context []int32      // the processors' token history
+	device  bool         // greedy without processors: argmax on the backend
+	dt      tensor.DType // the logits' dtype (the host rows are float32 widenings of it)
 	// complete: run the last token returned (or the final EOS) through the
 	// model too, so that the caches hold every token (a Session).
 	complete bool
@@ -243,8 +244,13 @@ func (g *generator[C]) schedule(ids func() backend.Array) (out backend.Array, er
 		}
 		lse := g.b.LogSumExp(logits, -1, true)
 		out = g.b.Binary(backend.Subtract, logits, lse)
+		g.dt = out.DType()
 		if g.device {
 			out = g.b.Argmax(out, -1, false)
+		} else {
+			// The row goes to the host as float32 (exact), converted by
+			// the backend's vector code, not an element at a time there.
+			out = g.b.AsType(out, tensor.F32)
 		}
 		sc.Keep(out)
 		if a, ok := g.b.(backend.AsyncEvaler); ok {
@@ -309,7 +315,7 @@ func (g *generator[C]) resolve(out backend.Array) (int32, error) {
 			tok = int32(h.ToFloat64()[0])
 			return nil
 		}
-		tok, err = g.sampler.Sample(h.ToFloat32(), h.DType)
+		tok, err = g.sampler.Sample(h.ToFloat32(), g.dt)
 		return err
 	})
 	if err != nil {
