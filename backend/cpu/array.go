@@ -306,16 +306,27 @@ func (b *Backend) Release(arrays ...backend.Array) { b.life.Release(arrays...) }
 // safety net had to account for.
 func (b *Backend) Stats() backend.Stats { return b.life.Stats() }
 
-// ClearCache empties the buffer pool and returns the freed memory to the
-// operating system (backend.CacheClearer; generation calls it where mlx_lm
-// calls mx.clear_cache: after the prompt and every 256 tokens). Without
-// it, the storage a long prompt used stays in the pool, or as garbage
-// until the garbage collector's next cycle, which the heap size the prompt
-// reached puts off for hundreds of tokens.
+// ClearCache empties the buffer pool (backend.CacheClearer; generation
+// calls it where mlx_lm calls mx.clear_cache: after each chunk of a prompt
+// and every 256 tokens), and when the pool held freeOSMin bytes or more
+// (a long prompt's storage) returns the freed memory to the operating
+// system. Without that, the storage a long prompt used stays in the pool,
+// or as garbage until the garbage collector's next cycle, which the heap
+// size the prompt reached puts off for hundreds of tokens. Below it the
+// forced collection is not worth its cost: a server's short prompts called
+// it at every join, 4–5 ms on the engine's goroutine each while every row
+// waited (SmolLM2 under 8 clients, Zen 3).
 func (b *Backend) ClearCache() {
+	held := b.pool.bytes
 	b.pool.clear()
-	debug.FreeOSMemory()
+	if held >= freeOSMin {
+		debug.FreeOSMemory()
+	}
 }
+
+// freeOSMin is the pool size from which ClearCache also frees memory to
+// the operating system.
+const freeOSMin = 64 << 20
 
 // checkShape panics unless every dimension is non-negative and dt is valid.
 func checkShape(op string, shape tensor.Shape, dt tensor.DType) {
