@@ -174,3 +174,45 @@ func TestRoPEMemo(t *testing.T) {
 		})
 	}
 }
+
+// TestRoPEMemoRows: RoPE keeps several tables (a batch's rows sit at
+// different offsets); rows at offsets seen before, after another base, and
+// after long tables pushed the older ones out of the memo, must each give
+// what RoPERef gives.
+func TestRoPEMemoRows(t *testing.T) {
+	const h, d = 2, 8
+	base := RoPEParams{Dims: 6, Base: 10000, Scale: 1}
+	other := base
+	other.Base = 700
+	steps := []struct {
+		name    string
+		p       RoPEParams
+		offsets []int
+		l       int
+	}{
+		{"rows", base, []int{4, 11, 4, 30}, 1},
+		{"rows-again", base, []int{30, 4, 11, 4}, 1},
+		{"other-base", other, []int{4, 11}, 1},
+		{"first-base-again", base, []int{11, 30}, 1},
+		{"long", base, []int{0}, 200000},
+		{"long-other", other, []int{1}, 200000},
+		{"after-eviction", base, []int{4, 11, 30}, 1},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			b := len(st.offsets)
+			x := randVec(newRand(5), b*h*st.l*d, 1, Identity)
+			got, want := make([]float32, len(x)), make([]float32, len(x))
+			RoPE(got, x, b, h, st.l, d, st.p, st.offsets, Identity)
+			RoPERef(want, x, b, h, st.l, d, st.p, st.offsets, Identity)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("got %v, want %v (index %d)", got[i], want[i], i)
+				}
+			}
+		})
+	}
+	if ropeTables.floats > ropeMemoFloats && len(ropeTables.tables) > 1 {
+		t.Errorf("memo keeps %d tables of %d values, want at most %d values or one table", len(ropeTables.tables), ropeTables.floats, ropeMemoFloats)
+	}
+}
