@@ -46,7 +46,9 @@ type ropeTable struct {
 }
 
 // ropeMemo keeps the tables RoPE computed last, newest last, up to
-// ropeMemoFloats cos and sin values together (the newest is always kept). A
+// ropeMemoTables of them and ropeMemoFloats cos and sin values together
+// (the newest is always kept), so that decode, whose positions move on
+// every step, holds a bounded number of tables however long it runs. A
 // decode step rotates the queries and keys of every layer at the same
 // positions, one per row of a batch (rows sit at different offsets), so
 // all but the first layer's calls find their tables here (the same values:
@@ -59,8 +61,12 @@ type ropeMemo struct {
 	floats int // len(cos) + len(sn) over tables
 }
 
-// ropeMemoFloats bounds the values ropeMemo keeps (4 MiB).
-const ropeMemoFloats = 1 << 20
+// ropeMemoTables and ropeMemoFloats bound the tables ropeMemo keeps (a
+// batch of up to 64 rows finds every row's table) and their values (4 MiB).
+const (
+	ropeMemoTables = 64
+	ropeMemoFloats = 1 << 20
+)
 
 var ropeTables ropeMemo
 
@@ -77,13 +83,13 @@ func (m *ropeMemo) find(p RoPEParams, off, l int) *ropeTable {
 }
 
 // keep adds t as the newest table, dropping the oldest ones beyond
-// ropeMemoFloats.
+// ropeMemoTables or ropeMemoFloats.
 func (m *ropeMemo) keep(t *ropeTable) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.tables = append(m.tables, t)
 	m.floats += len(t.cos) + len(t.sn)
-	for len(m.tables) > 1 && m.floats > ropeMemoFloats {
+	for len(m.tables) > 1 && (len(m.tables) > ropeMemoTables || m.floats > ropeMemoFloats) {
 		m.floats -= len(m.tables[0].cos) + len(m.tables[0].sn)
 		m.tables[0] = nil
 		m.tables = m.tables[1:]

@@ -178,7 +178,8 @@ func TestRoPEMemo(t *testing.T) {
 // TestRoPEMemoRows: RoPE keeps several tables (a batch's rows sit at
 // different offsets); rows at offsets seen before, after another base, and
 // after long tables pushed the older ones out of the memo, must each give
-// what RoPERef gives.
+// what RoPERef gives; and decode at ever new positions keeps the memo
+// within its bounds.
 func TestRoPEMemoRows(t *testing.T) {
 	const h, d = 2, 8
 	base := RoPEParams{Dims: 6, Base: 10000, Scale: 1}
@@ -212,7 +213,11 @@ func TestRoPEMemoRows(t *testing.T) {
 			}
 		})
 	}
-	if ropeTables.floats > ropeMemoFloats && len(ropeTables.tables) > 1 {
-		t.Errorf("memo keeps %d tables of %d values, want at most %d values or one table", len(ropeTables.tables), ropeTables.floats, ropeMemoFloats)
+	for off := range 2 * ropeMemoTables { // decode: a new position every step
+		x := randVec(newRand(6), h*d, 1, Identity)
+		RoPE(make([]float32, len(x)), x, 1, h, 1, d, base, []int{100 + off}, Identity)
+	}
+	if n := len(ropeTables.tables); n > ropeMemoTables || ropeTables.floats > ropeMemoFloats && n > 1 {
+		t.Errorf("memo keeps %d tables of %d values, want at most %d tables and %d values (or one table)", n, ropeTables.floats, ropeMemoTables, ropeMemoFloats)
 	}
 }
