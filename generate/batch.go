@@ -1030,11 +1030,7 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 			}
 			return g.b.Eval(p.next)
 		}
-		// The rows go to the host as float32 (the same values: widening
-		// is exact), converted by the backend's vector code instead of an
-		// element at a time on the host; dt keeps the model's dtype.
-		dt = out.DType()
-		lp, err = g.b.ToHost(g.b.AsType(out, tensor.F32))
+		lp, dt, err = toHostF32(g.b, out)
 		return err
 	})
 	if err != nil {
@@ -1131,7 +1127,7 @@ func (g *BatchGenerator) process(p *batchPart, logits backend.Array) (backend.Ar
 	if !any {
 		return logits, nil
 	}
-	h, err := g.b.ToHost(logits)
+	h, dt, err := toHostF32(g.b, logits)
 	if err != nil {
 		return nil, err
 	}
@@ -1139,12 +1135,12 @@ func (g *BatchGenerator) process(p *batchPart, logits backend.Array) (backend.Ar
 	V := h.Shape[1]
 	for i, s := range p.rows {
 		if s.processors.Enabled() {
-			if err := s.processors.Process(s.context, all[i*V:(i+1)*V], h.DType); err != nil {
+			if err := s.processors.Process(s.context, all[i*V:(i+1)*V], dt); err != nil {
 				return nil, err
 			}
 		}
 	}
-	return g.b.FromHost(tensor.FromFloat32(h.Shape, all).Convert(h.DType)), nil
+	return g.b.FromHost(tensor.FromFloat32(h.Shape, all).Convert(dt)), nil
 }
 
 // BatchResult is one sequence's outcome of BatchGenerate.

@@ -290,15 +290,24 @@ func (g *generator[C]) feed(ids func() backend.Array) error {
 // process applies the logits processors on the host and returns the new
 // logits on the backend, in the same dtype.
 func (g *generator[C]) process(logits backend.Array) (backend.Array, error) {
-	h, err := g.b.ToHost(logits)
+	h, dt, err := toHostF32(g.b, logits)
 	if err != nil {
 		return nil, err
 	}
 	row := h.ToFloat32()
-	if err := g.opts.Processors.Process(g.context, row, h.DType); err != nil {
+	if err := g.opts.Processors.Process(g.context, row, dt); err != nil {
 		return nil, err
 	}
-	return g.b.FromHost(tensor.FromFloat32(h.Shape, row).Convert(h.DType)), nil
+	return g.b.FromHost(tensor.FromFloat32(h.Shape, row).Convert(dt)), nil
+}
+
+// toHostF32 evaluates a (inside a scope, which frees the conversion) and
+// returns its values on the host as float32 with a's own dtype: the
+// backend widens them (exactly) with its vector code, where the host
+// would convert a float16 or bfloat16 value at a time.
+func toHostF32(b backend.Backend, a backend.Array) (*tensor.Dense, tensor.DType, error) {
+	h, err := b.ToHost(b.AsType(a, tensor.F32))
+	return h, a.DType(), err
 }
 
 // resolve waits for a scheduled step and returns its token.

@@ -53,7 +53,7 @@ func BenchmarkQMVStream(b *testing.B) {
 		dst := make([]float32, kmax)
 		for _, acc := range []Acc{AccF32, AccQ8} {
 			// On AVX-512 VNNI CPUs the int8 kernels run in both forms
-			// (qmvQ8PF, chosen by CPU vendor): -pf1 prefetching, -pf0 not.
+			// (qmvQ8PF, on by default): -pf1 prefetching, -pf0 not.
 			forms := []string{""}
 			if acc == AccQ8 && asmQ8 {
 				forms = []string{"-pf0", "-pf1"}
