@@ -336,6 +336,8 @@ func kernelTail(name string, rows, res int) {
 // Registers: Y0 a panel vector, Y1 a scratch, Y2.. the rows' integer block
 // sums I (4-bit: int16 lanes until the block's end), Y6.. acc (gemm) or a,
 // Y10.. res (dotQ8; bias in the arguments' scratch), Y15 int16 ones.
+// With one, Y6.. hold the bias sums, and at a group's end Y14 its scales
+// and Y0 its biases.
 //
 // With one (dotQ8's steps, groups of one block: group size 32), a = d·I
 // is written at once instead of added to a zeroed a: the same bits, as
@@ -354,12 +356,23 @@ func intKernel(bits, rows int, gemm, one bool) {
 	A := func(r int) string { return fmt.Sprintf("Y%d", 6+r) }
 	Res := func(r int) string { return fmt.Sprintf("Y%d", 10+r) }
 	bias := func(r int) string { return fmt.Sprintf("%d(AX)", aTmp+32*r) }
+	if one {
+		// Groups of one block need no a across blocks: its registers
+		// hold the bias sums instead of the arguments' scratch (no store
+		// and reload a group), and the group's scales and biases are
+		// loaded once for all rows (Y14, Y0).
+		bias = A
+	}
 	kernelHead(name, true)
 	p("\tVXORPS Y1, Y1, Y1")
 	for r := range rows {
-		if gemm {
+		switch {
+		case gemm:
 			p("\tVXORPS %s, %s, %s", A(r), A(r), A(r))
-		} else {
+		case one:
+			p("\tVXORPS %s, %s, %s", Res(r), Res(r), Res(r))
+			p("\tVXORPS %s, %s, %s", bias(r), bias(r), bias(r))
+		default:
 			p("\tVXORPS %s, %s, %s", Res(r), Res(r), Res(r))
 			p("\tVMOVUPS Y1, %s", bias(r))
 		}
@@ -420,8 +433,8 @@ func intKernel(bits, rows int, gemm, one bool) {
 		p("\tVCVTDQ2PS %s, %s", I(r), I(r))
 		p("\tVBROADCASTSS %d(CX), Y1", 4*r)
 		switch {
-		case one:
-			p("\tVMULPS Y1, %s, %s", I(r), A(r))
+		case one: // a = d·I stays in I(r)
+			p("\tVMULPS Y1, %s, %s", I(r), I(r))
 		case gemm:
 			p("\tVMULPS Y1, %s, %s", I(r), I(r))
 			p("\tVFMADD231PS (BX), %s, %s", I(r), A(r))
@@ -436,8 +449,19 @@ func intKernel(bits, rows int, gemm, one bool) {
 	p("\tDECQ DX")
 	p("\tJNZ %s_blk", name)
 	// Group end.
+	if one {
+		p("\tVMOVUPS (BX), Y14")
+		p("\tVMOVUPS (BX)(R12*1), Y0")
+	}
 	for r := range rows {
 		p("\tVBROADCASTSS %d(R14), Y1", 4*r)
+		if one { // res += s·a; bias += b·xs
+			p("\tVMULPS Y14, %s, %s", I(r), I(r))
+			p("\tVADDPS %s, %s, %s", I(r), Res(r), Res(r))
+			p("\tVMULPS Y0, Y1, Y1")
+			p("\tVADDPS %s, Y1, %s", bias(r), bias(r))
+			continue
+		}
 		if gemm {
 			p("\tVFMADD231PS (BX)(R12*1), Y1, %s", A(r))
 		} else {
