@@ -11,12 +11,16 @@
 #   bench/loadtest_scaling.sh [MODEL_DIR ...]      (make loadtest-scaling)
 #
 # Environment: MLXGO (default: go run ./cmd/mlxgo), TOKENS (--tokens, default 256: each request
-# asks for a quarter to all of it), PASSES (3), PRECISION (fast), FLAGS (more loadtest flags).
+# asks for a quarter to all of it), PASSES (3), PRECISION (fast), FLAGS (more loadtest flags),
+# PEER_URL (a server already running, for example llama-server with --parallel 8: each pass
+# also loads it with the same 1 and 8 clients, through loadtest --url; the prompt cache is the
+# peer's own).
 set -eu
 MLXGO=${MLXGO:-go run ./cmd/mlxgo}
 TOKENS=${TOKENS:-256}; PASSES=${PASSES:-3}; PRECISION=${PRECISION:-fast}; FLAGS=${FLAGS:-}
 case "${1:-}" in -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
-[ $# -gt 0 ] || { echo "usage: $0 MODEL_DIR ... (--help for more)" >&2; exit 2; }
+PEER_URL=${PEER_URL:-}
+[ $# -gt 0 ] || [ -n "$PEER_URL" ] || { echo "usage: $0 MODEL_DIR ... (--help for more)" >&2; exit 2; }
 for v in TOKENS PASSES; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$0: $v=${!v}: want a positive integer" >&2; exit 2; }
 done
@@ -25,14 +29,24 @@ for m in "$@"; do
 done
 summary=()
 for pass in $(seq 1 "$PASSES"); do
-  for m in "$@"; do
+  for m in "$@" ${PEER_URL:+"$PEER_URL"}; do
     declare -A tps=() sps=()
     for c in 1 8; do
       r=$((c == 1 ? 8 : 32))
       echo "=== pass $pass $(date -u +%T) $m tokens $TOKENS clients $c requests $r"
-      out=$($MLXGO loadtest --model "$m" --backend cpu --precision "$PRECISION" --cancel 0 --malformed 0 --slow 0 --stream 1 \
-        --max-concurrency 8 --prompt-words 16 --prompt-cache-bytes 0 --tokens "$TOKENS" --clients $c --requests $r $FLAGS 2>&1) \
-        || { echo "$out" >&2; echo "$0: mlxgo loadtest failed on $m with $c clients" >&2; exit 1; }
+      load=(loadtest --cancel 0 --malformed 0 --slow 0 --stream 1 --prompt-words 16 --tokens "$TOKENS" --clients $c --requests $r)
+      if [ "$m" = "$PEER_URL" ]; then
+        load+=(--url "$m")
+      else
+        load+=(--model "$m" --backend cpu --precision "$PRECISION" --max-concurrency 8 --prompt-cache-bytes 0 $FLAGS)
+      fi
+      if ! out=$($MLXGO "${load[@]}" 2>&1); then
+        # A peer's errors are its own (llama-server closes a kept-alive connection now and then):
+        # shown, and its throughput still counted; mlxgo serve must have none.
+        [ "$m" = "$PEER_URL" ] && echo "$out" | grep -q '^throughput: ' \
+          || { echo "$out" >&2; echo "$0: mlxgo loadtest failed on $m with $c clients" >&2; exit 1; }
+        echo "$out" | grep -E '^(  error: |mlxgo loadtest: FAIL)' | head -3
+      fi
       echo "$out" | grep -E "^(requests|throughput|steady throughput|prompts|time to first|inter-token)"
       tps[$c]=$(echo "$out" | sed -n 's/^throughput: .* = \([0-9.]*\) tok\/s aggregate$/\1/p')
       sps[$c]=$(echo "$out" | sed -n 's/^steady throughput: .* = \([0-9.]*\) tok\/s$/\1/p')
