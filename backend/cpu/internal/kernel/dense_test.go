@@ -201,23 +201,29 @@ func TestDenseFastUsesFMA(t *testing.T) {
 // precision, and the portable loop (the vector kernels off: the backend's
 // matmulNT before them); on AVX-512 CPUs also ref-avx2 and fast-avx2, the
 // AVX2 kernels (denseZOn off), for A/B runs in one binary. The bytes are
-// the weights read once, so MB/s is the weight stream.
+// the weights read once, so MB/s is the weight stream. On AVX-512 CPUs
+// fast-nocopy is fast without the float32 copies of bfloat16 and float16
+// weight rows (densePackRows).
 func BenchmarkDense(b *testing.B) {
 	type mode struct {
-		name         string
-		fast, vec, z bool
+		name               string
+		fast, vec, z, copy bool
 	}
-	modes := []mode{{"ref", false, true, denseZOn}, {"fast", true, true, denseZOn}, {"portable", false, false, false}}
+	modes := []mode{{"ref", false, true, denseZOn, true}, {"fast", true, true, denseZOn, true}, {"portable", false, false, false, true}}
 	if denseZOn {
-		modes = append(modes, mode{"ref-avx2", false, true, false}, mode{"fast-avx2", true, true, false})
+		modes = append(modes, mode{"ref-avx2", false, true, false, true}, mode{"fast-avx2", true, true, false, true},
+			mode{"fast-nocopy", true, true, true, false})
 	}
 	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 2560, 960}, {1, 8192, 2048}, {64, 1536, 576}, {512, 2560, 960}, {64, 8192, 2048}} {
 		for _, dt := range []string{"f32", "bf16", "f16"} {
 			for _, mode := range modes {
 				fast := mode.fast
 				b.Run(fmt.Sprintf("m%d_k%d_n%d/%s/%s", sz.m, sz.k, sz.n, dt, mode.name), func(b *testing.B) {
-					defer func(on, z bool) { denseOn, denseZOn = on, z }(denseOn, denseZOn)
+					defer func(on, z bool, pr int) { denseOn, denseZOn, densePackRows = on, z, pr }(denseOn, denseZOn, densePackRows)
 					denseOn, denseZOn = mode.vec, mode.z
+					if !mode.copy {
+						densePackRows = math.MaxInt
+					}
 					r := newRand(1)
 					var w Vec
 					es := 2
