@@ -569,17 +569,6 @@ func denseFastZ(dst, x []float32, w Vec, m, n, k int) {
 	})
 }
 
-// densePackRows is the fewest rows of x in a block for which the AVX-512
-// fast GEMM (denseFastZ) widens each group of bfloat16 or float16 weight
-// rows to float32 once, for all the block's rows, and runs the float32
-// kernels on the copy: the same bits (the widening is exact, and the
-// kernels sum in the same order whatever the dtype), without converting
-// the weights again for every four rows of x. On Intel cores the widening
-// (VCVTPH2PS, or VPMOVZXWD and VPSLLD) takes the two FMA ports. The AVX2
-// GEMM (denseFastAVX) does not: on Zen 3 the same copy made SmolLM2-360M's
-// float16 GEMM at 512 rows 5-15% slower (F16C widens in the load).
-var densePackRows = 16
-
 // denseAVX is set when the CPU has AVX2 and FMA; denseF16 when it also has
 // F16C. denseOn switches the kernels on (tests compare with them off).
 var denseAVX, denseF16, denseOn = false, false, true

@@ -20,6 +20,10 @@ func avxGemmQ8(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int,
 	return false
 }
 
+// qmvbOn switches the batched one-row kernels on where they exist (the
+// tests switch it off); there are none here.
+var qmvbOn = true
+
 // qmvBatch is the batched one-row int8 kernel of qmvb_amd64.go; none here.
 func qmvBatch(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) bool {
 	return false
