@@ -419,13 +419,14 @@ func f32(bits int) {
 	p("\tMOVQ 64(AX), DX")
 	p("%s_unit:", name)
 	prefetch()
-	for pr := range 4 {
-		r0, r1 := 2*pr, 2*pr+1
-		acc := fmt.Sprintf("Y%d", pr)
-		p("\tVMOVDQU %s, X12", row(r0, 0))
-		p("\tVINSERTI128 $1, %s, Y12, Y12", row(r1, 0))
-		if bits == 8 {
-			// word i: bytes 4i..4i+3 of each lane, times x[4i..4i+3].
+	if bits == 4 {
+		f32Unit4()
+	} else {
+		for pr := range 4 {
+			// 8-bit, word i: bytes 4i..4i+3 of each lane, times x[4i..4i+3].
+			acc := fmt.Sprintf("Y%d", pr)
+			p("\tVMOVDQU %s, X12", row(2*pr, 0))
+			p("\tVINSERTI128 $1, %s, Y12, Y12", row(2*pr+1, 0))
 			for i := range 4 {
 				p("\tVPSHUFB Y%d, Y12, Y13", 4+i)
 				p("\tVCVTDQ2PS Y13, Y13")
@@ -433,19 +434,59 @@ func f32(bits int) {
 				p("\tVMULPS Y10, Y13, Y13")
 				p("\tVADDPS Y13, %s, %s", acc, acc)
 			}
-			continue
 		}
-		// 4-bit: low and high nibbles interleaved back into code order
-		// (Y12: codes of words 0 and 1, Y14: words 2 and 3, one byte each).
-		p("\tVPSRLW $4, Y12, Y13")
-		p("\tVPAND avxNib<>(SB), Y12, Y12")
+	}
+	p("\tADDQ $16, R8")
+	xstep := 4 * 4 * 32 / bits
+	if bits == 4 {
+		xstep *= 2 // x doubled (avxDoubleX)
+	}
+	p("\tADDQ $%d, DI", xstep)
+	p("\tDECQ DX")
+	p("\tJNZ %s_unit", name)
+	// [r0 r2 r4 r6 | r1 r3 r5 r7], each (a0+a1)+(a2+a3).
+	p("\tVHADDPS Y1, Y0, Y10")
+	p("\tVHADDPS Y3, Y2, Y11")
+	p("\tVHADDPS Y11, Y10, Y10")
+	groupEnd(name, false)
+}
+
+// f32Unit4 writes the 4-bit float32 kernel's unit: for each pair of rows
+// (r0 | r1 in the two halves of a register) the 32 codes of a unit
+// unpacked to one byte each, then per word pair the lanes a_j +=
+// c_j·x_j + c_{j+4}·x_{j+4} (dotF32's steps and order). x comes doubled
+// (avxDoubleX: each four values twice, 32 bytes) so that the multiplies
+// read it from memory and no register holds it; the two registers that
+// frees hold the next pair's codes, unpacked while this pair multiplies
+// (software pipelining: the pairs' unpacks in Y12/Y14 and Y10/Y11 by
+// turns, one pair ahead). The same operations on the same values as
+// broadcasting x: the same bits.
+func f32Unit4() {
+	regs := func(pr int) (lo, hi, x string) {
+		if pr%2 == 0 {
+			return "Y12", "Y14", "X12"
+		}
+		return "Y10", "Y11", "X10"
+	}
+	unpack := func(pr int) {
+		lo, hi, x := regs(pr)
+		p("\tVMOVDQU %s, %s", row(2*pr, 0), x)
+		p("\tVINSERTI128 $1, %s, %s, %s", row(2*pr+1, 0), lo, lo)
+		// low and high nibbles interleaved back into code order (lo:
+		// codes of words 0 and 1, hi: words 2 and 3, one byte each).
+		p("\tVPSRLW $4, %s, Y13", lo)
+		p("\tVPAND avxNib<>(SB), %s, %s", lo, lo)
 		p("\tVPAND avxNib<>(SB), Y13, Y13")
-		p("\tVPUNPCKHBW Y13, Y12, Y14")
-		p("\tVPUNPCKLBW Y13, Y12, Y12")
+		p("\tVPUNPCKHBW Y13, %s, %s", lo, hi)
+		p("\tVPUNPCKLBW Y13, %s, %s", lo, lo)
+	}
+	compute := func(pr int) {
+		lo, hi, _ := regs(pr)
+		acc := fmt.Sprintf("Y%d", pr)
 		for i := range 4 {
-			src := "Y12"
+			src := lo
 			if i >= 2 {
-				src = "Y14"
+				src = hi
 			}
 			sa, sb := 4, 5
 			if i%2 == 1 {
@@ -456,23 +497,19 @@ func f32(bits int) {
 			p("\tVPSHUFB Y%d, %s, Y15", sb, src)
 			p("\tVCVTDQ2PS Y13, Y13")
 			p("\tVCVTDQ2PS Y15, Y15")
-			p("\tVBROADCASTF128 %d(DI), Y10", 32*i)
-			p("\tVBROADCASTF128 %d(DI), Y11", 32*i+16)
-			p("\tVMULPS Y10, Y13, Y13")
-			p("\tVMULPS Y11, Y15, Y15")
+			p("\tVMULPS %d(DI), Y13, Y13", 64*i)
+			p("\tVMULPS %d(DI), Y15, Y15", 64*i+32)
 			p("\tVADDPS Y15, Y13, Y13")
 			p("\tVADDPS Y13, %s, %s", acc, acc)
 		}
 	}
-	p("\tADDQ $16, R8")
-	p("\tADDQ $%d, DI", 4*4*32/bits)
-	p("\tDECQ DX")
-	p("\tJNZ %s_unit", name)
-	// [r0 r2 r4 r6 | r1 r3 r5 r7], each (a0+a1)+(a2+a3).
-	p("\tVHADDPS Y1, Y0, Y10")
-	p("\tVHADDPS Y3, Y2, Y11")
-	p("\tVHADDPS Y11, Y10, Y10")
-	groupEnd(name, false)
+	unpack(0)
+	for pr := range 4 {
+		if pr+1 < 4 {
+			unpack(pr + 1)
+		}
+		compute(pr)
+	}
 }
 
 // q8 writes the int8 kernel for bits (4 or 8): per block t of 32 codes the
