@@ -59,7 +59,7 @@ type avxArgs struct {
 func qavxF32B4(a *avxArgs)
 
 // qavxF32B8 is qavxF32B4 for 8-bit weights (dotF32's 8-bit loop: a_j +=
-// c_j·x_j), x as it is (not doubled).
+// c_j·x_j), x doubled too.
 //
 //go:noescape
 func qavxF32B8(a *avxArgs)
@@ -284,7 +284,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		groupSumsFlat(s.xs[lo*gpr:hi*gpr], x[lo*k:hi*k], (hi-lo)*gpr, gs)
 	})
 	kern := avxKernels[avxBitsIndex(bits)]
-	double := false // qavxF32B4, which reads x doubled (avxDoubleX)
+	double := false // qavxF32B4 and qavxF32B8, which read x doubled (avxDoubleX)
 	switch {
 	case gemm:
 		kern = avxKernelsG8[avxBitsIndex(bits)]
@@ -294,7 +294,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		kern = avxKernelsQ8[avxBitsIndex(bits)]
 	case bits == 4 && avxZMM && asmF32:
 		kern = qzmmF32B4
-	case bits == 4:
+	case bits == 4 || bits == 8:
 		double = true
 	}
 	upg := gs * bits / 128 // units of four words (4- and 8-bit)
@@ -435,7 +435,7 @@ type avxState struct {
 	xqn, xq     []int8
 	x16         []int16
 	x32         []int32
-	x2          []float32 // x doubled for qavxF32B4 (avxDoubleX)
+	x2          []float32 // x doubled for qavxF32B4 and qavxF32B8 (avxDoubleX)
 	gxs, gd     []float32 // the m-blocked kernels: group sums and block scales of x, interleaved (avxInterleave)
 	panel       []byte    // (per worker) the m-blocked kernels' panels
 	state       []float32 // (per worker) the float32 m-blocked kernels' sums between chunks
@@ -516,8 +516,9 @@ func avxLayS8(s *avxState, n int) {
 }
 
 // avxDoubleX writes each four values of x twice into dst (2·len(x)
-// values): the layout in which qavxF32B4 multiplies by x straight from
-// memory, a 32-byte operand holding the four values in both halves.
+// values): the layout in which qavxF32B4 and qavxF32B8 multiply by x
+// straight from memory, a 32-byte operand holding the four values in both
+// halves.
 func avxDoubleX(dst, x []float32) {
 	for i := 0; i+4 <= len(x); i += 4 {
 		q := dst[2*i : 2*i+8]

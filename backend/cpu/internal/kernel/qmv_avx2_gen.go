@@ -422,26 +422,10 @@ func f32(bits int) {
 	if bits == 4 {
 		f32Unit4()
 	} else {
-		for pr := range 4 {
-			// 8-bit, word i: bytes 4i..4i+3 of each lane, times x[4i..4i+3].
-			acc := fmt.Sprintf("Y%d", pr)
-			p("\tVMOVDQU %s, X12", row(2*pr, 0))
-			p("\tVINSERTI128 $1, %s, Y12, Y12", row(2*pr+1, 0))
-			for i := range 4 {
-				p("\tVPSHUFB Y%d, Y12, Y13", 4+i)
-				p("\tVCVTDQ2PS Y13, Y13")
-				p("\tVBROADCASTF128 %d(DI), Y10", 16*i)
-				p("\tVMULPS Y10, Y13, Y13")
-				p("\tVADDPS Y13, %s, %s", acc, acc)
-			}
-		}
+		f32Unit8()
 	}
 	p("\tADDQ $16, R8")
-	xstep := 4 * 4 * 32 / bits
-	if bits == 4 {
-		xstep *= 2 // x doubled (avxDoubleX)
-	}
-	p("\tADDQ $%d, DI", xstep)
+	p("\tADDQ $%d, DI", 2*4*4*32/bits) // x doubled (avxDoubleX)
 	p("\tDECQ DX")
 	p("\tJNZ %s_unit", name)
 	// [r0 r2 r4 r6 | r1 r3 r5 r7], each (a0+a1)+(a2+a3).
@@ -509,6 +493,39 @@ func f32Unit4() {
 			unpack(pr + 1)
 		}
 		compute(pr)
+	}
+}
+
+// f32Unit8 writes the 8-bit float32 kernel's unit: for each pair of rows
+// (r0 | r1 in the two halves of a register) their four words, and per
+// word i the lanes a_j += c_j·x_j (dotF32's 8-bit steps and order), x
+// doubled and read by the multiplies (as f32Unit4), the next pair's codes
+// loaded into the register that frees while this pair multiplies.
+func f32Unit8() {
+	reg := func(pr int) (y, x string) {
+		if pr%2 == 0 {
+			return "Y12", "X12"
+		}
+		return "Y10", "X10"
+	}
+	load := func(pr int) {
+		y, x := reg(pr)
+		p("\tVMOVDQU %s, %s", row(2*pr, 0), x)
+		p("\tVINSERTI128 $1, %s, %s, %s", row(2*pr+1, 0), y, y)
+	}
+	load(0)
+	for pr := range 4 {
+		if pr+1 < 4 {
+			load(pr + 1)
+		}
+		y, _ := reg(pr)
+		acc := fmt.Sprintf("Y%d", pr)
+		for i := range 4 { // word i: bytes 4i..4i+3 of each lane, times x[4i..4i+3]
+			p("\tVPSHUFB Y%d, %s, Y13", 4+i, y)
+			p("\tVCVTDQ2PS Y13, Y13")
+			p("\tVMULPS %d(DI), Y13, Y13", 32*i)
+			p("\tVADDPS Y13, %s, %s", acc, acc)
+		}
 	}
 }
 
