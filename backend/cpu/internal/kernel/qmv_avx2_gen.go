@@ -487,12 +487,20 @@ func f32Unit4() {
 			p("\tVADDPS Y13, %s, %s", acc, acc)
 		}
 	}
-	unpack(0)
+	pipelinePairs(unpack, compute)
+}
+
+// pipelinePairs writes the four pairs of rows of a float32 kernel's unit
+// one pair ahead: the first pair's codes, then for each pair the next
+// pair's codes before this pair's arithmetic (their registers alternate
+// between the pairs, so the two are in flight at once).
+func pipelinePairs(codes, arith func(pr int)) {
+	codes(0)
 	for pr := range 4 {
 		if pr+1 < 4 {
-			unpack(pr + 1)
+			codes(pr + 1)
 		}
-		compute(pr)
+		arith(pr)
 	}
 }
 
@@ -513,11 +521,7 @@ func f32Unit8() {
 		p("\tVMOVDQU %s, %s", row(2*pr, 0), x)
 		p("\tVINSERTI128 $1, %s, %s, %s", row(2*pr+1, 0), y, y)
 	}
-	load(0)
-	for pr := range 4 {
-		if pr+1 < 4 {
-			load(pr + 1)
-		}
+	pipelinePairs(load, func(pr int) {
 		y, _ := reg(pr)
 		acc := fmt.Sprintf("Y%d", pr)
 		for i := range 4 { // word i: bytes 4i..4i+3 of each lane, times x[4i..4i+3]
@@ -526,7 +530,7 @@ func f32Unit8() {
 			p("\tVMULPS %d(DI), Y13, Y13", 32*i)
 			p("\tVADDPS Y13, %s, %s", acc, acc)
 		}
-	}
+	})
 }
 
 // q8 writes the int8 kernel for bits (4 or 8): per block t of 32 codes the
