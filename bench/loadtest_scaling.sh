@@ -41,8 +41,9 @@ for pass in $(seq 1 "$PASSES"); do
         load+=(--model "$m" --backend cpu --precision "$PRECISION" --max-concurrency 8 --prompt-cache-bytes 0 $FLAGS)
       fi
       if ! out=$($MLXGO "${load[@]}" 2>&1); then
-        # A peer's errors are its own (llama-server closes a kept-alive connection now and then):
-        # shown, and its throughput still counted; mlxgo serve must have none.
+        # A peer's errors are its own: shown, and its throughput still counted; mlxgo serve
+        # must have none. (A request the server dropped by closing its kept-alive connection
+        # unanswered, as llama-server does now and then, is sent again: loadtest's "resent" line.)
         [ "$m" = "$PEER_URL" ] && echo "$out" | grep -q '^throughput: ' \
           || { echo "$out" >&2; echo "$0: mlxgo loadtest failed on $m with $c clients" >&2; exit 1; }
         echo "$out" | grep -E '^(  error: |mlxgo loadtest: FAIL)' | head -3

@@ -35,10 +35,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlxgo/mlxgo/server"
@@ -76,7 +78,12 @@ type Report struct {
 	// not answered 400 included), with up to 5 samples.
 	Errors       int
 	ErrorSamples []string
-	Tokens       int // completion tokens of the requests answered whole (usage)
+	// Resent are requests net/http sent again on a new connection because
+	// the server had closed the kept-alive one they went out on before
+	// answering (each is counted once above, by its final answer).
+	Resent int
+
+	Tokens int // completion tokens of the requests answered whole (usage)
 	// PromptTokens are those requests' prompt tokens, CachedTokens the
 	// part of them the server's prompt cache supplied (usage).
 	PromptTokens, CachedTokens int
@@ -126,6 +133,9 @@ func (r *Report) Write(w io.Writer) {
 		r.Requests, r.OK, r.Cancelled, r.Malformed, r.Oversized, r.Rejected, r.Cut, r.Errors)
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(w, "  error: %s\n", s)
+	}
+	if r.Resent > 0 {
+		fmt.Fprintf(w, "resent on a new connection (the server closed a kept-alive one before answering): %d\n", r.Resent)
 	}
 	fmt.Fprintf(w, "throughput: %d completion tokens in %.1f s = %.1f tok/s aggregate\n", r.Tokens, r.Elapsed.Seconds(), r.Throughput())
 	fmt.Fprintf(w, "steady throughput: %d completion tokens in the first %.1f s, while every client had a request to send = %.1f tok/s\n",
@@ -182,6 +192,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	client := &http.Client{Timeout: o.Duration + 30*time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: o.Clients, MaxIdleConns: o.Clients}}
+	poster := &poster{client: client}
 	if o.Model == "" {
 		// The first model of GET /v1/models; where that fails (mlx_lm.server
 		// answers it from the Hugging Face cache) requests name no model,
@@ -231,7 +242,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				}
 				inflight++
 				mu.Unlock()
-				r := one(ctx, client, o, rng)
+				r := one(ctx, poster, o, rng)
 				r.end = time.Now()
 				mu.Lock()
 				rep.add(r)
@@ -252,6 +263,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	wg.Wait()
 	end := time.Now()
+	rep.Resent = int(poster.resent.Load())
 	rep.Elapsed = end.Sub(start)
 	if steadyEnd.IsZero() || steadyEnd.After(end) {
 		steadyEnd = end // the time limit came first: every client was busy to the end
@@ -374,7 +386,7 @@ func prompt(rng *rand.Rand, lengths []int) string {
 }
 
 // one sends one request of a random kind.
-func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) result {
+func one(ctx context.Context, client *poster, o Options, rng *rand.Rand) result {
 	x := rng.Float64()
 	if x < o.Malformed {
 		k := rng.IntN(len(malformedBodies) + 1)
@@ -385,7 +397,7 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 			body, what = malformedBodies[k], strconv.Quote(malformedBodies[k])
 		}
 		route := []string{"/v1/chat/completions", "/v1/completions"}[rng.IntN(2)]
-		resp, err := post(ctx, client, o.URL+route, body)
+		resp, err := client.post(ctx, o.URL+route, body)
 		if err != nil {
 			return result{kind: "error", err: fmt.Sprintf("malformed body %s: %v", what, err)}
 		}
@@ -436,7 +448,7 @@ func one(ctx context.Context, client *http.Client, o Options, rng *rand.Rand) re
 	if slow {
 		in = &trickle{r: in}
 	}
-	resp, err := postReader(rctx, client, o.URL+route, in, int64(len(body)))
+	resp, err := client.postReader(rctx, o.URL+route, in, int64(len(body)))
 	if err != nil {
 		if ctx.Err() != nil {
 			return result{kind: "cut"} // the run's time is up
@@ -531,21 +543,44 @@ func rejected(resp *http.Response) result {
 	return result{kind: "rejected", retry: d}
 }
 
-func post(ctx context.Context, client *http.Client, url, body string) (*http.Response, error) {
-	return postReader(ctx, client, url, strings.NewReader(body), int64(len(body)))
+// poster sends the load's requests and counts those net/http sent again.
+type poster struct {
+	client *http.Client
+	resent atomic.Int64
+}
+
+func (p *poster) post(ctx context.Context, url, body string) (*http.Response, error) {
+	return p.postReader(ctx, url, strings.NewReader(body), int64(len(body)))
 }
 
 // postReader posts n bytes from body with a Content-Length (as clients
-// send it; mlx_lm.server refuses a chunked body).
-func postReader(ctx context.Context, client *http.Client, url string, body io.Reader, n int64) (*http.Response, error) {
+// send it; mlx_lm.server refuses a chunked body). A body net/http can
+// send again (not a trickle) goes with an Idempotency-Key, so that where
+// the server closes the kept-alive connection a request went out on
+// before answering it (llama-server does now and then), net/http sends it
+// again on a new connection, as OpenAI's clients retry connection errors;
+// such requests are counted (p.resent).
+func (p *poster) postReader(ctx context.Context, url string, body io.Reader, n int64) (*http.Response, error) {
+	var conns atomic.Int32
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conns.Add(1) }})
 	req, err := http.NewRequestWithContext(ctx, "POST", url, body)
 	if err != nil {
 		return nil, err
 	}
 	req.ContentLength = n
 	req.Header.Set("Content-Type", "application/json")
-	return client.Do(req)
+	if req.GetBody != nil {
+		req.Header.Set("Idempotency-Key", strconv.FormatInt(idempotencyKeys.Add(1), 10))
+	}
+	resp, err := p.client.Do(req)
+	if conns.Load() > 1 {
+		p.resent.Add(1)
+	}
+	return resp, err
 }
+
+// idempotencyKeys numbers the requests of the process.
+var idempotencyKeys atomic.Int64
 
 // trickle reads 32 bytes at a time, 20 ms apart: a slow client's body.
 type trickle struct {
