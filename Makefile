@@ -159,7 +159,7 @@ oracle-check: venv smollm2
 FUZZ_TARGETS := tokenizer:FuzzTokenizer tokenizer:FuzzChatTemplate gguf:FuzzParse \
 	checkpoint:FuzzParseConfig checkpoint:FuzzLoadConfig tensor:FuzzOpenSafetensors \
 	tensor:FuzzSafetensorsIndex convert:FuzzConvert conformance:FuzzCase conformance:FuzzLoadIndex \
-	hub:FuzzPatternMatch \
+	hub:FuzzPatternMatch hub:FuzzDownload \
 	server:FuzzRequest train:FuzzReadPreferences \
 	lora:FuzzLoad promptcache:FuzzRead train:FuzzLoadFile train:FuzzReadConfig
 FUZZTIME ?= 10m
