@@ -25,6 +25,15 @@ type Options struct {
 	// Device selects the device of a backend with several ("cpu", "gpu");
 	// "" means the backend's default (MLX: the GPU when it has one).
 	Device string
+	// PackWeights keeps, beside each quantized weight matrix read from a
+	// file, a copy rearranged for the CPU backend's int8 GEMM, built by
+	// the first matmul that runs it (many rows in the "fast" precision:
+	// batched decode, prefill) so that later ones skip rearranging the
+	// weights per call. It costs memory (Stats.PackedBytes: 8 bits per
+	// code and 4-byte scales, about twice a 4-bit model's weights); it
+	// changes no result. CPU backend with AVX-512 VNNI; elsewhere it does
+	// nothing.
+	PackWeights bool
 }
 
 // Backend is the full contract. Every op is required: a backend that lacks one
@@ -93,6 +102,9 @@ type Stats struct {
 	LiveBytes  int64 // bytes they own (borrowed memory not counted)
 	PeakBytes  int64 // the most LiveBytes has been since the backend opened
 	LeakedByGC int   // arrays freed by the garbage-collector safety net
+	// PackedBytes is the memory of weights kept rearranged beside their
+	// arrays (Options.PackWeights), freed with them.
+	PackedBytes int64
 }
 
 // UnaryOp names an elementwise function of one array.

@@ -29,6 +29,7 @@ import (
 // (which prefills), all threads (the machine may be shared).
 // MLXGO_BENCH_BATCH_CACHE=per-row gives each row a cache of its own (the
 // server's default on the CPU backend, --batch-cache per-row).
+// MLXGO_BENCH_PACK=1 sets backend.Options.PackWeights.
 // MLXGO_BENCH_PROMPT and MLXGO_BENCH_STEPS change the prompt length and
 // the tokens generated per row (a server's rows run at longer contexts).
 //
@@ -49,7 +50,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	be, err := cpu.New(backend.Options{Precision: os.Getenv("MLXGO_BENCH_PRECISION")})
+	be, err := cpu.New(backend.Options{Precision: os.Getenv("MLXGO_BENCH_PRECISION"), PackWeights: os.Getenv("MLXGO_BENCH_PACK") == "1"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -41,6 +41,7 @@ type buffer struct {
 	refs     int       // live arrays viewing it
 	borrowed bool      // caller memory: never written, pooled or counted
 	nbytes   int64     // what it adds to Stats.LiveBytes
+	packs    []packed  // quantized weights in this (borrowed) buffer, rearranged (Options.PackWeights)
 }
 
 // DType returns the element type. It stays valid after Release.
@@ -190,6 +191,10 @@ func (b *Backend) unref(buf *buffer, pool bool) int64 {
 		return 0
 	}
 	n := buf.nbytes
+	for _, p := range buf.packs {
+		b.packed -= p.slot.Bytes()
+	}
+	buf.packs = nil
 	if !pool {
 		return n
 	}
@@ -304,7 +309,11 @@ func (b *Backend) Release(arrays ...backend.Array) { b.life.Release(arrays...) }
 // of the buffers they view (each buffer once; borrowed memory not
 // counted), the peak of those bytes, and the arrays the garbage-collector
 // safety net had to account for.
-func (b *Backend) Stats() backend.Stats { return b.life.Stats() }
+func (b *Backend) Stats() backend.Stats {
+	s := b.life.Stats()
+	s.PackedBytes = b.packed
+	return s
+}
 
 // ClearCache empties the buffer pool (backend.CacheClearer; generation
 // calls it where mlx_lm calls mx.clear_cache: after each chunk of a prompt

@@ -26,6 +26,8 @@ type Backend struct {
 	fast    bool // Precision "fast": int8 activations in the quantized matmul, FMA in the dense one
 	threads int  // worker goroutines for Matmul
 	closed  bool
+	pack    bool  // Options.PackWeights (with fast: only its int8 GEMM reads packed weights)
+	packed  int64 // Stats.PackedBytes
 
 	life *tracker    // scopes, Release, Stats and the safety net
 	pool *pool       // storage of released arrays, for reuse
@@ -64,6 +66,7 @@ func New(opts backend.Options) (*Backend, error) {
 		return nil, fmt.Errorf("cpu backend: Threads is %d (want 0 for GOMAXPROCS, or a positive count)", opts.Threads)
 	}
 	b.threads = opts.Threads
+	b.pack = opts.PackWeights && b.fast
 	if b.threads == 0 {
 		b.threads = runtime.GOMAXPROCS(0)
 	} else {
@@ -71,6 +74,10 @@ func New(opts backend.Options) (*Backend, error) {
 	}
 	return b, nil
 }
+
+// PackWeightsSupported reports whether Options.PackWeights packs anything on
+// this CPU (it needs AVX-512 with VNNI; elsewhere it does nothing).
+func PackWeightsSupported() bool { return kernel.PackSupported() }
 
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }

@@ -151,7 +151,7 @@ func (b *Backend) QuantizedMatmul(x backend.Array, q backend.QuantizedArray, tra
 			// The linear layers: scales and biases are read in their
 			// storage dtype (no float32 copy of them per call).
 			dst := b.pool.getF32(shape.Size())
-			kernel.QuantizedMatmulTVec(dst, b.f32Of(xa, dt), wq, b.vecOf(s, dt), b.vecOf(bi, dt), M, N, K, q.GroupSize, q.Bits, round, b.acc())
+			kernel.QuantizedMatmulTPacked(dst, b.f32Of(xa, dt), wq, b.vecOf(s, dt), b.vecOf(bi, dt), b.packSlot(w, s, bi, q), M, N, K, q.GroupSize, q.Bits, round, b.acc())
 			return b.floatOut(dt, shape, dst)
 		}
 		dst := b.pool.getF32(shape.Size())
@@ -193,6 +193,45 @@ func (b *Backend) codes(w *Array) []uint32 {
 		raw = w.buf.raw[4*w.off : 4*(w.off+n)]
 	}
 	return unsafe.Slice((*uint32)(unsafe.Pointer(&raw[0])), n)
+}
+
+// packed is one quantized weight matrix of a buffer kept rearranged
+// (Options.PackWeights): the matrix at element off of the buffer, with its
+// scales and biases (identified by their first bytes, in borrowed memory
+// too, which is never written), group size and bits.
+type packed struct {
+	off      int
+	s, bi    unsafe.Pointer
+	gs, bits int
+	slot     *kernel.PackSlot
+}
+
+// packSlot returns the slot of w's rearranged copy (built by the kernel the
+// first time its int8 GEMM runs on w), or nil: without PackWeights, or when
+// w, its scales or its biases are not contiguous views of borrowed memory
+// (a file's mapping: pooled buffers are reused, so only those stay the
+// same matrix while they live).
+func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray) *kernel.PackSlot {
+	if !b.pack || w.buf == nil || !w.buf.borrowed || !s.buf.borrowed || !bi.buf.borrowed || w.strides != nil || s.strides != nil || bi.strides != nil || w.size() == 0 || s.size() == 0 {
+		return nil
+	}
+	sp, bp := firstElem(s), firstElem(bi)
+	for _, p := range w.buf.packs {
+		if p.off == w.off && p.s == sp && p.bi == bp && p.gs == q.GroupSize && p.bits == q.Bits {
+			return p.slot
+		}
+	}
+	slot := kernel.NewPackSlot(func(n int64) { b.packed += n })
+	w.buf.packs = append(w.buf.packs, packed{off: w.off, s: sp, bi: bp, gs: q.GroupSize, bits: q.Bits, slot: slot})
+	return slot
+}
+
+// firstElem is the address of a's first element (a contiguous, not empty).
+func firstElem(a *Array) unsafe.Pointer {
+	if a.buf.values {
+		return unsafe.Pointer(&a.buf.f32[a.off])
+	}
+	return unsafe.Pointer(&a.buf.raw[a.off*a.dtype.Size()])
 }
 
 // vecOf is vecIn for any float dt (F64 through float32 scratch).

@@ -147,6 +147,9 @@ func (r *Report) Write(w io.Writer) {
 		fmt.Fprintf(w, "server memory: before %d arrays, %d bytes (prompt cache %d arrays); idle after %d arrays, %d bytes (prompt cache %d arrays, %d bytes, %d sequences); %d sequences held\n",
 			r.Before.LiveArrays, r.Before.LiveBytes, r.Before.PromptCacheArrays, r.After.LiveArrays, r.After.LiveBytes,
 			r.After.PromptCacheArrays, r.After.PromptCacheBytes, r.After.PromptCacheSeqs, r.After.Sequences)
+		if r.After.PackedBytes > 0 {
+			fmt.Fprintf(w, "packed weights: %d bytes after (%d before)\n", r.After.PackedBytes, r.Before.PackedBytes)
+		}
 	} else {
 		fmt.Fprintln(w, "server memory: not reported by the server (GET /health)")
 	}

@@ -78,6 +78,7 @@ type q8gArgs struct {
 	pfg         uintptr        // 128
 	sps, spb    uintptr        // 136, 144: the next panel's scales and biases (prefetched; j.sc and j.bi keep them alive)
 	spn         int            // 152: their bytes each
+	nib         int            // 160: 1 when the panel holds whole 4-bit words (Pack's layout), split by the kernel
 }
 
 // gemmQ8 reports whether the int8 GEMM takes a matmul of this shape: 4- or
@@ -118,7 +119,7 @@ const gemmDotMinRows = 4
 
 // qmmTQ8Gemm is the AccQ8 matmul for m >= 2 (see the top of this file);
 // where gemmDot takes the shape, in the one-row order.
-func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder) {
+func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n, k, gs, bits int, round Rounder) {
 	if gemmDot(k, gs, bits) && (!asmQ8 || m < gemmDotMinRows) {
 		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, true)
 		return
@@ -154,6 +155,9 @@ func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int
 		}
 	})
 	j := q8Job{dst: dst, wq: wq, sc: sc, bi: bi, s: s, m: m, n: n, k: k, gs: gs, bits: bits, mt: mt, round: round, dot: gemmDot(k, gs, bits)}
+	if slot != nil {
+		j.packed = slot.get(wq, sc, bi, n, k, gs, bits)
+	}
 	parallelFor((n+q8C-1)/q8C, 1, j.run)
 }
 
@@ -165,43 +169,107 @@ type q8Job struct {
 	s                     *qmmScratch
 	m, n, k, gs, bits, mt int
 	round                 Rounder
-	dot                   bool // q8gemmDot (gemmDot), else q8gemm
+	dot                   bool    // q8gemmDot (gemmDot), else q8gemm
+	packed                *Packed // the panels built beforehand, or nil: built per call
+}
+
+// panelGeom is the panel layout of a weight matrix of k columns for the
+// int8 GEMM. The panel is transposed in chunks of 16 words of each weight
+// row; the words past the last whole chunk (the one-row order takes any k)
+// go through a copy padded with zeros.
+type panelGeom struct {
+	ng, wpr    int  // groups and words per weight row
+	gp         int  // groups rounded up to 16 (rows of the transposed scales)
+	full, tail int  // whole chunks of 16 words, words past them
+	split      bool // 4-bit words split into low and high nibbles, one code per byte
+	cb         int  // panel bytes per chunk: one dword per column and word, two when split
+}
+
+// newPanelGeom returns the layout of a matrix of k columns; split asks for
+// 4-bit words split (the kernels' per-call layout) rather than whole
+// (Pack's, split by the kernels).
+func newPanelGeom(k, gs, bits int, split bool) panelGeom {
+	g := panelGeom{ng: k / gs, wpr: WordsPerRow(k, bits), cb: 1024, split: split && bits == 4}
+	g.gp = (g.ng + 15) &^ 15
+	g.full, g.tail = g.wpr/16, g.wpr%16
+	if g.split {
+		g.cb = 2048
+	}
+	return g
+}
+
+// bytes is the size of one panel's codes.
+func (g panelGeom) bytes() int {
+	if g.tail > 0 {
+		return (g.full + 1) * g.cb
+	}
+	return g.full * g.cb
+}
+
+// packPanel writes the panel of weight rows j0..j0+15 (rows past n are
+// zeros) to panel (64-byte aligned, g.bytes()) and their scales and
+// biases, transposed to [gp][16] float32, to sT and bT; ws is the
+// worker's scratch.
+func packPanel(ws *qmmScratch, g panelGeom, wq []uint32, sc, bi Vec, n, j0 int, panel unsafe.Pointer, sT, bT []float32) {
+	ng, wpr := g.ng, g.wpr
+	nc := min(q8C, n-j0)
+	// Scales and biases of 16 rows as loaded ([16][ng], plus the 16 floats
+	// the transpose reads past the last row).
+	ws.row = grow(ws.row, 2*(q8C*ng+16))
+	st, bt := ws.row[:q8C*ng+16], ws.row[q8C*ng+16:]
+	sc.load(st[:nc*ng], j0*ng)
+	bi.load(bt[:nc*ng], j0*ng)
+	clear(st[nc*ng:])
+	clear(bt[nc*ng:])
+	q8Transpose(ptr(sT), ptr(st), uintptr(4*ng), g.gp/16, false)
+	q8Transpose(ptr(bT), ptr(bt), uintptr(4*ng), g.gp/16, false)
+	w := ptr(wq[j0*wpr:])
+	if nc < q8C { // a partial panel: its rows copied into zeros
+		ws.gw = grow(ws.gw, q8C*wpr)
+		clear(ws.gw)
+		copy(ws.gw, wq[j0*wpr:(j0+nc)*wpr])
+		w = ptr(ws.gw)
+	}
+	q8Transpose(panel, w, uintptr(4*wpr), g.full, g.split)
+	if g.tail > 0 {
+		ws.gt = grow(ws.gt, q8C*16)
+		for r := range nc {
+			copy(ws.gt[16*r:16*r+g.tail], wq[(j0+r)*wpr+16*g.full:(j0+r+1)*wpr])
+			clear(ws.gt[16*r+g.tail : 16*(r+1)])
+		}
+		clear(ws.gt[16*nc:])
+		q8Transpose(unsafe.Add(panel, g.full*g.cb), ptr(ws.gt), 64, 1, g.split)
+	}
 }
 
 func (j *q8Job) run(lo, hi int) {
 	k, n, m := j.k, j.n, j.m
-	ng, wpr := k/j.gs, WordsPerRow(k, j.bits)
-	gp := (ng + 15) &^ 15
-	// The panel is transposed in chunks of 16 words of each weight row;
-	// the words past the last whole chunk (the one-row order takes any k)
-	// go through a copy padded with zeros.
-	full, tail := wpr/16, wpr%16
-	cb := 1024 // panel bytes per chunk (8-bit: one dword per column and word)
-	if j.bits == 4 {
-		cb = 2048 // (4-bit: a word's low and high nibbles)
-	}
-	check(len(j.wq) >= n*wpr && len(j.dst) >= m*n && (tail == 0 || j.dot) && wpr%4 == 0, "QuantizedMatmulT", "int8 GEMM: slices too short")
+	g := newPanelGeom(k, j.gs, j.bits, j.packed == nil)
+	ng, wpr, gp := g.ng, g.wpr, g.gp
+	check(len(j.wq) >= n*wpr && len(j.dst) >= m*n && (g.tail == 0 || j.dot) && wpr%4 == 0, "QuantizedMatmulT", "int8 GEMM: slices too short")
 	check(len(j.s.gx) >= j.mt*k*q8R && len(j.s.gd) >= j.mt*k/32*q8R && len(j.s.gxs) >= j.mt*ng*q8R, "QuantizedMatmulT", "int8 GEMM: x tiles too short")
 	ws := scratchPool.Get().(*qmmScratch)
 	defer scratchPool.Put(ws)
-	ws.panel = grow(ws.panel, (full+1)*cb+64)
-	panel := align64(ws.panel)
-	if tail > 0 {
-		ws.gt = grow(ws.gt, q8C*16)
-		clear(ws.gt)
+	var panel unsafe.Pointer
+	var sT, bT []float32
+	if j.packed == nil {
+		ws.panel = grow(ws.panel, g.bytes()+64)
+		panel = align64(ws.panel)
+		ws.wt = grow(ws.wt, 2*gp*q8C)
+		sT, bT = ws.wt[:gp*q8C], ws.wt[gp*q8C:]
 	}
-	// Scales and biases of 16 rows as loaded ([16][ng], plus the 16 floats
-	// the transpose reads past the last row) and transposed ([gp][16]).
-	ws.row = grow(ws.row, 2*(q8C*ng+16)+2*gp*q8C)
-	st, bt := ws.row[:q8C*ng+16], ws.row[q8C*ng+16:2*(q8C*ng+16)]
-	sT, bT := ws.row[2*(q8C*ng+16):2*(q8C*ng+16)+gp*q8C], ws.row[2*(q8C*ng+16)+gp*q8C:]
 	kind := roundKind(j.round)
 	a := q8gArgs{
-		panel: panel, s: ptr(sT), b: ptr(bT),
 		x: ptr(j.s.gx), d: ptr(j.s.gd), xs: ptr(j.s.gxs),
 		ostr: uintptr(4 * n), ng: ng, bpg: j.gs / 32, mt: j.mt, mlast: m - (j.mt-1)*q8R,
 		// a whole panel's weights prefetched over the groups
 		pfg: uintptr(max(512, (4*q8C*wpr/ng+511)&^511)),
+	}
+	if j.packed != nil {
+		a.pfg = uintptr(max(512, (g.bytes()/ng+511)&^511))
+		if j.bits == 4 {
+			a.nib = 1
+		}
 	}
 	if kind == 'b' {
 		a.bf16 = 1
@@ -209,34 +277,28 @@ func (j *q8Job) run(lo, hi int) {
 	for ct := lo; ct < hi; ct++ {
 		j0 := ct * q8C
 		nc := min(q8C, n-j0)
-		j.sc.load(st[:nc*ng], j0*ng)
-		j.bi.load(bt[:nc*ng], j0*ng)
-		clear(st[nc*ng:])
-		clear(bt[nc*ng:])
-		q8Transpose(ptr(sT), ptr(st), uintptr(4*ng), gp/16, false)
-		q8Transpose(ptr(bT), ptr(bt), uintptr(4*ng), gp/16, false)
-		w := ptr(j.wq[j0*wpr:])
-		if nc < q8C { // a partial panel: its rows copied into zeros
-			ws.gw = grow(ws.gw, q8C*wpr)
-			clear(ws.gw)
-			copy(ws.gw, j.wq[j0*wpr:(j0+nc)*wpr])
-			w = ptr(ws.gw)
-		}
-		q8Transpose(panel, w, uintptr(4*wpr), full, j.bits == 4)
-		if tail > 0 {
-			for r := range nc {
-				copy(ws.gt[16*r:16*r+tail], j.wq[(j0+r)*wpr+16*full:(j0+r+1)*wpr])
+		a.pf, a.pfn, a.spn = 0, 0, 0
+		if p := j.packed; p != nil {
+			a.panel, a.s, a.b = p.panel(ct)
+			// The next panel's codes prefetched over the groups; its
+			// scales and biases, which follow the panel's own in memory,
+			// are left to the hardware prefetcher (prefetching them too
+			// cost SmolLM2-135M's eight-row step 25-35% on Zen 4,
+			// BenchmarkBatchStream).
+			if j0+q8C < n {
+				next, _, _ := p.panel(ct + 1)
+				a.pf, a.pfn = uintptr(next), g.bytes()
 			}
-			clear(ws.gt[16*nc:])
-			q8Transpose(unsafe.Add(panel, full*cb), ptr(ws.gt), 64, 1, j.bits == 4)
+		} else {
+			packPanel(ws, g, j.wq, j.sc, j.bi, n, j0, panel, sT, bT)
+			a.panel, a.s, a.b = panel, ptr(sT), ptr(bT)
+			if j1 := min(j0+2*q8C, n); j1 > j0+q8C {
+				a.pf, a.pfn = uintptr(ptr(j.wq[(j0+q8C)*wpr:])), 4*(j1-j0-q8C)*wpr
+				a.sps, a.spn = vecAddr(j.sc, (j0+q8C)*ng, (j1-j0-q8C)*ng)
+				a.spb, _ = vecAddr(j.bi, (j0+q8C)*ng, (j1-j0-q8C)*ng)
+			}
 		}
 		a.out, a.cmask = ptr(j.dst[j0:]), 1<<nc-1
-		a.pf, a.pfn, a.spn = 0, 0, 0
-		if j1 := min(j0+2*q8C, n); j1 > j0+q8C {
-			a.pf, a.pfn = uintptr(ptr(j.wq[(j0+q8C)*wpr:])), 4*(j1-j0-q8C)*wpr
-			a.sps, a.spn = vecAddr(j.sc, (j0+q8C)*ng, (j1-j0-q8C)*ng)
-			a.spb, _ = vecAddr(j.bi, (j0+q8C)*ng, (j1-j0-q8C)*ng)
-		}
 		if j.dot {
 			q8gemmDot(&a)
 		} else {
@@ -248,6 +310,113 @@ func (j *q8Job) run(lo, hi int) {
 			}
 		}
 	}
+}
+
+// Packed is a quantized weight matrix (transposed: n rows of k codes)
+// rearranged once into the panels of the int8 GEMM (the layout q8Transpose
+// gives per call, qmm_gemm.go, with 4-bit words kept whole, which the
+// kernels split), with its scales and biases as float32, so that matmuls
+// of many rows skip the rearrangement: a copy of the weights kept beside
+// them, as many bytes of codes (rows padded to a multiple of 16) and 4-byte
+// scales and biases.
+type Packed struct {
+	codes          []byte    // the panels' codes, pb bytes each, from a 64-byte aligned start
+	sb             []float32 // per panel: scales then biases, [ng][16] each
+	start          int       // offset of the first panel in codes
+	n, k, gs, bits int
+	pb             int
+}
+
+// panel returns panel ct's codes, scales and biases.
+func (p *Packed) panel(ct int) (codes, s, b unsafe.Pointer) {
+	ng := p.k / p.gs
+	o := ct * 2 * ng * q8C
+	return ptr(p.codes[p.start+ct*p.pb:]), ptr(p.sb[o:]), ptr(p.sb[o+ng*q8C:])
+}
+
+// Bytes is the memory p holds.
+func (p *Packed) Bytes() int64 { return int64(len(p.codes)) + 4*int64(len(p.sb)) }
+
+// PackSlot holds the packed form of one weight matrix, made by the first
+// int8 GEMM that reads the matrix through the slot (QuantizedMatmulTPacked)
+// and kept for the next; a slot never used by the GEMM stays empty.
+type PackSlot struct {
+	p     *Packed
+	tried bool          // Pack ran (it may have returned nil)
+	grew  func(n int64) // told the bytes of the packed form when it is made
+}
+
+// NewPackSlot returns an empty slot; grew (or nil) is told the bytes of the
+// packed form when it is made.
+func NewPackSlot(grew func(n int64)) *PackSlot { return &PackSlot{grew: grew} }
+
+// packed is the slot's packed form, nil while empty (or for a nil slot).
+func (s *PackSlot) packed() *Packed {
+	if s == nil {
+		return nil
+	}
+	return s.p
+}
+
+// Bytes is the memory of the slot's packed form (0 while empty).
+func (s *PackSlot) Bytes() int64 {
+	if p := s.packed(); p != nil {
+		return p.Bytes()
+	}
+	return 0
+}
+
+// get returns the packed form of wq, scales and biases, packing them on
+// the first call.
+func (s *PackSlot) get(wq []uint32, sc, bi Vec, n, k, gs, bits int) *Packed {
+	if !s.tried {
+		s.tried = true
+		s.p = Pack(wq, sc, bi, n, k, gs, bits)
+		if s.p != nil && s.grew != nil {
+			s.grew(s.p.Bytes())
+		}
+	}
+	return s.p
+}
+
+// PackSupported reports whether this CPU runs the int8 GEMM that reads
+// packed weights (AVX-512 with VNNI).
+func PackSupported() bool { return asmQ8 }
+
+// Packs reports whether [Pack] takes a matmul of this shape on this CPU:
+// the int8 GEMM's shapes (4- or 8-bit codes in groups of whole blocks of
+// 32) on a CPU with AVX-512 VNNI.
+func Packs(k, gs, bits int) bool {
+	return asmQ8 && (gemmQ8(k, gs, bits) || gemmDot(k, gs, bits))
+}
+
+// Pack rearranges the quantized weights wq (n rows of k codes, as
+// [QuantizedMatmulTVec] takes them) with their scales and biases into the
+// int8 GEMM's panels. It returns nil where [Packs] is false.
+func Pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int) *Packed {
+	if !Packs(k, groupSize, bits) || n <= 0 {
+		return nil
+	}
+	checkQMMVec("Pack", nil, nil, wq, scales, biases, 0, n, k, groupSize, bits)
+	g := newPanelGeom(k, groupSize, bits, false)
+	np, ng := (n+q8C-1)/q8C, g.ng
+	p := &Packed{n: n, k: k, gs: groupSize, bits: bits, pb: g.bytes()}
+	p.codes = make([]byte, np*p.pb+64)
+	p.start = int(uintptr(align64(p.codes)) - uintptr(ptr(p.codes)))
+	p.sb = make([]float32, np*2*ng*q8C)
+	parallelFor(np, 1, func(lo, hi int) {
+		ws := scratchPool.Get().(*qmmScratch)
+		defer scratchPool.Put(ws)
+		ws.wt = grow(ws.wt, 2*g.gp*q8C)
+		sT, bT := ws.wt[:g.gp*q8C], ws.wt[g.gp*q8C:]
+		for ct := lo; ct < hi; ct++ {
+			packPanel(ws, g, wq, scales, biases, n, ct*q8C, ptr(p.codes[p.start+ct*p.pb:]), sT, bT)
+			o := ct * 2 * ng * q8C
+			copy(p.sb[o:o+ng*q8C], sT)
+			copy(p.sb[o+ng*q8C:o+2*ng*q8C], bT)
+		}
+	})
+	return p
 }
 
 // vecAddr returns the address of element off of v and the bytes of n

@@ -21,6 +21,39 @@
 	VPDPBUSD.BCST OFF+192(BX), W, Z14; \
 	VPDPBUSD.BCST OFF+224(BX), W, Z15
 
+// LOAD8 loads the panel registers Z16-Z23 of one block of 32 codes
+// (quads 0-7) from a panel of one code per byte.
+#define LOAD8 \
+	VMOVDQU32 0(SI), Z16; \
+	VMOVDQU32 64(SI), Z17; \
+	VMOVDQU32 128(SI), Z18; \
+	VMOVDQU32 192(SI), Z19; \
+	VMOVDQU32 256(SI), Z20; \
+	VMOVDQU32 320(SI), Z21; \
+	VMOVDQU32 384(SI), Z22; \
+	VMOVDQU32 448(SI), Z23
+
+// LOADNIB loads them from a panel of whole 4-bit words (a.nib: one dword
+// per column and word, Pack's layout): the low nibbles of word i are quad
+// 2i, the high ones quad 2i+1 (mask 0x0F in Z31).
+#define LOADNIB \
+	VMOVDQU32 0(SI), Z16; \
+	VMOVDQU32 64(SI), Z18; \
+	VMOVDQU32 128(SI), Z20; \
+	VMOVDQU32 192(SI), Z22; \
+	VPSRLD $4, Z16, Z17; \
+	VPSRLD $4, Z18, Z19; \
+	VPSRLD $4, Z20, Z21; \
+	VPSRLD $4, Z22, Z23; \
+	VPANDD Z31, Z16, Z16; \
+	VPANDD Z31, Z17, Z17; \
+	VPANDD Z31, Z18, Z18; \
+	VPANDD Z31, Z19, Z19; \
+	VPANDD Z31, Z20, Z20; \
+	VPANDD Z31, Z21, Z21; \
+	VPANDD Z31, Z22, Z22; \
+	VPANDD Z31, Z23, Z23
+
 // SCALE folds the integer sum I of a block into the accumulator A:
 // A = fma(float(I)·d, s, A), with d the block scale of x at OFF(DX) and s the
 // group scales of the 16 columns (Z24).
@@ -144,6 +177,8 @@ TEXT ·q8gemm(SB), NOSPLIT, $0-8
 	MOVQ 80(DI), R12
 	KMOVW 96(DI), K1
 	RNDBF16CONSTS
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z31
 	SPF(spf, spfdone)
 	TESTQ R12, R12
 	JZ done
@@ -193,14 +228,17 @@ nopf:
 	PCALIGN $32
 
 block:
-	VMOVDQU32 0(SI), Z16
-	VMOVDQU32 64(SI), Z17
-	VMOVDQU32 128(SI), Z18
-	VMOVDQU32 192(SI), Z19
-	VMOVDQU32 256(SI), Z20
-	VMOVDQU32 320(SI), Z21
-	VMOVDQU32 384(SI), Z22
-	VMOVDQU32 448(SI), Z23
+	CMPQ 160(DI), $0
+	JNE blocknib
+	LOAD8
+	ADDQ $512, SI
+	JMP blockquads
+
+blocknib:
+	LOADNIB
+	ADDQ $256, SI
+
+blockquads:
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
@@ -225,7 +263,6 @@ block:
 	SCALE(Z13, Z5, 20)
 	SCALE(Z14, Z6, 24)
 	SCALE(Z15, Z7, 28)
-	ADDQ $512, SI
 	ADDQ $256, BX
 	ADDQ $32, DX
 	DECQ AX
@@ -345,6 +382,8 @@ TEXT ·q8gemmDot(SB), NOSPLIT, $0-8
 	MOVQ 80(DI), R12
 	KMOVW 96(DI), K1
 	RNDBF16CONSTS
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z31
 	SPF(dspf, dspfdone)
 	TESTQ R12, R12
 	JZ ddone
@@ -389,14 +428,17 @@ dpfl:
 
 dnopf:
 	VMOVUPS (R8), Z24
-	VMOVDQU32 0(SI), Z16
-	VMOVDQU32 64(SI), Z17
-	VMOVDQU32 128(SI), Z18
-	VMOVDQU32 192(SI), Z19
-	VMOVDQU32 256(SI), Z20
-	VMOVDQU32 320(SI), Z21
-	VMOVDQU32 384(SI), Z22
-	VMOVDQU32 448(SI), Z23
+	CMPQ 160(DI), $0
+	JNE dnib
+	LOAD8
+	ADDQ $512, SI
+	JMP dquads
+
+dnib:
+	LOADNIB
+	ADDQ $256, SI
+
+dquads:
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
@@ -421,7 +463,6 @@ dnopf:
 	DOTSCALE(Z13, Z5, 20)
 	DOTSCALE(Z14, Z6, 24)
 	DOTSCALE(Z15, Z7, 28)
-	ADDQ $512, SI
 	ADDQ $256, BX
 	ADDQ $32, DX
 	ADDQ $64, R8

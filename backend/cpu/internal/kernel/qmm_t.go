@@ -130,14 +130,28 @@ func vecKernel(k, gs, bits int, q8 bool) byte {
 // of x and one rearranged copy of x; per worker two rows of scales.
 func QuantizedMatmulT(dst, x []float32, wq []uint32, scales, biases []float32, m, n, k, groupSize, bits int, round Rounder, acc Acc) {
 	checkQMM("QuantizedMatmulT", dst, x, wq, scales, biases, m, n, k, groupSize, bits, true)
-	qmmTFast(dst, x, wq, F32Vec(scales), F32Vec(biases), m, n, k, groupSize, bits, roundOr(round), acc)
+	qmmTFast(dst, x, wq, F32Vec(scales), F32Vec(biases), nil, m, n, k, groupSize, bits, roundOr(round), acc)
 }
 
 // QuantizedMatmulTVec is [QuantizedMatmulT] with the scales and biases in
 // their storage dtype.
 func QuantizedMatmulTVec(dst, x []float32, wq []uint32, scales, biases Vec, m, n, k, groupSize, bits int, round Rounder, acc Acc) {
 	checkQMMVec("QuantizedMatmulT", dst, x, wq, scales, biases, m, n, k, groupSize, bits)
-	qmmTFast(dst, x, wq, scales, biases, m, n, k, groupSize, bits, roundOr(round), acc)
+	qmmTFast(dst, x, wq, scales, biases, nil, m, n, k, groupSize, bits, roundOr(round), acc)
+}
+
+// QuantizedMatmulTPacked is [QuantizedMatmulTVec] with a slot for the
+// packed form of these weights (nil: none): where the int8 GEMM runs
+// (AccQ8, enough rows) it reads the panels kept in the slot, packing them
+// on its first run, instead of building them per call. The results are the
+// same bits. A slot holds one matrix: the same wq, scales and biases at
+// every call.
+func QuantizedMatmulTPacked(dst, x []float32, wq []uint32, scales, biases Vec, slot *PackSlot, m, n, k, groupSize, bits int, round Rounder, acc Acc) {
+	checkQMMVec("QuantizedMatmulT", dst, x, wq, scales, biases, m, n, k, groupSize, bits)
+	if p := slot.packed(); p != nil {
+		check(p.n == n && p.k == k && p.gs == groupSize && p.bits == bits, "QuantizedMatmulT", "packed weights of another shape")
+	}
+	qmmTFast(dst, x, wq, scales, biases, slot, m, n, k, groupSize, bits, roundOr(round), acc)
 }
 
 // qmvBatchMax is the most rows of x that decode as they do alone in the
@@ -148,7 +162,7 @@ func QuantizedMatmulTVec(dst, x []float32, wq []uint32, scales, biases Vec, m, n
 // int8 GEMM's own order (tests raise it).
 var qmvBatchMax = 4
 
-func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, acc Acc) {
+func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n, k, gs, bits int, round Rounder, acc Acc) {
 	if m == 0 {
 		return
 	}
@@ -161,7 +175,7 @@ func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, 
 	case acc == AccQ8 && m >= 2 && (m > qmvBatchMax && gemmQ8(k, gs, bits) || gemmDot(k, gs, bits)):
 		// the int8 GEMM: in its own order past a few rows, in the
 		// one-row order (gemmDot) at any number
-		qmmTQ8Gemm(dst, x, wq, sc, bi, m, n, k, gs, bits, round)
+		qmmTQ8Gemm(dst, x, wq, sc, bi, slot, m, n, k, gs, bits, round)
 	default:
 		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, acc == AccQ8)
 	}

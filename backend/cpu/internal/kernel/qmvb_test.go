@@ -62,10 +62,12 @@ func TestQMVBatchEqualsOneRow(t *testing.T) {
 								checkGuards(t, whole, name)
 								expectSame(t, got, want, fmt.Sprintf("%s threads %d", name, th))
 							}
-							qmvbOn = false
+							// The int8 GEMM in its own order (not the one-row
+							// order of gemmDot), from two rows up.
+							qmvbOn, qmvBatchMax, gemmDotOn = false, 1, false
 							gemm := make([]float32, m*n)
 							QuantizedMatmulTVec(gemm, x, wq, scv, biv, m, n, sh.k, sh.gs, sh.bits, round, AccQ8)
-							qmvbOn = true
+							qmvbOn, qmvBatchMax, gemmDotOn = true, 16, true
 							if firstDiff(gemm, want) >= 0 {
 								differs++
 							}
@@ -274,12 +276,13 @@ func BenchmarkBatchStream(b *testing.B) {
 			bytes += int64(4*len(wq) + 2*len(sb) + 2*len(bb))
 			maxN = max(maxN, l.n, l.k)
 		}
-		// Eight rows: through the int8 GEMM ("gemm") or, where they run,
-		// the batched one-row kernels in two passes ("qmvb").
+		// Eight rows: through the int8 GEMM ("gemm"), the GEMM on packed
+		// weights ("packed", packed before the clock starts) or, where they
+		// run, the batched one-row kernels in two passes ("qmvb").
 		for _, run := range []struct {
 			m, batchMax int
 			path        string
-		}{{1, 4, ""}, {2, 4, ""}, {4, 4, ""}, {8, 4, "/gemm"}, {8, 8, "/qmvb"}} {
+		}{{1, 4, ""}, {2, 4, ""}, {4, 4, ""}, {8, 4, "/gemm"}, {8, 4, "/packed"}, {8, 8, "/qmvb"}} {
 			m := run.m
 			x := randVec(newRand(3), m*maxN, 1, tensor.RoundBF16)
 			dst := make([]float32, m*maxN)
@@ -287,14 +290,24 @@ func BenchmarkBatchStream(b *testing.B) {
 				defer func(v int) { qmvBatchMax = v }(qmvBatchMax)
 				qmvBatchMax = run.batchMax
 				b.SetBytes(bytes)
+				slots := make([]*PackSlot, len(mats))
+				if run.path == "/packed" {
+					for i := range slots {
+						slots[i] = NewPackSlot(nil)
+					}
+				}
+				step := func() {
+					for i, w := range mats {
+						QuantizedMatmulTPacked(dst[:m*w.n], x[:m*w.k], w.wq, w.sc, w.bi, slots[i], m, w.n, w.k, w.gs, w.bits, tensor.RoundBF16, AccQ8)
+					}
+				}
 				withThreads(1, func() {
 					runtime.LockOSThread()
 					defer runtime.UnlockOSThread()
+					step() // packs the weights of "packed"
 					t0 := threadCPU()
 					for b.Loop() {
-						for _, w := range mats {
-							QuantizedMatmulTVec(dst[:m*w.n], x[:m*w.k], w.wq, w.sc, w.bi, m, w.n, w.k, w.gs, w.bits, tensor.RoundBF16, AccQ8)
-						}
+						step()
 					}
 					if sec := (threadCPU() - t0).Seconds(); sec > 0 {
 						b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")

@@ -1,0 +1,82 @@
+package kernel
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// TestPackedSameBits holds the int8 GEMM on packed weights
+// (QuantizedMatmulTPacked: the call that packs them into the slot and the
+// next that reads them) to the GEMM that builds its panels per call, bit
+// for bit: in the GEMM's own order and in the one-row order (4-bit groups
+// of 32, with words past the last chunk of 16), partial panels (n not a
+// multiple of 16), one to three tiles of rows, float32 and bfloat16
+// scales, each output dtype; the output's guards stay untouched.
+func TestPackedSameBits(t *testing.T) {
+	if !Packs(512, 64, 8) {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; Pack returns nil and the packed path is the unpacked one")
+	}
+	cases := []struct{ bits, gs, n, k int }{
+		{4, 32, 37, 576}, // one-row order, a tail of 8 words
+		{4, 32, 16, 512},
+		{4, 64, 70, 512},
+		{4, 128, 33, 384},
+		{8, 32, 37, 576},
+		{8, 64, 19, 512},
+		{8, 128, 48, 384},
+	}
+	for _, c := range cases {
+		for _, m := range []int{5, 8, 9, 17} {
+			for _, dt := range testDTypes {
+				for _, vec := range []string{"f32", "bf16"} {
+					name := fmt.Sprintf("b%dg%d/%s/%s/%s", c.bits, c.gs, dims(m, c.n, c.k), dt.name, vec)
+					t.Run(name, func(t *testing.T) {
+						x, wq, sc, bi := qmmTInputs(uint64(m*7+c.n+c.k+c.bits+c.gs), m, c.n, c.k, c.gs, c.bits)
+						scv, biv := F32Vec(sc), F32Vec(bi)
+						if vec == "bf16" {
+							sb, bb := make([]uint16, len(sc)), make([]uint16, len(bi))
+							for i := range sc {
+								sb[i], bb[i] = tensor.Float32ToBF16(sc[i]), tensor.Float32ToBF16(bi[i])
+							}
+							scv, biv = BF16Vec(sb), BF16Vec(bb)
+						}
+						want := make([]float32, m*c.n)
+						QuantizedMatmulTVec(want, x, wq, scv, biv, m, c.n, c.k, c.gs, c.bits, dt.round, AccQ8)
+						slot := NewPackSlot(nil)
+						for _, call := range []string{"packing", "packed"} {
+							got, whole := guarded(m * c.n)
+							withThreads(2, func() {
+								QuantizedMatmulTPacked(got, x, wq, scv, biv, slot, m, c.n, c.k, c.gs, c.bits, dt.round, AccQ8)
+							})
+							if slot.Bytes() == 0 {
+								t.Fatalf("%s call: the slot is still empty", call)
+							}
+							checkGuards(t, whole, name+" "+call)
+							expectSame(t, got, want, name+" "+call)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestPackedRejectsOtherShape: packed weights of another matrix are refused
+// with the kernel's message, not read out of bounds.
+func TestPackedRejectsOtherShape(t *testing.T) {
+	if !Packs(512, 64, 8) {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; Pack returns nil")
+	}
+	x, wq, sc, bi := qmmTInputs(1, 8, 32, 512, 64, 8)
+	slot := NewPackSlot(nil)
+	QuantizedMatmulTPacked(make([]float32, 8*32), x, wq, F32Vec(sc), F32Vec(bi), slot, 8, 32, 512, 64, 8, Identity, AccQ8)
+	_, wq2, sc2, bi2 := qmmTInputs(2, 8, 16, 512, 64, 8)
+	defer func() {
+		if r := recover(); r == nil || fmt.Sprint(r) != "kernel.QuantizedMatmulT: packed weights of another shape" {
+			t.Fatalf("got panic %v, want the shape message", r)
+		}
+	}()
+	QuantizedMatmulTPacked(make([]float32, 8*16), x, wq2, F32Vec(sc2), F32Vec(bi2), slot, 8, 16, 512, 64, 8, Identity, AccQ8)
+}

@@ -1,0 +1,75 @@
+package cpu
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// TestPackWeights: a "fast" backend with PackWeights gives the bytes of one
+// without it for quantized weights borrowed from host memory (as a
+// checkpoint's mapping is), on the call that packs them and the next; the
+// packed copy counts in Stats.PackedBytes (not LiveBytes) until the weight
+// is released; fewer rows than the int8 GEMM takes, and weights copied
+// into the backend, pack nothing.
+func TestPackWeights(t *testing.T) {
+	if !PackWeightsSupported() {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI, so PackWeights does nothing here")
+	}
+	for _, c := range []struct {
+		name        string
+		n, k, gs, b int
+	}{{"4-bit g32 (one-row order)", 40, 576, 32, 4}, {"4-bit g64", 48, 512, 64, 4}, {"8-bit g32", 37, 256, 32, 8}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(c.n), 7))
+			wv := make([]float64, c.n*c.k)
+			for i := range wv {
+				wv[i] = r.NormFloat64()
+			}
+			plain := openWith(t, backend.Options{Precision: "fast"})
+			q := plain.Quantize(arr(plain, tensor.BF16, tensor.Shape{c.n, c.k}, wv...), c.gs, c.b)
+			host := func(a backend.Array) *tensor.Dense {
+				d, err := plain.ToHost(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			wd, sd, bd := host(q.W), host(q.Scales), host(q.Biases)
+			packing := openWith(t, backend.Options{Precision: "fast", PackWeights: true})
+			borrowed := backend.QuantizedArray{W: packing.Borrow(wd), Scales: packing.Borrow(sd), Biases: packing.Borrow(bd), GroupSize: c.gs, Bits: c.b}
+			copied := backend.QuantizedArray{W: packing.FromHost(wd), Scales: packing.FromHost(sd), Biases: packing.FromHost(bd), GroupSize: c.gs, Bits: c.b}
+			for _, m := range []int{2, 8, 9} {
+				xv := make([]float64, m*c.k)
+				for i := range xv {
+					xv[i] = r.NormFloat64()
+				}
+				want := host(plain.QuantizedMatmul(arr(plain, tensor.BF16, tensor.Shape{m, c.k}, xv...), q, true))
+				for call := range 2 {
+					got, err := packing.ToHost(packing.QuantizedMatmul(arr(packing, tensor.BF16, tensor.Shape{m, c.k}, xv...), borrowed, true))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got.Data, want.Data) {
+						t.Fatalf("%d rows, call %d: packed weights changed the result", m, call)
+					}
+				}
+				if st := packing.Stats(); (m == 2) != (st.PackedBytes == 0) {
+					t.Fatalf("after %d rows: PackedBytes %d (want 0 only while every matmul had 2 rows)", m, st.PackedBytes)
+				}
+			}
+			before := packing.Stats().PackedBytes
+			packing.QuantizedMatmul(arr(packing, tensor.BF16, tensor.Shape{8, c.k}, make([]float64, 8*c.k)...), copied, true)
+			if after := packing.Stats().PackedBytes; after != before {
+				t.Fatalf("weights copied into the backend were packed: PackedBytes %d -> %d", before, after)
+			}
+			packing.Release(borrowed.W)
+			if st := packing.Stats(); st.PackedBytes != 0 {
+				t.Fatalf("PackedBytes %d after releasing the weight, want 0", st.PackedBytes)
+			}
+		})
+	}
+}
