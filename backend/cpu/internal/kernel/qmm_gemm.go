@@ -79,6 +79,8 @@ type q8gArgs struct {
 	sps, spb    uintptr        // 136, 144: the next panel's scales and biases (prefetched; j.sc and j.bi keep them alive)
 	spn         int            // 152: their bytes each
 	nib         int            // 160: 1 when the panel holds whole 4-bit words (Pack's layout), split by the kernel
+	sdt         int            // 168: the scales' and biases' storage: 0 float32, 1 float16, 2 bfloat16
+	sstr        uintptr        // 176: their bytes per group (64 for float32, 32 for 16-bit)
 }
 
 // gemmQ8 reports whether the int8 GEMM takes a matmul of this shape: 4- or
@@ -211,7 +213,7 @@ func (g panelGeom) bytes() int {
 // biases, transposed to [gp][16] float32, to sT and bT; ws is the
 // worker's scratch.
 func packPanel(ws *qmmScratch, g panelGeom, wq []uint32, sc, bi Vec, n, j0 int, panel unsafe.Pointer, sT, bT []float32) {
-	ng, wpr := g.ng, g.wpr
+	ng := g.ng
 	nc := min(q8C, n-j0)
 	// Scales and biases of 16 rows as loaded ([16][ng], plus the 16 floats
 	// the transpose reads past the last row).
@@ -223,6 +225,13 @@ func packPanel(ws *qmmScratch, g panelGeom, wq []uint32, sc, bi Vec, n, j0 int, 
 	clear(bt[nc*ng:])
 	q8Transpose(ptr(sT), ptr(st), uintptr(4*ng), g.gp/16, false)
 	q8Transpose(ptr(bT), ptr(bt), uintptr(4*ng), g.gp/16, false)
+	panelCodes(ws, g, wq, n, j0, panel)
+}
+
+// panelCodes writes the codes of packPanel's panel.
+func panelCodes(ws *qmmScratch, g panelGeom, wq []uint32, n, j0 int, panel unsafe.Pointer) {
+	wpr := g.wpr
+	nc := min(q8C, n-j0)
 	w := ptr(wq[j0*wpr:])
 	if nc < q8C { // a partial panel: its rows copied into zeros
 		ws.gw = grow(ws.gw, q8C*wpr)
@@ -261,7 +270,7 @@ func (j *q8Job) run(lo, hi int) {
 	kind := roundKind(j.round)
 	a := q8gArgs{
 		x: ptr(j.s.gx), d: ptr(j.s.gd), xs: ptr(j.s.gxs),
-		ostr: uintptr(4 * n), ng: ng, bpg: j.gs / 32, mt: j.mt, mlast: m - (j.mt-1)*q8R,
+		ostr: uintptr(4 * n), ng: ng, bpg: j.gs / 32, mt: j.mt, mlast: m - (j.mt-1)*q8R, sstr: 4 * q8C,
 		// a whole panel's weights prefetched over the groups
 		pfg: uintptr(max(512, (4*q8C*wpr/ng+511)&^511)),
 	}
@@ -270,6 +279,7 @@ func (j *q8Job) run(lo, hi int) {
 		if j.bits == 4 {
 			a.nib = 1
 		}
+		a.sdt, a.sstr = j.packed.sdt, uintptr(j.packed.ssize*q8C)
 	}
 	if kind == 'b' {
 		a.bf16 = 1
@@ -315,13 +325,15 @@ func (j *q8Job) run(lo, hi int) {
 // Packed is a quantized weight matrix (transposed: n rows of k codes)
 // rearranged once into the panels of the int8 GEMM (the layout q8Transpose
 // gives per call, qmm_gemm.go, with 4-bit words kept whole, which the
-// kernels split), with its scales and biases as float32, so that matmuls
-// of many rows skip the rearrangement: a copy of the weights kept beside
-// them, as many bytes of codes (rows padded to a multiple of 16) and 4-byte
-// scales and biases.
+// kernels split), with its scales and biases transposed to [group][16
+// columns] in their own storage dtype, so that matmuls of many rows skip
+// the rearrangement: a copy of the weights kept beside them, of their
+// bytes (rows padded to a multiple of 16).
 type Packed struct {
 	codes          []byte    // the panels' codes, pb bytes each, from a 64-byte aligned start
-	sb             []float32 // per panel: scales then biases, [ng][16] each
+	sb32           []float32 // float32 scales and biases: per panel the scales, then the biases, [ng][16] each
+	sb16           []uint16  // the same in float16 or bfloat16
+	sdt, ssize     int       // q8gArgs.sdt, and the bytes of a scale
 	start          int       // offset of the first panel in codes
 	n, k, gs, bits int
 	pb             int
@@ -331,11 +343,16 @@ type Packed struct {
 func (p *Packed) panel(ct int) (codes, s, b unsafe.Pointer) {
 	ng := p.k / p.gs
 	o := ct * 2 * ng * q8C
-	return ptr(p.codes[p.start+ct*p.pb:]), ptr(p.sb[o:]), ptr(p.sb[o+ng*q8C:])
+	if p.sb16 != nil {
+		return ptr(p.codes[p.start+ct*p.pb:]), ptr(p.sb16[o:]), ptr(p.sb16[o+ng*q8C:])
+	}
+	return ptr(p.codes[p.start+ct*p.pb:]), ptr(p.sb32[o:]), ptr(p.sb32[o+ng*q8C:])
 }
 
 // Bytes is the memory p holds.
-func (p *Packed) Bytes() int64 { return int64(len(p.codes)) + 4*int64(len(p.sb)) }
+func (p *Packed) Bytes() int64 {
+	return int64(len(p.codes)) + 4*int64(len(p.sb32)) + 2*int64(len(p.sb16))
+}
 
 // PackSlot holds the packed form of one weight matrix, made by the first
 // int8 GEMM that reads the matrix through the slot (QuantizedMatmulTPacked)
@@ -400,23 +417,57 @@ func Pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int) *Packed {
 	checkQMMVec("Pack", nil, nil, wq, scales, biases, 0, n, k, groupSize, bits)
 	g := newPanelGeom(k, groupSize, bits, false)
 	np, ng := (n+q8C-1)/q8C, g.ng
-	p := &Packed{n: n, k: k, gs: groupSize, bits: bits, pb: g.bytes()}
+	p := &Packed{n: n, k: k, gs: groupSize, bits: bits, pb: g.bytes(), ssize: 4}
 	p.codes = make([]byte, np*p.pb+64)
 	p.start = int(uintptr(align64(p.codes)) - uintptr(ptr(p.codes)))
-	p.sb = make([]float32, np*2*ng*q8C)
+	switch {
+	case scales.F32 == nil && biases.F32 == nil && scales.F16 == biases.F16:
+		p.sb16, p.ssize, p.sdt = make([]uint16, np*2*ng*q8C), 2, 2
+		if scales.F16 {
+			p.sdt = 1
+		}
+	case scales.F32 != nil && biases.F32 != nil:
+		p.sb32 = make([]float32, np*2*ng*q8C)
+	default: // mixed storage: both as float32
+		p.sb32 = make([]float32, np*2*ng*q8C)
+		f := make([]float32, n*ng)
+		scales.load(f, 0)
+		scales = F32Vec(f)
+		f = make([]float32, n*ng)
+		biases.load(f, 0)
+		biases = F32Vec(f)
+	}
 	parallelFor(np, 1, func(lo, hi int) {
 		ws := scratchPool.Get().(*qmmScratch)
 		defer scratchPool.Put(ws)
 		ws.wt = grow(ws.wt, 2*g.gp*q8C)
-		sT, bT := ws.wt[:g.gp*q8C], ws.wt[g.gp*q8C:]
 		for ct := lo; ct < hi; ct++ {
-			packPanel(ws, g, wq, scales, biases, n, ct*q8C, ptr(p.codes[p.start+ct*p.pb:]), sT, bT)
+			j0 := ct * q8C
+			panelCodes(ws, g, wq, n, j0, ptr(p.codes[p.start+ct*p.pb:]))
 			o := ct * 2 * ng * q8C
-			copy(p.sb[o:o+ng*q8C], sT)
-			copy(p.sb[o+ng*q8C:o+2*ng*q8C], bT)
+			if p.sb16 != nil {
+				transposeScales(p.sb16[o:o+ng*q8C], scales.U16, n, j0, ng)
+				transposeScales(p.sb16[o+ng*q8C:o+2*ng*q8C], biases.U16, n, j0, ng)
+			} else {
+				transposeScales(p.sb32[o:o+ng*q8C], scales.F32, n, j0, ng)
+				transposeScales(p.sb32[o+ng*q8C:o+2*ng*q8C], biases.F32, n, j0, ng)
+			}
 		}
 	})
 	return p
+}
+
+// transposeScales writes the scales (or biases) of weight rows j0..j0+15,
+// src[row·ng + g], to dst[g·16 + row - j0], zeros for rows past n.
+func transposeScales[T uint16 | float32](dst, src []T, n, j0, ng int) {
+	nc := min(q8C, n-j0)
+	for g := range ng {
+		d := dst[g*q8C : (g+1)*q8C]
+		for c := range nc {
+			d[c] = src[(j0+c)*ng+g]
+		}
+		clear(d[nc:])
+	}
 }
 
 // vecAddr returns the address of element off of v and the bytes of n

@@ -54,6 +54,24 @@
 	VPANDD Z31, Z22, Z22; \
 	VPANDD Z31, Z23, Z23
 
+// LOADS loads the 16 columns' scales (or biases) of a group into Z from
+// SRC: float32, or float16 or bfloat16 widened (a.sdt 0, 1, 2: Pack's
+// panels keep the checkpoint's 16-bit values); l16, lbf and ldone are the
+// expansion's labels.
+#define LOADS(SRC, Z, l16, lbf, ldone) \
+	CMPQ 168(DI), $1; \
+	JEQ l16; \
+	JGT lbf; \
+	VMOVUPS SRC, Z; \
+	JMP ldone; \
+l16: \
+	VCVTPH2PS SRC, Z; \
+	JMP ldone; \
+lbf: \
+	VPMOVZXWD SRC, Z; \
+	VPSLLD $16, Z, Z; \
+ldone:
+
 // SCALE folds the integer sum I of a block into the accumulator A:
 // A = fma(float(I)·d, s, A), with d the block scale of x at OFF(DX) and s the
 // group scales of the 16 columns (Z24).
@@ -223,7 +241,7 @@ pfl:
 	SUBQ R14, 120(DI)
 
 nopf:
-	VMOVUPS (R8), Z24
+	LOADS((R8), Z24, s16a, sbfa, sdonea)
 	MOVQ 72(DI), AX
 	PCALIGN $32
 
@@ -269,7 +287,7 @@ blockquads:
 	JNZ block
 
 	// bias term of the group: A = fma(b, Σx, A)
-	VMOVUPS (R13), Z25
+	LOADS((R13), Z25, s16b, sbfb, sdoneb)
 	VFMADD231PS.BCST 0(R9), Z25, Z0
 	VFMADD231PS.BCST 4(R9), Z25, Z1
 	VFMADD231PS.BCST 8(R9), Z25, Z2
@@ -278,8 +296,8 @@ blockquads:
 	VFMADD231PS.BCST 20(R9), Z25, Z5
 	VFMADD231PS.BCST 24(R9), Z25, Z6
 	VFMADD231PS.BCST 28(R9), Z25, Z7
-	ADDQ $64, R8
-	ADDQ $64, R13
+	ADDQ 176(DI), R8
+	ADDQ 176(DI), R13
 	ADDQ $32, R9
 	DECQ CX
 	JNZ group
@@ -427,7 +445,7 @@ dpfl:
 	SUBQ R14, 120(DI)
 
 dnopf:
-	VMOVUPS (R8), Z24
+	LOADS((R8), Z24, ds16a, dsbfa, dsdonea)
 	CMPQ 160(DI), $0
 	JNE dnib
 	LOAD8
@@ -465,7 +483,7 @@ dquads:
 	DOTSCALE(Z15, Z7, 28)
 	ADDQ $256, BX
 	ADDQ $32, DX
-	ADDQ $64, R8
+	ADDQ 176(DI), R8
 	DECQ CX
 	JNZ dgroup
 
@@ -482,7 +500,7 @@ dquads:
 	MOVQ 64(DI), CX
 
 dbias:
-	VMOVUPS (R13), Z25
+	LOADS((R13), Z25, ds16b, dsbfb, dsdoneb)
 	DOTBIAS(Z8, Z16, 0)
 	DOTBIAS(Z9, Z17, 4)
 	DOTBIAS(Z10, Z18, 8)
@@ -491,7 +509,7 @@ dbias:
 	DOTBIAS(Z13, Z21, 20)
 	DOTBIAS(Z14, Z22, 24)
 	DOTBIAS(Z15, Z23, 28)
-	ADDQ $64, R13
+	ADDQ 176(DI), R13
 	ADDQ $32, R9
 	DECQ CX
 	JNZ dbias

@@ -12,8 +12,8 @@ import (
 // next that reads them) to the GEMM that builds its panels per call, bit
 // for bit: in the GEMM's own order and in the one-row order (4-bit groups
 // of 32, with words past the last chunk of 16), partial panels (n not a
-// multiple of 16), one to three tiles of rows, float32 and bfloat16
-// scales, each output dtype; the output's guards stay untouched.
+// multiple of 16), one to three tiles of rows, scales and biases in
+// float32, bfloat16, float16 or two dtypes, each output dtype; the output's guards stay untouched.
 func TestPackedSameBits(t *testing.T) {
 	if !Packs(512, 64, 8) {
 		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; Pack returns nil and the packed path is the unpacked one")
@@ -30,17 +30,23 @@ func TestPackedSameBits(t *testing.T) {
 	for _, c := range cases {
 		for _, m := range []int{5, 8, 9, 17} {
 			for _, dt := range testDTypes {
-				for _, vec := range []string{"f32", "bf16"} {
+				for _, vec := range []string{"f32", "bf16", "f16", "bf16 scales, f32 biases"} {
 					name := fmt.Sprintf("b%dg%d/%s/%s/%s", c.bits, c.gs, dims(m, c.n, c.k), dt.name, vec)
 					t.Run(name, func(t *testing.T) {
 						x, wq, sc, bi := qmmTInputs(uint64(m*7+c.n+c.k+c.bits+c.gs), m, c.n, c.k, c.gs, c.bits)
 						scv, biv := F32Vec(sc), F32Vec(bi)
-						if vec == "bf16" {
-							sb, bb := make([]uint16, len(sc)), make([]uint16, len(bi))
-							for i := range sc {
-								sb[i], bb[i] = tensor.Float32ToBF16(sc[i]), tensor.Float32ToBF16(bi[i])
-							}
+						sb, bb, sh, bh := make([]uint16, len(sc)), make([]uint16, len(bi)), make([]uint16, len(sc)), make([]uint16, len(bi))
+						for i := range sc {
+							sb[i], bb[i] = tensor.Float32ToBF16(sc[i]), tensor.Float32ToBF16(bi[i])
+							sh[i], bh[i] = tensor.Float32ToF16(sc[i]), tensor.Float32ToF16(bi[i])
+						}
+						switch vec {
+						case "bf16":
 							scv, biv = BF16Vec(sb), BF16Vec(bb)
+						case "f16":
+							scv, biv = F16Vec(sh), F16Vec(bh)
+						case "bf16 scales, f32 biases":
+							scv = BF16Vec(sb)
 						}
 						want := make([]float32, m*c.n)
 						QuantizedMatmulTVec(want, x, wq, scv, biv, m, c.n, c.k, c.gs, c.bits, dt.round, AccQ8)
