@@ -132,6 +132,13 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 
 func newFixture(t testing.TB, edit func(*server.Config)) *fixture {
 	t.Helper()
+	return newFixtureWith(t, backend.Options{}, edit)
+}
+
+// newFixtureWith is newFixture with the options of both backends (the
+// server's and the oracle's); PackWeights is the server's only.
+func newFixtureWith(t testing.TB, opts backend.Options, edit func(*server.Config)) *fixture {
+	t.Helper()
 	dir := modelDir(t)
 	ck, err := checkpoint.LoadConfig(dir)
 	if err != nil {
@@ -141,8 +148,8 @@ func newFixture(t testing.TB, edit func(*server.Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := func() (backend.Backend, *minicpm5.Model) {
-		b, err := cpu.New(backend.Options{})
+	open := func(opts backend.Options) (backend.Backend, *minicpm5.Model) {
+		b, err := cpu.New(opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,8 +160,10 @@ func newFixture(t testing.TB, edit func(*server.Config)) *fixture {
 		t.Cleanup(func() { m.Close(); b.Close() })
 		return b, m
 	}
-	b, m := open()
-	_, om := open()
+	b, m := open(opts)
+	oracle := opts
+	oracle.PackWeights = false
+	_, om := open(oracle)
 	f := &fixture{t: t, tok: tm.Tok, m: om, b: b, base: b.Stats(), log: &syncBuffer{}}
 	cfg := server.Config{Model: m, ModelID: "tiny", Text: tm, ContextLength: ck.MaxPositionEmbeddings,
 		Defaults: server.Defaults{MaxTokens: 12, RepetitionContext: 20}, MaxConcurrency: 4, PrefillConcurrency: 2,
@@ -836,6 +845,39 @@ func TestSlowReader(t *testing.T) {
 			t.Fatalf("the server did not drop a client that reads nothing; log:\n%s", f.log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	f.checkIdle()
+}
+
+// TestPackedWeights: a server whose backend packs its weights
+// (--pack-weights) answers eight concurrent requests, reports the packed
+// copy in /health's memory, and holds no array more once idle. (That
+// packing changes no token is TestBatchPackedWeights in generate: here
+// the rows' grouping into steps depends on the clients' timing.)
+func TestPackedWeights(t *testing.T) {
+	f := newFixtureWith(t, backend.Options{Precision: "fast", PackWeights: true}, func(c *server.Config) {
+		c.MaxConcurrency, c.PrefillConcurrency = 8, 8
+	})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"prompt": "request %d", "max_tokens": 12}`, i)
+			if status, out, _ := f.post("/v1/completions", body); status != 200 {
+				t.Errorf("request %d: status %d: %v", i, status, out)
+			}
+		}()
+	}
+	wg.Wait()
+	m := f.waitIdle()
+	if !cpu.PackWeightsSupported() {
+		t.Log("NOTE: this CPU lacks AVX-512 VNNI: nothing is packed, only the answers were checked")
+		if m.PackedBytes != 0 {
+			t.Errorf("packed_bytes %d on a CPU that packs nothing", m.PackedBytes)
+		}
+	} else if m.PackedBytes <= 0 {
+		t.Errorf("packed_bytes %d after eight concurrent requests, want the packed copy's size", m.PackedBytes)
 	}
 	f.checkIdle()
 }
