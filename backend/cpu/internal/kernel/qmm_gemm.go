@@ -106,6 +106,21 @@ func gemmDot(k, gs, bits int) bool {
 	return gemmDotOn && bits == 4 && gs == 32 && k > 0 && k%32 == 0
 }
 
+// packedRow reports whether a few rows of x (decode, one to four) run
+// through the packed panels of slot rather than the one-row kernels: where
+// the GEMM computes in the one-row order (gemmDot, so the same bits) on a
+// CPU with VNNI, when the slot may pack. One row takes q8gemvDot, which
+// does an eighth of q8gemmDot's work per weight byte and fewer
+// instructions than the one-row kernels (they load each group's words
+// from 8 weight rows and reduce across lanes per block); two to four take
+// q8gemmDot's tile of eight, which reads the weights once (on SmolLM2's
+// matrices, one thread, Zen 4: eight rows 9.7 ms where the batched
+// one-row kernels took 13.8 ms for two rows and 19.4 for four,
+// BenchmarkBatchStream).
+func packedRow(slot *PackSlot, k, gs, bits int) bool {
+	return slot != nil && asmQ8 && gemmDot(k, gs, bits)
+}
+
 // gemmDotOn switches the one-row order of gemmDot on (benchmarks compare
 // with the paths it replaced: the GEMM's order where gemmQ8 takes the
 // shape, the one-row kernels and their m-blocked AVX2 forms elsewhere).
@@ -120,9 +135,11 @@ var gemmDotOn = true
 const gemmDotMinRows = 4
 
 // qmmTQ8Gemm is the AccQ8 matmul for m >= 2 (see the top of this file);
-// where gemmDot takes the shape, in the one-row order.
+// where gemmDot takes the shape, in the one-row order. With a slot it
+// also takes m = 1 where packedRow does.
 func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n, k, gs, bits int, round Rounder) {
-	if gemmDot(k, gs, bits) && (!asmQ8 || m < gemmDotMinRows) {
+	one := m == 1 && packedRow(slot, k, gs, bits)
+	if gemmDot(k, gs, bits) && (!asmQ8 || m < gemmDotMinRows) && !packedRow(slot, k, gs, bits) {
 		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, true)
 		return
 	}
@@ -138,7 +155,7 @@ func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n,
 	nb, ng := k/32, k/gs
 	mt := (m + q8R - 1) / q8R
 	s.gx, s.gd, s.gxs = grow(s.gx, mt*nb*32*q8R), grow(s.gd, mt*nb*q8R), grow(s.gxs, mt*ng*q8R)
-	if m%q8R != 0 { // the padding rows of the last tile stay zero
+	if m%q8R != 0 && !one { // the padding rows of the last tile stay zero (q8gemvDot reads row 0 only)
 		t := mt - 1
 		clear(s.gx[t*nb*32*q8R:])
 		clear(s.gd[t*nb*q8R:])
@@ -156,7 +173,7 @@ func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n,
 			}
 		}
 	})
-	j := q8Job{dst: dst, wq: wq, sc: sc, bi: bi, s: s, m: m, n: n, k: k, gs: gs, bits: bits, mt: mt, round: round, dot: gemmDot(k, gs, bits)}
+	j := q8Job{dst: dst, wq: wq, sc: sc, bi: bi, s: s, m: m, n: n, k: k, gs: gs, bits: bits, mt: mt, round: round, dot: gemmDot(k, gs, bits), one: one}
 	if slot != nil {
 		j.packed = slot.get(wq, sc, bi, n, k, gs, bits)
 	}
@@ -172,6 +189,7 @@ type q8Job struct {
 	m, n, k, gs, bits, mt int
 	round                 Rounder
 	dot                   bool    // q8gemmDot (gemmDot), else q8gemm
+	one                   bool    // q8gemvDot: one row of x (packedRow)
 	packed                *Packed // the panels built beforehand, or nil: built per call
 }
 
@@ -309,9 +327,12 @@ func (j *q8Job) run(lo, hi int) {
 			}
 		}
 		a.out, a.cmask = ptr(j.dst[j0:]), 1<<nc-1
-		if j.dot {
+		switch {
+		case j.one:
+			q8gemvDot(&a)
+		case j.dot:
 			q8gemmDot(&a)
-		} else {
+		default:
 			q8gemm(&a)
 		}
 		if kind != 'b' { // bf16 is rounded by the kernel

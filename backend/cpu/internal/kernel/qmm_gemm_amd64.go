@@ -29,6 +29,13 @@ func q8gemm(a *q8gArgs)
 //go:noescape
 func q8gemmDot(a *q8gArgs)
 
+// q8gemvDot is q8gemmDot for the first row of the first tile of x alone
+// (the same bits for that row): an eighth of the multiply-adds per
+// weight byte, for decode through packed panels.
+//
+//go:noescape
+func q8gemvDot(a *q8gArgs)
+
 // q8Quant is quantizeQ8Scalar (qmax 127) for nb blocks of 32 values at x,
 // the same bits: block i's 32 codes to xq + i·xqStep bytes (in the order
 // 0, 2, 4, 6, 1, 3, 5, 7 of each 8 when perm, for 4-bit weights), its scale

@@ -581,6 +581,110 @@ ddone:
 	VZEROUPPER
 	RET
 
+// func q8gemvDot(a *q8gArgs)
+//
+// q8gemmDot for one row of x (row 0 of the first tile; a.mt and a.mlast
+// are ignored): per group the integer sums of the 16 columns in two
+// accumulators (Z8 quads 0-3 and Z9 quads 4-7, added exactly), folded into
+// the total Z0 as DOTSCALE does, then the bias total Z10 as DOTBIAS does,
+// so each output gets the bits q8gemmDot gives its row. One row needs an
+// eighth of the multiply-adds per weight byte, so decode through packed
+// panels reads the weights at the memory's pace. Registers as in q8gemm.
+TEXT ·q8gemvDot(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), DI
+	MOVQ 24(DI), BX
+	MOVQ 32(DI), DX
+	MOVQ 40(DI), R9
+	MOVQ 48(DI), R10
+	KMOVW 96(DI), K1
+	RNDBF16CONSTS
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z31
+	VPXORD Z0, Z0, Z0
+	MOVQ 0(DI), SI
+	MOVQ 8(DI), R8
+	MOVQ 64(DI), CX
+	TESTQ CX, CX
+	JZ vbiasdone
+
+vgroup:
+	// prefetch as q8gemmDot does
+	CMPQ 120(DI), $0
+	JLE vnopf
+	MOVQ 112(DI), AX
+	MOVQ 128(DI), R14
+
+vpfl:
+	PREFETCHT0 (AX)
+	PREFETCHT0 64(AX)
+	PREFETCHT0 128(AX)
+	PREFETCHT0 192(AX)
+	PREFETCHT0 256(AX)
+	PREFETCHT0 320(AX)
+	PREFETCHT0 384(AX)
+	PREFETCHT0 448(AX)
+	ADDQ $512, AX
+	SUBQ $512, R14
+	JG vpfl
+	MOVQ AX, 112(DI)
+	MOVQ 128(DI), R14
+	SUBQ R14, 120(DI)
+
+vnopf:
+	LOADS((R8), Z24, vs16a, vsbfa, vsdonea)
+	CMPQ 160(DI), $0
+	JNE vnib
+	LOAD8
+	ADDQ $512, SI
+	JMP vquads
+
+vnib:
+	LOADNIB
+	ADDQ $256, SI
+
+vquads:
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPDPBUSD.BCST 0(BX), Z16, Z8
+	VPDPBUSD.BCST 16(BX), Z20, Z9
+	VPDPBUSD.BCST 4(BX), Z17, Z8
+	VPDPBUSD.BCST 20(BX), Z21, Z9
+	VPDPBUSD.BCST 8(BX), Z18, Z8
+	VPDPBUSD.BCST 24(BX), Z22, Z9
+	VPDPBUSD.BCST 12(BX), Z19, Z8
+	VPDPBUSD.BCST 28(BX), Z23, Z9
+	VPADDD Z9, Z8, Z8
+	DOTSCALE(Z8, Z0, 0)
+	ADDQ $256, BX
+	ADDQ $32, DX
+	ADDQ 176(DI), R8
+	DECQ CX
+	JNZ vgroup
+
+	// the bias total over the groups, then total + bias
+	VPXORD Z10, Z10, Z10
+	MOVQ 16(DI), R13
+	MOVQ 64(DI), CX
+
+vbias:
+	LOADS((R13), Z25, vs16b, vsbfb, vsdoneb)
+	DOTBIAS(Z10, Z11, 0)
+	ADDQ 176(DI), R13
+	ADDQ $32, R9
+	DECQ CX
+	JNZ vbias
+	VADDPS Z10, Z0, Z0
+
+vbiasdone:
+	CMPQ 104(DI), $0
+	JEQ vstore
+	RNDBF16(Z0)
+
+vstore:
+	VMOVUPS Z0, K1, (R10)
+	VZEROUPPER
+	RET
+
 // q8perm puts the int32 codes of each 8 in the order 0, 2, 4, 6, 1, 3, 5, 7
 // (the low then the high nibbles of a 4-bit weight word).
 DATA q8perm<>+0(SB)/4, $0

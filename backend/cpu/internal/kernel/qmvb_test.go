@@ -282,7 +282,7 @@ func BenchmarkBatchStream(b *testing.B) {
 		for _, run := range []struct {
 			m, batchMax int
 			path        string
-		}{{1, 4, ""}, {2, 4, ""}, {4, 4, ""}, {8, 4, "/gemm"}, {8, 4, "/packed"}, {8, 8, "/qmvb"}} {
+		}{{1, 4, ""}, {1, 4, "/packed"}, {2, 4, ""}, {4, 4, ""}, {8, 4, "/gemm"}, {8, 4, "/packed"}, {8, 8, "/qmvb"}} {
 			m := run.m
 			x := randVec(newRand(3), m*maxN, 1, tensor.RoundBF16)
 			dst := make([]float32, m*maxN)
