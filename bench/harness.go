@@ -162,15 +162,18 @@ func DefaultConfigs() []string {
 	return append(out, "mlx_lm", "llama.cpp")
 }
 
-// AllConfigs is DefaultConfigs plus cpu-high.
+// AllConfigs is DefaultConfigs plus cpu-high and cpu-fast-packed (fast
+// with backend.Options.PackWeights).
 func AllConfigs() []string {
-	return append(DefaultConfigs(), "cpu-high")
+	return append(DefaultConfigs(), "cpu-high", "cpu-fast-packed")
 }
 
 // ParseConfig maps a Go configuration name to its backend and options:
-// "cpu-<precision>", "mlx", "mlx-cpu" or "mlx-gpu".
+// "cpu-<precision>", "cpu-fast-packed", "mlx", "mlx-cpu" or "mlx-gpu".
 func ParseConfig(name string) (string, backend.Options, error) {
 	switch {
+	case name == "cpu-fast-packed":
+		return "cpu", backend.Options{Precision: "fast", PackWeights: true}, nil
 	case strings.HasPrefix(name, "cpu-"):
 		p := strings.TrimPrefix(name, "cpu-")
 		if !slices.Contains(cpu.Precisions, p) {
@@ -199,7 +202,7 @@ func selectConfigs(sel []string) ([]string, error) {
 		n := 0
 		for _, c := range all {
 			if (c == s || strings.HasPrefix(c, s+"-") && s == "cpu") && !slices.Contains(out, c) {
-				if s == "cpu" && c == "cpu-high" {
+				if s == "cpu" && (c == "cpu-high" || c == "cpu-fast-packed") {
 					continue
 				}
 				out = append(out, c)
@@ -207,7 +210,7 @@ func selectConfigs(sel []string) ([]string, error) {
 			}
 		}
 		if n == 0 && !slices.Contains(out, s) {
-			return nil, fmt.Errorf("--configs: unknown configuration %q (known: %s; \"cpu\" selects every cpu-* but cpu-high)", s, strings.Join(all, ", "))
+			return nil, fmt.Errorf("--configs: unknown configuration %q (known: %s; \"cpu\" selects every cpu-* but cpu-high and cpu-fast-packed)", s, strings.Join(all, ", "))
 		}
 	}
 	return out, nil

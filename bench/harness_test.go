@@ -72,6 +72,7 @@ func TestSelectConfigs(t *testing.T) {
 	}{
 		{[]string{"cpu-reference", "mlx_lm"}, []string{"cpu-reference", "mlx_lm"}, ""},
 		{[]string{"cpu-high"}, []string{"cpu-high"}, ""},
+		{[]string{"cpu-fast", "cpu-fast-packed"}, []string{"cpu-fast", "cpu-fast-packed"}, ""},
 		{[]string{"llama.cpp"}, []string{"llama.cpp"}, ""},
 		{[]string{"gpu"}, nil, `unknown configuration "gpu"`},
 	} {
@@ -89,8 +90,11 @@ func TestSelectConfigs(t *testing.T) {
 		})
 	}
 	got, err := selectConfigs([]string{"cpu"})
-	if err != nil || len(got) == 0 || slices.Contains(got, "cpu-high") || !slices.Contains(got, "cpu-reference") {
-		t.Errorf(`"cpu": got %v, %v; want every cpu-* but cpu-high`, got, err)
+	if err != nil || len(got) == 0 || slices.Contains(got, "cpu-high") || slices.Contains(got, "cpu-fast-packed") || !slices.Contains(got, "cpu-reference") {
+		t.Errorf(`"cpu": got %v, %v; want every cpu-* but cpu-high and cpu-fast-packed`, got, err)
+	}
+	if name, opts, err := ParseConfig("cpu-fast-packed"); err != nil || name != "cpu" || opts.Precision != "fast" || !opts.PackWeights {
+		t.Errorf("cpu-fast-packed: got %q %+v %v, want the cpu backend, fast, PackWeights", name, opts, err)
 	}
 }
 
