@@ -21,6 +21,33 @@
 	VPDPBUSD.BCST OFF+192(BX), W, Z14; \
 	VPDPBUSD.BCST OFF+224(BX), W, Z15
 
+// PFGROUP prefetches a.pfg bytes (a multiple of 512) of the next panel's
+// weight rows, a.pfn of them left (advancing a.pf and a.pfn in place; AX
+// and R14 scratch; loop and skip are the expansion's labels). PREFETCHT0:
+// on Zen 5 3-25% more weight bytes per CPU second in eight-row decode than
+// PREFETCHT1 (BenchmarkBatchStream).
+#define PFGROUP(loop, skip) \
+	CMPQ 120(DI), $0; \
+	JLE skip; \
+	MOVQ 112(DI), AX; \
+	MOVQ 128(DI), R14; \
+loop: \
+	PREFETCHT0 (AX); \
+	PREFETCHT0 64(AX); \
+	PREFETCHT0 128(AX); \
+	PREFETCHT0 192(AX); \
+	PREFETCHT0 256(AX); \
+	PREFETCHT0 320(AX); \
+	PREFETCHT0 384(AX); \
+	PREFETCHT0 448(AX); \
+	ADDQ $512, AX; \
+	SUBQ $512, R14; \
+	JG loop; \
+	MOVQ AX, 112(DI); \
+	MOVQ 128(DI), R14; \
+	SUBQ R14, 120(DI); \
+skip:
+
 // LOAD8 loads the panel registers Z16-Z23 of one block of 32 codes
 // (quads 0-7) from a panel of one code per byte.
 #define LOAD8 \
@@ -53,6 +80,20 @@
 	VPANDD Z31, Z21, Z21; \
 	VPANDD Z31, Z22, Z22; \
 	VPANDD Z31, Z23, Z23
+
+// LOADPANEL loads the panel registers of one block from SI and advances
+// SI past it: LOAD8, or LOADNIB when the panel holds whole 4-bit words
+// (a.nib); lnib and ldone are the expansion's labels.
+#define LOADPANEL(lnib, ldone) \
+	CMPQ 160(DI), $0; \
+	JNE lnib; \
+	LOAD8; \
+	ADDQ $512, SI; \
+	JMP ldone; \
+lnib: \
+	LOADNIB; \
+	ADDQ $256, SI; \
+ldone:
 
 // LOADS loads the 16 columns' scales (or biases) of a group into Z from
 // SRC: float32, or float16 or bfloat16 widened (a.sdt 0, 1, 2: Pack's
@@ -216,47 +257,14 @@ tile:
 	MOVQ 64(DI), CX
 
 group:
-	// prefetch a.pfg bytes (a multiple of 512) of the next panel's weight
-	// rows (PREFETCHT0: on Zen 5 3-25% more weight bytes per CPU second
-	// in eight-row decode than PREFETCHT1, BenchmarkBatchStream)
-	CMPQ 120(DI), $0
-	JLE nopf
-	MOVQ 112(DI), AX
-	MOVQ 128(DI), R14
+	PFGROUP(pfl, nopf)
 
-pfl:
-	PREFETCHT0 (AX)
-	PREFETCHT0 64(AX)
-	PREFETCHT0 128(AX)
-	PREFETCHT0 192(AX)
-	PREFETCHT0 256(AX)
-	PREFETCHT0 320(AX)
-	PREFETCHT0 384(AX)
-	PREFETCHT0 448(AX)
-	ADDQ $512, AX
-	SUBQ $512, R14
-	JG pfl
-	MOVQ AX, 112(DI)
-	MOVQ 128(DI), R14
-	SUBQ R14, 120(DI)
-
-nopf:
 	LOADS((R8), Z24, s16a, sbfa, sdonea)
 	MOVQ 72(DI), AX
 	PCALIGN $32
 
 block:
-	CMPQ 160(DI), $0
-	JNE blocknib
-	LOAD8
-	ADDQ $512, SI
-	JMP blockquads
-
-blocknib:
-	LOADNIB
-	ADDQ $256, SI
-
-blockquads:
+	LOADPANEL(blocknib, blockquads)
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
@@ -420,43 +428,10 @@ dtile:
 	MOVQ 64(DI), CX
 
 dgroup:
-	// prefetch a.pfg bytes (a multiple of 512) of the next panel's weight
-	// rows (PREFETCHT0: on Zen 5 3-25% more weight bytes per CPU second
-	// in eight-row decode than PREFETCHT1, BenchmarkBatchStream)
-	CMPQ 120(DI), $0
-	JLE dnopf
-	MOVQ 112(DI), AX
-	MOVQ 128(DI), R14
+	PFGROUP(dpfl, dnopf)
 
-dpfl:
-	PREFETCHT0 (AX)
-	PREFETCHT0 64(AX)
-	PREFETCHT0 128(AX)
-	PREFETCHT0 192(AX)
-	PREFETCHT0 256(AX)
-	PREFETCHT0 320(AX)
-	PREFETCHT0 384(AX)
-	PREFETCHT0 448(AX)
-	ADDQ $512, AX
-	SUBQ $512, R14
-	JG dpfl
-	MOVQ AX, 112(DI)
-	MOVQ 128(DI), R14
-	SUBQ R14, 120(DI)
-
-dnopf:
 	LOADS((R8), Z24, ds16a, dsbfa, dsdonea)
-	CMPQ 160(DI), $0
-	JNE dnib
-	LOAD8
-	ADDQ $512, SI
-	JMP dquads
-
-dnib:
-	LOADNIB
-	ADDQ $256, SI
-
-dquads:
+	LOADPANEL(dnib, dquads)
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPXORD Z10, Z10, Z10
@@ -608,41 +583,10 @@ TEXT ·q8gemvDot(SB), NOSPLIT, $0-8
 	JZ vbiasdone
 
 vgroup:
-	// prefetch as q8gemmDot does
-	CMPQ 120(DI), $0
-	JLE vnopf
-	MOVQ 112(DI), AX
-	MOVQ 128(DI), R14
+	PFGROUP(vpfl, vnopf)
 
-vpfl:
-	PREFETCHT0 (AX)
-	PREFETCHT0 64(AX)
-	PREFETCHT0 128(AX)
-	PREFETCHT0 192(AX)
-	PREFETCHT0 256(AX)
-	PREFETCHT0 320(AX)
-	PREFETCHT0 384(AX)
-	PREFETCHT0 448(AX)
-	ADDQ $512, AX
-	SUBQ $512, R14
-	JG vpfl
-	MOVQ AX, 112(DI)
-	MOVQ 128(DI), R14
-	SUBQ R14, 120(DI)
-
-vnopf:
 	LOADS((R8), Z24, vs16a, vsbfa, vsdonea)
-	CMPQ 160(DI), $0
-	JNE vnib
-	LOAD8
-	ADDQ $512, SI
-	JMP vquads
-
-vnib:
-	LOADNIB
-	ADDQ $256, SI
-
-vquads:
+	LOADPANEL(vnib, vquads)
 	VPXORD Z8, Z8, Z8
 	VPXORD Z9, Z9, Z9
 	VPDPBUSD.BCST 0(BX), Z16, Z8
