@@ -335,10 +335,13 @@ func (j *q8Job) run(lo, hi int) {
 		default:
 			q8gemm(&a)
 		}
-		if kind != 'b' { // bf16 is rounded by the kernel
-			for r := range m {
-				roundSlice(j.dst[r*n+j0:r*n+j0+nc], j.round, kind)
-			}
+	}
+	// The range's outputs rounded to the dtype, each row's columns in one
+	// call (bf16 is rounded by the kernel).
+	if kind != 'b' {
+		c0, c1 := lo*q8C, min(hi*q8C, n)
+		for r := range m {
+			roundSlice(j.dst[r*n+c0:r*n+c1], j.round, kind)
 		}
 	}
 }
