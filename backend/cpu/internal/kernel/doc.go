@@ -123,7 +123,7 @@
 // any number of rows, whose one-row order (dotQ8 + dotBias) the int8 GEMM's
 // layout computes as well (q8gemmDot; gemmDot in qmm_gemm.go). A matmul
 // given a PackSlot (QuantizedMatmulTPacked; the backend's PackWeights)
-// keeps the GEMM's panels of its weights between calls (Pack: the codes'
+// keeps the GEMM's panels of its weights between calls (pack: the codes'
 // own bytes, 4-bit words whole, 16-bit scales kept), with the same bits;
 // there 4-bit group-32 matmuls of one to four rows run through the panels
 // too (q8gemvDot for one). AccQ8 always takes the int8 kernels: on

@@ -78,7 +78,7 @@ type q8gArgs struct {
 	pfg         uintptr        // 128
 	sps, spb    uintptr        // 136, 144: the next panel's scales and biases (prefetched; j.sc and j.bi keep them alive)
 	spn         int            // 152: their bytes each
-	nib         int            // 160: 1 when the panel holds whole 4-bit words (Pack's layout), split by the kernel
+	nib         int            // 160: 1 when the panel holds whole 4-bit words (pack's layout), split by the kernel
 	sdt         int            // 168: the scales' and biases' storage: 0 float32, 1 float16, 2 bfloat16
 	sstr        uintptr        // 176: their bytes per group (64 for float32, 32 for 16-bit)
 }
@@ -188,9 +188,9 @@ type q8Job struct {
 	s                     *qmmScratch
 	m, n, k, gs, bits, mt int
 	round                 Rounder
-	dot                   bool    // q8gemmDot (gemmDot), else q8gemm
-	one                   bool    // q8gemvDot: one row of x (packedRow)
-	packed                *Packed // the panels built beforehand, or nil: built per call
+	dot                   bool     // q8gemmDot (gemmDot), else q8gemm
+	one                   bool     // q8gemvDot: one row of x (packedRow)
+	packed                *packedW // the panels built beforehand, or nil: built per call
 }
 
 // panelGeom is the panel layout of a weight matrix of k columns for the
@@ -207,7 +207,7 @@ type panelGeom struct {
 
 // newPanelGeom returns the layout of a matrix of k columns; split asks for
 // 4-bit words split (the kernels' per-call layout) rather than whole
-// (Pack's, split by the kernels).
+// (pack's, split by the kernels).
 func newPanelGeom(k, gs, bits int, split bool) panelGeom {
 	g := panelGeom{ng: k / gs, wpr: WordsPerRow(k, bits), cb: 1024, split: split && bits == 4}
 	g.gp = (g.ng + 15) &^ 15
@@ -346,14 +346,14 @@ func (j *q8Job) run(lo, hi int) {
 	}
 }
 
-// Packed is a quantized weight matrix (transposed: n rows of k codes)
+// packedW is a quantized weight matrix (transposed: n rows of k codes)
 // rearranged once into the panels of the int8 GEMM (the layout q8Transpose
 // gives per call, qmm_gemm.go, with 4-bit words kept whole, which the
 // kernels split), with its scales and biases transposed to [group][16
 // columns] in their own storage dtype, so that matmuls of many rows skip
 // the rearrangement: a copy of the weights kept beside them, of their
 // bytes (rows padded to a multiple of 16).
-type Packed struct {
+type packedW struct {
 	codes          []byte    // the panels' codes, pb bytes each, from a 64-byte aligned start
 	sb32           []float32 // float32 scales and biases: per panel the scales, then the biases, [ng][16] each
 	sb16           []uint16  // the same in float16 or bfloat16
@@ -364,7 +364,7 @@ type Packed struct {
 }
 
 // panel returns panel ct's codes, scales and biases.
-func (p *Packed) panel(ct int) (codes, s, b unsafe.Pointer) {
+func (p *packedW) panel(ct int) (codes, s, b unsafe.Pointer) {
 	ng := p.k / p.gs
 	o := ct * 2 * ng * q8C
 	if p.sb16 != nil {
@@ -373,8 +373,8 @@ func (p *Packed) panel(ct int) (codes, s, b unsafe.Pointer) {
 	return ptr(p.codes[p.start+ct*p.pb:]), ptr(p.sb32[o:]), ptr(p.sb32[o+ng*q8C:])
 }
 
-// Bytes is the memory p holds.
-func (p *Packed) Bytes() int64 {
+// bytes is the memory p holds.
+func (p *packedW) bytes() int64 {
 	return int64(len(p.codes)) + 4*int64(len(p.sb32)) + 2*int64(len(p.sb16))
 }
 
@@ -382,8 +382,8 @@ func (p *Packed) Bytes() int64 {
 // int8 GEMM that reads the matrix through the slot (QuantizedMatmulTPacked)
 // and kept for the next; a slot never used by the GEMM stays empty.
 type PackSlot struct {
-	p     *Packed
-	tried bool          // Pack ran (it may have returned nil)
+	p     *packedW
+	tried bool          // pack ran (it may have returned nil)
 	grew  func(n int64) // told the bytes of the packed form when it is made
 }
 
@@ -392,7 +392,7 @@ type PackSlot struct {
 func NewPackSlot(grew func(n int64)) *PackSlot { return &PackSlot{grew: grew} }
 
 // packed is the slot's packed form, nil while empty (or for a nil slot).
-func (s *PackSlot) packed() *Packed {
+func (s *PackSlot) packed() *packedW {
 	if s == nil {
 		return nil
 	}
@@ -402,19 +402,19 @@ func (s *PackSlot) packed() *Packed {
 // Bytes is the memory of the slot's packed form (0 while empty).
 func (s *PackSlot) Bytes() int64 {
 	if p := s.packed(); p != nil {
-		return p.Bytes()
+		return p.bytes()
 	}
 	return 0
 }
 
 // get returns the packed form of wq, scales and biases, packing them on
 // the first call.
-func (s *PackSlot) get(wq []uint32, sc, bi Vec, n, k, gs, bits int) *Packed {
+func (s *PackSlot) get(wq []uint32, sc, bi Vec, n, k, gs, bits int) *packedW {
 	if !s.tried {
 		s.tried = true
-		s.p = Pack(wq, sc, bi, n, k, gs, bits)
+		s.p = pack(wq, sc, bi, n, k, gs, bits)
 		if s.p != nil && s.grew != nil {
-			s.grew(s.p.Bytes())
+			s.grew(s.p.bytes())
 		}
 	}
 	return s.p
@@ -424,24 +424,24 @@ func (s *PackSlot) get(wq []uint32, sc, bi Vec, n, k, gs, bits int) *Packed {
 // packed weights (AVX-512 with VNNI).
 func PackSupported() bool { return asmQ8 }
 
-// Packs reports whether [Pack] takes a matmul of this shape on this CPU:
+// packs reports whether [pack] takes a matmul of this shape on this CPU:
 // the int8 GEMM's shapes (4- or 8-bit codes in groups of whole blocks of
 // 32) on a CPU with AVX-512 VNNI.
-func Packs(k, gs, bits int) bool {
+func packs(k, gs, bits int) bool {
 	return asmQ8 && (gemmQ8(k, gs, bits) || gemmDot(k, gs, bits))
 }
 
-// Pack rearranges the quantized weights wq (n rows of k codes, as
+// pack rearranges the quantized weights wq (n rows of k codes, as
 // [QuantizedMatmulTVec] takes them) with their scales and biases into the
-// int8 GEMM's panels. It returns nil where [Packs] is false.
-func Pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int) *Packed {
-	if !Packs(k, groupSize, bits) || n <= 0 {
+// int8 GEMM's panels. It returns nil where [packs] is false.
+func pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int) *packedW {
+	if !packs(k, groupSize, bits) || n <= 0 {
 		return nil
 	}
-	checkQMMVec("Pack", nil, nil, wq, scales, biases, 0, n, k, groupSize, bits)
+	checkQMMVec("pack", nil, nil, wq, scales, biases, 0, n, k, groupSize, bits)
 	g := newPanelGeom(k, groupSize, bits, false)
 	np, ng := (n+q8C-1)/q8C, g.ng
-	p := &Packed{n: n, k: k, gs: groupSize, bits: bits, pb: g.bytes(), ssize: 4}
+	p := &packedW{n: n, k: k, gs: groupSize, bits: bits, pb: g.bytes(), ssize: 4}
 	p.codes = make([]byte, np*p.pb+64)
 	p.start = int(uintptr(align64(p.codes)) - uintptr(ptr(p.codes)))
 	switch {

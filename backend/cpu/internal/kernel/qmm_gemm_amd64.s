@@ -61,7 +61,7 @@ skip:
 	VMOVDQU32 448(SI), Z23
 
 // LOADNIB loads them from a panel of whole 4-bit words (a.nib: one dword
-// per column and word, Pack's layout): the low nibbles of word i are quad
+// per column and word, pack's layout): the low nibbles of word i are quad
 // 2i, the high ones quad 2i+1 (mask 0x0F in Z31).
 #define LOADNIB \
 	VMOVDQU32 0(SI), Z16; \
@@ -96,7 +96,7 @@ lnib: \
 ldone:
 
 // LOADS loads the 16 columns' scales (or biases) of a group into Z from
-// SRC: float32, or float16 or bfloat16 widened (a.sdt 0, 1, 2: Pack's
+// SRC: float32, or float16 or bfloat16 widened (a.sdt 0, 1, 2: pack's
 // panels keep the checkpoint's 16-bit values); l16, lbf and ldone are the
 // expansion's labels.
 #define LOADS(SRC, Z, l16, lbf, ldone) \

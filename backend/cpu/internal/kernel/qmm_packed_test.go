@@ -18,8 +18,8 @@ import (
 // float32, bfloat16, float16 or two dtypes, each output dtype; the
 // output's guards stay untouched.
 func TestPackedSameBits(t *testing.T) {
-	if !Packs(512, 64, 8) {
-		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; Pack returns nil and the packed path is the unpacked one")
+	if !packs(512, 64, 8) {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; pack returns nil and the packed path is the unpacked one")
 	}
 	cases := []struct{ bits, gs, n, k int }{
 		{4, 32, 37, 576}, // one-row order, a tail of 8 words
@@ -77,8 +77,8 @@ func TestPackedSameBits(t *testing.T) {
 // TestPackedRejectsOtherShape: packed weights of another matrix are refused
 // with the kernel's message, not read out of bounds.
 func TestPackedRejectsOtherShape(t *testing.T) {
-	if !Packs(512, 64, 8) {
-		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; Pack returns nil")
+	if !packs(512, 64, 8) {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; pack returns nil")
 	}
 	x, wq, sc, bi := qmmTInputs(1, 8, 32, 512, 64, 8)
 	slot := NewPackSlot(nil)
