@@ -161,7 +161,7 @@ func (f *sampleFlags) register(fs *flag.FlagSet, maxTokens int) {
 	fs.IntVar(&f.prefillStep, "prefill-step", 2048, "prompt tokens per prefill chunk (>= 1)")
 	fs.StringVar(&f.backend, "backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
 	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference (MLX's), high (float64 accumulation; cpu only) or fast (int8 activations in quantized matmuls, FMA in dense ones; approximate; cpu only)")
-	fs.BoolVar(&f.packWeights, "pack-weights", false, "cpu --precision fast on AVX-512 VNNI: keep a copy of each quantized weight rearranged for the int8 matmul of many rows (batches, prefill): faster, the same results, more memory (about the size of the quantized weights)")
+	fs.BoolVar(&f.packWeights, "pack-weights", false, "cpu --precision fast on AVX-512 VNNI: keep a copy of each quantized weight rearranged for the int8 matmul (batches and prefill; decode too for 4-bit group-32 layers): faster, the same results, more memory (about the size of the quantized weights)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&f.adapterPath, "adapter-path", "", "directory of LoRA or DoRA adapters as mlx_lm.lora writes them (adapters.safetensors, adapter_config.json), put on the model after loading")
 }
