@@ -174,6 +174,7 @@ func TestGenerateBadFlags(t *testing.T) {
 		{"prefill-step-zero", []string{"--model", model, "--prompt-ids", "1", "--prefill-step", "0"}, []string{"--prefill-step 0"}},
 		{"unknown-backend", []string{"--model", model, "--prompt-ids", "1", "--backend", "nope"}, []string{`--backend "nope"`, "not compiled in"}},
 		{"unknown-precision", []string{"--model", model, "--prompt-ids", "1", "--precision", "quick"}, []string{`--precision "quick"`, "want reference, high or fast"}},
+		{"pack-weights-reference", []string{"--model", model, "--prompt-ids", "1", "--backend", "cpu", "--pack-weights"}, []string{"--pack-weights", "--precision reference"}},
 		{"bad-cpuprofile", []string{"--model", model, "--prompt-ids", "1", "--cpuprofile", "/nonexistent-dir/x.prof"}, []string{"--cpuprofile"}},
 		{"unknown-flag", []string{"--model", model, "--prompt-ids", "1", "--bogus"}, []string{"-bogus"}},
 		{"extra-argument", []string{"--model", model, "--prompt-ids", "1", "extra"}, []string{`"extra"`}},

@@ -138,8 +138,9 @@ const gemmDotMinRows = 4
 // where gemmDot takes the shape, in the one-row order. With a slot it
 // also takes m = 1 where packedRow does.
 func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n, k, gs, bits int, round Rounder) {
-	one := m == 1 && packedRow(slot, k, gs, bits)
-	if gemmDot(k, gs, bits) && (!asmQ8 || m < gemmDotMinRows) && !packedRow(slot, k, gs, bits) {
+	panels := packedRow(slot, k, gs, bits)
+	one := m == 1 && panels
+	if gemmDot(k, gs, bits) && (!asmQ8 || m < gemmDotMinRows) && !panels {
 		qmmTRows(dst, x, wq, sc, bi, m, n, k, gs, bits, round, true)
 		return
 	}
