@@ -82,18 +82,31 @@ type streamMat struct {
 }
 
 // runStream runs the matvecs of mats in turn, one row of x each, b.N times
-// on th threads, and with one thread reports the weight bytes read per
-// CPU second ("GB/s-cpu").
+// on th threads (runThreads).
 func runStream(b *testing.B, th int, mats []streamMat, x, dst []float32, gs, bits int, acc Acc, bytes int64) {
+	runThreads(b, th, bytes, func() {
+		for _, m := range mats {
+			QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
+		}
+	})
+}
+
+// runThreads runs step b.N times on th threads, bytes a step, and with one
+// thread reports the bytes per CPU second ("GB/s-cpu"). Only the one-thread
+// run locks its OS thread (for the thread's CPU time): a locked caller's
+// yields while it waits for the workers hand its thread off and back
+// (futex sleeps), which read Zen 4's two-thread dense stream at 14-19 GB/s
+// against 35-40 unlocked.
+func runThreads(b *testing.B, th int, bytes int64, step func()) {
 	b.SetBytes(bytes)
 	withThreads(th, func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
+		if th == 1 {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+		}
 		t0 := threadCPU()
 		for b.Loop() {
-			for _, m := range mats {
-				QuantizedMatmulTVec(dst, x[:m.k], m.wq, m.sc, m.bi, 1, m.n, m.k, gs, bits, Identity, acc)
-			}
+			step()
 		}
 		if sec := (threadCPU() - t0).Seconds(); th == 1 && sec > 0 {
 			b.ReportMetric(float64(bytes)*float64(b.N)/sec/1e9, "GB/s-cpu")
