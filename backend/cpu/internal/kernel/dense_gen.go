@@ -247,7 +247,7 @@ func fast(rows, dt int) {
 	p("\tJZ %s_sum", name)
 	p("%s_loop:", name)
 	for l := range dts[dt].size / 2 { // 4·8 values of 4 bytes: two lines; of 2 bytes: one
-		p("\tPREFETCHT0 %d(R11)", 64*l)
+		p("\tPREFETCHT1 %d(R11)", 64*l)
 	}
 	p("\tADDQ $%d, R11", 32*dts[dt].size)
 	for c := range 4 {
@@ -463,10 +463,14 @@ func refV(rows, dt int) {
 // bytes) and stepped once per block of eight values (step the bytes of
 // eight values), it walks that tile while the current one is summed, so
 // its rows are in cache when their call starts (the hardware prefetcher
-// alone follows sixteen interleaved row streams poorly).
+// alone follows sixteen interleaved row streams poorly). Every prefetch of
+// these kernels is PREFETCHT1, into L2 (see zfast): SmolLM2-360M's
+// reference decode on Zen 4 read 31-36 tok/s against 24-30 with
+// PREFETCHT0 (mlxgo generate, 128 tokens, three alternating rounds,
+// 2026-12-04).
 func refVPrefetch(step int) {
 	for off := 0; off < 16*step; off += 64 {
-		p("\tPREFETCHT0 %d(AX)", off)
+		p("\tPREFETCHT1 %d(AX)", off)
 	}
 	p("\tADDQ $%d, AX", 16*step)
 }
@@ -635,7 +639,7 @@ func zstep(rows, cols, dt, v int, masked bool) {
 // bytes per step as the group consumes: it is in cache when its call
 // starts. (Against a prefetch of each row's own next group's line, one
 // thread, one-row 2048x8192 f16: 1.00-1.34 ms CPU against 1.24-1.74,
-// alternating runs.) The prefetch is PREFETCHT1, into L2 (a PREFETCHT0
+// alternating runs.) The prefetch is PREFETCHT1, into L2 (a PREFETCHT1
 // holds one of the few L1 miss buffers until its line comes): streaming
 // sixteen of SmolLM2-360M's float16 layers (315 MB) from memory on Zen 4,
 // 16.8-17.9 GB per CPU second against 21.1-21.2 with PREFETCHT1, two
@@ -910,7 +914,7 @@ func refZV1(dt int) {
 		free.put(f[l])
 	}
 	for off := 0; off < 512; off += 64 {
-		p("\tPREFETCHT0 %d(AX)", off)
+		p("\tPREFETCHT1 %d(AX)", off)
 	}
 	p("\tADDQ $512, AX")
 	p("\tADDQ $32, R8")
