@@ -104,7 +104,7 @@ func BenchmarkPanelStream(b *testing.B) {
 				}
 				dot := gemmDot(k, gs, w.bits)
 				a := q8gArgs{x: ptr(gx), d: ptr(gd), xs: ptr(gxs), ostr: uintptr(4 * n), ng: ng, bpg: gs / 32, mt: 1, mlast: m,
-					cmask: 0xffff, bf16: 1, pfg: uintptr(max(512, (w.pb/ng+511)&^511))}
+					cmask: 0xffff, bf16: 1, pfg: uintptr(max(512, (w.pb/ng+511)&^511)), pfl2: gemmPFL2}
 				np := n / q8C
 				for p := range np {
 					a.panel = unsafe.Pointer(&w.panels[p*w.pb])

@@ -80,6 +80,24 @@ func installAsm() {
 		simdDot, simdAxpy = dotAsm, axpyAsm
 	}
 	asmQ8 = vnni
+	if amdZen5OrLater() {
+		gemmPFL2 = 0
+	}
+}
+
+// amdZen5OrLater reports an AMD CPU of family 1Ah (Zen 5) or later: CPUID
+// leaf 0's vendor "AuthenticAMD", leaf 1's family (base plus extended).
+func amdZen5OrLater() bool {
+	_, b, c, d := cpuid(0)
+	if b != 0x68747541 || d != 0x69746e65 || c != 0x444d4163 { // "Auth" "enti" "cAMD"
+		return false
+	}
+	a, _, _, _ := cpuid(1)
+	family := a >> 8 & 0xf
+	if family == 0xf {
+		family += a >> 20 & 0xff
+	}
+	return family >= 0x1a
 }
 
 // asmDot runs the assembly kernel of bits and precision on a.

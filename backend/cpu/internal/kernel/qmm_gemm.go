@@ -81,7 +81,19 @@ type q8gArgs struct {
 	nib         int            // 160: 1 when the panel holds whole 4-bit words (pack's layout), split by the kernel
 	sdt         int            // 168: the scales' and biases' storage: 0 float32, 1 float16, 2 bfloat16
 	sstr        uintptr        // 176: their bytes per group (64 for float32, 32 for 16-bit)
+	pfl2        int            // 184: 1 to prefetch the next panel into L2 (PREFETCHT1), 0 into L1 (gemmPFL2)
 }
+
+// gemmPFL2 is every GEMM's q8gArgs.pfl2: 1, the next panel prefetched
+// into L2, except on AMD Zen 5 and later (installAsm), where prefetching
+// into L1 read 3-25% more weight bytes per CPU second in eight-row decode
+// (BenchmarkBatchStream). On Zen 4 (2026-12-04, one thread, three
+// alternating runs) into L2 ran MiniCPM5-1B's eight-row step through
+// packed panels in 21-25 ms against 30-31, its unpacked GEMM in 30-36
+// against 41-44, SmolLM2-135M's packed eight rows in 8.6-9.6 against
+// 9.4-10.7 (a PREFETCHT0 holds one of the core's few L1 miss buffers until
+// its line comes).
+var gemmPFL2 = 1
 
 // gemmQ8 reports whether the int8 GEMM takes a matmul of this shape: 4- or
 // 8-bit codes, groups of whole blocks of 32, and rows of whole chunks of 16
@@ -291,7 +303,7 @@ func (j *q8Job) run(lo, hi int) {
 		x: ptr(j.s.gx), d: ptr(j.s.gd), xs: ptr(j.s.gxs),
 		ostr: uintptr(4 * n), ng: ng, bpg: j.gs / 32, mt: j.mt, mlast: m - (j.mt-1)*q8R, sstr: 4 * q8C,
 		// a whole panel's weights prefetched over the groups
-		pfg: uintptr(max(512, (4*q8C*wpr/ng+511)&^511)),
+		pfg: uintptr(max(512, (4*q8C*wpr/ng+511)&^511)), pfl2: gemmPFL2,
 	}
 	if j.packed != nil {
 		a.pfg = uintptr(max(512, (g.bytes()/ng+511)&^511))

@@ -36,6 +36,9 @@ func q8gemmDot(a *q8gArgs)
 //go:noescape
 func q8gemvDot(a *q8gArgs)
 
+// cpuid is the CPUID instruction for leaf (subleaf 0): EAX, EBX, ECX, EDX.
+func cpuid(leaf uint32) (a, b, c, d uint32)
+
 // q8Quant is quantizeQ8Scalar (qmax 127) for nb blocks of 32 values at x,
 // the same bits: block i's 32 codes to xq + i·xqStep bytes (in the order
 // 0, 2, 4, 6, 1, 3, 5, 7 of each 8 when perm, for 4-bit weights), its scale

@@ -23,14 +23,16 @@
 
 // PFGROUP prefetches a.pfg bytes (a multiple of 512) of the next panel's
 // weight rows, a.pfn of them left (advancing a.pf and a.pfn in place; AX
-// and R14 scratch; loop and skip are the expansion's labels). PREFETCHT0:
-// on Zen 5 3-25% more weight bytes per CPU second in eight-row decode than
-// PREFETCHT1 (BenchmarkBatchStream).
-#define PFGROUP(loop, skip) \
+// and R14 scratch; loop, l2loop, done and skip are the expansion's
+// labels): into L1 (PREFETCHT0), or into L2 (PREFETCHT1) when a.pfl2 is
+// set (gemmPFL2 says on which CPUs).
+#define PFGROUP(loop, l2loop, done, skip) \
 	CMPQ 120(DI), $0; \
 	JLE skip; \
 	MOVQ 112(DI), AX; \
 	MOVQ 128(DI), R14; \
+	CMPQ 184(DI), $0; \
+	JNE l2loop; \
 loop: \
 	PREFETCHT0 (AX); \
 	PREFETCHT0 64(AX); \
@@ -43,6 +45,20 @@ loop: \
 	ADDQ $512, AX; \
 	SUBQ $512, R14; \
 	JG loop; \
+	JMP done; \
+l2loop: \
+	PREFETCHT1 (AX); \
+	PREFETCHT1 64(AX); \
+	PREFETCHT1 128(AX); \
+	PREFETCHT1 192(AX); \
+	PREFETCHT1 256(AX); \
+	PREFETCHT1 320(AX); \
+	PREFETCHT1 384(AX); \
+	PREFETCHT1 448(AX); \
+	ADDQ $512, AX; \
+	SUBQ $512, R14; \
+	JG l2loop; \
+done: \
 	MOVQ AX, 112(DI); \
 	MOVQ 128(DI), R14; \
 	SUBQ R14, 120(DI); \
@@ -257,7 +273,7 @@ tile:
 	MOVQ 64(DI), CX
 
 group:
-	PFGROUP(pfl, nopf)
+	PFGROUP(pfl, pfl2, pfdone, nopf)
 
 	LOADS((R8), Z24, s16a, sbfa, sdonea)
 	MOVQ 72(DI), AX
@@ -428,7 +444,7 @@ dtile:
 	MOVQ 64(DI), CX
 
 dgroup:
-	PFGROUP(dpfl, dnopf)
+	PFGROUP(dpfl, dpfl2, dpfdone, dnopf)
 
 	LOADS((R8), Z24, ds16a, dsbfa, dsdonea)
 	LOADPANEL(dnib, dquads)
@@ -583,7 +599,7 @@ TEXT ·q8gemvDot(SB), NOSPLIT, $0-8
 	JZ vbiasdone
 
 vgroup:
-	PFGROUP(vpfl, vnopf)
+	PFGROUP(vpfl, vpfl2, vpfdone, vnopf)
 
 	LOADS((R8), Z24, vs16a, vsbfa, vsdonea)
 	LOADPANEL(vnib, vquads)
@@ -1384,4 +1400,15 @@ g8chunk:
 
 g8done:
 	VZEROUPPER
+	RET
+
+// func cpuid(leaf uint32) (a, b, c, d uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL leaf+0(FP), AX
+	XORL CX, CX
+	CPUID
+	MOVL AX, a+8(FP)
+	MOVL BX, b+12(FP)
+	MOVL CX, c+16(FP)
+	MOVL DX, d+20(FP)
 	RET

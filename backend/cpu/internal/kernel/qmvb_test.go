@@ -3,8 +3,11 @@
 package kernel
 
 import (
+	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -278,20 +281,29 @@ func BenchmarkBatchStream(b *testing.B) {
 		}
 		// Eight rows: through the int8 GEMM ("gemm"), the GEMM on packed
 		// weights ("packed", packed before the clock starts) or, where they
-		// run, the batched one-row kernels in two passes ("qmvb").
+		// run, the batched one-row kernels in two passes ("qmvb"); "-l1"
+		// and "-l2" force the GEMM's prefetch into L1 or L2 (gemmPFL2).
 		for _, run := range []struct {
 			m, batchMax int
 			path        string
-		}{{1, 4, ""}, {1, 4, "/packed"}, {2, 4, ""}, {4, 4, ""}, {8, 4, "/gemm"}, {8, 4, "/packed"}, {8, 8, "/qmvb"}} {
+		}{{1, 4, ""}, {1, 4, "/packed"}, {2, 4, ""}, {4, 4, ""}, {8, 4, "/gemm"}, {8, 4, "/packed"}, {8, 8, "/qmvb"},
+			{8, 4, "/gemm-l1"}, {8, 4, "/gemm-l2"}, {8, 4, "/packed-l1"}, {8, 4, "/packed-l2"}} {
 			m := run.m
+			packed := strings.HasPrefix(run.path, "/packed")
 			x := randVec(newRand(3), m*maxN, 1, tensor.RoundBF16)
 			dst := make([]float32, m*maxN)
 			b.Run(fmt.Sprintf("%s/rows%d%s", model.name, m, run.path), func(b *testing.B) {
-				defer func(v int) { qmvBatchMax = v }(qmvBatchMax)
+				defer func(v, l2 int) { qmvBatchMax, gemmPFL2 = v, l2 }(qmvBatchMax, gemmPFL2)
 				qmvBatchMax = run.batchMax
+				switch {
+				case strings.HasSuffix(run.path, "-l1"):
+					gemmPFL2 = 0
+				case strings.HasSuffix(run.path, "-l2"):
+					gemmPFL2 = 1
+				}
 				b.SetBytes(bytes)
 				slots := make([]*PackSlot, len(mats))
-				if run.path == "/packed" {
+				if packed {
 					for i := range slots {
 						slots[i] = NewPackSlot(nil)
 					}
@@ -338,4 +350,38 @@ func streamModels() (smol, cpm []layer) {
 	}
 	cpm = append(cpm, layer{130560, 1536, 64, 8})
 	return smol, cpm
+}
+
+// TestCPUIDFamily holds cpuid (behind amdZen5OrLater) to the vendor and
+// family that Linux reports in /proc/cpuinfo.
+func TestCPUIDFamily(t *testing.T) {
+	info, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skipf("SKIPPED: no /proc/cpuinfo to compare with (%v)", err)
+	}
+	field := func(name string) string {
+		for line := range strings.Lines(string(info)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == name {
+				return strings.TrimSpace(v)
+			}
+		}
+		t.Fatalf("/proc/cpuinfo has no %q line", name)
+		return ""
+	}
+	_, b, c, d := cpuid(0)
+	vendor := string(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, b), d), c))
+	if want := field("vendor_id"); vendor != want {
+		t.Errorf("cpuid(0) vendor %q, /proc/cpuinfo %q", vendor, want)
+	}
+	a, _, _, _ := cpuid(1)
+	family := a >> 8 & 0xf
+	if family == 0xf {
+		family += a >> 20 & 0xff
+	}
+	if want := field("cpu family"); fmt.Sprint(family) != want {
+		t.Errorf("cpuid(1) family %d, /proc/cpuinfo %s", family, want)
+	}
+	if got, want := amdZen5OrLater(), vendor == "AuthenticAMD" && family >= 0x1a; got != want {
+		t.Errorf("amdZen5OrLater() = %v for %s family %#x", got, vendor, family)
+	}
 }
