@@ -22,8 +22,10 @@
 // pointer; R11 the scale bytes of a row; R12 out; R13 rows left; BX x
 // codes, then group sums; DX lane scales of x; AX scale steps left; CX
 // blocks (then bias chunks) left; R15 the prefetch distance (a.pf: one
-// line that far ahead of each weight block, as the one-row kernels' P
-// forms prefetch). Z0-Z3 the totals of the rows of x, Z8
+// line that far ahead of each weight block, into L2 as the one-row
+// kernels' P forms prefetch: on Zen 4, 2026-12-04, MiniCPM5-1B's two- and
+// four-row steps (BenchmarkBatchStream, three alternating runs) took 25-31
+// and 28-33 ms against 34-36 and 36-45 with PREFETCHT0). Z0-Z3 the totals of the rows of x, Z8
 // the scale vector, Z9 the weight block, Z10/Z11 its unpacked codes,
 // Z12/Z13 scratch, Z15 = 0x0f bytes, Z16-Z19 the bias sums, Y24 scratch of
 // SCALE, Z25 = 0xffff0000, Z26-Z27 scratch of the float16 SCALE and BIAS,
@@ -132,7 +134,7 @@ step: \
 	SCALE((R8), (R9), Z8) \
 	MOVQ 72(DI), CX \
 blk: \
-	PREFETCHT0 (SI)(R15*1) \
+	PREFETCHT1 (SI)(R15*1) \
 	UNPACK \
 	ROWS \
 	ADDQ $64, SI \
