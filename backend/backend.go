@@ -26,14 +26,21 @@ type Options struct {
 	// "" means the backend's default (MLX: the GPU when it has one).
 	Device string
 	// PackWeights keeps, beside each quantized weight matrix read from a
-	// file, a copy rearranged for the CPU backend's int8 GEMM, built by
-	// the first matmul that runs it (many rows in the "fast" precision:
-	// batched decode, prefill) so that later ones skip rearranging the
-	// weights per call. It costs memory (Stats.PackedBytes: 8 bits per
-	// code and 4-byte scales, about twice a 4-bit model's weights); it
-	// changes no result. CPU backend with AVX-512 VNNI; elsewhere it does
-	// nothing.
+	// file, a copy rearranged for the CPU backend's int8 kernels ("fast"
+	// precision, AVX-512 VNNI; elsewhere it does nothing), built by the
+	// first matmul that runs it, so that later ones skip rearranging the
+	// weights per call (batched decode, prefill). It changes no result. It
+	// costs memory (Stats.PackedBytes: about the size of the quantized
+	// weights) except where the copy replaces the original, which the
+	// "fast" backend packs by default (see NoPackWeights).
 	PackWeights bool
+	// NoPackWeights turns off the default packing of the "fast" CPU
+	// backend: without PackWeights it still packs the matrices whose
+	// packed copy its int8 matmul then reads at every number of rows
+	// (4-bit, groups of 32), and gives the file's pages that held them
+	// back to the operating system (Stats.ReleasedBytes), so that the
+	// weights stay in memory once, as llama.cpp repacks Q4_0 on load.
+	NoPackWeights bool
 }
 
 // Backend is the full contract. Every op is required: a backend that lacks one
@@ -105,6 +112,10 @@ type Stats struct {
 	// PackedBytes is the memory of weights kept rearranged beside their
 	// arrays (Options.PackWeights), freed with them.
 	PackedBytes int64
+	// ReleasedBytes is the memory of a file's mapping given back to the
+	// operating system because the packed copy replaced what it held (the
+	// mapping stays valid: a page read again maps again from the file).
+	ReleasedBytes int64
 }
 
 // UnaryOp names an elementwise function of one array.

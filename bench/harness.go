@@ -162,18 +162,22 @@ func DefaultConfigs() []string {
 	return append(out, "mlx_lm", "llama.cpp")
 }
 
-// AllConfigs is DefaultConfigs plus cpu-high and cpu-fast-packed (fast
-// with backend.Options.PackWeights).
+// AllConfigs is DefaultConfigs plus cpu-high, cpu-fast-packed (fast with
+// backend.Options.PackWeights) and cpu-fast-unpacked (fast with
+// NoPackWeights).
 func AllConfigs() []string {
-	return append(DefaultConfigs(), "cpu-high", "cpu-fast-packed")
+	return append(DefaultConfigs(), "cpu-high", "cpu-fast-packed", "cpu-fast-unpacked")
 }
 
 // ParseConfig maps a Go configuration name to its backend and options:
-// "cpu-<precision>", "cpu-fast-packed", "mlx", "mlx-cpu" or "mlx-gpu".
+// "cpu-<precision>", "cpu-fast-packed", "cpu-fast-unpacked", "mlx",
+// "mlx-cpu" or "mlx-gpu".
 func ParseConfig(name string) (string, backend.Options, error) {
 	switch {
 	case name == "cpu-fast-packed":
 		return "cpu", backend.Options{Precision: "fast", PackWeights: true}, nil
+	case name == "cpu-fast-unpacked":
+		return "cpu", backend.Options{Precision: "fast", NoPackWeights: true}, nil
 	case strings.HasPrefix(name, "cpu-"):
 		p := strings.TrimPrefix(name, "cpu-")
 		if !slices.Contains(cpu.Precisions, p) {
@@ -202,7 +206,7 @@ func selectConfigs(sel []string) ([]string, error) {
 		n := 0
 		for _, c := range all {
 			if (c == s || strings.HasPrefix(c, s+"-") && s == "cpu") && !slices.Contains(out, c) {
-				if s == "cpu" && (c == "cpu-high" || c == "cpu-fast-packed") {
+				if s == "cpu" && (c == "cpu-high" || c == "cpu-fast-packed" || c == "cpu-fast-unpacked") {
 					continue
 				}
 				out = append(out, c)
@@ -210,7 +214,7 @@ func selectConfigs(sel []string) ([]string, error) {
 			}
 		}
 		if n == 0 && !slices.Contains(out, s) {
-			return nil, fmt.Errorf("--configs: unknown configuration %q (known: %s; \"cpu\" selects every cpu-* but cpu-high and cpu-fast-packed)", s, strings.Join(all, ", "))
+			return nil, fmt.Errorf("--configs: unknown configuration %q (known: %s; \"cpu\" selects every cpu-* but cpu-high, cpu-fast-packed and cpu-fast-unpacked)", s, strings.Join(all, ", "))
 		}
 	}
 	return out, nil

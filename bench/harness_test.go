@@ -90,8 +90,11 @@ func TestSelectConfigs(t *testing.T) {
 		})
 	}
 	got, err := selectConfigs([]string{"cpu"})
-	if err != nil || len(got) == 0 || slices.Contains(got, "cpu-high") || slices.Contains(got, "cpu-fast-packed") || !slices.Contains(got, "cpu-reference") {
-		t.Errorf(`"cpu": got %v, %v; want every cpu-* but cpu-high and cpu-fast-packed`, got, err)
+	if err != nil || len(got) == 0 || slices.Contains(got, "cpu-high") || slices.Contains(got, "cpu-fast-packed") || slices.Contains(got, "cpu-fast-unpacked") || !slices.Contains(got, "cpu-reference") {
+		t.Errorf(`"cpu": got %v, %v; want every cpu-* but cpu-high, cpu-fast-packed and cpu-fast-unpacked`, got, err)
+	}
+	if name, opts, err := ParseConfig("cpu-fast-unpacked"); err != nil || name != "cpu" || opts.Precision != "fast" || !opts.NoPackWeights || opts.PackWeights {
+		t.Errorf("cpu-fast-unpacked: got %q %+v %v, want the cpu backend, fast, NoPackWeights", name, opts, err)
 	}
 	if name, opts, err := ParseConfig("cpu-fast-packed"); err != nil || name != "cpu" || opts.Precision != "fast" || !opts.PackWeights {
 		t.Errorf("cpu-fast-packed: got %q %+v %v, want the cpu backend, fast, PackWeights", name, opts, err)

@@ -11,12 +11,12 @@ import (
 
 // TestBatchPackedWeights: eight rows decoding together on a fast CPU
 // backend that packs its weights (backend.Options.PackWeights) give the
-// tokens of the same batch on one that does not (eight rows take the int8
+// tokens of the same batch on one that packs none (NoPackWeights; eight rows take the int8
 // GEMM, whose packed panels must change no bit), and the packed copy is
 // reported in Stats.PackedBytes.
 func TestBatchPackedWeights(t *testing.T) {
 	run := func(pack bool) ([][]int32, int64) {
-		b, err := cpu.New(backend.Options{Precision: "fast", PackWeights: pack})
+		b, err := cpu.New(backend.Options{Precision: "fast", PackWeights: pack, NoPackWeights: !pack})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestBatchPackedWeights(t *testing.T) {
 		}
 	}
 	if plainBytes != 0 {
-		t.Errorf("PackedBytes %d without PackWeights", plainBytes)
+		t.Errorf("PackedBytes %d with NoPackWeights", plainBytes)
 	}
 	if !cpu.PackWeightsSupported() {
 		t.Log("NOTE: this CPU lacks AVX-512 VNNI: nothing was packed, so the two runs took the same path")

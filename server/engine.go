@@ -92,10 +92,14 @@ type MemoryStats struct {
 	PromptCacheBytes  int64 `json:"prompt_cache_bytes"`
 	PromptCacheSeqs   int   `json:"prompt_cache_sequences"`
 	Sequences         int   `json:"sequences"` // held by the batch generator
-	// PackedBytes are the weights kept rearranged beside the model's
-	// (--pack-weights, backend.Stats.PackedBytes): built by the first
-	// batches, then constant; not part of LiveBytes.
-	PackedBytes int64 `json:"packed_bytes,omitempty"`
+	// PackedBytes are the weights kept rearranged for the int8 kernels
+	// (cpu --precision fast on AVX-512 VNNI; all of them with
+	// --pack-weights; backend.Stats.PackedBytes): built by the first
+	// requests, then constant; not part of LiveBytes. ReleasedBytes are
+	// the pages of the checkpoint's mapping that the packed copies
+	// replaced, given back to the operating system.
+	PackedBytes   int64 `json:"packed_bytes,omitempty"`
+	ReleasedBytes int64 `json:"released_bytes,omitempty"`
 }
 
 // engine owns the model's batch generator and the prefix cache: one
@@ -199,7 +203,7 @@ func (e *engine) memory() MemoryStats {
 	st := e.m.Backend().Stats()
 	return MemoryStats{LiveArrays: st.LiveArrays, LiveBytes: st.LiveBytes,
 		PromptCacheArrays: e.cache.arrays(), PromptCacheBytes: e.cache.bytes, PromptCacheSeqs: len(e.cache.entries),
-		Sequences: e.g.Len(), PackedBytes: st.PackedBytes}
+		Sequences: e.g.Len(), PackedBytes: st.PackedBytes, ReleasedBytes: st.ReleasedBytes}
 }
 
 // insert queues j, starting it from the longest cached prefix of its prompt.

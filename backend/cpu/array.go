@@ -41,7 +41,7 @@ type buffer struct {
 	refs     int       // live arrays viewing it
 	borrowed bool      // caller memory: never written, pooled or counted
 	nbytes   int64     // what it adds to Stats.LiveBytes
-	packs    []packed  // quantized weights in this (borrowed) buffer, rearranged (Options.PackWeights)
+	packs    []packed  // quantized weights in this (borrowed) buffer, rearranged (packSlot)
 }
 
 // DType returns the element type. It stays valid after Release.
@@ -311,7 +311,7 @@ func (b *Backend) Release(arrays ...backend.Array) { b.life.Release(arrays...) }
 // safety net had to account for.
 func (b *Backend) Stats() backend.Stats {
 	s := b.life.Stats()
-	s.PackedBytes = b.packed
+	s.PackedBytes, s.ReleasedBytes = b.packed, b.released
 	return s
 }
 

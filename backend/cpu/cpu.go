@@ -22,12 +22,14 @@ var (
 // Backend is the pure-Go CPU backend. It computes every op during the call
 // (Eval has nothing left to do) and is not safe for concurrent use.
 type Backend struct {
-	high    bool // Precision "high": float64 accumulation
-	fast    bool // Precision "fast": int8 activations in the quantized matmul, FMA in the dense one
-	threads int  // worker goroutines for Matmul
-	closed  bool
-	pack    bool  // Options.PackWeights (with fast: only its int8 GEMM reads packed weights)
-	packed  int64 // Stats.PackedBytes
+	high     bool // Precision "high": float64 accumulation
+	fast     bool // Precision "fast": int8 activations in the quantized matmul, FMA in the dense one
+	threads  int  // worker goroutines for Matmul
+	closed   bool
+	pack     bool  // fast without Options.NoPackWeights: pack where the copy replaces the original (packSlot)
+	packAll  bool  // Options.PackWeights: pack every matrix the int8 kernels read
+	packed   int64 // Stats.PackedBytes
+	released int64 // Stats.ReleasedBytes
 
 	life *tracker    // scopes, Release, Stats and the safety net
 	pool *pool       // storage of released arrays, for reuse
@@ -66,7 +68,10 @@ func New(opts backend.Options) (*Backend, error) {
 		return nil, fmt.Errorf("cpu backend: Threads is %d (want 0 for GOMAXPROCS, or a positive count)", opts.Threads)
 	}
 	b.threads = opts.Threads
-	b.pack = opts.PackWeights && b.fast
+	if opts.PackWeights && opts.NoPackWeights {
+		return nil, fmt.Errorf("cpu backend: PackWeights and NoPackWeights are both set (want at most one)")
+	}
+	b.pack, b.packAll = b.fast && !opts.NoPackWeights, b.fast && opts.PackWeights
 	if b.threads == 0 {
 		b.threads = runtime.GOMAXPROCS(0)
 	} else {

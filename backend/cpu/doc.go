@@ -37,7 +37,12 @@
 // (TestSDPAQ8Bound). Results differ from
 // "reference" by the activation rounding (relative error of order 2^-8 per
 // element); it is judged by greedy-token agreement and a KL bound against
-// the oracle (conformance TestFastPrecision), never by exact values.
+// the oracle (conformance TestFastPrecision), never by exact values. On
+// CPUs with AVX-512 VNNI the "fast" backend keeps 4-bit group-32 weights
+// read from a file in its int8 kernels' panel layout, built by their first
+// matmul, and gives the file's pages they held back to the operating
+// system (Options.NoPackWeights turns it off, Options.PackWeights packs
+// every quantized weight); results keep their bits.
 //
 // # Arrays and memory
 //

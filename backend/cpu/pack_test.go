@@ -3,6 +3,9 @@ package cpu
 import (
 	"bytes"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -30,7 +33,7 @@ func TestPackWeights(t *testing.T) {
 			for i := range wv {
 				wv[i] = r.NormFloat64()
 			}
-			plain := openWith(t, backend.Options{Precision: "fast"})
+			plain := openWith(t, backend.Options{Precision: "fast", NoPackWeights: true})
 			q := plain.Quantize(arr(plain, tensor.BF16, tensor.Shape{c.n, c.k}, wv...), c.gs, c.b)
 			host := func(a backend.Array) *tensor.Dense {
 				d, err := plain.ToHost(a)
@@ -72,6 +75,100 @@ func TestPackWeights(t *testing.T) {
 			packing.Release(borrowed.W)
 			if st := packing.Stats(); st.PackedBytes != 0 {
 				t.Fatalf("PackedBytes %d after releasing the weight, want 0", st.PackedBytes)
+			}
+		})
+	}
+}
+
+// TestDefaultPacking: the "fast" backend packs by default only the weights
+// whose packed copy its int8 matmul then reads at every number of rows
+// (4-bit, groups of 32), from the first row on, and gives the pages of the
+// file's mapping that held them back to the operating system
+// (ReleasedBytes: the whole pages inside the codes, scales and biases);
+// NoPackWeights packs nothing; every result keeps its bits; both options
+// at once are an error.
+func TestDefaultPacking(t *testing.T) {
+	if !PackWeightsSupported() {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI, so nothing is packed here")
+	}
+	if _, err := New(backend.Options{Precision: "fast", PackWeights: true, NoPackWeights: true}); err == nil {
+		t.Error("PackWeights with NoPackWeights: no error")
+	}
+	const n, k = 256, 2048 // 4-bit codes 256 KiB, scales and biases 32 KiB each
+	for _, c := range []struct {
+		name     string
+		gs, bits int
+		packs    bool
+	}{{"4-bit g32", 32, 4, true}, {"4-bit g64", 64, 4, false}, {"8-bit g32", 32, 8, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(c.gs), uint64(c.bits)))
+			wv := make([]float64, n*k)
+			for i := range wv {
+				wv[i] = r.NormFloat64()
+			}
+			plain := openWith(t, backend.Options{Precision: "fast", NoPackWeights: true})
+			q := plain.Quantize(arr(plain, tensor.BF16, tensor.Shape{n, k}, wv...), c.gs, c.bits)
+			var ds []*tensor.Dense
+			for _, a := range []backend.Array{q.W, q.Scales, q.Biases} {
+				d, err := plain.ToHost(a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ds = append(ds, d)
+			}
+			path := filepath.Join(t.TempDir(), "w.safetensors")
+			if err := tensor.WriteSafetensors(path, []string{"w", "s", "b"}, ds, nil); err != nil {
+				t.Fatal(err)
+			}
+			f, err := tensor.OpenSafetensors(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for _, opts := range []backend.Options{{Precision: "fast"}, {Precision: "fast", NoPackWeights: true}} {
+				b := openWith(t, opts)
+				var mapped [3]backend.Array
+				for i, name := range []string{"w", "s", "b"} {
+					d, err := f.Tensor(name)
+					if err != nil {
+						t.Fatal(err)
+					}
+					mapped[i] = b.Borrow(d)
+				}
+				wq := backend.QuantizedArray{W: mapped[0], Scales: mapped[1], Biases: mapped[2], GroupSize: c.gs, Bits: c.bits}
+				for _, m := range []int{1, 3, 8} {
+					xv := make([]float64, m*k)
+					for i := range xv {
+						xv[i] = r.NormFloat64()
+					}
+					want, err := plain.ToHost(plain.QuantizedMatmul(arr(plain, tensor.BF16, tensor.Shape{m, k}, xv...), q, true))
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := b.ToHost(b.QuantizedMatmul(arr(b, tensor.BF16, tensor.Shape{m, k}, xv...), wq, true))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got.Data, want.Data) {
+						t.Fatalf("%+v, %d rows: the result changed", opts, m)
+					}
+					st := b.Stats()
+					if packs := c.packs && !opts.NoPackWeights; (st.PackedBytes > 0) != packs {
+						t.Fatalf("%+v, %d rows: PackedBytes %d, want packed: %v", opts, m, st.PackedBytes, packs)
+					}
+					// The tensors start 64-byte aligned in the file, so
+					// each holds all but at most one page at either end.
+					page := int64(os.Getpagesize())
+					var lo, hi int64
+					if c.packs && !opts.NoPackWeights && runtime.GOOS == "linux" {
+						for _, d := range ds {
+							lo, hi = lo+int64(len(d.Data))-2*page, hi+int64(len(d.Data))
+						}
+					}
+					if st.ReleasedBytes < lo || st.ReleasedBytes > hi {
+						t.Fatalf("%+v, %d rows: ReleasedBytes %d, want %d to %d", opts, m, st.ReleasedBytes, lo, hi)
+					}
+				}
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
+	"github.com/mlxgo/mlxgo/internal/mmap"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -151,7 +152,7 @@ func (b *Backend) QuantizedMatmul(x backend.Array, q backend.QuantizedArray, tra
 			// The linear layers: scales and biases are read in their
 			// storage dtype (no float32 copy of them per call).
 			dst := b.pool.getF32(shape.Size())
-			kernel.QuantizedMatmulTPacked(dst, b.f32Of(xa, dt), wq, b.vecOf(s, dt), b.vecOf(bi, dt), b.packSlot(w, s, bi, q), M, N, K, q.GroupSize, q.Bits, round, b.acc())
+			kernel.QuantizedMatmulTPacked(dst, b.f32Of(xa, dt), wq, b.vecOf(s, dt), b.vecOf(bi, dt), b.packSlot(w, s, bi, q, K), M, N, K, q.GroupSize, q.Bits, round, b.acc())
 			return b.floatOut(dt, shape, dst)
 		}
 		dst := b.pool.getF32(shape.Size())
@@ -207,12 +208,18 @@ type packed struct {
 }
 
 // packSlot returns the slot of w's rearranged copy (built by the kernel the
-// first time its int8 GEMM runs on w), or nil: without PackWeights, or when
-// w, its scales or its biases are not contiguous views of borrowed memory
-// (a file's mapping: pooled buffers are reused, so only those stay the
-// same matrix while they live).
-func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray) *kernel.PackSlot {
-	if !b.pack || w.buf == nil || !w.buf.borrowed || !s.buf.borrowed || !bi.buf.borrowed || w.strides != nil || s.strides != nil || bi.strides != nil || w.size() == 0 || s.size() == 0 {
+// first time its int8 GEMM runs on w, k its columns), or nil: outside the
+// fast precision or with NoPackWeights; without PackWeights, where the
+// matmul would still read w itself (kernel.PackReplaces); or when w, its
+// scales or its biases are not contiguous views of borrowed memory (a
+// file's mapping: pooled buffers are reused, so only those stay the same
+// matrix while they live). Where the matmul reads only the copy from then
+// on, the pages of the mapping that hold nothing but w, its scales and its
+// biases go back to the operating system once the copy is made
+// (Stats.ReleasedBytes): the process then holds the weights once.
+func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray, k int) *kernel.PackSlot {
+	replaces := kernel.PackReplaces(k, q.GroupSize, q.Bits)
+	if !b.pack || !b.packAll && !replaces || w.buf == nil || !w.buf.borrowed || !s.buf.borrowed || !bi.buf.borrowed || w.strides != nil || s.strides != nil || bi.strides != nil || w.size() == 0 || s.size() == 0 {
 		return nil
 	}
 	sp, bp := firstElem(s), firstElem(bi)
@@ -221,9 +228,28 @@ func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray) *kernel.Pa
 			return p.slot
 		}
 	}
-	slot := kernel.NewPackSlot(func(n int64) { b.packed += n })
+	var mapped [][]byte
+	if replaces {
+		mapped = [][]byte{rawBytes(w), rawBytes(s), rawBytes(bi)}
+	}
+	slot := kernel.NewPackSlot(func(n int64) {
+		b.packed += n
+		for _, m := range mapped {
+			b.released += mmap.Release(m)
+		}
+	})
 	w.buf.packs = append(w.buf.packs, packed{off: w.off, s: sp, bi: bp, gs: q.GroupSize, bits: q.Bits, slot: slot})
 	return slot
+}
+
+// rawBytes is the memory of a (contiguous, not empty), float32 values or
+// raw bytes alike.
+func rawBytes(a *Array) []byte {
+	es := a.dtype.Size()
+	if a.buf.values {
+		es = 4
+	}
+	return unsafe.Slice((*byte)(firstElem(a)), a.size()*es)
 }
 
 // firstElem is the address of a's first element (a contiguous, not empty).

@@ -109,6 +109,7 @@ type sampleFlags struct {
 	model, backend, precision        string
 	offline                          bool // --offline: never download --model
 	packWeights                      bool // --pack-weights: backend.Options.PackWeights
+	noPackWeights                    bool // --no-pack-weights: backend.Options.NoPackWeights
 	cpuProfile                       string
 	maxTokens, topK, minTokensToKeep int
 	temp, topP, minP, repPenalty     float64
@@ -162,7 +163,8 @@ func (f *sampleFlags) register(fs *flag.FlagSet, maxTokens int) {
 	fs.IntVar(&f.prefillStep, "prefill-step", 2048, "prompt tokens per prefill chunk (>= 1)")
 	fs.StringVar(&f.backend, "backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
 	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference (MLX's), high (float64 accumulation; cpu only) or fast (int8 activations in quantized matmuls, FMA in dense ones; approximate; cpu only)")
-	fs.BoolVar(&f.packWeights, "pack-weights", false, "cpu --precision fast on AVX-512 VNNI: keep a copy of each quantized weight rearranged for the int8 matmul (batches and prefill; decode too for 4-bit group-32 layers): faster, the same results, more memory (about the size of the quantized weights)")
+	fs.BoolVar(&f.packWeights, "pack-weights", false, "cpu --precision fast on AVX-512 VNNI: keep a copy of every quantized weight rearranged for the int8 matmul (batches and prefill): faster batches, the same results, more memory (about the size of the quantized weights; by default only 4-bit group-32 weights are packed, and their copy replaces the file's pages)")
+	fs.BoolVar(&f.noPackWeights, "no-pack-weights", false, "cpu --precision fast: read every quantized weight in the file's layout (no packed copies, not even of 4-bit group-32 weights), as before packing existed")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&f.adapterPath, "adapter-path", "", "directory of LoRA or DoRA adapters as mlx_lm.lora writes them (adapters.safetensors, adapter_config.json), put on the model after loading")
 }
@@ -193,8 +195,10 @@ func (f *sampleFlags) check() error {
 		err = usagef("--prefill-step %d: want >= 1", f.prefillStep)
 	case f.precision != "reference" && f.precision != "high" && f.precision != "fast":
 		err = usagef("--precision %q: want reference, high or fast", f.precision)
-	case f.packWeights && (f.backend != "cpu" || f.precision != "fast"):
-		err = usagef("--pack-weights is for --backend cpu --precision fast (got --backend %s --precision %s)", f.backend, f.precision)
+	case f.packWeights && f.noPackWeights:
+		err = usagef("--pack-weights and --no-pack-weights contradict each other (give at most one)")
+	case (f.packWeights || f.noPackWeights) && (f.backend != "cpu" || f.precision != "fast"):
+		err = usagef("--%s is for --backend cpu --precision fast (got --backend %s --precision %s)", map[bool]string{true: "pack-weights", false: "no-pack-weights"}[f.packWeights], f.backend, f.precision)
 	case !slices.Contains(backend.Names(), f.backend):
 		err = usagef("--backend %q is not compiled in (available: %s; the mlx backend needs `-tags mlx`)", f.backend, strings.Join(backend.Names(), ", "))
 	}
@@ -419,7 +423,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 
 // openModel opens the backend and loads the model, printing the load line.
 func openModel(f *sampleFlags, stdout, stderr io.Writer) (backend.Backend, *minicpm5.Model, error) {
-	b, err := backend.Open(f.backend, backend.Options{Precision: f.precision, PackWeights: f.packWeights})
+	b, err := backend.Open(f.backend, backend.Options{Precision: f.precision, PackWeights: f.packWeights, NoPackWeights: f.noPackWeights})
 	if err != nil {
 		return nil, nil, usagef("--backend %s --precision %s: %v", f.backend, f.precision, err)
 	}

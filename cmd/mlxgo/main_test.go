@@ -175,6 +175,8 @@ func TestGenerateBadFlags(t *testing.T) {
 		{"unknown-backend", []string{"--model", model, "--prompt-ids", "1", "--backend", "nope"}, []string{`--backend "nope"`, "not compiled in"}},
 		{"unknown-precision", []string{"--model", model, "--prompt-ids", "1", "--precision", "quick"}, []string{`--precision "quick"`, "want reference, high or fast"}},
 		{"pack-weights-reference", []string{"--model", model, "--prompt-ids", "1", "--backend", "cpu", "--pack-weights"}, []string{"--pack-weights", "--precision reference"}},
+		{"no-pack-weights-reference", []string{"--model", model, "--prompt-ids", "1", "--backend", "cpu", "--no-pack-weights"}, []string{"--no-pack-weights", "--precision reference"}},
+		{"pack-weights-both", []string{"--model", model, "--prompt-ids", "1", "--backend", "cpu", "--precision", "fast", "--pack-weights", "--no-pack-weights"}, []string{"--pack-weights and --no-pack-weights"}},
 		{"bad-cpuprofile", []string{"--model", model, "--prompt-ids", "1", "--cpuprofile", "/nonexistent-dir/x.prof"}, []string{"--cpuprofile"}},
 		{"unknown-flag", []string{"--model", model, "--prompt-ids", "1", "--bogus"}, []string{"-bogus"}},
 		{"extra-argument", []string{"--model", model, "--prompt-ids", "1", "extra"}, []string{`"extra"`}},

@@ -148,7 +148,7 @@ func (r *Report) Write(w io.Writer) {
 			r.Before.LiveArrays, r.Before.LiveBytes, r.Before.PromptCacheArrays, r.After.LiveArrays, r.After.LiveBytes,
 			r.After.PromptCacheArrays, r.After.PromptCacheBytes, r.After.PromptCacheSeqs, r.After.Sequences)
 		if r.After.PackedBytes > 0 {
-			fmt.Fprintf(w, "packed weights: %d bytes after (%d before)\n", r.After.PackedBytes, r.Before.PackedBytes)
+			fmt.Fprintf(w, "packed weights: %d bytes after (%d before); mapped weights they replaced, given back: %d bytes\n", r.After.PackedBytes, r.Before.PackedBytes, r.After.ReleasedBytes)
 		}
 	} else {
 		fmt.Fprintln(w, "server memory: not reported by the server (GET /health)")

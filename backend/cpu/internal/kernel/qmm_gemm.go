@@ -133,6 +133,12 @@ func packedRow(slot *PackSlot, k, gs, bits int) bool {
 	return slot != nil && asmQ8 && gemmDot(k, gs, bits)
 }
 
+// PackReplaces reports whether, once a matrix of k columns in groups of gs
+// of bits bits is packed, the fast int8 matmul reads only its packed copy,
+// at any number of rows (packedRow), so that the original form may leave
+// memory.
+func PackReplaces(k, gs, bits int) bool { return asmQ8 && gemmDot(k, gs, bits) }
+
 // gemmDotOn switches the one-row order of gemmDot on (benchmarks compare
 // with the paths it replaced: the GEMM's order where gemmQ8 takes the
 // shape, the one-row kernels and their m-blocked AVX2 forms elsewhere).

@@ -1,0 +1,103 @@
+package mmap
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// TestRelease: Release drops the whole pages inside a slice of a mapping
+// from the process (the mapping's Rss in /proc/self/smaps falls by them),
+// the bytes read the same afterwards, and memory that Map did not map (the
+// Go heap, an unmapped mapping) is left alone.
+func TestRelease(t *testing.T) {
+	page := os.Getpagesize()
+	want := make([]byte, 64*page)
+	for i := range want {
+		want[i] = byte(i*7 + i/page)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, unmap, err := Map(f, len(want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(b); i += page {
+		sink += b[i] // fault every page in
+	}
+	before := mappingRss(t, b)
+	// From the middle of page 3 to the middle of page 43: pages 4-42 are
+	// wholly inside.
+	if got := Release(b[3*page+100 : 43*page+100]); got != int64(39*page) {
+		t.Errorf("Release returned %d bytes, want %d (39 pages)", got, 39*page)
+	}
+	if after := mappingRss(t, b); before-after != int64(39*page) {
+		t.Errorf("the mapping's Rss went from %d to %d bytes, want it %d lower", before, after, 39*page)
+	}
+	if !bytes.Equal(b, want) {
+		t.Error("the mapping's bytes changed after Release")
+	}
+	heap := bytes.Repeat([]byte{7}, 8*page)
+	if got := Release(heap); got != 0 || bytes.Count(heap, []byte{7}) != len(heap) {
+		t.Errorf("Release of heap memory returned %d and left %d of %d bytes, want 0 and all", got, bytes.Count(heap, []byte{7}), len(heap))
+	}
+	if got := Release(b[:page/2]); got != 0 {
+		t.Errorf("Release of half a page returned %d, want 0", got)
+	}
+	view := b
+	if err := unmap(b); err != nil {
+		t.Fatal(err)
+	}
+	if got := Release(view); got != 0 {
+		t.Errorf("Release after unmap returned %d, want 0", got)
+	}
+}
+
+// sink keeps the page-touching reads of TestRelease.
+var sink byte
+
+// mappingRss is the Rss, in bytes, of the /proc/self/smaps entry holding b.
+func mappingRss(t *testing.T, b []byte) int64 {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatalf("reading the mapping's resident size: %v", err)
+	}
+	defer f.Close()
+	addr := uint64(uintptr(unsafe.Pointer(&b[0])))
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if lo, hi, ok := strings.Cut(strings.Fields(line + " x")[0], "-"); ok && !strings.HasSuffix(line, ":") {
+			l, err1 := strconv.ParseUint(lo, 16, 64)
+			h, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 == nil && err2 == nil {
+				in = addr >= l && addr < h
+				continue
+			}
+		}
+		if v, ok := strings.CutPrefix(line, "Rss:"); in && ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+				t.Fatalf("smaps line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no /proc/self/smaps entry holds %#x", addr)
+	return 0
+}
