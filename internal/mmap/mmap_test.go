@@ -11,15 +11,7 @@ import (
 // Map returns the file's bytes, 8-byte aligned, and unmaps without error.
 func TestMap(t *testing.T) {
 	want := []byte("0123456789abcdefXYZ")
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := tempFile(t, want)
 	for _, size := range []int{len(want), 5} {
 		b, unmap, err := Map(f, size)
 		if err != nil {
@@ -32,4 +24,20 @@ func TestMap(t *testing.T) {
 			t.Errorf("unmap: %v (size %d)", err, size)
 		}
 	}
+}
+
+// tempFile writes data to a file in a test directory and opens it (closed
+// when the test ends).
+func tempFile(t *testing.T, data []byte) *os.File {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }

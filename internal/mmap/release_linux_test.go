@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,16 +21,7 @@ func TestRelease(t *testing.T) {
 	for i := range want {
 		want[i] = byte(i*7 + i/page)
 	}
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b, unmap, err := Map(f, len(want))
+	b, unmap, err := Map(tempFile(t, want), len(want))
 	if err != nil {
 		t.Fatal(err)
 	}
