@@ -569,6 +569,9 @@ func runGenerate(f *generateFlags, stdout, stderr io.Writer) error {
 	if spec != nil {
 		line += " | " + draftLine(*spec)
 	}
+	if st := b.Stats(); st.PackedBytes > 0 {
+		line += fmt.Sprintf(" | packed weights %s, the file's pages they replaced given back %s", mb(st.PackedBytes), mb(st.ReleasedBytes))
+	}
 	fmt.Fprintln(stdout, line)
 	slowNotes{}.print(b, stderr)
 	return nil

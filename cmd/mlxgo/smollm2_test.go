@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/convert"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
@@ -87,6 +89,31 @@ func TestSmolLM2GenerateText(t *testing.T) {
 				t.Errorf("want the answer %q (mlx_lm's), %q and finish: stop; got:\n%s", want, gen, stdout)
 			}
 		})
+	}
+}
+
+// TestSmolLM2FastPacking: `mlxgo generate --precision fast` on the real
+// SmolLM2 (4-bit group-32 layers) reports, on a CPU with AVX-512 VNNI, the
+// packed copies of those layers and the mapped pages they replaced; with
+// --no-pack-weights, or on another CPU, nothing is packed.
+func TestSmolLM2FastPacking(t *testing.T) {
+	dir, _ := smolModel(t)
+	for _, c := range []struct {
+		flags []string
+		packs bool
+	}{{nil, cpu.PackWeightsSupported()}, {[]string{"--no-pack-weights"}, false}} {
+		args := append([]string{"generate", "--model", dir, "--prompt-ids", "1,2,3", "--max-tokens", "3", "--backend", "cpu", "--precision", "fast"}, c.flags...)
+		rc, stdout, stderr := mlxgo(args...)
+		if rc != 0 {
+			t.Fatalf("%v: exit %d, stderr:\n%s", c.flags, rc, stderr)
+		}
+		m := regexp.MustCompile(`packed weights ([0-9.]+) MB, the file's pages they replaced given back ([0-9.]+) MB`).FindStringSubmatch(stdout)
+		if (m != nil) != c.packs {
+			t.Fatalf("%v: want packed weights reported: %v; got:\n%s", c.flags, c.packs, stdout)
+		}
+		if m != nil && (m[1] == "0.0" || m[2] == "0.0") {
+			t.Errorf("%v: packed %s MB, given back %s MB: want both above zero", c.flags, m[1], m[2])
+		}
 	}
 }
 
