@@ -2,7 +2,11 @@
 
 package kernel
 
-import "golang.org/x/sys/cpu"
+import (
+	"encoding/binary"
+
+	"golang.org/x/sys/cpu"
+)
 
 // The assembly kernels of qmm_amd64.s: one weight row against up to four
 // rows of x, in the lane layouts of permF32 and permQ8. They need AVX-512
@@ -85,19 +89,23 @@ func installAsm() {
 	}
 }
 
-// amdZen5OrLater reports an AMD CPU of family 1Ah (Zen 5) or later: CPUID
-// leaf 0's vendor "AuthenticAMD", leaf 1's family (base plus extended).
+// amdZen5OrLater reports an AMD CPU of family 1Ah (Zen 5) or later.
 func amdZen5OrLater() bool {
+	vendor, family := x86Family()
+	return vendor == "AuthenticAMD" && family >= 0x1a
+}
+
+// x86Family is CPUID leaf 0's vendor string and leaf 1's family (base
+// plus extended, as Linux's "cpu family").
+func x86Family() (vendor string, family uint32) {
 	_, b, c, d := cpuid(0)
-	if b != 0x68747541 || d != 0x69746e65 || c != 0x444d4163 { // "Auth" "enti" "cAMD"
-		return false
-	}
+	vendor = string(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, b), d), c))
 	a, _, _, _ := cpuid(1)
-	family := a >> 8 & 0xf
+	family = a >> 8 & 0xf
 	if family == 0xf {
 		family += a >> 20 & 0xff
 	}
-	return family >= 0x1a
+	return vendor, family
 }
 
 // asmDot runs the assembly kernel of bits and precision on a.

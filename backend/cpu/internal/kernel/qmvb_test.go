@@ -3,7 +3,6 @@
 package kernel
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"runtime"
@@ -352,7 +351,7 @@ func streamModels() (smol, cpm []layer) {
 	return smol, cpm
 }
 
-// TestCPUIDFamily holds cpuid (behind amdZen5OrLater) to the vendor and
+// TestCPUIDFamily holds x86Family (cpuid, behind amdZen5OrLater) to the vendor and
 // family that Linux reports in /proc/cpuinfo.
 func TestCPUIDFamily(t *testing.T) {
 	info, err := os.ReadFile("/proc/cpuinfo")
@@ -368,15 +367,9 @@ func TestCPUIDFamily(t *testing.T) {
 		t.Fatalf("/proc/cpuinfo has no %q line", name)
 		return ""
 	}
-	_, b, c, d := cpuid(0)
-	vendor := string(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, b), d), c))
+	vendor, family := x86Family()
 	if want := field("vendor_id"); vendor != want {
 		t.Errorf("cpuid(0) vendor %q, /proc/cpuinfo %q", vendor, want)
-	}
-	a, _, _, _ := cpuid(1)
-	family := a >> 8 & 0xf
-	if family == 0xf {
-		family += a >> 20 & 0xff
 	}
 	if want := field("cpu family"); fmt.Sprint(family) != want {
 		t.Errorf("cpuid(1) family %d, /proc/cpuinfo %s", family, want)
