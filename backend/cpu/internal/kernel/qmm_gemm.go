@@ -331,8 +331,9 @@ func (j *q8Job) run(lo, hi int) {
 			// scales and biases, which follow the panel's own in memory,
 			// are left to the hardware prefetcher (prefetching them too
 			// cost SmolLM2-135M's eight-row step 25-35% on Zen 4,
-			// BenchmarkBatchStream).
-			if j0+q8C < n {
+			// BenchmarkBatchStream). q8gemvDot prefetches within its own
+			// stream instead.
+			if j0+q8C < n && !j.one {
 				next, _, _ := p.panel(ct + 1)
 				a.pf, a.pfn = uintptr(next), g.bytes()
 			}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // BenchmarkQMVStream runs the matvecs of decode steps in graph order, on 1
@@ -218,5 +220,46 @@ func BenchmarkQMVSpreadPF(b *testing.B) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkPackedRowStream runs one-row decode through packed panels
+// (q8gemvDot, fast precision) over two of Llama-3.2-1B's layers (4-bit
+// group 32, bfloat16 scales: 76 MB, packed before the clock starts), on 1
+// and 2 threads: the weight bytes per second that Llama-3.2-1B's decode
+// can reach.
+//
+//	go test ./backend/cpu/internal/kernel/ -run '^$' -bench PackedRowStream -benchtime 100x
+func BenchmarkPackedRowStream(b *testing.B) {
+	if !asmQ8 {
+		b.Skip("SKIPPED: this CPU lacks AVX512-VNNI")
+	}
+	type mat struct {
+		streamMat
+		slot *PackSlot
+	}
+	var mats []mat
+	var bytes int64
+	for l := range 2 {
+		for i, sh := range [][2]int{{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048}, {8192, 2048}, {8192, 2048}, {2048, 8192}} {
+			n, k := sh[0], sh[1]
+			_, wq, sc, bi, sb, bb := qmvInputs(uint64(100*l+i), n, k, 32, 4)
+			scv, biv := avxVecs("bf16", sc, bi, sb, bb)
+			mats = append(mats, mat{streamMat{n, k, wq, scv, biv}, NewPackSlot(nil)})
+			bytes += int64(4*len(wq) + 2*2*len(sc))
+		}
+	}
+	x := randVec(newRand(3), 8192, 1, tensor.RoundBF16)
+	dst := make([]float32, 8192)
+	step := func() {
+		for _, w := range mats {
+			QuantizedMatmulTPacked(dst[:w.n], x[:w.k], w.wq, w.sc, w.bi, w.slot, 1, w.n, w.k, 32, 4, tensor.RoundBF16, AccQ8)
+		}
+	}
+	withThreads(1, step) // packs
+	for _, th := range []int{1, 2} {
+		b.Run(fmt.Sprintf("llama-1b/threads%d", th), func(b *testing.B) {
+			runThreads(b, th, bytes, step)
+		})
 	}
 }
