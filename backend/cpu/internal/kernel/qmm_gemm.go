@@ -82,6 +82,7 @@ type q8gArgs struct {
 	sdt         int            // 168: the scales' and biases' storage: 0 float32, 1 float16, 2 bfloat16
 	sstr        uintptr        // 176: their bytes per group (64 for float32, 32 for 16-bit)
 	pfl2        int            // 184: 1 to prefetch the next panel into L2 (PREFETCHT1), 0 into L1 (gemmPFL2)
+	symk        float32        // 192: when not 0, b points at the scales and each bias is symk·scale (packedW.symk)
 }
 
 // gemmPFL2 is every GEMM's q8gArgs.pfl2: 1, the next panel prefetched
@@ -316,7 +317,7 @@ func (j *q8Job) run(lo, hi int) {
 		if j.bits == 4 {
 			a.nib = 1
 		}
-		a.sdt, a.sstr = j.packed.sdt, uintptr(j.packed.ssize*q8C)
+		a.sdt, a.sstr, a.symk = j.packed.sdt, uintptr(j.packed.ssize*q8C), j.packed.symk
 	}
 	if kind == 'b' {
 		a.bf16 = 1
@@ -373,24 +374,58 @@ func (j *q8Job) run(lo, hi int) {
 // columns] in their own storage dtype, so that matmuls of many rows skip
 // the rearrangement: a copy of the weights kept beside them, of their
 // bytes (rows padded to a multiple of 16).
+//
+// Symmetric weights keep no biases. Where every bias of the matrix is
+// exactly -2^(bits-1) times its group's scale (as converted from GGUF's
+// Q4_0 and Q8_0, whose codes are signed), symk holds that factor and the
+// kernels make each bias from its scale, one exact float32 multiply by a
+// power of two, so the products and sums are the bits the stored biases
+// give while a row of decode reads a ninth fewer bytes at 4 bits.
 type packedW struct {
 	codes          []byte    // the panels' codes, pb bytes each, from a 64-byte aligned start
-	sb32           []float32 // float32 scales and biases: per panel the scales, then the biases, [ng][16] each
+	sb32           []float32 // float32 scales and biases: per panel the scales, then the biases (none when symk is set), [ng][16] each
 	sb16           []uint16  // the same in float16 or bfloat16
 	sdt, ssize     int       // q8gArgs.sdt, and the bytes of a scale
+	symk           float32   // -2^(bits-1) when every bias is that times its scale (q8gArgs.symk), else 0
 	start          int       // offset of the first panel in codes
 	n, k, gs, bits int
 	pb             int
 }
 
-// panel returns panel ct's codes, scales and biases.
+// panel returns panel ct's codes, scales and biases (its scales again when
+// the matrix is symmetric: the kernels then take symk times them).
 func (p *packedW) panel(ct int) (codes, s, b unsafe.Pointer) {
 	ng := p.k / p.gs
-	o := ct * 2 * ng * q8C
-	if p.sb16 != nil {
-		return ptr(p.codes[p.start+ct*p.pb:]), ptr(p.sb16[o:]), ptr(p.sb16[o+ng*q8C:])
+	per := ng * q8C // scales per panel
+	o, bo := ct*2*per, per
+	if p.symk != 0 {
+		o, bo = ct*per, 0
 	}
-	return ptr(p.codes[p.start+ct*p.pb:]), ptr(p.sb32[o:]), ptr(p.sb32[o+ng*q8C:])
+	if p.sb16 != nil {
+		return ptr(p.codes[p.start+ct*p.pb:]), ptr(p.sb16[o:]), ptr(p.sb16[o+bo:])
+	}
+	return ptr(p.codes[p.start+ct*p.pb:]), ptr(p.sb32[o:]), ptr(p.sb32[o+bo:])
+}
+
+// symmetricFactor returns -2^(bits-1) when every one of the n·ng biases
+// equals that times its scale in float32 (so NaN never matches), else 0.
+// A zero scale with a bias of either zero matches: the kernels' bias
+// total starts at +0, so a product of ±0 added to it leaves the same bits.
+func symmetricFactor(scales, biases Vec, n, ng, bits int) float32 {
+	f := -float32(int(1) << (bits - 1))
+	const chunk = 4096
+	s, b := make([]float32, chunk), make([]float32, chunk)
+	for off := 0; off < n*ng; off += chunk {
+		c := min(chunk, n*ng-off)
+		scales.load(s[:c], off)
+		biases.load(b[:c], off)
+		for i := range c {
+			if b[i] != f*s[i] {
+				return 0
+			}
+		}
+	}
+	return f
 }
 
 // bytes is the memory p holds.
@@ -464,16 +499,21 @@ func pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int) *packedW {
 	p := &packedW{n: n, k: k, gs: groupSize, bits: bits, pb: g.bytes(), ssize: 4}
 	p.codes = make([]byte, np*p.pb+64)
 	p.start = int(uintptr(align64(p.codes)) - uintptr(ptr(p.codes)))
+	p.symk = symmetricFactor(scales, biases, n, ng, bits)
+	per := 2 * ng * q8C // scales and biases per panel
+	if p.symk != 0 {
+		per = ng * q8C
+	}
 	switch {
 	case scales.F32 == nil && biases.F32 == nil && scales.F16 == biases.F16:
-		p.sb16, p.ssize, p.sdt = make([]uint16, np*2*ng*q8C), 2, 2
+		p.sb16, p.ssize, p.sdt = make([]uint16, np*per), 2, 2
 		if scales.F16 {
 			p.sdt = 1
 		}
 	case scales.F32 != nil && biases.F32 != nil:
-		p.sb32 = make([]float32, np*2*ng*q8C)
+		p.sb32 = make([]float32, np*per)
 	default: // mixed storage: both as float32
-		p.sb32 = make([]float32, np*2*ng*q8C)
+		p.sb32 = make([]float32, np*per)
 		f := make([]float32, n*ng)
 		scales.load(f, 0)
 		scales = F32Vec(f)
@@ -488,13 +528,17 @@ func pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int) *packedW {
 		for ct := lo; ct < hi; ct++ {
 			j0 := ct * q8C
 			panelCodes(ws, g, wq, n, j0, ptr(p.codes[p.start+ct*p.pb:]))
-			o := ct * 2 * ng * q8C
+			o := ct * per
 			if p.sb16 != nil {
 				transposeScales(p.sb16[o:o+ng*q8C], scales.U16, n, j0, ng)
-				transposeScales(p.sb16[o+ng*q8C:o+2*ng*q8C], biases.U16, n, j0, ng)
+				if p.symk == 0 {
+					transposeScales(p.sb16[o+ng*q8C:o+2*ng*q8C], biases.U16, n, j0, ng)
+				}
 			} else {
 				transposeScales(p.sb32[o:o+ng*q8C], scales.F32, n, j0, ng)
-				transposeScales(p.sb32[o+ng*q8C:o+2*ng*q8C], biases.F32, n, j0, ng)
+				if p.symk == 0 {
+					transposeScales(p.sb32[o+ng*q8C:o+2*ng*q8C], biases.F32, n, j0, ng)
+				}
 			}
 		}
 	})

@@ -129,6 +129,16 @@ lbf: \
 	VPSLLD $16, Z, Z; \
 ldone:
 
+// LOADB loads the 16 columns' biases of a group into Z25 from (R13) as
+// LOADS does, or, for a symmetric packed matrix (a.symk not 0, R13 then
+// walking the scales), a.symk times its scales: exact, a power of two.
+#define LOADB(l16, lbf, ldone, lasym) \
+	LOADS((R13), Z25, l16, lbf, ldone); \
+	CMPL 192(DI), $0; \
+	JEQ lasym; \
+	VMULPS.BCST 192(DI), Z25, Z25; \
+lasym:
+
 // SCALE folds the integer sum I of a block into the accumulator A:
 // A = fma(float(I)·d, s, A), with d the block scale of x at OFF(DX) and s the
 // group scales of the 16 columns (Z24).
@@ -311,7 +321,7 @@ block:
 	JNZ block
 
 	// bias term of the group: A = fma(b, Σx, A)
-	LOADS((R13), Z25, s16b, sbfb, sdoneb)
+	LOADB(s16b, sbfb, sdoneb, sasymb)
 	VFMADD231PS.BCST 0(R9), Z25, Z0
 	VFMADD231PS.BCST 4(R9), Z25, Z1
 	VFMADD231PS.BCST 8(R9), Z25, Z2
@@ -491,7 +501,7 @@ dgroup:
 	MOVQ 64(DI), CX
 
 dbias:
-	LOADS((R13), Z25, ds16b, dsbfb, dsdoneb)
+	LOADB(ds16b, dsbfb, dsdoneb, dasymb)
 	DOTBIAS(Z8, Z16, 0)
 	DOTBIAS(Z9, Z17, 4)
 	DOTBIAS(Z10, Z18, 8)
@@ -637,7 +647,7 @@ vgroup:
 	MOVQ 64(DI), CX
 
 vbias:
-	LOADS((R13), Z25, vs16b, vsbfb, vsdoneb)
+	LOADB(vs16b, vsbfb, vsdoneb, vasymb)
 	DOTBIAS(Z10, Z11, 0)
 	ADDQ 176(DI), R13
 	ADDQ $32, R9

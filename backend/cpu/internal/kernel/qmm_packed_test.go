@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
@@ -15,8 +16,10 @@ import (
 // GEMM's own order and in the one-row order (4-bit groups of 32, with
 // words past the last chunk of 16), partial panels (n not a multiple of
 // 16), one, two and four rows and one to three tiles of rows, scales and biases in
-// float32, bfloat16, float16 or two dtypes, each output dtype; the
-// output's guards stay untouched.
+// float32, bfloat16, float16 or two dtypes, each output dtype, and
+// symmetric weights (every bias -2^(bits-1) times its scale, one group's
+// scale and bias zero), which pack without their biases; the output's
+// guards stay untouched.
 func TestPackedSameBits(t *testing.T) {
 	if !packs(512, 64, 8) {
 		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; pack returns nil and the packed path is the unpacked one")
@@ -33,10 +36,19 @@ func TestPackedSameBits(t *testing.T) {
 	for _, c := range cases {
 		for _, m := range []int{1, 2, 4, 5, 8, 9, 17} {
 			for _, dt := range testDTypes {
-				for _, vec := range []string{"f32", "bf16", "f16", "bf16 scales, f32 biases"} {
+				for _, vec := range []string{"f32", "bf16", "f16", "bf16 scales, f32 biases", "symmetric f32", "symmetric bf16", "symmetric f16"} {
 					name := fmt.Sprintf("b%dg%d/%s/%s/%s", c.bits, c.gs, dims(m, c.n, c.k), dt.name, vec)
 					t.Run(name, func(t *testing.T) {
 						x, wq, sc, bi := qmmTInputs(uint64(m*7+c.n+c.k+c.bits+c.gs), m, c.n, c.k, c.gs, c.bits)
+						sym := strings.HasPrefix(vec, "symmetric ")
+						if sym {
+							vec = strings.TrimPrefix(vec, "symmetric ")
+							sc[0] = 0
+							for i := range sc {
+								sc[i] = tensor.RoundBF16(sc[i])
+								bi[i] = -float32(int(1)<<(c.bits-1)) * sc[i]
+							}
+						}
 						scv, biv := F32Vec(sc), F32Vec(bi)
 						sb, bb, sh, bh := make([]uint16, len(sc)), make([]uint16, len(bi)), make([]uint16, len(sc)), make([]uint16, len(bi))
 						for i := range sc {
@@ -63,6 +75,9 @@ func TestPackedSameBits(t *testing.T) {
 							// through the panels (packedRow: the one-row order).
 							if wantPacked := m > qmvBatchMax || gemmDot(c.k, c.gs, c.bits); (slot.Bytes() > 0) != wantPacked {
 								t.Fatalf("%s call: slot holds %d bytes (want packed: %v)", call, slot.Bytes(), wantPacked)
+							}
+							if p := slot.packed(); p != nil && (p.symk != 0) != sym {
+								t.Fatalf("%s call: packed symk %v, want symmetric: %v", call, p.symk, sym)
 							}
 							checkGuards(t, whole, name+" "+call)
 							expectSame(t, got, want, name+" "+call)
