@@ -193,6 +193,7 @@ func (b *Backend) unref(buf *buffer, pool bool) int64 {
 	n := buf.nbytes
 	for _, p := range buf.packs {
 		b.packed -= p.slot.Bytes()
+		p.slot.Free()
 	}
 	buf.packs = nil
 	if !pool {

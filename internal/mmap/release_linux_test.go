@@ -62,12 +62,27 @@ var sink byte
 // mappingRss is the Rss, in bytes, of the /proc/self/smaps entry holding b.
 func mappingRss(t *testing.T, b []byte) int64 {
 	t.Helper()
+	v, ok := smapsField(t, uintptr(unsafe.Pointer(&b[0])), "Rss")
+	if !ok {
+		t.Fatalf("no /proc/self/smaps entry holds %p", &b[0])
+	}
+	var kb int64
+	if _, err := fmt.Sscanf(v, "%d kB", &kb); err != nil {
+		t.Fatalf("smaps Rss %q: %v", v, err)
+	}
+	return kb << 10
+}
+
+// smapsField returns the value of field name ("Rss", "VmFlags") in the
+// /proc/self/smaps entry of the mapping holding addr, and false when no
+// mapping holds it.
+func smapsField(t *testing.T, addr uintptr, name string) (string, bool) {
+	t.Helper()
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
-		t.Fatalf("reading the mapping's resident size: %v", err)
+		t.Fatalf("reading /proc/self/smaps: %v", err)
 	}
 	defer f.Close()
-	addr := uint64(uintptr(unsafe.Pointer(&b[0])))
 	in := false
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -76,18 +91,13 @@ func mappingRss(t *testing.T, b []byte) int64 {
 			l, err1 := strconv.ParseUint(lo, 16, 64)
 			h, err2 := strconv.ParseUint(hi, 16, 64)
 			if err1 == nil && err2 == nil {
-				in = addr >= l && addr < h
+				in = uint64(addr) >= l && uint64(addr) < h
 				continue
 			}
 		}
-		if v, ok := strings.CutPrefix(line, "Rss:"); in && ok {
-			var kb int64
-			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
-				t.Fatalf("smaps line %q: %v", line, err)
-			}
-			return kb << 10
+		if v, ok := strings.CutPrefix(line, name+":"); in && ok {
+			return strings.TrimSpace(v), true
 		}
 	}
-	t.Fatalf("no /proc/self/smaps entry holds %#x", addr)
-	return 0
+	return "", false
 }

@@ -2,9 +2,12 @@ package kernel
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
+	"github.com/mlxgo/mlxgo/internal/mmap"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -105,4 +108,36 @@ func TestPackedRejectsOtherShape(t *testing.T) {
 		}
 	}()
 	QuantizedMatmulTPacked(make([]float32, 8*16), x, wq2, F32Vec(sc2), F32Vec(bi2), slot, 8, 16, 512, 64, 8, Identity, AccQ8)
+}
+
+// TestPackSlotFree: a packed matrix of at least mmap.HugePage bytes sits
+// in memory of its own (mmap.AllocHuge: it starts on a huge-page
+// boundary); Free empties the slot, a second Free does nothing, and the
+// garbage collector's cleanup afterwards frees nothing twice.
+func TestPackSlotFree(t *testing.T) {
+	if !packs(2048, 32, 4) {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; pack returns nil")
+	}
+	const n, k = 2048, 2048 // 2 MiB of 4-bit codes
+	x, wq, sc, bi := qmmTInputs(5, 1, n, k, 32, 4)
+	slot := NewPackSlot(nil)
+	dst := make([]float32, n)
+	QuantizedMatmulTPacked(dst, x, wq, F32Vec(sc), F32Vec(bi), slot, 1, n, k, 32, 4, Identity, AccQ8)
+	p := slot.packed()
+	if p == nil {
+		t.Fatal("nothing packed")
+	}
+	if runtime.GOOS == "linux" {
+		if addr := uintptr(unsafe.Pointer(&p.codes[0])); addr%mmap.HugePage != 0 {
+			t.Errorf("packed codes at %#x, want them on a %d-byte boundary (mmap.AllocHuge)", addr, mmap.HugePage)
+		}
+	}
+	slot.Free()
+	if slot.Bytes() != 0 || slot.packed() != nil {
+		t.Fatalf("after Free the slot holds %d bytes", slot.Bytes())
+	}
+	slot.Free()
+	p = nil
+	runtime.GC()
+	runtime.GC()
 }
