@@ -18,15 +18,22 @@ import (
 // TestFastSmallBatchesDecodeAsAlone: in the CPU backend's fast precision, a
 // decode step of up to four rows takes the batched one-row int8 kernels
 // (backend/cpu/internal/kernel/qmvb_amd64.s on AVX-512 VNNI machines, the
-// per-row loops elsewhere), so on a small synthetic OptiQ model (4- and
-// 8-bit layers the vector kernels take) each row of a greedy batch of
-// three decodes to the tokens it gives alone, and the model drafting for
-// itself with three drafts (a verify window of four) accepts every draft
-// and gives Generate's tokens.
+// per-row loops elsewhere), and the attention of a left-padded batch starts
+// each row's key blocks at its first key (kernel keyStarts), so on a small
+// synthetic OptiQ model (4- and 8-bit layers the vector kernels take) in
+// bfloat16 and in float32 (which shows one-ulp differences that bfloat16
+// activations round away) each row of a greedy batch of three decodes to
+// the tokens and log-probabilities it gives alone, and the model drafting
+// for itself with three drafts (a verify window of four) accepts every
+// draft and gives Generate's tokens.
 func TestFastSmallBatchesDecodeAsAlone(t *testing.T) {
-	spec := synth.Spec{Hidden: 256, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 512, Vocab: 1024,
-		MaxPositions: 4096, RopeTheta: 10000, RMSNormEps: 1e-5, Quant: "optiq", GroupSize: 64, Seed: 7}
-	fastDecodesAsAlone(t, spec, [][]int32{ids(9, 1), ids(12, 2), ids(7, 3)}, 3)
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F32} {
+		t.Run(dt.String(), func(t *testing.T) {
+			spec := synth.Spec{Hidden: 256, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Intermediate: 512, Vocab: 1024,
+				MaxPositions: 4096, RopeTheta: 10000, RMSNormEps: 1e-5, Quant: "optiq", GroupSize: 64, Seed: 7, DType: dt}
+			fastDecodesAsAlone(t, spec, [][]int32{ids(9, 1), ids(12, 2), ids(7, 3)}, 3)
+		})
+	}
 }
 
 // TestFastQ4G32BatchesDecodeAsAlone: 4-bit weights in groups of 32 (the

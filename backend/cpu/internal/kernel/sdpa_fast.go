@@ -121,6 +121,7 @@ type sdpaJob struct {
 	rkind                      byte    // roundKind(round)
 	qk8                        *q8Keys // the keys of the 8-bit key kernel, or nil (sdpa_q8.go)
 	qpv8                       bool    // the 8-bit value kernel (sdpa_q8.go)
+	starts                     []int   // per batch entry, the key its blocks start from (keyStarts), or nil for 0
 }
 
 // sdpaState is the online-softmax state of an item's rows: m, l, the block
@@ -261,7 +262,59 @@ func newSDPAJob(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale flo
 	j.asm = j.vk != sdpaGo
 	j.qk8 = sdpaQ8KeysOf(k, d, acc, j.vk)
 	j.qpv8 = sdpaQ8Values(v, dv, j.vk)
+	j.starts = keyStarts(m, b, h, l, s)
 	return j
+}
+
+// keyStarts returns, under a Bool mask, the first key any query of each
+// batch entry sees (nil when that is key 0 everywhere). The key blocks of
+// an entry start there, so that a row of a left-padded batch (mlx_lm's
+// BatchKVCache: padding keys hidden before the row's first token) has its
+// keys in the lanes and blocks they have when the row runs alone, and gets
+// the bits it gets alone; the hidden keys before it add nothing to any
+// sum. An entry whose queries see no key keeps 0.
+func keyStarts(m *Mask, b, h, l, s int) []int {
+	if m.Kind != MaskBool {
+		return nil
+	}
+	hs, ls := h, l // a broadcast axis (stride 0) needs one pass
+	if m.Strides[1] == 0 {
+		hs = 1
+	}
+	if m.Strides[2] == 0 {
+		ls = 1
+	}
+	var starts []int
+	for bi := range b {
+		first := s
+		for hq := range hs {
+			for i := range ls {
+				for x := range first {
+					if m.Bool[m.index(bi, hq, i, x)] {
+						first = x
+						break
+					}
+				}
+			}
+		}
+		if first > 0 && first < s {
+			if starts == nil {
+				starts = make([]int, b)
+			}
+			starts[bi] = first
+		}
+	}
+	return starts
+}
+
+// keyStart is the key where batch entry bi's blocks start for queries that
+// see keys up to kEnd (exclusive): keyStarts's, or 0 where that is none or
+// those queries see nothing past it.
+func (j *sdpaJob) keyStart(bi, kEnd int) int {
+	if j.starts == nil || j.starts[bi] >= kEnd {
+		return 0
+	}
+	return j.starts[bi]
 }
 
 // item returns the batch, KV head and query block of item it. Query blocks
@@ -315,12 +368,13 @@ func (j *sdpaJob) runItem(w *sdpaWork, it int) {
 	rows := np * j.rep
 	j.loadQ(w, bi, kh, i0, np)
 	kEnd := j.lim(i0+np-1) + 1
+	base := j.keyStart(bi, kEnd)
 	st := &w.st
 	st.reset(rows, j.dv)
 	if kEnd > 0 {
-		j.chunk(w, st, bi, kh, i0, np, 0, min(kEnd, sdpaChunk))
+		j.chunk(w, st, bi, kh, i0, np, base, min(kEnd, base+sdpaChunk))
 	}
-	for c0 := sdpaChunk; c0 < kEnd; c0 += sdpaChunk {
+	for c0 := base + sdpaChunk; c0 < kEnd; c0 += sdpaChunk {
 		tmp := &w.st2
 		tmp.reset(rows, j.dv)
 		j.chunk(w, tmp, bi, kh, i0, np, c0, min(kEnd, c0+sdpaChunk))
@@ -362,7 +416,8 @@ func (j *sdpaJob) runSplit(items, nch int) {
 			}
 			st := &states[x]
 			st.reset(np*j.rep, j.dv)
-			c0, kEnd := c*sdpaChunk, j.lim(i0+np-1)+1
+			kEnd := j.lim(i0+np-1) + 1
+			c0 := j.keyStart(bi, kEnd) + c*sdpaChunk
 			if c0 < kEnd {
 				j.chunk(w, st, bi, kh, i0, np, c0, min(kEnd, c0+sdpaChunk))
 			}

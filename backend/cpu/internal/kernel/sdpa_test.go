@@ -752,3 +752,75 @@ func shiftVec(v Vec, n int) Vec {
 	}
 	return v
 }
+
+// TestSDPALeftPadded: a left-padded batch (mlx_lm's BatchKVCache: row r's
+// keys at the end of a shared buffer, the padding before them hidden by a
+// Bool mask) gives each row the bits SDPAKV gives it alone on its own keys
+// under the causal mask, at one and three query positions, with a row
+// longer than a chunk (several chunks) and a lone padded row (the split
+// path); the padding holds values that would change any sum they entered.
+func TestSDPALeftPadded(t *testing.T) {
+	const h, hk, d, dv = 8, 2, 64, 64
+	for _, path := range sdpaPaths() {
+		for _, dt := range sdpaStorages {
+			for _, lens := range [][]int{{9, 40, 600, 3}, {700}} {
+				for _, l := range []int{1, 3} {
+					name := fmt.Sprintf("%s/%s/lens%v/l%d", path.name, dt.name, lens, l)
+					t.Run(name, func(t *testing.T) {
+						path.run(t, func() {
+							r := newRand(uint64(len(lens)*7 + l))
+							B, S := len(lens), slices.Max(lens)+5
+							q := randVec(r, B*h*l*d, 1, dt.round)
+							kAll := randVec(r, B*hk*S*d, 1, dt.round)
+							vAll := randVec(r, B*hk*S*dv, 1, dt.round)
+							for i := range kAll {
+								kAll[i] *= 50 // padding keys that a sum would notice
+							}
+							mask := make([]bool, B*l*S)
+							for bi, n := range lens {
+								for i := range l {
+									for x := S - n; x <= S-l+i; x++ {
+										mask[(bi*l+i)*S+x] = true
+									}
+								}
+							}
+							for bi, n := range lens { // the rows' own keys are ordinary
+								for kh := range hk {
+									for x := S - n; x < S; x++ {
+										for c := range d {
+											kAll[((bi*hk+kh)*S+x)*d+c] /= 50
+										}
+									}
+								}
+							}
+							m := Mask{Kind: MaskBool, Bool: mask, Strides: [4]int{l * S, 0, S, 1}}
+							kv := toStorage(kAll, dt.name, B, hk, S, d, S, d)
+							vv := toStorage(vAll, dt.name, B, hk, S, dv, S, dv)
+							for _, acc := range []Acc{AccF32, AccQ8} {
+								got := make([]float32, B*h*l*dv)
+								withThreads(2, func() {
+									SDPAKV(got, q, kv, vv, B, h, hk, l, S, d, dv, 0.125, m, dt.round, acc)
+								})
+								for bi, n := range lens {
+									// Row bi alone: its n keys from position 0.
+									ko := make([]float32, hk*n*d)
+									vo := make([]float32, hk*n*dv)
+									for kh := range hk {
+										copy(ko[kh*n*d:(kh+1)*n*d], kAll[((bi*hk+kh)*S+S-n)*d:((bi*hk+kh)*S+S)*d])
+										copy(vo[kh*n*dv:(kh+1)*n*dv], vAll[((bi*hk+kh)*S+S-n)*dv:((bi*hk+kh)*S+S)*dv])
+									}
+									want := make([]float32, h*l*dv)
+									withThreads(2, func() {
+										SDPAKV(want, q[bi*h*l*d:(bi+1)*h*l*d], toStorage(ko, dt.name, 1, hk, n, d, n, d), toStorage(vo, dt.name, 1, hk, n, dv, n, dv),
+											1, h, hk, l, n, d, dv, 0.125, Mask{Kind: MaskCausal}, dt.round, acc)
+									})
+									expectSame(t, got[bi*h*l*dv:(bi+1)*h*l*dv], want, fmt.Sprintf("acc%d row %d (%d keys after %d of padding)", acc, bi, n, S-n))
+								}
+							}
+						})
+					})
+				}
+			}
+		}
+	}
+}
