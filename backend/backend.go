@@ -25,21 +25,22 @@ type Options struct {
 	// Device selects the device of a backend with several ("cpu", "gpu");
 	// "" means the backend's default (MLX: the GPU when it has one).
 	Device string
-	// PackWeights keeps, beside each quantized weight matrix read from a
-	// file, a copy rearranged for the CPU backend's int8 kernels ("fast"
-	// precision, AVX-512 VNNI; elsewhere it does nothing), built by the
-	// first matmul that runs it, so that later ones skip rearranging the
-	// weights per call (batched decode, prefill). It changes no result. It
-	// costs memory (Stats.PackedBytes: about the size of the quantized
-	// weights) except where the copy replaces the original, which the
-	// "fast" backend packs by default (see NoPackWeights).
+	// PackWeights asks the "fast" CPU backend to pack its quantized
+	// weights, which it does by default (see NoPackWeights); kept so that
+	// callers that set it keep working.
 	PackWeights bool
 	// NoPackWeights turns off the default packing of the "fast" CPU
-	// backend: without PackWeights it still packs the matrices whose
-	// packed copy its int8 matmul then reads at every number of rows
-	// (4-bit, groups of 32), and gives the file's pages that held them
-	// back to the operating system (Stats.ReleasedBytes), so that the
-	// weights stay in memory once, as llama.cpp repacks Q4_0 on load.
+	// backend (AVX-512 VNNI; elsewhere nothing is packed): each quantized
+	// weight matrix read from a file that its int8 kernels take (4- and
+	// 8-bit, groups of whole blocks of 32) is rearranged into their panel
+	// layout by its first matmul (Stats.PackedBytes), read from there at
+	// every number of rows, and the file's pages that held it go back to
+	// the operating system (Stats.ReleasedBytes), so that the weights stay
+	// in memory once, as llama.cpp repacks its weights on load. Packed,
+	// 8-bit and group-64+ matrices compute every row in the int8 GEMM's
+	// order (a row's bits do not depend on the batch); without packing
+	// their rows take the one-row kernels' order up to four rows and the
+	// GEMM's past that (both within the fast precision's bound).
 	NoPackWeights bool
 }
 

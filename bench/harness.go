@@ -163,8 +163,8 @@ func DefaultConfigs() []string {
 }
 
 // AllConfigs is DefaultConfigs plus cpu-high, cpu-fast-packed (fast with
-// backend.Options.PackWeights) and cpu-fast-unpacked (fast with
-// NoPackWeights).
+// backend.Options.PackWeights, which is now fast's default: kept for
+// scripts) and cpu-fast-unpacked (fast with NoPackWeights).
 func AllConfigs() []string {
 	return append(DefaultConfigs(), "cpu-high", "cpu-fast-packed", "cpu-fast-unpacked")
 }

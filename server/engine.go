@@ -93,8 +93,8 @@ type MemoryStats struct {
 	PromptCacheSeqs   int   `json:"prompt_cache_sequences"`
 	Sequences         int   `json:"sequences"` // held by the batch generator
 	// PackedBytes are the weights kept rearranged for the int8 kernels
-	// (cpu --precision fast on AVX-512 VNNI; all of them with
-	// --pack-weights; backend.Stats.PackedBytes): built by the first
+	// (cpu --precision fast on AVX-512 VNNI, unless --no-pack-weights;
+	// backend.Stats.PackedBytes): built by the first
 	// requests, then constant; not part of LiveBytes. ReleasedBytes are
 	// the pages of the checkpoint's mapping that the packed copies
 	// replaced, given back to the operating system.

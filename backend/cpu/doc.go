@@ -38,11 +38,13 @@
 // "reference" by the activation rounding (relative error of order 2^-8 per
 // element); it is judged by greedy-token agreement and a KL bound against
 // the oracle (conformance TestFastPrecision), never by exact values. On
-// CPUs with AVX-512 VNNI the "fast" backend keeps 4-bit group-32 weights
-// read from a file in its int8 kernels' panel layout, built by their first
-// matmul, and gives the file's pages they held back to the operating
-// system (Options.NoPackWeights turns it off, Options.PackWeights packs
-// every quantized weight); results keep their bits.
+// CPUs with AVX-512 VNNI the "fast" backend keeps the quantized weights
+// read from a file that its int8 kernels take (4- and 8-bit, groups of
+// whole blocks of 32) in their panel layout, built by their first matmul,
+// and gives the file's pages they held back to the operating system
+// (Options.NoPackWeights turns it off). 4-bit group-32 results keep their
+// bits; rows of the other shapes take the int8 GEMM's order at every batch
+// size, where unpacked ones take the one-row order up to four rows.
 //
 // # Arrays and memory
 //

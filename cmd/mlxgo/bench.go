@@ -113,7 +113,7 @@ func cmdBench(args []string, stdout, stderr io.Writer) int {
 	llama := fs.String("llama-bench", "", "path of llama.cpp's llama-bench; empty skips llama.cpp")
 	python := fs.String("python", ".venv/bin/python", "python of the virtualenv with mlx_lm; mlx_lm is skipped when absent")
 	driver := fs.String("driver", "bench/mlx_lm_driver.py", "the mlx_lm driver script")
-	configs := fs.String("configs", "", "comma-separated configurations or prefixes (default: "+strings.Join(bench.DefaultConfigs(), ",")+"; also cpu-high, cpu-fast-packed (fast with --pack-weights), cpu-fast-unpacked (fast with --no-pack-weights), mlx-cpu, mlx-gpu)")
+	configs := fs.String("configs", "", "comma-separated configurations or prefixes (default: "+strings.Join(bench.DefaultConfigs(), ",")+"; also cpu-high, cpu-fast-packed (fast with --pack-weights, now fast's default), cpu-fast-unpacked (fast with --no-pack-weights), mlx-cpu, mlx-gpu)")
 	lens := fs.String("prompt-lens", "128,512", "prompt lengths")
 	decode := fs.Int("decode-tokens", 128, "tokens generated after the first prompt length (>= 3)")
 	reps := fs.Int("reps", 5, "timed repetitions")

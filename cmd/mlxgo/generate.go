@@ -95,7 +95,6 @@ Examples:
   mlxgo generate --model minicpm5-dir --prompt "Is 97 prime?" --no-think
   mlxgo generate --model conformance/testdata/models/optiq-f32 --prompt-ids 1,2,3
   mlxgo generate --model DIR --prompt-ids 5,6,7 --repetition-penalty 1.3 --backend cpu --precision high
-  mlxgo generate --model smollm2-mlx --prompt "Hi" --backend cpu --precision fast --pack-weights
   mlxgo generate --model smollm2-mlx --prompt "Hi" --backend cpu --precision fast --no-pack-weights
   mlxgo generate --model smollm2-bf16 --draft-model smollm2-mlx --num-draft-tokens 4 --prompt "Explain DNS."
   mlxgo generate --model DIR --prompt-lookup 3 --num-draft-tokens 8 --prompt "Fix the typos: ..."
@@ -164,8 +163,8 @@ func (f *sampleFlags) register(fs *flag.FlagSet, maxTokens int) {
 	fs.IntVar(&f.prefillStep, "prefill-step", 2048, "prompt tokens per prefill chunk (>= 1)")
 	fs.StringVar(&f.backend, "backend", defaultBackend(), "backend: "+strings.Join(backend.Names(), " or "))
 	fs.StringVar(&f.precision, "precision", "reference", "arithmetic: reference (MLX's), high (float64 accumulation; cpu only) or fast (int8 activations in quantized matmuls, FMA in dense ones; approximate; cpu only)")
-	fs.BoolVar(&f.packWeights, "pack-weights", false, "cpu --precision fast on AVX-512 VNNI: keep a copy of every quantized weight rearranged for the int8 matmul (batches and prefill): faster batches, the same results, more memory (about the size of the quantized weights; by default only 4-bit group-32 weights are packed, and their copy replaces the file's pages)")
-	fs.BoolVar(&f.noPackWeights, "no-pack-weights", false, "cpu --precision fast: read every quantized weight in the file's layout (no packed copies, not even of 4-bit group-32 weights), as before packing existed")
+	fs.BoolVar(&f.packWeights, "pack-weights", false, "cpu --precision fast: pack the quantized weights for the int8 matmul, which the fast backend does by default on AVX-512 VNNI (kept so that scripts that give it keep working; see --no-pack-weights)")
+	fs.BoolVar(&f.noPackWeights, "no-pack-weights", false, "cpu --precision fast: read every quantized weight in the file's layout, as before packing existed: no packed copies (by default, on AVX-512 VNNI, the first matmuls rearrange each 4- or 8-bit weight for the int8 kernels and give the file's pages back), and rows of 8-bit and group-64+ layers in the one-row kernels' order up to four rows (packed: the int8 GEMM's order at every batch size)")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 	fs.StringVar(&f.adapterPath, "adapter-path", "", "directory of LoRA or DoRA adapters as mlx_lm.lora writes them (adapters.safetensors, adapter_config.json), put on the model after loading")
 }

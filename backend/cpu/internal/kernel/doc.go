@@ -122,11 +122,15 @@
 // batched kernels of qmvb_amd64.s), and 4-bit weights in groups of 32 at
 // any number of rows, whose one-row order (dotQ8 + dotBias) the int8 GEMM's
 // layout computes as well (q8gemmDot; gemmDot in qmm_gemm.go). A matmul
-// given a PackSlot (QuantizedMatmulTPacked; the backend's PackWeights)
+// given a PackSlot (QuantizedMatmulTPacked; the backend packs by default)
 // keeps the GEMM's panels of its weights between calls (pack: the codes'
-// own bytes, 4-bit words whole, 16-bit scales kept), with the same bits;
-// there 4-bit group-32 matmuls of one to four rows run through the panels
-// too (q8gemvDot for one). AccQ8 always takes the int8 kernels: on
+// own bytes, 4-bit words whole, 16-bit scales kept, biases dropped where
+// they are -2^(bits-1) times the scales; in memory advised for huge
+// pages), and then every number of rows runs through the panels (q8gemvDot
+// or q8gemv for one, the GEMM's tile for two to four): 4-bit group-32
+// matmuls in the one-row order as without panels, the other shapes in the
+// GEMM's own order at every number of rows, so that through panels a row
+// of x gets the same bits alone as in a batch of any size. AccQ8 always takes the int8 kernels: on
 // Zen 5 (2026-12-02, one thread, a 2048×2048 one-row matvec, two runs)
 // they read 1.2-2.0× the weight bytes per CPU second of the float32
 // kernels for every width 4 and 8 × group 32, 64, 128 × bf16 and float16

@@ -123,25 +123,27 @@ func gemmDot(k, gs, bits int) bool {
 }
 
 // packedRow reports whether a few rows of x (decode, one to four) run
-// through the packed panels of slot rather than the one-row kernels: where
-// the GEMM computes in the one-row order (gemmDot, so the same bits) on a
-// CPU with VNNI, when the slot may pack. One row takes q8gemvDot, which
-// does an eighth of q8gemmDot's work per weight byte and fewer
-// instructions than the one-row kernels (they load each group's words
-// from 8 weight rows and reduce across lanes per block); two to four take
-// q8gemmDot's tile of eight, which reads the weights once (on SmolLM2's
-// matrices, one thread, Zen 4: eight rows 9.7 ms where the batched
-// one-row kernels took 13.8 ms for two rows and 19.4 for four,
-// BenchmarkBatchStream).
+// through the packed panels of slot rather than the one-row kernels: every
+// shape the int8 GEMM takes, on a CPU with VNNI, when the slot may pack.
+// Where the GEMM computes in the one-row order (gemmDot) the bits are the
+// one-row kernels'; elsewhere they are the GEMM's own order at every
+// number of rows, so a row of x gets the same bits alone as in a batch of
+// any size. One row takes q8gemvDot or q8gemv, which do an eighth of the
+// GEMM's work per weight byte and fewer instructions than the one-row
+// kernels (they load each group's words from 8 weight rows and reduce
+// across lanes per block); two to four take the GEMM's tile of eight,
+// which reads the weights once (on SmolLM2's matrices, one thread, Zen 4:
+// eight rows 9.7 ms where the batched one-row kernels took 13.8 ms for two
+// rows and 19.4 for four, BenchmarkBatchStream).
 func packedRow(slot *PackSlot, k, gs, bits int) bool {
-	return slot != nil && asmQ8 && gemmDot(k, gs, bits)
+	return slot != nil && PackReplaces(k, gs, bits)
 }
 
 // PackReplaces reports whether, once a matrix of k columns in groups of gs
 // of bits bits is packed, the fast int8 matmul reads only its packed copy,
 // at any number of rows (packedRow), so that the original form may leave
-// memory.
-func PackReplaces(k, gs, bits int) bool { return asmQ8 && gemmDot(k, gs, bits) }
+// memory: on a CPU with AVX-512 VNNI, for every shape that packs.
+func PackReplaces(k, gs, bits int) bool { return packs(k, gs, bits) }
 
 // gemmDotOn switches the one-row order of gemmDot on (benchmarks compare
 // with the paths it replaced: the GEMM's order where gemmQ8 takes the
@@ -212,7 +214,7 @@ type q8Job struct {
 	m, n, k, gs, bits, mt int
 	round                 Rounder
 	dot                   bool     // q8gemmDot (gemmDot), else q8gemm
-	one                   bool     // q8gemvDot: one row of x (packedRow)
+	one                   bool     // q8gemvDot or q8gemv: one row of x (packedRow)
 	packed                *packedW // the panels built beforehand, or nil: built per call
 }
 
@@ -352,8 +354,10 @@ func (j *q8Job) run(lo, hi int) {
 		}
 		a.out, a.cmask = ptr(j.dst[j0:]), 1<<nc-1
 		switch {
-		case j.one:
+		case j.one && j.dot:
 			q8gemvDot(&a)
+		case j.one:
+			q8gemv(&a)
 		case j.dot:
 			q8gemmDot(&a)
 		default:

@@ -36,6 +36,13 @@ func q8gemmDot(a *q8gArgs)
 //go:noescape
 func q8gemvDot(a *q8gArgs)
 
+// q8gemv is q8gemm for the first row of the first tile of x alone (the
+// same bits for that row), for decode through packed panels of the shapes
+// outside gemmDot.
+//
+//go:noescape
+func q8gemv(a *q8gArgs)
+
 // cpuid is the CPUID instruction for leaf (subleaf 0): EAX, EBX, ECX, EDX.
 func cpuid(leaf uint32) (a, b, c, d uint32)
 

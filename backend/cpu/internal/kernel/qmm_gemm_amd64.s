@@ -665,6 +665,88 @@ vstore:
 	VZEROUPPER
 	RET
 
+// func q8gemv(a *q8gArgs)
+//
+// q8gemm for one row of x (row 0 of the first tile; a.mt and a.mlast are
+// ignored): per block the integer sums of the 16 columns in two
+// accumulators (Z8 quads 0-3 and Z9 quads 4-7, added exactly), folded into
+// the total Z0 as SCALE does, and per group the bias term by the same FMA,
+// so each output gets the bits q8gemm gives its row. Decode through packed
+// panels of the shapes gemmQ8 takes outside gemmDot (8-bit weights, 4-bit
+// in groups of 64 and more); it prefetches as q8gemvDot does. Registers as
+// in q8gemm.
+TEXT ·q8gemv(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), DI
+	MOVQ 24(DI), BX
+	MOVQ 32(DI), DX
+	MOVQ 40(DI), R9
+	MOVQ 48(DI), R10
+	KMOVW 96(DI), K1
+	RNDBF16CONSTS
+	MOVL $0x0f0f0f0f, AX
+	VPBROADCASTD AX, Z31
+	VPXORD Z0, Z0, Z0
+	MOVQ 0(DI), SI
+	MOVQ 8(DI), R8
+	MOVQ 16(DI), R13
+	MOVQ 64(DI), CX
+	TESTQ CX, CX
+	JZ gvdone
+
+gvgroup:
+	LOADS((R8), Z24, gvs16a, gvsbfa, gvsdonea)
+	MOVQ 72(DI), AX
+
+gvblock:
+	// 1 KB ahead: a block's 256 bytes of 4-bit words or 512 of 8-bit codes
+	CMPQ 160(DI), $0
+	JNE gvpfnib
+	PREFETCHT1 1280(SI)
+	PREFETCHT1 1344(SI)
+	PREFETCHT1 1408(SI)
+	PREFETCHT1 1472(SI)
+
+gvpfnib:
+	PREFETCHT1 1024(SI)
+	PREFETCHT1 1088(SI)
+	PREFETCHT1 1152(SI)
+	PREFETCHT1 1216(SI)
+	LOADPANEL(gvnib, gvquads)
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPDPBUSD.BCST 0(BX), Z16, Z8
+	VPDPBUSD.BCST 16(BX), Z20, Z9
+	VPDPBUSD.BCST 4(BX), Z17, Z8
+	VPDPBUSD.BCST 20(BX), Z21, Z9
+	VPDPBUSD.BCST 8(BX), Z18, Z8
+	VPDPBUSD.BCST 24(BX), Z22, Z9
+	VPDPBUSD.BCST 12(BX), Z19, Z8
+	VPDPBUSD.BCST 28(BX), Z23, Z9
+	VPADDD Z9, Z8, Z8
+	SCALE(Z8, Z0, 0)
+	ADDQ $256, BX
+	ADDQ $32, DX
+	DECQ AX
+	JNZ gvblock
+
+	LOADB(gvs16b, gvsbfb, gvsdoneb, gvasymb)
+	VFMADD231PS.BCST 0(R9), Z25, Z0
+	ADDQ 176(DI), R8
+	ADDQ 176(DI), R13
+	ADDQ $32, R9
+	DECQ CX
+	JNZ gvgroup
+
+gvdone:
+	CMPQ 104(DI), $0
+	JEQ gvstore
+	RNDBF16(Z0)
+
+gvstore:
+	VMOVUPS Z0, K1, (R10)
+	VZEROUPPER
+	RET
+
 // q8perm puts the int32 codes of each 8 in the order 0, 2, 4, 6, 1, 3, 5, 7
 // (the low then the high nibbles of a 4-bit weight word).
 DATA q8perm<>+0(SB)/4, $0

@@ -10,12 +10,13 @@ func installAsm() {}
 // asmDot is never called: installAsm leaves asmF32 and asmQ8 false.
 func asmDot(a *qArgs, bits int, q8 bool) { panic("kernel: no assembly kernels on this platform") }
 
-// q8gemm, q8gemmDot, q8gemvDot, q8Quant and q8Transpose are never called: asmQ8 stays false.
+// q8gemm, q8gemmDot, q8gemvDot, q8gemv, q8Quant and q8Transpose are never called: asmQ8 stays false.
 func q8gemm(a *q8gArgs) { panic("kernel: no assembly kernels on this platform") }
 
 func q8gemmDot(a *q8gArgs) { panic("kernel: no assembly kernels on this platform") }
 
 func q8gemvDot(a *q8gArgs) { panic("kernel: no assembly kernels on this platform") }
+func q8gemv(a *q8gArgs)    { panic("kernel: no assembly kernels on this platform") }
 
 func q8Quant(x *float32, xq *int8, d *float32, nb int, xqStep, dStep uintptr, perm bool) {
 	panic("kernel: no assembly kernels on this platform")

@@ -13,12 +13,13 @@ import (
 
 // TestPackedSameBits holds matmuls on packed weights
 // (QuantizedMatmulTPacked: the call that packs them into the slot and the
-// next that reads them) to the same matmuls without (the GEMM building its
-// panels per call; for up to four rows the one-row kernels, which the
-// panels replace where the GEMM has the one-row order), bit for bit: in the
-// GEMM's own order and in the one-row order (4-bit groups of 32, with
-// words past the last chunk of 16), partial panels (n not a multiple of
-// 16), one, two and four rows and one to three tiles of rows, scales and biases in
+// next that reads them) to the same matmuls without, bit for bit: in the
+// one-row order (4-bit groups of 32, with words past the last chunk of
+// 16) to the unpacked matmul at every number of rows (the one-row kernels
+// up to four); in the GEMM's own order (every other shape) to the portable
+// GEMM q8GemmGo at every number of rows, and past four rows to the
+// unpacked GEMM too. Partial panels (n not a multiple of 16), one, two and
+// four rows and one to three tiles of rows, scales and biases in
 // float32, bfloat16, float16 or two dtypes, each output dtype, and
 // symmetric weights (every bias -2^(bits-1) times its scale, one group's
 // scale and bias zero), which pack without their biases; the output's
@@ -68,16 +69,22 @@ func TestPackedSameBits(t *testing.T) {
 						}
 						want := make([]float32, m*c.n)
 						QuantizedMatmulTVec(want, x, wq, scv, biv, m, c.n, c.k, c.gs, c.bits, dt.round, AccQ8)
+						if !gemmDot(c.k, c.gs, c.bits) {
+							if m > qmvBatchMax {
+								gemm := make([]float32, m*c.n)
+								q8GemmGo(gemm, x, wq, scv, biv, m, c.n, c.k, c.gs, c.bits, dt.round)
+								expectSame(t, want, gemm, name+" unpacked GEMM against q8GemmGo")
+							}
+							q8GemmGo(want, x, wq, scv, biv, m, c.n, c.k, c.gs, c.bits, dt.round)
+						}
 						slot := NewPackSlot(nil)
 						for _, call := range []string{"packing", "packed"} {
 							got, whole := guarded(m * c.n)
 							withThreads(2, func() {
 								QuantizedMatmulTPacked(got, x, wq, scv, biv, slot, m, c.n, c.k, c.gs, c.bits, dt.round, AccQ8)
 							})
-							// Up to four rows pack only where they run
-							// through the panels (packedRow: the one-row order).
-							if wantPacked := m > qmvBatchMax || gemmDot(c.k, c.gs, c.bits); (slot.Bytes() > 0) != wantPacked {
-								t.Fatalf("%s call: slot holds %d bytes (want packed: %v)", call, slot.Bytes(), wantPacked)
+							if slot.Bytes() == 0 {
+								t.Fatalf("%s call: the slot holds nothing", call)
 							}
 							if p := slot.packed(); p != nil && (p.symk != 0) != sym {
 								t.Fatalf("%s call: packed symk %v, want symmetric: %v", call, p.symk, sym)

@@ -155,11 +155,12 @@ func QuantizedMatmulTPacked(dst, x []float32, wq []uint32, scales, biases Vec, s
 }
 
 // qmvBatchMax is the most rows of x that decode as they do alone in the
-// int8 precision whatever the layout: a decode batch or a speculative
+// int8 precision without packed weights: a decode batch or a speculative
 // verify window of up to this many rows takes the batched one-row kernels
 // (qmvb_amd64.go, AVX-512 VNNI) or else the one-row kernels row by row
 // (qmmTRows, the AVX2 kernels' m-blocked forms from four rows), never the
-// int8 GEMM's own order (tests raise it).
+// int8 GEMM's own order (tests raise it). Through packed panels every
+// number of rows takes one order (packedRow).
 var qmvBatchMax = 4
 
 func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n, k, gs, bits int, round Rounder, acc Acc) {
