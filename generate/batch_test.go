@@ -118,21 +118,25 @@ func TestBatchRowsEqualAlone(t *testing.T) {
 
 // TestBatchSampledRowsEqualAlone: on bfloat16 checkpoints with per-row
 // caches (the server's layout on the CPU backend, whose rows get the bits
-// they get alone), rows sampled at temperature 3 for 48 tokens, each with a
-// seed of its own, give what Generate gives them alone: the batch draws in
-// the model's dtype (1/temp and the scaled logits round to it, as in
-// mlx_lm), although the rows come to the host as float32. A high
-// temperature makes the draws sensitive to that rounding.
+// they get alone) and in a shared left-padded cache (whose rows get them
+// too: the attention starts each row's key blocks at its first key; before
+// that, optiq-bf16/shared parted from its solo runs), rows of 4 to 37
+// prompt tokens sampled at temperature 3 for 48 tokens, each with a seed
+// of its own, give what Generate gives them alone: the batch draws in the
+// model's dtype (1/temp and the scaled logits round to it, as in mlx_lm),
+// although the rows come to the host as float32. A high temperature makes
+// the draws sensitive to that rounding.
 func TestBatchSampledRowsEqualAlone(t *testing.T) {
-	for _, name := range []string{"fp-bf16", "optiq-bf16"} {
+	for _, name := range []string{"fp-bf16", "optiq-bf16", "fp-f32/shared", "optiq-bf16/shared"} {
 		t.Run(name, func(t *testing.T) {
 			b := cpuBackend(t)
-			m := batchCheckpoint(t, b, name)
-			view, err := m.WithCache(nn.CacheOptions{PerRow: true})
+			ckpt, layout, _ := strings.Cut(name, "/")
+			m := batchCheckpoint(t, b, ckpt)
+			view, err := m.WithCache(nn.CacheOptions{PerRow: layout != "shared"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			prompts := batchPrompts(m.VocabSize(), 4, 7, 2)
+			prompts := batchPrompts(m.VocabSize(), 4, 7, 2, 37, 19)
 			seqs := make([]generate.SequenceOptions, len(prompts))
 			solo := make([]generate.Options, len(prompts))
 			for i := range prompts {
