@@ -63,7 +63,8 @@ const (
 // sums, consecutive tiles following each other); out, the output of row 0
 // and column 0 of the panel, with the byte stride of an output row; ng
 // groups of bpg blocks; mt tiles of x, the last one with mlast rows; cmask
-// the columns stored; bf16 rounds the outputs to bfloat16 when 1. While
+// the columns stored; bf16 rounds the outputs to bfloat16 when 1, to
+// float16 when 2. While
 // it runs, the kernel prefetches pfn bytes from pf (the next panel's weight
 // rows), pfg bytes (a multiple of 512) per group, advancing both,
 // and first spn bytes of the next panel's scales and biases at sps and spb.
@@ -324,8 +325,11 @@ func (j *q8Job) run(lo, hi int) {
 		}
 		a.sdt, a.sstr, a.symk = j.packed.sdt, uintptr(j.packed.ssize*q8C), j.packed.symk
 	}
-	if kind == 'b' {
+	switch kind {
+	case 'b':
 		a.bf16 = 1
+	case 'h':
+		a.bf16 = 2
 	}
 	for ct := lo; ct < hi; ct++ {
 		j0 := ct * q8C
@@ -365,8 +369,8 @@ func (j *q8Job) run(lo, hi int) {
 		}
 	}
 	// The range's outputs rounded to the dtype, each row's columns in one
-	// call (bf16 is rounded by the kernel).
-	if kind != 'b' {
+	// call (bf16 and float16 are rounded by the kernel).
+	if kind != 'b' && kind != 'h' {
 		c0, c1 := lo*q8C, min(hi*q8C, n)
 		for r := range m {
 			roundSlice(j.dst[r*n+c0:r*n+c1], j.round, kind)

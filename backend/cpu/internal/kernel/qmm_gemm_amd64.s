@@ -139,6 +139,12 @@ ldone:
 	VMULPS.BCST 192(DI), Z25, Z25; \
 lasym:
 
+// RNDF16 rounds the floats of Z to float16 and back (to nearest even, as
+// tensor.RoundF16 and vaRoundF16 do; Y26 scratch).
+#define RNDF16(Z) \
+	VCVTPS2PH $0, Z, Y26; \
+	VCVTPH2PS Y26, Z
+
 // SCALE folds the integer sum I of a block into the accumulator A:
 // A = fma(float(I)·d, s, A), with d the block scale of x at OFF(DX) and s the
 // group scales of the 16 columns (Z24).
@@ -336,8 +342,9 @@ block:
 	DECQ CX
 	JNZ group
 
-	CMPQ 104(DI), $0
-	JEQ store
+	CMPQ 104(DI), $1
+	JLT store
+	JGT storef16
 	RNDBF16(Z0)
 	RNDBF16(Z1)
 	RNDBF16(Z2)
@@ -346,6 +353,17 @@ block:
 	RNDBF16(Z5)
 	RNDBF16(Z6)
 	RNDBF16(Z7)
+	JMP store
+
+storef16:
+	RNDF16(Z0)
+	RNDF16(Z1)
+	RNDF16(Z2)
+	RNDF16(Z3)
+	RNDF16(Z4)
+	RNDF16(Z5)
+	RNDF16(Z6)
+	RNDF16(Z7)
 
 store:
 	// 8 rows, or the rows of x left in the last tile
@@ -523,8 +541,9 @@ dbias:
 	VADDPS Z14, Z6, Z6
 	VADDPS Z15, Z7, Z7
 
-	CMPQ 104(DI), $0
-	JEQ dstore
+	CMPQ 104(DI), $1
+	JLT dstore
+	JGT dstoref16
 	RNDBF16(Z0)
 	RNDBF16(Z1)
 	RNDBF16(Z2)
@@ -533,6 +552,17 @@ dbias:
 	RNDBF16(Z5)
 	RNDBF16(Z6)
 	RNDBF16(Z7)
+	JMP dstore
+
+dstoref16:
+	RNDF16(Z0)
+	RNDF16(Z1)
+	RNDF16(Z2)
+	RNDF16(Z3)
+	RNDF16(Z4)
+	RNDF16(Z5)
+	RNDF16(Z6)
+	RNDF16(Z7)
 
 dstore:
 	// 8 rows, or the rows of x left in the last tile
@@ -656,9 +686,14 @@ vbias:
 	VADDPS Z10, Z0, Z0
 
 vbiasdone:
-	CMPQ 104(DI), $0
-	JEQ vstore
+	CMPQ 104(DI), $1
+	JLT vstore
+	JGT vstoref16
 	RNDBF16(Z0)
+	JMP vstore
+
+vstoref16:
+	RNDF16(Z0)
 
 vstore:
 	VMOVUPS Z0, K1, (R10)
@@ -738,9 +773,14 @@ gvpfnib:
 	JNZ gvgroup
 
 gvdone:
-	CMPQ 104(DI), $0
-	JEQ gvstore
+	CMPQ 104(DI), $1
+	JLT gvstore
+	JGT gvstoref16
 	RNDBF16(Z0)
+	JMP gvstore
+
+gvstoref16:
+	RNDF16(Z0)
 
 gvstore:
 	VMOVUPS Z0, K1, (R10)
