@@ -41,8 +41,25 @@ func F16ToFloat32(h uint16) float32 { return float16.Frombits(h).Float32() }
 // RoundBF16 returns f rounded to the nearest bfloat16, as a float32.
 func RoundBF16(f float32) float32 { return BF16ToFloat32(Float32ToBF16(f)) }
 
-// RoundF16 returns f rounded to the nearest float16, as a float32.
-func RoundF16(f float32) float32 { return F16ToFloat32(Float32ToF16(f)) }
+// RoundF16 returns f rounded to the nearest float16 (ties to even), as a
+// float32. Where the result is a normal float16 it rounds the bits in place
+// (drop 13 mantissa bits, to nearest even; a carry moves to the next
+// binade), a few integer operations against the conversion's branches;
+// everything else (zeros, subnormals, overflow to infinity, infinities,
+// NaN) takes the conversion, roundF16Slow, which TestRoundF16 holds it to.
+func RoundF16(f float32) float32 {
+	b := math.Float32bits(f)
+	if e := b >> 23 & 0xff; e-113 < 30 { // 2^-14 <= |f| < 2^16
+		r := (b + 0xfff + b>>13&1) &^ 0x1fff
+		if r>>23&0xff <= 142 { // still below 2^16: a normal float16
+			return math.Float32frombits(r)
+		}
+	}
+	return roundF16Slow(f)
+}
+
+// roundF16Slow is RoundF16 through the float16 conversion and back.
+func roundF16Slow(f float32) float32 { return F16ToFloat32(Float32ToF16(f)) }
 
 // float64ToFloat32Odd rounds x to float32 with round-to-odd: truncate toward
 // zero, and if anything was discarded set the lowest mantissa bit. Rounding
