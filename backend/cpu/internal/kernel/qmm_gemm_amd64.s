@@ -145,6 +145,85 @@ lasym:
 	VCVTPS2PH $0, Z, Y26; \
 	VCVTPH2PS Y26, Z
 
+// ROWSETUP loads the one-row kernels' registers from a.x (BX: row 0 of
+// the first tile of x, DX its block scales, R9 its group sums), a.out (R10)
+// and a.cmask (K1), with the rounding constants, the nibble mask (Z31), a
+// zero total (Z0), the panel (SI) and its scales (R8).
+#define ROWSETUP \
+	MOVQ a+0(FP), DI; \
+	MOVQ 24(DI), BX; \
+	MOVQ 32(DI), DX; \
+	MOVQ 40(DI), R9; \
+	MOVQ 48(DI), R10; \
+	KMOVW 96(DI), K1; \
+	RNDBF16CONSTS; \
+	MOVL $0x0f0f0f0f, AX; \
+	VPBROADCASTD AX, Z31; \
+	VPXORD Z0, Z0, Z0; \
+	MOVQ 0(DI), SI; \
+	MOVQ 8(DI), R8
+
+// ROWDOT sums the products of one block's panel registers Z16-Z23 with
+// row 0 of the tile of x at BX into Z8 (16 columns): quads 0-3 in Z8 and
+// 4-7 in Z9, added exactly (Z9 scratch).
+#define ROWDOT \
+	VPXORD Z8, Z8, Z8; \
+	VPXORD Z9, Z9, Z9; \
+	VPDPBUSD.BCST 0(BX), Z16, Z8; \
+	VPDPBUSD.BCST 16(BX), Z20, Z9; \
+	VPDPBUSD.BCST 4(BX), Z17, Z8; \
+	VPDPBUSD.BCST 20(BX), Z21, Z9; \
+	VPDPBUSD.BCST 8(BX), Z18, Z8; \
+	VPDPBUSD.BCST 24(BX), Z22, Z9; \
+	VPDPBUSD.BCST 12(BX), Z19, Z8; \
+	VPDPBUSD.BCST 28(BX), Z23, Z9; \
+	VPADDD Z9, Z8, Z8
+
+// PFSTREAM prefetches into L2 the 256 bytes 1 KB ahead of SI in the panel
+// stream (the one-row kernels' prefetch, see q8gemvDot).
+#define PFSTREAM \
+	PREFETCHT1 1024(SI); \
+	PREFETCHT1 1088(SI); \
+	PREFETCHT1 1152(SI); \
+	PREFETCHT1 1216(SI)
+
+// ROUND1 rounds Z0 to the outputs' dtype (a.bf16: 0 none, 1 bfloat16, 2
+// float16); done and f16 are the expansion's labels.
+#define ROUND1(done, f16) \
+	CMPQ 104(DI), $1; \
+	JLT done; \
+	JGT f16; \
+	RNDBF16(Z0); \
+	JMP done; \
+f16: \
+	RNDF16(Z0); \
+done:
+
+// ROUND8 is ROUND1 for Z0-Z7.
+#define ROUND8(done, f16) \
+	CMPQ 104(DI), $1; \
+	JLT done; \
+	JGT f16; \
+	RNDBF16(Z0); \
+	RNDBF16(Z1); \
+	RNDBF16(Z2); \
+	RNDBF16(Z3); \
+	RNDBF16(Z4); \
+	RNDBF16(Z5); \
+	RNDBF16(Z6); \
+	RNDBF16(Z7); \
+	JMP done; \
+f16: \
+	RNDF16(Z0); \
+	RNDF16(Z1); \
+	RNDF16(Z2); \
+	RNDF16(Z3); \
+	RNDF16(Z4); \
+	RNDF16(Z5); \
+	RNDF16(Z6); \
+	RNDF16(Z7); \
+done:
+
 // SCALE folds the integer sum I of a block into the accumulator A:
 // A = fma(float(I)·d, s, A), with d the block scale of x at OFF(DX) and s the
 // group scales of the 16 columns (Z24).
@@ -342,30 +421,7 @@ block:
 	DECQ CX
 	JNZ group
 
-	CMPQ 104(DI), $1
-	JLT store
-	JGT storef16
-	RNDBF16(Z0)
-	RNDBF16(Z1)
-	RNDBF16(Z2)
-	RNDBF16(Z3)
-	RNDBF16(Z4)
-	RNDBF16(Z5)
-	RNDBF16(Z6)
-	RNDBF16(Z7)
-	JMP store
-
-storef16:
-	RNDF16(Z0)
-	RNDF16(Z1)
-	RNDF16(Z2)
-	RNDF16(Z3)
-	RNDF16(Z4)
-	RNDF16(Z5)
-	RNDF16(Z6)
-	RNDF16(Z7)
-
-store:
+	ROUND8(store, storef16)
 	// 8 rows, or the rows of x left in the last tile
 	MOVQ $8, AX
 	CMPQ R12, $1
@@ -541,30 +597,7 @@ dbias:
 	VADDPS Z14, Z6, Z6
 	VADDPS Z15, Z7, Z7
 
-	CMPQ 104(DI), $1
-	JLT dstore
-	JGT dstoref16
-	RNDBF16(Z0)
-	RNDBF16(Z1)
-	RNDBF16(Z2)
-	RNDBF16(Z3)
-	RNDBF16(Z4)
-	RNDBF16(Z5)
-	RNDBF16(Z6)
-	RNDBF16(Z7)
-	JMP dstore
-
-dstoref16:
-	RNDF16(Z0)
-	RNDF16(Z1)
-	RNDF16(Z2)
-	RNDF16(Z3)
-	RNDF16(Z4)
-	RNDF16(Z5)
-	RNDF16(Z6)
-	RNDF16(Z7)
-
-dstore:
+	ROUND8(dstore, dstoref16)
 	// 8 rows, or the rows of x left in the last tile
 	MOVQ $8, AX
 	CMPQ R12, $1
@@ -629,41 +662,17 @@ ddone:
 // second on one against 14-17; Llama-3.2-1B decoded at 32-43 tok/s
 // (median 33.5) against 29-36 (30.8). Registers as in q8gemm.
 TEXT ·q8gemvDot(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), DI
-	MOVQ 24(DI), BX
-	MOVQ 32(DI), DX
-	MOVQ 40(DI), R9
-	MOVQ 48(DI), R10
-	KMOVW 96(DI), K1
-	RNDBF16CONSTS
-	MOVL $0x0f0f0f0f, AX
-	VPBROADCASTD AX, Z31
-	VPXORD Z0, Z0, Z0
-	MOVQ 0(DI), SI
-	MOVQ 8(DI), R8
+	ROWSETUP
 	MOVQ 64(DI), CX
 	TESTQ CX, CX
 	JZ vbiasdone
 
 vgroup:
-	PREFETCHT1 1024(SI)
-	PREFETCHT1 1088(SI)
-	PREFETCHT1 1152(SI)
-	PREFETCHT1 1216(SI)
+	PFSTREAM
 
 	LOADS((R8), Z24, vs16a, vsbfa, vsdonea)
 	LOADPANEL(vnib, vquads)
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPDPBUSD.BCST 0(BX), Z16, Z8
-	VPDPBUSD.BCST 16(BX), Z20, Z9
-	VPDPBUSD.BCST 4(BX), Z17, Z8
-	VPDPBUSD.BCST 20(BX), Z21, Z9
-	VPDPBUSD.BCST 8(BX), Z18, Z8
-	VPDPBUSD.BCST 24(BX), Z22, Z9
-	VPDPBUSD.BCST 12(BX), Z19, Z8
-	VPDPBUSD.BCST 28(BX), Z23, Z9
-	VPADDD Z9, Z8, Z8
+	ROWDOT
 	DOTSCALE(Z8, Z0, 0)
 	ADDQ $256, BX
 	ADDQ $32, DX
@@ -686,16 +695,7 @@ vbias:
 	VADDPS Z10, Z0, Z0
 
 vbiasdone:
-	CMPQ 104(DI), $1
-	JLT vstore
-	JGT vstoref16
-	RNDBF16(Z0)
-	JMP vstore
-
-vstoref16:
-	RNDF16(Z0)
-
-vstore:
+	ROUND1(vstore, vstoref16)
 	VMOVUPS Z0, K1, (R10)
 	VZEROUPPER
 	RET
@@ -711,18 +711,7 @@ vstore:
 // in groups of 64 and more); it prefetches as q8gemvDot does. Registers as
 // in q8gemm.
 TEXT ·q8gemv(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), DI
-	MOVQ 24(DI), BX
-	MOVQ 32(DI), DX
-	MOVQ 40(DI), R9
-	MOVQ 48(DI), R10
-	KMOVW 96(DI), K1
-	RNDBF16CONSTS
-	MOVL $0x0f0f0f0f, AX
-	VPBROADCASTD AX, Z31
-	VPXORD Z0, Z0, Z0
-	MOVQ 0(DI), SI
-	MOVQ 8(DI), R8
+	ROWSETUP
 	MOVQ 16(DI), R13
 	MOVQ 64(DI), CX
 	TESTQ CX, CX
@@ -742,22 +731,9 @@ gvblock:
 	PREFETCHT1 1472(SI)
 
 gvpfnib:
-	PREFETCHT1 1024(SI)
-	PREFETCHT1 1088(SI)
-	PREFETCHT1 1152(SI)
-	PREFETCHT1 1216(SI)
+	PFSTREAM
 	LOADPANEL(gvnib, gvquads)
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPDPBUSD.BCST 0(BX), Z16, Z8
-	VPDPBUSD.BCST 16(BX), Z20, Z9
-	VPDPBUSD.BCST 4(BX), Z17, Z8
-	VPDPBUSD.BCST 20(BX), Z21, Z9
-	VPDPBUSD.BCST 8(BX), Z18, Z8
-	VPDPBUSD.BCST 24(BX), Z22, Z9
-	VPDPBUSD.BCST 12(BX), Z19, Z8
-	VPDPBUSD.BCST 28(BX), Z23, Z9
-	VPADDD Z9, Z8, Z8
+	ROWDOT
 	SCALE(Z8, Z0, 0)
 	ADDQ $256, BX
 	ADDQ $32, DX
@@ -773,16 +749,7 @@ gvpfnib:
 	JNZ gvgroup
 
 gvdone:
-	CMPQ 104(DI), $1
-	JLT gvstore
-	JGT gvstoref16
-	RNDBF16(Z0)
-	JMP gvstore
-
-gvstoref16:
-	RNDF16(Z0)
-
-gvstore:
+	ROUND1(gvstore, gvstoref16)
 	VMOVUPS Z0, K1, (R10)
 	VZEROUPPER
 	RET
