@@ -229,15 +229,27 @@ func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray, k int) *ke
 		}
 	}
 	var mapped [][]byte
+	var rows func(r0, r1 int)
 	if replaces {
 		mapped = [][]byte{rawBytes(w), rawBytes(s), rawBytes(bi)}
+		// Each range of rows goes back as soon as its copy is made (the
+		// whole pages inside it), so that the file's pages and the packed
+		// copy of a large matrix (a tied head) are not both resident; the
+		// count comes once the matrix is packed.
+		n := w.shape[0]
+		rows = func(r0, r1 int) {
+			for _, m := range mapped {
+				per := len(m) / n
+				mmap.Release(m[r0*per : r1*per])
+			}
+		}
 	}
 	slot := kernel.NewPackSlot(func(n int64) {
 		b.packed += n
 		for _, m := range mapped {
 			b.released += mmap.Release(m)
 		}
-	})
+	}, rows)
 	w.buf.packs = append(w.buf.packs, packed{off: w.off, s: sp, bi: bp, gs: q.GroupSize, bits: q.Bits, slot: slot})
 	return slot
 }

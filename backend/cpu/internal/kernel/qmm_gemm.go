@@ -469,13 +469,20 @@ func (p *packedW) bytes() int64 {
 // and kept for the next; a slot never used by the GEMM stays empty.
 type PackSlot struct {
 	p     *packedW
-	tried bool          // pack ran (it may have returned nil)
-	grew  func(n int64) // told the bytes of the packed form when it is made
+	tried bool             // pack ran (it may have returned nil)
+	grew  func(n int64)    // told the bytes of the packed form when it is made
+	rows  func(r0, r1 int) // told, while it is made, of weight rows already copied
 }
 
 // NewPackSlot returns an empty slot; grew (or nil) is told the bytes of the
-// packed form when it is made.
-func NewPackSlot(grew func(n int64)) *PackSlot { return &PackSlot{grew: grew} }
+// packed form when it is made, and rows (or nil), while packing runs, of
+// each range of weight rows [r0, r1) whose codes, scales and biases the
+// packed form holds from then on (called from the workers, concurrently:
+// the caller may give those rows' pages back before the whole matrix is
+// packed, so that it is never held twice).
+func NewPackSlot(grew func(n int64), rows func(r0, r1 int)) *PackSlot {
+	return &PackSlot{grew: grew, rows: rows}
+}
 
 // packed is the slot's packed form, nil while empty (or for a nil slot).
 func (s *PackSlot) packed() *packedW {
@@ -509,7 +516,7 @@ func (s *PackSlot) Bytes() int64 {
 func (s *PackSlot) get(wq []uint32, sc, bi Vec, n, k, gs, bits int) *packedW {
 	if !s.tried {
 		s.tried = true
-		s.p = pack(wq, sc, bi, n, k, gs, bits)
+		s.p = pack(wq, sc, bi, n, k, gs, bits, s.rows)
 		if s.p != nil && s.grew != nil {
 			s.grew(s.p.bytes())
 		}
@@ -531,7 +538,7 @@ func packs(k, gs, bits int) bool {
 // pack rearranges the quantized weights wq (n rows of k codes, as
 // [QuantizedMatmulTVec] takes them) with their scales and biases into the
 // int8 GEMM's panels. It returns nil where [packs] is false.
-func pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int) *packedW {
+func pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int, done func(r0, r1 int)) *packedW {
 	if !packs(k, groupSize, bits) || n <= 0 {
 		return nil
 	}
@@ -569,7 +576,12 @@ func pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int) *packedW {
 		ws := scratchPool.Get().(*qmmScratch)
 		defer scratchPool.Put(ws)
 		ws.wt = grow(ws.wt, 2*g.gp*q8C)
+		from := lo // the first panel not yet reported to done
 		for ct := lo; ct < hi; ct++ {
+			if done != nil && (ct-from == packDoneEvery) {
+				done(from*q8C, ct*q8C)
+				from = ct
+			}
 			j0 := ct * q8C
 			panelCodes(ws, g, wq, n, j0, ptr(p.codes[p.start+ct*p.pb:]))
 			o := ct * per
@@ -585,9 +597,16 @@ func pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int) *packedW {
 				}
 			}
 		}
+		if done != nil && from < hi {
+			done(from*q8C, min(hi*q8C, n))
+		}
 	})
 	return p
 }
+
+// packDoneEvery is how many panels pack copies between two reports to its
+// done function (1024 weight rows: a few MB of a large matrix).
+const packDoneEvery = 64
 
 // transposeScales writes the scales (or biases) of weight rows j0..j0+15,
 // src[row·ng + g], to dst[g·16 + row - j0], zeros for rows past n.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 
@@ -77,7 +78,7 @@ func TestPackedSameBits(t *testing.T) {
 							}
 							q8GemmGo(want, x, wq, scv, biv, m, c.n, c.k, c.gs, c.bits, dt.round)
 						}
-						slot := NewPackSlot(nil)
+						slot := NewPackSlot(nil, nil)
 						for _, call := range []string{"packing", "packed"} {
 							got, whole := guarded(m * c.n)
 							withThreads(2, func() {
@@ -106,7 +107,7 @@ func TestPackedRejectsOtherShape(t *testing.T) {
 		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; pack returns nil")
 	}
 	x, wq, sc, bi := qmmTInputs(1, 8, 32, 512, 64, 8)
-	slot := NewPackSlot(nil)
+	slot := NewPackSlot(nil, nil)
 	QuantizedMatmulTPacked(make([]float32, 8*32), x, wq, F32Vec(sc), F32Vec(bi), slot, 8, 32, 512, 64, 8, Identity, AccQ8)
 	_, wq2, sc2, bi2 := qmmTInputs(2, 8, 16, 512, 64, 8)
 	defer func() {
@@ -127,7 +128,7 @@ func TestPackSlotFree(t *testing.T) {
 	}
 	const n, k = 2048, 2048 // 2 MiB of 4-bit codes
 	x, wq, sc, bi := qmmTInputs(5, 1, n, k, 32, 4)
-	slot := NewPackSlot(nil)
+	slot := NewPackSlot(nil, nil)
 	dst := make([]float32, n)
 	QuantizedMatmulTPacked(dst, x, wq, F32Vec(sc), F32Vec(bi), slot, 1, n, k, 32, 4, Identity, AccQ8)
 	p := slot.packed()
@@ -147,4 +148,39 @@ func TestPackSlotFree(t *testing.T) {
 	p = nil
 	runtime.GC()
 	runtime.GC()
+}
+
+// TestPackRowsReported: while it packs, a slot tells its rows function of
+// every weight row once, in ranges of at most packDoneEvery panels that
+// tile [0, n) (from the workers, so a range may come in any order), and
+// only once the rows' panels are written: the caller may give their pages
+// back at once.
+func TestPackRowsReported(t *testing.T) {
+	if !packs(256, 32, 8) {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; pack returns nil")
+	}
+	const n, k = 16*200 + 5, 256 // 201 panels, the last partial
+	x, wq, sc, bi := qmmTInputs(9, 1, n, k, 32, 8)
+	var mu sync.Mutex
+	seen := make([]int, n)
+	slot := NewPackSlot(nil, func(r0, r1 int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r0 < 0 || r1 > n || r0 >= r1 || r1-r0 > packDoneEvery*q8C {
+			t.Errorf("rows [%d, %d) reported (n %d, at most %d at a time)", r0, r1, n, packDoneEvery*q8C)
+			return
+		}
+		for r := r0; r < r1; r++ {
+			seen[r]++
+		}
+	})
+	dst := make([]float32, n)
+	withThreads(2, func() {
+		QuantizedMatmulTPacked(dst, x, wq, F32Vec(sc), F32Vec(bi), slot, 1, n, k, 32, 8, Identity, AccQ8)
+	})
+	for r, c := range seen {
+		if c != 1 {
+			t.Fatalf("row %d reported %d times, want once", r, c)
+		}
+	}
 }

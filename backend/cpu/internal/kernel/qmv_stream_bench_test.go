@@ -245,7 +245,7 @@ func BenchmarkPackedRowStream(b *testing.B) {
 			n, k := sh[0], sh[1]
 			_, wq, sc, bi, sb, bb := qmvInputs(uint64(100*l+i), n, k, 32, 4)
 			scv, biv := avxVecs("bf16", sc, bi, sb, bb)
-			mats = append(mats, mat{streamMat{n, k, wq, scv, biv}, NewPackSlot(nil)})
+			mats = append(mats, mat{streamMat{n, k, wq, scv, biv}, NewPackSlot(nil, nil)})
 			bytes += int64(4*len(wq) + 2*2*len(sc))
 		}
 	}

@@ -304,7 +304,7 @@ func BenchmarkBatchStream(b *testing.B) {
 				slots := make([]*PackSlot, len(mats))
 				if packed {
 					for i := range slots {
-						slots[i] = NewPackSlot(nil)
+						slots[i] = NewPackSlot(nil, nil)
 					}
 				}
 				step := func() {
