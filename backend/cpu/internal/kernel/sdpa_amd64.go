@@ -48,6 +48,23 @@ func sdpaPV4(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, 
 //go:noescape
 func sdpaPV1(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
 
+// sdpaPV4H and sdpaPV1H are sdpaPV4 and sdpaPV1 on float16 values, and
+// sdpaPV4B and sdpaPV1B on bfloat16 ones (v row j at v + j·vstride bytes),
+// each value widened exactly as it loads: the bits of the float32 kernels
+// on the converted rows.
+//
+//go:noescape
+func sdpaPV4H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
+
+//go:noescape
+func sdpaPV1H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
+
+//go:noescape
+func sdpaPV4B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
+
+//go:noescape
+func sdpaPV1B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
+
 const sdpaHaveAsm = true
 
 // sdpaExp writes mlxmath.Exp(src[i]) to dst[i] for n values (a multiple

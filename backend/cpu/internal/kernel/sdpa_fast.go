@@ -781,6 +781,7 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 	var vp unsafe.Pointer
 	var vstride uintptr
 	var vrows []float32 // portable path: the block's V rows, or nil when read in place
+	vkind := sdpaF32    // the storage sdpaPV512 reads at vp
 	if j.asm {
 		switch {
 		case v.expanded():
@@ -788,6 +789,10 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 			vp, vstride = unsafe.Pointer(&w.vb[0]), uintptr(dv)*4
 		case v.Vec.F32 != nil:
 			vp, vstride = sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*4
+		case j.vk == sdpa512:
+			// 16-bit values read in place, widened as they load (the
+			// bits of the float32 kernels on converted rows).
+			vp, vstride, vkind = sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*2, j.vkind
 		default:
 			j.cvt(w.vb, dv, sdpaVecPtr(v.Vec, v.row(bi, kh, j0)), uintptr(v.RowStride)*2, n, dv, j.vkind)
 			vp, vstride = unsafe.Pointer(&w.vb[0]), uintptr(dv)*4
@@ -823,7 +828,7 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 				}
 				switch j.vk {
 				case sdpa512:
-					sdpaPV1(&st.acc[r*dv], &w.sc[r*sdpaBK+x], unsafe.Add(vp, uintptr(x)*vstride), vstride, f, e-x, dv)
+					sdpaPV512(false, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK+x], unsafe.Add(vp, uintptr(x)*vstride), vstride, f, e-x, dv)
 				case sdpa256:
 					sdpa2PV1(&st.acc[r*dv], &w.sc[r*sdpaBK+x], unsafe.Add(vp, uintptr(x)*vstride), vstride, f, e-x, dv)
 				default:
@@ -845,16 +850,36 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 		}
 		switch {
 		case j.vk == sdpa512 && g == 4:
-			sdpaPV4(&st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+			sdpaPV512(true, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
 		case j.vk == sdpa512:
 			g = 1
-			sdpaPV1(&st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+			sdpaPV512(false, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
 		case j.vk == sdpa256:
 			sdpa2PV(g, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
 		default:
 			sdpaPVGo(st.acc[r*dv:(r+1)*dv], w.sc[r*sdpaBK:r*sdpaBK+nv], st.f[r], vrow)
 		}
 		r += g
+	}
+}
+
+// sdpaPV512 runs the AVX-512 accumulation of four rows (four) or one on
+// values stored as kind (sdpaF32, sdpaF16, sdpaBF16): sdpaPV4, sdpaPV1 or
+// their 16-bit forms.
+func sdpaPV512(four bool, kind int, acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	switch {
+	case kind == sdpaF16 && four:
+		sdpaPV4H(acc, p, v, vstride, f, n, dv)
+	case kind == sdpaF16:
+		sdpaPV1H(acc, p, v, vstride, f, n, dv)
+	case kind == sdpaBF16 && four:
+		sdpaPV4B(acc, p, v, vstride, f, n, dv)
+	case kind == sdpaBF16:
+		sdpaPV1B(acc, p, v, vstride, f, n, dv)
+	case four:
+		sdpaPV4(acc, p, v, vstride, f, n, dv)
+	default:
+		sdpaPV1(acc, p, v, vstride, f, n, dv)
 	}
 }
 

@@ -431,13 +431,15 @@ func genSoftmax() {
 	p("")
 }
 
-// sdpaPV<R>(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int):
+// sdpaPV<R><S>(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int):
 // for R rows r (acc at acc + r·dv, weights at p + r·32) and each t < dv (a
 // multiple of 16): acc_t = acc_t·f[r], then acc_t = fma(p_j, v_j,t, acc_t)
-// for j = 0..n-1 in order (v row j at v + j·vstride bytes).
-func genPV(rows int) {
-	name := fmt.Sprintf("sdpaPV%d", rows)
-	lb := fmt.Sprintf("pv%d", rows)
+// for j = 0..n-1 in order (v row j at v + j·vstride bytes). S is the
+// storage of v: "" float32, "H" float16, "B" bfloat16 (widened exactly as
+// each 16 values load, so the bits are those of v converted first).
+func genPV(rows int, store string) {
+	name := fmt.Sprintf("sdpaPV%d%s", rows, store)
+	lb := fmt.Sprintf("pv%d%s", rows, store)
 	p("// func %s(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)", name)
 	p("TEXT ·%s(SB), NOSPLIT, $0-56", name)
 	p("\tMOVQ acc+0(FP), DI")
@@ -473,14 +475,28 @@ func genPV(rows int) {
 				p("\tVMULPS %d(%s)(AX*1), Z%d, %s", 64*c, rowBase[r], 28+r, z(r*w+c))
 			}
 		}
-		p("\tLEAQ (BX)(AX*1), DX")
+		if store == "" {
+			p("\tLEAQ (BX)(AX*1), DX")
+		} else { // 16-bit values: half the accumulators' byte offset
+			p("\tMOVQ AX, DX")
+			p("\tSHRQ $1, DX")
+			p("\tADDQ BX, DX")
+		}
 		p("\tMOVQ SI, R15")
 		p("\tMOVQ CX, R9")
 		p("\tTESTQ R9, R9")
 		p("\tJZ %s_%s_st", lb, tag)
 		p("%s_%s_j:", lb, tag)
 		for c := 0; c < w; c++ {
-			p("\tVMOVUPS %d(DX), Z%d", 64*c, 16+c)
+			switch store {
+			case "H":
+				p("\tVCVTPH2PS %d(DX), Z%d", 32*c, 16+c)
+			case "B":
+				p("\tVPMOVZXWD %d(DX), Z%d", 32*c, 16+c)
+				p("\tVPSLLD $16, Z%d, Z%d", 16+c, 16+c)
+			default:
+				p("\tVMOVUPS %d(DX), Z%d", 64*c, 16+c)
+			}
 		}
 		for r := 0; r < rows; r++ {
 			p("\tVBROADCASTSS %d(R15), Z%d", 128*r, 20+r)
@@ -755,8 +771,10 @@ func main() {
 	genCvt()
 	genScores()
 	genSoftmax()
-	genPV(4)
-	genPV(1)
+	for _, store := range []string{"", "H", "B"} {
+		genPV(4, store)
+		genPV(1, store)
+	}
 	genExp()
 	genOut()
 	genScale()

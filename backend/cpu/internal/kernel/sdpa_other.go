@@ -27,6 +27,22 @@ func sdpaPV1(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, 
 	panic(sdpaNoAsm)
 }
 
+func sdpaPV4H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpaPV1H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpaPV4B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
+func sdpaPV1B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+	panic(sdpaNoAsm)
+}
+
 const sdpaHaveAsm = false
 
 const sdpaNoAsm = "kernel: no SDPA assembly on this platform"
