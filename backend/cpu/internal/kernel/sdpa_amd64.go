@@ -48,20 +48,25 @@ func sdpaPV4(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, 
 //go:noescape
 func sdpaPV1(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
 
-// sdpaPV4H and sdpaPV1H are sdpaPV4 and sdpaPV1 on float16 values, and
-// sdpaPV4B and sdpaPV1B on bfloat16 ones (v row j at v + j·vstride bytes),
-// each value widened exactly as it loads: the bits of the float32 kernels
-// on the converted rows.
+// sdpaPV4H is sdpaPV4 on float16 values (v row j at v + j·vstride bytes),
+// each widened exactly as it loads: the bits of sdpaPV4 on the converted
+// rows.
 //
 //go:noescape
 func sdpaPV4H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
 
+// sdpaPV1H is sdpaPV4H for one row.
+//
 //go:noescape
 func sdpaPV1H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
 
+// sdpaPV4B is sdpaPV4H on bfloat16 values.
+//
 //go:noescape
 func sdpaPV4B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
 
+// sdpaPV1B is sdpaPV4B for one row.
+//
 //go:noescape
 func sdpaPV1B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
 
