@@ -863,26 +863,6 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 	}
 }
 
-// sdpaPV512 runs the AVX-512 accumulation of four rows (four) or one on
-// values stored as kind (sdpaF32, sdpaF16, sdpaBF16): sdpaPV4, sdpaPV1 or
-// their 16-bit forms.
-func sdpaPV512(four bool, kind int, acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
-	switch {
-	case kind == sdpaF16 && four:
-		sdpaPV4H(acc, p, v, vstride, f, n, dv)
-	case kind == sdpaF16:
-		sdpaPV1H(acc, p, v, vstride, f, n, dv)
-	case kind == sdpaBF16 && four:
-		sdpaPV4B(acc, p, v, vstride, f, n, dv)
-	case kind == sdpaBF16:
-		sdpaPV1B(acc, p, v, vstride, f, n, dv)
-	case four:
-		sdpaPV4(acc, p, v, vstride, f, n, dv)
-	default:
-		sdpaPV1(acc, p, v, vstride, f, n, dv)
-	}
-}
-
 // slicesAny reports whether any of bs is true.
 func slicesAny(bs []bool) bool {
 	for _, b := range bs {

@@ -27,19 +27,7 @@ func sdpaPV1(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, 
 	panic(sdpaNoAsm)
 }
 
-func sdpaPV4H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
-	panic(sdpaNoAsm)
-}
-
-func sdpaPV1H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
-	panic(sdpaNoAsm)
-}
-
-func sdpaPV4B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
-	panic(sdpaNoAsm)
-}
-
-func sdpaPV1B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+func sdpaPV512(four bool, kind int, acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
 	panic(sdpaNoAsm)
 }
 
