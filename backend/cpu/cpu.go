@@ -26,8 +26,7 @@ type Backend struct {
 	fast     bool // Precision "fast": int8 activations in the quantized matmul, FMA in the dense one
 	threads  int  // worker goroutines for Matmul
 	closed   bool
-	pack     bool  // fast without Options.NoPackWeights: pack where the copy replaces the original (packSlot)
-	packAll  bool  // Options.PackWeights: pack every matrix the int8 kernels read
+	pack     bool  // fast without Options.NoPackWeights: pack every matrix whose copy replaces the original (packSlot)
 	packed   int64 // Stats.PackedBytes
 	released int64 // Stats.ReleasedBytes
 
@@ -71,7 +70,7 @@ func New(opts backend.Options) (*Backend, error) {
 	if opts.PackWeights && opts.NoPackWeights {
 		return nil, fmt.Errorf("cpu backend: PackWeights and NoPackWeights are both set (want at most one)")
 	}
-	b.pack, b.packAll = b.fast && !opts.NoPackWeights, b.fast && opts.PackWeights
+	b.pack = b.fast && !opts.NoPackWeights // Options.PackWeights asks for the default
 	if b.threads == 0 {
 		b.threads = runtime.GOMAXPROCS(0)
 	} else {

@@ -209,17 +209,17 @@ type packed struct {
 
 // packSlot returns the slot of w's rearranged copy (built by the kernel the
 // first time its int8 GEMM runs on w, k its columns), or nil: outside the
-// fast precision or with NoPackWeights; without PackWeights, where the
-// matmul would still read w itself (kernel.PackReplaces); or when w, its
+// fast precision or with NoPackWeights; where the kernel does not pack
+// this shape (kernel.PackReplaces, which is also where the matmul then
+// reads only the copy); or when w, its
 // scales or its biases are not contiguous views of borrowed memory (a
 // file's mapping: pooled buffers are reused, so only those stay the same
-// matrix while they live). Where the matmul reads only the copy from then
-// on, the pages of the mapping that hold nothing but w, its scales and its
-// biases go back to the operating system once the copy is made
-// (Stats.ReleasedBytes): the process then holds the weights once.
+// matrix while they live). The pages of the mapping that hold nothing but
+// w, its scales and its biases go back to the operating system as the
+// copy is made (Stats.ReleasedBytes): the process then holds the weights
+// once.
 func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray, k int) *kernel.PackSlot {
-	replaces := kernel.PackReplaces(k, q.GroupSize, q.Bits)
-	if !b.pack || !b.packAll && !replaces || w.buf == nil || !w.buf.borrowed || !s.buf.borrowed || !bi.buf.borrowed || w.strides != nil || s.strides != nil || bi.strides != nil || w.size() == 0 || s.size() == 0 {
+	if !b.pack || !kernel.PackReplaces(k, q.GroupSize, q.Bits) || w.buf == nil || !w.buf.borrowed || !s.buf.borrowed || !bi.buf.borrowed || w.strides != nil || s.strides != nil || bi.strides != nil || w.size() == 0 || s.size() == 0 {
 		return nil
 	}
 	sp, bp := firstElem(s), firstElem(bi)
@@ -228,20 +228,16 @@ func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray, k int) *ke
 			return p.slot
 		}
 	}
-	var mapped [][]byte
-	var rows func(r0, r1 int)
-	if replaces {
-		mapped = [][]byte{rawBytes(w), rawBytes(s), rawBytes(bi)}
-		// Each range of rows goes back as soon as its copy is made (the
-		// whole pages inside it), so that the file's pages and the packed
-		// copy of a large matrix (a tied head) are not both resident; the
-		// count comes once the matrix is packed.
-		n := w.shape[0]
-		rows = func(r0, r1 int) {
-			for _, m := range mapped {
-				per := len(m) / n
-				mmap.Release(m[r0*per : r1*per])
-			}
+	mapped := [][]byte{rawBytes(w), rawBytes(s), rawBytes(bi)}
+	// Each range of rows goes back as soon as its copy is made (the whole
+	// pages inside it), so that the file's pages and the packed copy of a
+	// large matrix (a tied head) are not both resident; the count comes
+	// once the matrix is packed.
+	n := w.shape[0]
+	rows := func(r0, r1 int) {
+		for _, m := range mapped {
+			per := len(m) / n
+			mmap.Release(m[r0*per : r1*per])
 		}
 	}
 	slot := kernel.NewPackSlot(func(n int64) {
