@@ -145,5 +145,8 @@ func MatmulNNRef(dst, a, b []float32, m, n, k int) {
 // the weights again for every four rows of x. On Intel cores the widening
 // (VCVTPH2PS, or VPMOVZXWD and VPSLLD) takes the two FMA ports. The AVX2
 // GEMM (denseFastAVX) does not: on Zen 3 the same copy made SmolLM2-360M's
-// float16 GEMM at 512 rows 5-15% slower (F16C widens in the load).
+// float16 GEMM at 512 rows 5-15% slower (F16C widens in the load). AMD's
+// AVX-512 cores (Zen 4 on) read in place (dense_amd64.go's init): there the copy cost
+// 6-15% at 512x960x2560 and 512x2560x960, float16 and bfloat16
+// (BenchmarkDense fast against fast-nocopy, 2026-12-04).
 var densePackRows = 16

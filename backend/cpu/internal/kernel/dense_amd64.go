@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"math"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -583,6 +584,9 @@ func init() {
 	denseF16 = denseAVX && hasF16C()
 	denseZOn, _ = x86Features()
 	denseZOn = denseZOn && denseF16
+	if vendor, _ := x86Family(); vendor == "AuthenticAMD" {
+		densePackRows = math.MaxInt
+	}
 }
 
 // denseCovers reports whether the AVX2 kernels take weights like w on

@@ -959,9 +959,8 @@ func refZW(rows int) {
 	p("\tVMOVUPS (R8)(R9*1), Z17")
 	for i := range rows {
 		bc := 18 + 3*(i%4)
-		p("\tVBROADCASTSS %s, Z%d", xrow8(i, 0), bc)
-		p("\tVMULPS Z16, Z%d, Z%d", bc, bc+1)
-		p("\tVMULPS Z17, Z%d, Z%d", bc, bc+2)
+		p("\tVMULPS.BCST %s, Z16, Z%d", xrow8(i, 0), bc+1)
+		p("\tVMULPS.BCST %s, Z17, Z%d", xrow8(i, 0), bc+2)
 		p("\tVADDPS Z%d, Z%d, Z%d", bc+1, 2*i, 2*i)
 		p("\tVADDPS Z%d, Z%d, Z%d", bc+2, 2*i+1, 2*i+1)
 	}

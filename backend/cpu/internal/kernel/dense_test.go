@@ -126,16 +126,29 @@ func testDenseReference(t *testing.T, path string) {
 // term and added with a 2^-50·Σ|x·w| allowance) for every dtype and shape,
 // and a row of x run alone gives the bits it gets among the others (so
 // chunked prefill and decode agree with one-shot evaluation), on the
-// AVX-512 kernels where the CPU has them and on the AVX2 ones.
+// AVX-512 kernels where the CPU has them (with and without the float32
+// copy of 16-bit weight rows, densePackRows, whatever this CPU's default)
+// and on the AVX2 ones.
 func TestDenseFast(t *testing.T) {
 	worst := 0.0
-	defer func(on bool) { denseZOn = on }(denseZOn)
+	defer func(on bool, pr int) { denseZOn, densePackRows = on, pr }(denseZOn, densePackRows)
+	type mode struct {
+		z        bool
+		packRows int
+	}
+	var modes []mode
 	for _, z := range denseZModes() {
-		denseZOn = z
+		modes = append(modes, mode{z, math.MaxInt})
+		if z {
+			modes = append(modes, mode{z, 16})
+		}
+	}
+	for _, md := range modes {
+		denseZOn, densePackRows = md.z, md.packRows
 		for _, dt := range []string{"f32", "bf16", "f16"} {
 			for si, s := range denseShapes {
 				m, n, k := s[0], s[1], s[2]
-				t.Run(fmt.Sprintf("avx512=%v/%s/m%d_n%d_k%d", z, dt, m, n, k), func(t *testing.T) {
+				t.Run(fmt.Sprintf("avx512=%v/copy=%v/%s/m%d_n%d_k%d", md.z, md.packRows < math.MaxInt, dt, m, n, k), func(t *testing.T) {
 					w, wv := denseWeights(t, dt, uint64(10+si), n, k)
 					x := randVec(newRand(uint64(100+si)), m*k, 1, Identity)
 					got := runDense(t, x, w, m, n, k, true, true)
@@ -202,28 +215,28 @@ func TestDenseFastUsesFMA(t *testing.T) {
 // matmulNT before them); on AVX-512 CPUs also ref-avx2 and fast-avx2, the
 // AVX2 kernels (denseZOn off), for A/B runs in one binary. The bytes are
 // the weights read once, so MB/s is the weight stream. On AVX-512 CPUs
-// fast-nocopy is fast without the float32 copies of bfloat16 and float16
-// weight rows (densePackRows).
+// fast-copy and fast-nocopy are fast with and without the float32 copies
+// of bfloat16 and float16 weight rows (densePackRows; fast is this CPU's
+// default, one of the two).
 func BenchmarkDense(b *testing.B) {
 	type mode struct {
-		name               string
-		fast, vec, z, copy bool
+		name         string
+		fast, vec, z bool
+		packRows     int
 	}
-	modes := []mode{{"ref", false, true, denseZOn, true}, {"fast", true, true, denseZOn, true}, {"portable", false, false, false, true}}
+	def := densePackRows
+	modes := []mode{{"ref", false, true, denseZOn, def}, {"fast", true, true, denseZOn, def}, {"portable", false, false, false, def}}
 	if denseZOn {
-		modes = append(modes, mode{"ref-avx2", false, true, false, true}, mode{"fast-avx2", true, true, false, true},
-			mode{"fast-nocopy", true, true, true, false})
+		modes = append(modes, mode{"ref-avx2", false, true, false, def}, mode{"fast-avx2", true, true, false, def},
+			mode{"fast-copy", true, true, true, 16}, mode{"fast-nocopy", true, true, true, math.MaxInt})
 	}
-	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 2560, 960}, {1, 8192, 2048}, {64, 1536, 576}, {512, 2560, 960}, {64, 8192, 2048}} {
+	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 2560, 960}, {1, 8192, 2048}, {64, 1536, 576}, {512, 2560, 960}, {512, 960, 2560}, {64, 8192, 2048}} {
 		for _, dt := range []string{"f32", "bf16", "f16"} {
 			for _, mode := range modes {
 				fast := mode.fast
 				b.Run(fmt.Sprintf("m%d_k%d_n%d/%s/%s", sz.m, sz.k, sz.n, dt, mode.name), func(b *testing.B) {
 					defer func(on, z bool, pr int) { denseOn, denseZOn, densePackRows = on, z, pr }(denseOn, denseZOn, densePackRows)
-					denseOn, denseZOn = mode.vec, mode.z
-					if !mode.copy {
-						densePackRows = math.MaxInt
-					}
+					denseOn, denseZOn, densePackRows = mode.vec, mode.z, mode.packRows
 					r := newRand(1)
 					var w Vec
 					es := 2
