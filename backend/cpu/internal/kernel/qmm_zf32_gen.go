@@ -243,8 +243,7 @@ func kernel(bits, rows int) {
 		p("\tVMULPS Z26, Z24, Z24")
 		p("\tVADDPS %s, Z24, Z24", state(r, 0))
 		p("\tVMOVUPS Z24, %s", state(r, 0))
-		p("\tVBROADCASTSS %d(R14), Z25", 4*r)
-		p("\tVMULPS Z27, Z25, Z25")
+		p("\tVMULPS.BCST %d(R14), Z27, Z25", 4*r)
 		p("\tVADDPS %s, Z25, Z25", state(r, 1))
 		p("\tVMOVUPS Z25, %s", state(r, 1))
 	}
