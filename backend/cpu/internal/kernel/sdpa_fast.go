@@ -683,7 +683,7 @@ func (j *sdpaJob) chunk(w *sdpaWork, st *sdpaState, bi, kh, i0, np, c0, c1 int) 
 			copy(st.m[rows:rows+keep], w.keep[:keep])
 			copy(st.l[rows:rows+keep], w.keep[keep:2*keep])
 		}
-		j.pv(w, st, bi, kh, i0, j0, n, p0, p1)
+		j.pv(w, st, bi, kh, i0, j0, n, p0, p1, np*rep)
 	}
 }
 
@@ -760,8 +760,9 @@ func (j *sdpaJob) cvt(dst []float32, dstride int, src unsafe.Pointer, sstride ui
 func (j *sdpaJob) rpadRows(rows int) int { return (rows + 3) &^ 3 }
 
 // pv accumulates the weights in w.sc against the block's V rows for the
-// positions p0..np-1.
-func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) {
+// positions p0..np-1; the item has real rows in all (rows past them, up to
+// rpad, are padding).
+func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np, real int) {
 	rep, dv, v := j.rep, j.dv, j.v
 	nvis := func(r int) int { return min(n, j.lim(i0+r/rep)-j0+1) }
 	rows := np * rep
@@ -847,6 +848,21 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np int) 
 			for g < 4 && r+g < rows && nvis(r+g) == nv && !w.hole[r+g] {
 				g++
 			}
+		}
+		if j.vk == sdpa512 && g > 1 && g < 4 && r+g == real && rows == real && r+4 <= j.rpad {
+			// The item's last rows (a decode step's query heads of one
+			// KV head, three for SmolLM2): padding rows with zero weights
+			// make a group of four, so the block's values are read and
+			// widened once, not once per row. Each row's arithmetic is
+			// its own: the real rows get the bits of the one-row kernel.
+			for x := r + g; x < r+4; x++ {
+				clear(w.sc[x*sdpaBK : (x+1)*sdpaBK])
+				clear(st.acc[x*dv : (x+1)*dv])
+				st.f[x] = 0
+			}
+			sdpaPV512(true, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+			r += g
+			continue
 		}
 		switch {
 		case j.vk == sdpa512 && g == 4:

@@ -515,7 +515,7 @@ func TestSDPAChunked(t *testing.T) {
 		chunks      []int
 	}
 	for _, path := range sdpaPaths() {
-		for _, sh := range []shape{{16, 2, 600, 32, []int{16, 37, 256}}, {4, 4, 100, 16, []int{1, 7, 64}}, {6, 2, 70, 8, []int{1, 32}}} {
+		for _, sh := range []shape{{16, 2, 600, 32, []int{16, 37, 256}}, {4, 4, 100, 16, []int{1, 7, 64}}, {6, 2, 70, 8, []int{1, 32}}, {6, 2, 70, 32, []int{1, 5, 64}}} {
 			for _, chunk := range sh.chunks {
 				name := fmt.Sprintf("%s/h%dhk%d/s%dd%d/chunk%d", path.name, sh.h, sh.hk, sh.s, sh.d, chunk)
 				t.Run(name, func(t *testing.T) {
