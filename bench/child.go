@@ -106,6 +106,8 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 	if decodePeak {
 		rep.DecodePeakRSSBytes = procmem.PeakRSS()
 	}
+	st := b.Stats()
+	rep.PackedBytes, rep.ReleasedBytes = st.PackedBytes, st.ReleasedBytes
 	return json.NewEncoder(stdout).Encode(rep)
 }
 

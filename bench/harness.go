@@ -101,8 +101,14 @@ type ConfigResult struct {
 	TTFTPrompt         int            `json:"ttft_prompt"` // after a prompt of this length
 	Decode             Stat           `json:"decode_tps"`
 	// WeightBytesPerToken is what one decode step reads of this engine's
-	// weights (every layer's, the head's, one embedding row).
+	// weights (every layer's, the head's, one embedding row): for a Go
+	// configuration that packs its weights, the checkpoint's bytes less
+	// the pages the packing gave back plus the packed bytes
+	// (ReadBytesPerToken).
 	WeightBytesPerToken int64 `json:"weight_bytes_per_token"`
+	// PackedBytes and ReleasedBytes are the child's ChildReport fields.
+	PackedBytes   int64 `json:"packed_bytes,omitempty"`
+	ReleasedBytes int64 `json:"released_bytes,omitempty"`
 	// BandwidthFraction is decode tok/s × WeightBytesPerToken / bandwidth.
 	BandwidthFraction float64 `json:"bandwidth_fraction"`
 	Err               string  `json:"error,omitempty"`
@@ -377,7 +383,7 @@ func Run(o Options) (*Result, error) {
 					cr.WeightBytesPerToken = p.goBytes
 				default:
 					cr = o.runChild(name, "mlxgo", append(append(slices.Clone(o.Self), "--config", name, "--model", ck.Model), plan.args(p.idsFile)...))
-					cr.WeightBytesPerToken = p.goBytes
+					cr.WeightBytesPerToken = ReadBytesPerToken(p.goBytes, cr.PackedBytes, cr.ReleasedBytes)
 				}
 				cr.Name, cr.Reps, cr.Warmup, cr.DecodeTokens, cr.Rounds = name, plan.reps, plan.warmup, plan.decode, 1
 				if slow {
@@ -442,6 +448,20 @@ func boolInt(b bool) int {
 // mergeRound adds round b's measurements of a configuration to those of the
 // earlier rounds a: the samples of each statistic together, the peaks'
 // maximum, the load times' mean. An error in either is the result.
+// ReadBytesPerToken is what one decode step reads of a Go configuration's
+// weights: the checkpoint's perToken bytes (CheckpointWeightBytes), less
+// the mapped pages its packed matrices replaced and gave back (released),
+// plus the packed form (packed). The released pages are the packed
+// matrices' codes, scales and biases, rounded out to whole pages, and
+// never more than perToken here (a tied embedding also serves one row a
+// token from its file pages, read again: less than a page).
+func ReadBytesPerToken(perToken, packed, released int64) int64 {
+	if packed <= 0 {
+		return perToken
+	}
+	return max(0, perToken-min(released, perToken)) + packed
+}
+
 func mergeRound(a, b ConfigResult) ConfigResult {
 	if a.Err != "" {
 		return a
@@ -494,6 +514,7 @@ func (o *Options) runChild(name, engine string, argv []string) ConfigResult {
 	}
 	cr.Device, cr.LoadS, cr.DecodePeakRSSBytes = rep.Device, rep.LoadS, rep.DecodePeakRSSBytes
 	cr.PeakRSSBytes = max(cr.PeakRSSBytes, rep.PrefillPeakRSSBytes) // the child's reset lowered ru_maxrss
+	cr.PackedBytes, cr.ReleasedBytes = rep.PackedBytes, rep.ReleasedBytes
 	cr.Prompts, cr.TTFT, cr.TTFTPrompt, cr.Decode = summarise(rep.Runs)
 	return cr
 }

@@ -111,14 +111,18 @@ func (r *Result) MatrixMarkdown() string {
 		ck := &r.Checkpoints[k]
 		fmt.Fprintf(&b, "- %s: %s (%s MB of safetensors", ck.Name, ck.Model, megabytes(ck.CheckpointBytes))
 		var mlxBytes, ggufBytes int64
+		var packed []string // the configurations that read packed weights
 		for _, c := range ck.Configs {
-			if c.Engine == "llama.cpp" {
+			switch {
+			case c.Engine == "llama.cpp":
 				ggufBytes = max(ggufBytes, c.WeightBytesPerToken)
-			} else {
+			case c.PackedBytes > 0:
+				packed = append(packed, fmt.Sprintf("; %s packed%s", c.Name, r.limit(c.WeightBytesPerToken)))
+			default:
 				mlxBytes = max(mlxBytes, c.WeightBytesPerToken)
 			}
 		}
-		b.WriteString(r.limit(mlxBytes) + ")")
+		b.WriteString(r.limit(mlxBytes) + strings.Join(packed, "") + ")")
 		switch {
 		case ck.GGUF != "" && ck.GGUFBytes > 0:
 			fmt.Fprintf(&b, "; GGUF twin %s (%s MB%s)", ck.GGUF, megabytes(ck.GGUFBytes), r.limit(ggufBytes))

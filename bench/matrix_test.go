@@ -18,8 +18,8 @@ func matrixFixture() *Result {
 		BandwidthGBs: 10, BandwidthNote: "test", PromptLens: []int{128, 512}, DecodeTokens: 16,
 		Checkpoints: []CheckpointResult{
 			{Name: "A", Model: "/m/A", GGUF: "/m/A.gguf", CheckpointBytes: 135e6, GGUFBytes: 90e6, Configs: []ConfigResult{
-				{Name: "cpu-fast", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 100e6, BandwidthFraction: 0.9,
-					Prompts: []PromptResult{{128, stat(250)}, {512, stat(300)}}, Decode: stat(20)},
+				{Name: "cpu-fast", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 70e6, BandwidthFraction: 0.9,
+					PackedBytes: 70e6, ReleasedBytes: 100e6, Prompts: []PromptResult{{128, stat(250)}, {512, stat(300)}}, Decode: stat(20)},
 				{Name: "cpu-reference", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 100e6, BandwidthFraction: 0.45,
 					Prompts: []PromptResult{{128, stat(80)}, {512, stat(100)}}, Decode: stat(10)},
 				{Name: "llama.cpp", Engine: "llama.cpp", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 80e6, BandwidthFraction: 0.004,
@@ -49,7 +49,7 @@ func TestMatrixMarkdown(t *testing.T) {
 		"| B | cpu-fast | 500 (n=1) | — | 50.0 (n=1) | — | — | 2.50 |\n",
 		"|  | cpu-reference | failed: child exited 2 |\n",
 		"×llama.cpp is — on every row of a checkpoint without a llama.cpp row",
-		"- A: /m/A (135 MB of safetensors, reads 100 MB/token → limit 100.0 tok/s); GGUF twin /m/A.gguf (90 MB, reads 80 MB/token → limit 125.0 tok/s).\n",
+		"- A: /m/A (135 MB of safetensors, reads 100 MB/token → limit 100.0 tok/s; cpu-fast packed, reads 70 MB/token → limit 142.9 tok/s); GGUF twin /m/A.gguf (90 MB, reads 80 MB/token → limit 125.0 tok/s).\n",
 		"- B: /m/B (2.50 MB of safetensors); no llama.cpp row: no GGUF twin at /m/B.gguf.\n",
 		"- Every row: 1 warm-up + 2 reps, 16 decode tokens.\n",
 		"Read bandwidth: 10.0 GB/s (test), measured once",
@@ -113,5 +113,22 @@ func TestMergeRound(t *testing.T) {
 	fail := ConfigResult{Name: "cpu-fast", Err: "boom"}
 	if m := mergeRound(a, fail); m.Err != "boom" {
 		t.Errorf("a failed round: got %+v, want its error", m)
+	}
+}
+
+// TestReadBytesPerToken: a configuration that packs nothing reads the
+// checkpoint's bytes; one that packs reads them less the pages given back,
+// plus the packed form, and never less than the packed form.
+func TestReadBytesPerToken(t *testing.T) {
+	for _, c := range []struct{ perToken, packed, released, want int64 }{
+		{772e6, 0, 0, 772e6},
+		{772e6, 0, 500e6, 772e6},     // released without packing: not counted
+		{772e6, 695e6, 771e6, 696e6}, // Llama-3.2-1B: the Q4_0 twin's bytes plus an embedding row
+		{100e6, 60e6, 40e6, 120e6},   // part of the model packed
+		{100e6, 70e6, 130e6, 70e6},   // more given back than one step reads: the packed form alone
+	} {
+		if got := ReadBytesPerToken(c.perToken, c.packed, c.released); got != c.want {
+			t.Errorf("ReadBytesPerToken(%d, %d, %d) = %d, want %d", c.perToken, c.packed, c.released, got, c.want)
+		}
 	}
 }

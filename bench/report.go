@@ -167,8 +167,11 @@ func (r *Result) Markdown() string {
 		if c := &r.Configs[i]; c.WeightBytesPerToken > 0 && !seen[c.WeightBytesPerToken] {
 			seen[c.WeightBytesPerToken] = true
 			what := "the MLX checkpoint"
-			if c.Engine == "llama.cpp" {
+			switch {
+			case c.Engine == "llama.cpp":
 				what = "the GGUF twin"
+			case c.PackedBytes > 0:
+				what = c.Name + " with its packed weights"
 			}
 			fmt.Fprintf(&b, "; %s reads %.0f MB/token → limit %.1f tok/s", what, float64(c.WeightBytesPerToken)/1e6, r.BandwidthGBs*1e9/float64(c.WeightBytesPerToken))
 		}

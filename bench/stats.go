@@ -89,6 +89,11 @@ type ChildReport struct {
 	// reset (which also resets the peak the kernel reports at exit, so the
 	// harness takes the larger of the two as the process's peak).
 	PrefillPeakRSSBytes int64 `json:"prefill_peak_rss_bytes,omitempty"`
+	// PackedBytes and ReleasedBytes are the backend's Stats after the runs:
+	// the weights it keeps rearranged for its kernels, and the checkpoint's
+	// mapped pages those replaced and gave back (0 where nothing packs).
+	PackedBytes   int64 `json:"packed_bytes,omitempty"`
+	ReleasedBytes int64 `json:"released_bytes,omitempty"`
 }
 
 // PromptResult is the prefill measurement at one prompt length.
