@@ -472,6 +472,16 @@ type AsyncEvaler interface {
 	AsyncEval(arrays ...Array) error
 }
 
+// HostReader is implemented by backends that can copy an array's values
+// into a caller's buffer: a decode step's rows of logits read back into the
+// same memory every step (ToHost returns new memory each time, which the
+// operating system hands out page by page).
+type HostReader interface {
+	// ReadFloat32 writes a's elements, row-major, as float32 (the values
+	// AsType(a, F32) holds) to dst, which must hold exactly a's size.
+	ReadFloat32(dst []float32, a Array) error
+}
+
 // SlowPathReporter is implemented by backends whose fast kernels do not
 // cover every combination of an op on every CPU. SlowPaths names, sorted,
 // each combination that has run on a slow path in this process, so that a

@@ -218,6 +218,7 @@ type BatchGenerator struct {
 	stats  BatchStats
 	err    error           // a failed forward leaves the caches invalid
 	handed []backend.Array // arrays of returned caches, kept out of the step's scope
+	rows   []float32       // a host decode step's rows of log-probabilities, reused (backend.HostReader)
 }
 
 // batchPart is a set of rows sharing batch caches (nil when it has none).
@@ -962,6 +963,17 @@ func (g *BatchGenerator) decode() ([]BatchToken, error) {
 // onHost reports whether p's step samples on the host: unless every row is
 // greedy, without processors, and wants no log-probabilities
 // (BatchOptions.NoLogprobs).
+// wantsLP reports whether any row of p hands its log-probabilities out
+// (BatchToken.Logprobs keeps the step's row).
+func wantsLP(p *batchPart) bool {
+	for _, s := range p.rows {
+		if s.wantLP {
+			return true
+		}
+	}
+	return false
+}
+
 func onHost(p *batchPart) bool {
 	for _, s := range p.rows {
 		if s.wantLP || !s.sampler.Greedy() || s.processors.Enabled() {
@@ -994,7 +1006,9 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 		}
 	}
 	var lp *tensor.Dense
-	var dt tensor.DType // the logits' dtype (lp holds them as float32)
+	var dt tensor.DType // the logits' dtype (lp, or rows, holds them as float32)
+	var rows []float32  // the rows read straight into g.rows (readRows), else nil
+	var V int
 	err := g.scoped(func() error {
 		var x backend.Array
 		if lazy != nil {
@@ -1030,6 +1044,16 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 			}
 			return g.b.Eval(p.next)
 		}
+		if r, ok := g.b.(backend.HostReader); ok && !wantsLP(p) {
+			// Nothing keeps a row past this step: read them into the
+			// generator's own buffer, the same memory every step.
+			dt, V = out.DType(), out.Shape()[1]
+			if cap(g.rows) < B*V {
+				g.rows = make([]float32, B*V)
+			}
+			rows = g.rows[:B*V]
+			return r.ReadFloat32(rows, out)
+		}
 		lp, dt, err = toHostF32(g.b, out)
 		return err
 	})
@@ -1039,17 +1063,21 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 	if !host {
 		return nil
 	}
-	V := lp.Shape[1]
 	// The rows out of the host tensor, and the greedy rows' picks, in
 	// parallel: on SmolLM2's 49152 logits each row is a copy and a scan,
 	// serial work (2.8% of the CPU samples of BenchmarkBatchDecode at 8
 	// rows, Zen 3, 2 cores, when the rows were float16 converted here)
 	// while the backend's workers waited.
-	rows := make([]float32, len(p.rows)*V)
+	if rows == nil {
+		V = lp.Shape[1]
+		rows = make([]float32, len(p.rows)*V)
+	}
 	picks := make([]int32, len(p.rows))
 	parallelRows(len(p.rows), func(i int) {
 		row := rows[i*V : (i+1)*V : (i+1)*V]
-		lp.Float32sAt(row, i*V)
+		if lp != nil {
+			lp.Float32sAt(row, i*V)
+		}
 		if p.rows[i].sampler.Greedy() {
 			picks[i] = int32(Argmax(row))
 		}

@@ -125,14 +125,17 @@ func TestBatchRowsEqualAlone(t *testing.T) {
 // of its own, give what Generate gives them alone: the batch draws in the
 // model's dtype (1/temp and the scaled logits round to it, as in mlx_lm),
 // although the rows come to the host as float32. A high temperature makes
-// the draws sensitive to that rounding.
+// the draws sensitive to that rounding. With NoLogprobs (the server's
+// setting) the rows come back into the generator's own buffer
+// (backend.HostReader), reused every step.
 func TestBatchSampledRowsEqualAlone(t *testing.T) {
-	for _, name := range []string{"fp-bf16", "optiq-bf16", "fp-f32/shared", "optiq-bf16/shared"} {
+	for _, name := range []string{"fp-bf16", "optiq-bf16", "fp-f32/shared", "optiq-bf16/shared", "optiq-bf16/nologprobs", "fp-f32/shared/nologprobs"} {
 		t.Run(name, func(t *testing.T) {
 			b := cpuBackend(t)
 			ckpt, layout, _ := strings.Cut(name, "/")
+			layout, noLP := strings.CutSuffix(layout, "nologprobs")
 			m := batchCheckpoint(t, b, ckpt)
-			view, err := m.WithCache(nn.CacheOptions{PerRow: layout != "shared"})
+			view, err := m.WithCache(nn.CacheOptions{PerRow: !strings.HasPrefix(layout, "shared")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +148,7 @@ func TestBatchSampledRowsEqualAlone(t *testing.T) {
 				seqs[i] = generate.SequenceOptions{MaxTokens: 48, Sampler: &so, Seed: &seed}
 				solo[i] = generate.Options{MaxTokens: 48, Sampler: so}
 			}
-			got, _, err := generate.BatchGenerate(view, prompts, generate.BatchOptions{}, seqs, nil)
+			got, _, err := generate.BatchGenerate(view, prompts, generate.BatchOptions{NoLogprobs: noLP}, seqs, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -291,6 +291,19 @@ func (b *Backend) ToHost(x backend.Array) (*tensor.Dense, error) {
 	return b.hostCopy(b.use1("ToHost", x)), nil
 }
 
+// ReadFloat32 writes x's elements, row-major, as float32 to dst, which
+// must hold exactly x's size (backend.HostReader): float32, bfloat16 and
+// float16 exactly, other dtypes as AsType F32 converts them.
+func (b *Backend) ReadFloat32(dst []float32, x backend.Array) error {
+	a := b.use1("ReadFloat32", x)
+	if n := a.size(); len(dst) != n {
+		return fmt.Errorf("cpu: ReadFloat32: the buffer holds %d values, the %v array %v has %d", len(dst), a.dtype, a.shape, n)
+	}
+	defer b.freeTmps()
+	b.fillF32(dst, a, tensor.F32)
+	return nil
+}
+
 // Eval checks its arguments and returns nil: every op has already computed.
 // Nil arguments are skipped.
 func (b *Backend) Eval(arrays ...backend.Array) error {

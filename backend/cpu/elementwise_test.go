@@ -264,3 +264,44 @@ func TestBinaryRows(t *testing.T) {
 		}
 	}
 }
+
+// TestReadFloat32 holds ReadFloat32 (backend.HostReader) to what ToHost
+// of AsType F32 gives, bit for bit: arrays from the host (raw storage) and
+// computed ones (float32 values storage) in every float dtype and int32, a
+// transposed view, and a buffer of the wrong size refused.
+func TestReadFloat32(t *testing.T) {
+	b := open(t)
+	in := []float64{1.5, -2.25, 3.0078125, 65504, -0.0001, 7}
+	sh := tensor.Shape{2, 3}
+	type readCase struct {
+		name string
+		a    backend.Array
+	}
+	var cases []readCase
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16, tensor.I32} {
+		x := arr(b, dt, sh, in...)
+		cases = append(cases, readCase{dt.String() + "/host", x}, readCase{dt.String() + "/computed", b.Binary(backend.Add, x, x)},
+			readCase{dt.String() + "/transposed", b.Transpose(x, 1, 0)})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h, err := b.ToHost(b.AsType(c.a, tensor.F32))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := h.ToFloat32()
+			got := make([]float32, len(want))
+			if err := b.ReadFloat32(got, c.a); err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("element %d: %v, want %v", i, got[i], want[i])
+				}
+			}
+			if err := b.ReadFloat32(make([]float32, len(want)+1), c.a); err == nil {
+				t.Errorf("a buffer of %d values for %d elements: no error", len(want)+1, len(want))
+			}
+		})
+	}
+}
