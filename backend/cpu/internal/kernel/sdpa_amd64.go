@@ -30,8 +30,9 @@ func sdpaScores(s, q, kt *float32, rows, d int)
 
 // sdpaSoftmax runs one online-softmax step (see sdpaSoftmaxGo) on rows rows
 // of 32 scores at s + r·32, with the states m, l and the rescale factors f
-// at r. It works on groups of 16 rows: s, m, l and f must have room for
-// rows rounded up to 16 (the padding rows get garbage).
+// at r. It works on groups of 16 rows: m, l and f must have room for rows
+// rounded up to 16 (the lanes past rows get garbage); the scores are read
+// and written for the rows alone (a decode step's item has a few).
 //
 //go:noescape
 func sdpaSoftmax(s, m, l, f *float32, rows int)

@@ -722,6 +722,11 @@ TEXT ·sdpaSoftmax(SB), NOSPLIT, $192-40
 	VPXORD Z30, Z30, Z30
 	VBROADCASTSS 56(R10), Z31
 sm_group:
+	MOVQ CX, R11
+	CMPQ R11, $16
+	JLE sm_n
+	MOVQ $16, R11
+sm_n:
 	MOVQ DI, R8
 	XORQ R9, R9
 sm_max:
@@ -738,7 +743,7 @@ sm_max:
 	VMOVSS X2, (SP)(R9*4)
 	ADDQ $128, R8
 	INCQ R9
-	CMPQ R9, $16
+	CMPQ R9, R11
 	JLT sm_max
 	VMOVUPS (SP), Z2
 	VMOVUPS (SI), Z4
@@ -836,7 +841,7 @@ sm_exp:
 	VMOVSS X0, 128(SP)(R9*4)
 	ADDQ $128, R8
 	INCQ R9
-	CMPQ R9, $16
+	CMPQ R9, R11
 	JLT sm_exp
 	VMULPS (BX), Z6, Z2
 	VADDPS 128(SP), Z2, Z2

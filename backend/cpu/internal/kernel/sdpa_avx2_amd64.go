@@ -34,8 +34,8 @@ func sdpa2Cvt(dst *float32, dstride int, src unsafe.Pointer, sstride uintptr, ro
 //go:noescape
 func sdpa2Scores(s, q, kt *float32, rows, d int)
 
-// sdpa2Softmax is sdpaSoftmax on groups of 8 rows: s, m, l and f must have
-// room for rows rounded up to 8 (the padding rows get garbage).
+// sdpa2Softmax is sdpaSoftmax on groups of 8 rows: m, l and f must have
+// room for rows rounded up to 8 (the lanes past rows get garbage).
 //
 //go:noescape
 func sdpa2Softmax(s, m, l, f *float32, rows int)

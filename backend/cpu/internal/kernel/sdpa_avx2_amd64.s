@@ -715,6 +715,11 @@ TEXT ·sdpa2Softmax(SB), NOSPLIT, $96-40
 	TESTQ CX, CX
 	JLE sm_done
 sm_group:
+	MOVQ CX, R11
+	CMPQ R11, $8
+	JLE sm_n
+	MOVQ $8, R11
+sm_n:
 	MOVQ DI, R8
 	XORQ R9, R9
 sm_max:
@@ -732,7 +737,7 @@ sm_max:
 	VMOVSS X0, (SP)(R9*4)
 	ADDQ $128, R8
 	INCQ R9
-	CMPQ R9, $8
+	CMPQ R9, R11
 	JLT sm_max
 	VMOVUPS (SP), Y2
 	VMOVUPS (SI), Y4
@@ -876,7 +881,7 @@ sm_exp:
 	VMOVSS X0, 64(SP)(R9*4)
 	ADDQ $128, R8
 	INCQ R9
-	CMPQ R9, $8
+	CMPQ R9, R11
 	JLT sm_exp
 	VMOVUPS (DX), Y6
 	VMULPS (BX), Y6, Y2

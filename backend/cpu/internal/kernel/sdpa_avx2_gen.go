@@ -376,6 +376,13 @@ func genSoftmax() {
 	p("\tTESTQ CX, CX")
 	p("\tJLE sm_done")
 	p("sm_group:")
+	// R11: the group's real rows (at most 8): the phases that work a row
+	// at a time stop there; the lanes past them in m, l and f get garbage.
+	p("\tMOVQ CX, R11")
+	p("\tCMPQ R11, $8")
+	p("\tJLE sm_n")
+	p("\tMOVQ $8, R11")
+	p("sm_n:")
 	// Phase 1: row maxima to 0(SP).
 	p("\tMOVQ DI, R8")
 	p("\tXORQ R9, R9")
@@ -394,7 +401,7 @@ func genSoftmax() {
 	p("\tVMOVSS X0, (SP)(R9*4)")
 	p("\tADDQ $128, R8")
 	p("\tINCQ R9")
-	p("\tCMPQ R9, $8")
+	p("\tCMPQ R9, R11")
 	p("\tJLT sm_max")
 	// Phase 2: M, shifts (32(SP)) and factors of the group.
 	p("\tVMOVUPS (SP), Y2")
@@ -435,7 +442,7 @@ func genSoftmax() {
 	p("\tVMOVSS X0, 64(SP)(R9*4)")
 	p("\tADDQ $128, R8")
 	p("\tINCQ R9")
-	p("\tCMPQ R9, $8")
+	p("\tCMPQ R9, R11")
 	p("\tJLT sm_exp")
 	// Phase 4: l = l·f + Σ.
 	p("\tVMOVUPS (DX), Y6")

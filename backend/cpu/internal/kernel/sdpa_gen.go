@@ -357,6 +357,13 @@ func genSoftmax() {
 	p("\tJLE sm_done")
 	loadConsts()
 	p("sm_group:")
+	// R11: the group's real rows (at most 16): the phases that work a row
+	// at a time stop there; the lanes past them in m, l and f get garbage.
+	p("\tMOVQ CX, R11")
+	p("\tCMPQ R11, $16")
+	p("\tJLE sm_n")
+	p("\tMOVQ $16, R11")
+	p("sm_n:")
 	// Phase 1: row maxima to 0(SP).
 	p("\tMOVQ DI, R8")
 	p("\tXORQ R9, R9")
@@ -374,7 +381,7 @@ func genSoftmax() {
 	p("\tVMOVSS X2, (SP)(R9*4)")
 	p("\tADDQ $128, R8")
 	p("\tINCQ R9")
-	p("\tCMPQ R9, $16")
+	p("\tCMPQ R9, R11")
 	p("\tJLT sm_max")
 	// Phase 2: M, shifts (64(SP)) and factors of the group.
 	p("\tVMOVUPS (SP), Z2")
@@ -413,7 +420,7 @@ func genSoftmax() {
 	p("\tVMOVSS X0, 128(SP)(R9*4)")
 	p("\tADDQ $128, R8")
 	p("\tINCQ R9")
-	p("\tCMPQ R9, $16")
+	p("\tCMPQ R9, R11")
 	p("\tJLT sm_exp")
 	// Phase 4: l = l·f + Σ.
 	p("\tVMULPS (BX), Z6, Z2")
