@@ -960,9 +960,6 @@ func (g *BatchGenerator) decode() ([]BatchToken, error) {
 	return out, nil
 }
 
-// onHost reports whether p's step samples on the host: unless every row is
-// greedy, without processors, and wants no log-probabilities
-// (BatchOptions.NoLogprobs).
 // wantsLP reports whether any row of p hands its log-probabilities out
 // (BatchToken.Logprobs keeps the step's row).
 func wantsLP(p *batchPart) bool {
@@ -974,6 +971,9 @@ func wantsLP(p *batchPart) bool {
 	return false
 }
 
+// onHost reports whether p's step samples on the host: unless every row is
+// greedy, without processors, and wants no log-probabilities
+// (BatchOptions.NoLogprobs).
 func onHost(p *batchPart) bool {
 	for _, s := range p.rows {
 		if s.wantLP || !s.sampler.Greedy() || s.processors.Enabled() {
@@ -1007,7 +1007,7 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 	}
 	var lp *tensor.Dense
 	var dt tensor.DType // the logits' dtype (lp, or rows, holds them as float32)
-	var rows []float32  // the rows read straight into g.rows (readRows), else nil
+	var rows []float32  // the rows read straight into g.rows (backend.HostReader), else nil
 	var V int
 	err := g.scoped(func() error {
 		var x backend.Array
