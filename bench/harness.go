@@ -445,9 +445,6 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// mergeRound adds round b's measurements of a configuration to those of the
-// earlier rounds a: the samples of each statistic together, the peaks'
-// maximum, the load times' mean. An error in either is the result.
 // ReadBytesPerToken is what one decode step reads of a Go configuration's
 // weights: the checkpoint's perToken bytes (CheckpointWeightBytes), less
 // the mapped pages its packed matrices replaced and gave back (released),
@@ -462,6 +459,9 @@ func ReadBytesPerToken(perToken, packed, released int64) int64 {
 	return max(0, perToken-min(released, perToken)) + packed
 }
 
+// mergeRound adds round b's measurements of a configuration to those of the
+// earlier rounds a: the samples of each statistic together, the peaks'
+// maximum, the load times' mean. An error in either is the result.
 func mergeRound(a, b ConfigResult) ConfigResult {
 	if a.Err != "" {
 		return a
