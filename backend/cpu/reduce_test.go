@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -110,6 +111,45 @@ func TestLogSumExpRows(t *testing.T) {
 				for i := range want {
 					if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
 						t.Fatalf("lane %d: %g, alone %g", i, got[i], want[i])
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestLogSumExpContiguous: a lane of consecutive values (the last axis,
+// logsumExpRow) gets the bits of the strided loop (the same values down a
+// column of the transpose), rows with NaN, infinities and signed zeros
+// included.
+func TestLogSumExpContiguous(t *testing.T) {
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	special := [][]float32{
+		{0, float32(math.Copysign(0, -1)), 0},
+		{-inf, -inf, -inf},
+		{1, inf, 2},
+		{3, nan, -inf},
+		{-0.5, -0.25, float32(math.Copysign(0, -1))},
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+		for _, n := range []int{3, 7, 513, 1100} {
+			t.Run(fmt.Sprintf("%v/%d", dt, n), func(t *testing.T) {
+				b := open(t)
+				r := rand.New(rand.NewPCG(uint64(n), 5))
+				rows := len(special) + 3
+				v := make([]float32, rows*n)
+				for i := range v {
+					v[i] = float32(r.NormFloat64() * 4)
+				}
+				for i, sp := range special {
+					copy(v[i*n:], sp)
+				}
+				x := b.AsType(b.FromHost(tensor.FromFloat32(tensor.Shape{rows, n}, v)), dt)
+				got := vals(t, b, b.LogSumExp(x, -1, false))
+				want := vals(t, b, b.LogSumExp(b.Transpose(x, 1, 0), 0, false))
+				for i := range want {
+					if math.Float64bits(got[i]) != math.Float64bits(want[i]) && !(math.IsNaN(got[i]) && math.IsNaN(want[i])) {
+						t.Fatalf("row %d: contiguous %g, strided %g", i, got[i], want[i])
 					}
 				}
 			})
