@@ -138,7 +138,11 @@ func ropeAngle(scale float32, pos int, inv float32) (c, s float32) {
 // once. Every pair is read before it is written, so dst may be x.
 func ropeRow(dst, x []float32, d int, p RoPEParams, cs, sn []float32, round Rounder, kind byte) {
 	half := p.Dims / 2
-	for i := range half {
+	i0 := 0
+	if simdRoPE != nil && !p.Traditional {
+		i0 = simdRoPE(dst, x, cs, sn, half)
+	}
+	for i := i0; i < half; i++ {
 		i1, i2 := i, i+half
 		if p.Traditional {
 			i1, i2 = 2*i, 2*i+1
@@ -150,6 +154,12 @@ func ropeRow(dst, x []float32, d int, p RoPEParams, cs, sn []float32, round Roun
 	roundSlice(dst[:p.Dims], round, kind)
 	copy(dst[p.Dims:d], x[p.Dims:d])
 }
+
+// simdRoPE, when the CPU has AVX-512 (vec_amd64.go) or AVX2
+// (vec_avx2_amd64.go), rotates the first pairs of a row in halves (not
+// Traditional) as ropeRow's loop does, bit for bit, and returns how many;
+// nil otherwise.
+var simdRoPE func(dst, x, cs, sn []float32, half int) int
 
 func checkRoPE(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int) {
 	check(b >= 0 && h >= 0 && l >= 0 && d > 0, "RoPE", "sizes b=%d h=%d l=%d d=%d", b, h, l, d)

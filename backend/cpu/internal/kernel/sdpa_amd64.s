@@ -1931,3 +1931,37 @@ norm_done:
 	VZEROUPPER
 	RET
 
+// func vecRoPE(dst, x, cs, sn *float32, half, n int)
+TEXT ·vecRoPE(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ cs+16(FP), BX
+	MOVQ sn+24(FP), DX
+	MOVQ half+32(FP), R8
+	SHLQ $2, R8
+	MOVQ n+40(FP), CX
+	SHRQ $4, CX
+	JZ rope_done
+rope_loop:
+	VMOVUPS (SI), Z0
+	VMOVUPS (SI)(R8*1), Z1
+	VMOVUPS (BX), Z2
+	VMOVUPS (DX), Z3
+	VMULPS Z2, Z0, Z4
+	VMULPS Z3, Z1, Z5
+	VSUBPS Z5, Z4, Z4
+	VMULPS Z3, Z0, Z6
+	VMULPS Z2, Z1, Z7
+	VADDPS Z7, Z6, Z6
+	VMOVUPS Z4, (DI)
+	VMOVUPS Z6, (DI)(R8*1)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	ADDQ $64, DX
+	ADDQ $64, DI
+	DECQ CX
+	JNZ rope_loop
+rope_done:
+	VZEROUPPER
+	RET
+

@@ -770,6 +770,48 @@ func genNormScale() {
 	p("")
 }
 
+// vecRoPE(dst, x, cs, sn *float32, half, n int): for i < n (a multiple of
+// 16) the pair (x1, x2) = (x[i], x[half+i]) rotated by (cs[i], sn[i]):
+// dst[i] = x1·c − x2·s, dst[half+i] = x1·s + x2·c, each product rounded to
+// float32 before the sum (no fused multiply-add), as ropeRow computes it.
+// dst may be x: each pair is read before it is written.
+func genRoPE() {
+	p("// func vecRoPE(dst, x, cs, sn *float32, half, n int)")
+	p("TEXT ·vecRoPE(SB), NOSPLIT, $0-48")
+	p("\tMOVQ dst+0(FP), DI")
+	p("\tMOVQ x+8(FP), SI")
+	p("\tMOVQ cs+16(FP), BX")
+	p("\tMOVQ sn+24(FP), DX")
+	p("\tMOVQ half+32(FP), R8")
+	p("\tSHLQ $2, R8")
+	p("\tMOVQ n+40(FP), CX")
+	p("\tSHRQ $4, CX")
+	p("\tJZ rope_done")
+	p("rope_loop:")
+	p("\tVMOVUPS (SI), Z0")       // x1
+	p("\tVMOVUPS (SI)(R8*1), Z1") // x2
+	p("\tVMOVUPS (BX), Z2")       // c
+	p("\tVMOVUPS (DX), Z3")       // s
+	p("\tVMULPS Z2, Z0, Z4")      // x1·c
+	p("\tVMULPS Z3, Z1, Z5")      // x2·s
+	p("\tVSUBPS Z5, Z4, Z4")      // x1·c − x2·s
+	p("\tVMULPS Z3, Z0, Z6")      // x1·s
+	p("\tVMULPS Z2, Z1, Z7")      // x2·c
+	p("\tVADDPS Z7, Z6, Z6")      // x1·s + x2·c
+	p("\tVMOVUPS Z4, (DI)")
+	p("\tVMOVUPS Z6, (DI)(R8*1)")
+	p("\tADDQ $64, SI")
+	p("\tADDQ $64, BX")
+	p("\tADDQ $64, DX")
+	p("\tADDQ $64, DI")
+	p("\tDECQ CX")
+	p("\tJNZ rope_loop")
+	p("rope_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "write to this file instead of standard output")
 	flag.Parse()
@@ -788,6 +830,7 @@ func main() {
 	genMerge()
 	genSwiGLU()
 	genNormScale()
+	genRoPE()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())
 		return

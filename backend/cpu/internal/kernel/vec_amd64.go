@@ -21,10 +21,31 @@ func vecSwiGLU(dst, gate, up *float32, n, kind int)
 //go:noescape
 func vecNormScale(dst, x, w *float32, inv float32, n, kind int)
 
+// vecRoPE rotates n pairs (a multiple of 16) of a row whose halves are
+// half values apart: dst[i] = x1·c − x2·s, dst[half+i] = x1·s + x2·c for
+// (x1, x2) = (x[i], x[half+i]) and (c, s) = (cs[i], sn[i]), each product
+// rounded to float32 before the sum (ropeRow); dst may be x.
+//
+//go:noescape
+func vecRoPE(dst, x, cs, sn *float32, half, n int)
+
 func init() {
 	if avx512, _ := x86Features(); avx512 {
 		simdSwiGLU, simdExp, simdNormScale = swigluAsm, expSliceAsm, normScaleAsm
+		simdRoPE = ropeAsm
 	}
+}
+
+// ropeAsm is simdRoPE through vecRoPE over the longest multiple of 16
+// pairs; it returns that count.
+func ropeAsm(dst, x, cs, sn []float32, half int) int {
+	n := half &^ 15
+	if n == 0 {
+		return 0
+	}
+	_, _, _, _ = dst[half+n-1], x[half+n-1], cs[n-1], sn[n-1]
+	vecRoPE(&dst[0], &x[0], &cs[0], &sn[0], half, n)
+	return n
 }
 
 // swigluAsm is simdSwiGLU through vecSwiGLU over the longest multiple of

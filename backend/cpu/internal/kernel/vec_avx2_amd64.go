@@ -66,6 +66,11 @@ func vaF32ToF16(dst *uint16, src *float32, n int)
 //go:noescape
 func vaRoundF16(v *float32, n int)
 
+// vaRoPE is vecRoPE (vec_amd64.go) for n a multiple of 8.
+//
+//go:noescape
+func vaRoPE(dst, x, cs, sn *float32, half, n int)
+
 // vaOK is set at start-up when the CPU has AVX2, FMA and F16C (and the OS
 // saves the YMM state); GODEBUG=cpu.avx2=off clears it.
 var vaOK bool
@@ -87,6 +92,9 @@ func init() {
 	}
 	if simdNormScale == nil {
 		simdNormScale = vaNormScaleSlice
+	}
+	if simdRoPE == nil {
+		simdRoPE = vaRoPESlice
 	}
 	if simdDot == nil {
 		simdDot, simdAxpy = vaDotSlice, vaAxpySlice
@@ -143,6 +151,18 @@ func vaNormScaleSlice(dst, x, w []float32, inv float32, kind byte) int {
 	}
 	_, _ = dst[n-1], w[n-1]
 	vaNormScale(&dst[0], &x[0], &w[0], inv, n, k)
+	return n
+}
+
+// vaRoPESlice is simdRoPE through vaRoPE over the longest multiple of 8
+// pairs; it returns that count.
+func vaRoPESlice(dst, x, cs, sn []float32, half int) int {
+	n := half &^ 7
+	if n == 0 {
+		return 0
+	}
+	_, _, _, _ = dst[half+n-1], x[half+n-1], cs[n-1], sn[n-1]
+	vaRoPE(&dst[0], &x[0], &cs[0], &sn[0], half, n)
 	return n
 }
 

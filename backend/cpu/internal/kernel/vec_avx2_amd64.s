@@ -1364,3 +1364,37 @@ rh_end:
 	VZEROUPPER
 	RET
 
+// func vaRoPE(dst, x, cs, sn *float32, half, n int)
+TEXT ·vaRoPE(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ cs+16(FP), BX
+	MOVQ sn+24(FP), DX
+	MOVQ half+32(FP), R8
+	SHLQ $2, R8
+	MOVQ n+40(FP), CX
+	SHRQ $3, CX
+	JZ rope_done
+rope_loop:
+	VMOVUPS (SI), Y0
+	VMOVUPS (SI)(R8*1), Y1
+	VMOVUPS (BX), Y2
+	VMOVUPS (DX), Y3
+	VMULPS Y2, Y0, Y4
+	VMULPS Y3, Y1, Y5
+	VSUBPS Y5, Y4, Y4
+	VMULPS Y3, Y0, Y6
+	VMULPS Y2, Y1, Y7
+	VADDPS Y7, Y6, Y6
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y6, (DI)(R8*1)
+	ADDQ $32, SI
+	ADDQ $32, BX
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ rope_loop
+rope_done:
+	VZEROUPPER
+	RET
+

@@ -333,16 +333,17 @@ func withPortable(off bool, fn func()) {
 		fn()
 		return
 	}
-	e, s, n, d, a, h, c := simdExp, simdSwiGLU, simdNormScale, simdDot, simdAxpy, simdF16, convAVX2
-	simdExp, simdSwiGLU, simdNormScale, simdDot, simdAxpy, simdF16, convAVX2 = nil, nil, nil, nil, nil, false, false
+	e, s, n, d, a, h, c, r := simdExp, simdSwiGLU, simdNormScale, simdDot, simdAxpy, simdF16, convAVX2, simdRoPE
+	simdExp, simdSwiGLU, simdNormScale, simdDot, simdAxpy, simdF16, convAVX2, simdRoPE = nil, nil, nil, nil, nil, false, false, nil
 	defer func() {
-		simdExp, simdSwiGLU, simdNormScale, simdDot, simdAxpy, simdF16, convAVX2 = e, s, n, d, a, h, c
+		simdExp, simdSwiGLU, simdNormScale, simdDot, simdAxpy, simdF16, convAVX2, simdRoPE = e, s, n, d, a, h, c, r
 	}()
 	fn()
 }
 
-// BenchmarkVecKinds times SwiGLU, RMSNorm and ExpSlice on one worker over a
-// decode-sized row (SmolLM2-135M: 1536 intermediate, 576 hidden) in each
+// BenchmarkVecKinds times SwiGLU, RMSNorm, RoPE and ExpSlice on one worker
+// over a decode-sized row (SmolLM2-135M: 1536 intermediate, 576 hidden;
+// MiniCPM5-1B's 16 query heads of 128 for RoPE) in each
 // rounding kind, and a decode SDPA, with the installed vector code ("vec")
 // and with the scalar loops ("scalar"): f16 against bf16 is the issue's
 // "as fast as".
@@ -366,6 +367,18 @@ func BenchmarkVecKinds(b *testing.B) {
 					withThreads(1, func() {
 						for b.Loop() {
 							RMSNorm(dst, x, w, 1, nh, 1e-5, k.round, AccF32)
+						}
+					})
+				})
+				// The queries of one decode row of MiniCPM5-1B (16 heads
+				// of 128) at one position.
+				b.Run(fmt.Sprintf("RoPE/%s/%s", k.name, path), func(b *testing.B) {
+					const h, d = 16, 128
+					q, out := randVec(r, h*d, 1, k.round), make([]float32, h*d)
+					p := RoPEParams{Dims: d, Base: 10000, Scale: 1}
+					withThreads(1, func() {
+						for b.Loop() {
+							RoPE(out, q, 1, h, 1, d, p, []int{300}, k.round)
 						}
 					})
 				})

@@ -481,6 +481,47 @@ func genF16() {
 	p("")
 }
 
+// vaRoPE(dst, x, cs, sn *float32, half, n int): vecRoPE of sdpa_gen.go
+// with 8 lanes (n a multiple of 8): dst[i] = x1·c − x2·s and dst[half+i] =
+// x1·s + x2·c for (x1, x2) = (x[i], x[half+i]), (c, s) = (cs[i], sn[i]),
+// each product rounded before the sum.
+func genRoPE() {
+	p("// func vaRoPE(dst, x, cs, sn *float32, half, n int)")
+	p("TEXT ·vaRoPE(SB), NOSPLIT, $0-48")
+	p("\tMOVQ dst+0(FP), DI")
+	p("\tMOVQ x+8(FP), SI")
+	p("\tMOVQ cs+16(FP), BX")
+	p("\tMOVQ sn+24(FP), DX")
+	p("\tMOVQ half+32(FP), R8")
+	p("\tSHLQ $2, R8")
+	p("\tMOVQ n+40(FP), CX")
+	p("\tSHRQ $3, CX")
+	p("\tJZ rope_done")
+	p("rope_loop:")
+	p("\tVMOVUPS (SI), Y0")
+	p("\tVMOVUPS (SI)(R8*1), Y1")
+	p("\tVMOVUPS (BX), Y2")
+	p("\tVMOVUPS (DX), Y3")
+	p("\tVMULPS Y2, Y0, Y4")
+	p("\tVMULPS Y3, Y1, Y5")
+	p("\tVSUBPS Y5, Y4, Y4")
+	p("\tVMULPS Y3, Y0, Y6")
+	p("\tVMULPS Y2, Y1, Y7")
+	p("\tVADDPS Y7, Y6, Y6")
+	p("\tVMOVUPS Y4, (DI)")
+	p("\tVMOVUPS Y6, (DI)(R8*1)")
+	p("\tADDQ $32, SI")
+	p("\tADDQ $32, BX")
+	p("\tADDQ $32, DX")
+	p("\tADDQ $32, DI")
+	p("\tDECQ CX")
+	p("\tJNZ rope_loop")
+	p("rope_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "write to this file instead of standard output")
 	flag.Parse()
@@ -491,6 +532,7 @@ func main() {
 	genDot()
 	genAxpy()
 	genF16()
+	genRoPE()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())
 		return
