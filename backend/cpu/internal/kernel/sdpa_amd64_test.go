@@ -169,10 +169,18 @@ func TestSDPAPVKernels(t *testing.T) {
 	}
 }
 
-// TestSDPAKTKernel: sdpaKT transposes and converts exactly.
+// TestSDPAKTKernel: sdpaKT transposes and converts exactly, at head
+// dimensions that take bfloat16's 32-value loop (a multiple of 32) and
+// that do not.
 func TestSDPAKTKernel(t *testing.T) {
 	needSDPAAsm(t)
-	const d, stride = 48, 53
+	for _, d := range []int{16, 48, 64, 96, 128} {
+		t.Run(fmt.Sprint("d", d), func(t *testing.T) { testSDPAKT(t, d) })
+	}
+}
+
+func testSDPAKT(t *testing.T, d int) {
+	stride := d + 5
 	r := newRand(4)
 	src := randVec(r, 16*stride, 1, Identity)
 	bf := make([]uint16, 16*stride)
@@ -190,9 +198,9 @@ func TestSDPAKTKernel(t *testing.T) {
 			vec, ptr, es = F16Vec(bf), unsafe.Pointer(&bf[0]), 2
 		}
 		dst := make([]float32, d*sdpaBK)
-		sdpaKT(&dst[0], ptr, stride*es, d, kind)
+		sdpaKT(&dst[0], ptr, uintptr(stride)*es, d, kind)
 		cvt := make([]float32, 16*d)
-		sdpaCvt(&cvt[0], d, ptr, stride*es, 16, d, kind)
+		sdpaCvt(&cvt[0], d, ptr, uintptr(stride)*es, 16, d, kind)
 		for row := range 16 {
 			for c := range d {
 				want := vec.At(row*stride + c)

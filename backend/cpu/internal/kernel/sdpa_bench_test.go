@@ -15,7 +15,8 @@ import (
 //     and 2048 tokens (where chunks of keys are merged), decode against 1k
 //     and 8k cached positions;
 //   - SmolLM2-135M (9 query heads, 3 KV heads of 64, f16): decode against
-//     128, 512 and 2048 cached positions, prefill of 512 tokens.
+//     128, 512 and 2048 cached positions, prefill of 512 tokens; and decode
+//     on a bf16 cache (the synth preset's dtype) against 128 and 512.
 //
 // cpu-ns/op is the CPU time of all threads per op (steadier than wall time
 // on a shared machine; with more than one thread it includes the workers'
@@ -32,6 +33,7 @@ func BenchmarkSDPAShapes(b *testing.B) {
 	models := []model{
 		{"minicpm5", 16, 2, 128, "bf16", tensor.RoundBF16, []int{512, 2048}, []int{1024, 8192}},
 		{"smollm2", 9, 3, 64, "f16", tensor.RoundF16, []int{512}, []int{128, 512, 2048}},
+		{"smollm2-bf16", 9, 3, 64, "bf16", tensor.RoundBF16, nil, []int{128, 512}},
 	}
 	for _, md := range models {
 		type shape struct {
