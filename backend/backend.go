@@ -441,6 +441,45 @@ func AttendRowsComposed(b Backend, q Array, keys, values []Array, scale float32,
 	return out
 }
 
+// RowUpdater is implemented by backends that write a batch's rows into
+// arrays of their own in one call (the new keys or values of a decode step
+// into each row's KV cache). SliceUpdateRows(dsts, src, axis, at) returns,
+// for every row r, what SliceUpdate(dsts[r], src[r:r+1], start) returns,
+// start being at[r] on axis and 0 elsewhere; dsts[r] has a leading
+// dimension of 1 and is consumed as SliceUpdate consumes dst.
+type RowUpdater interface {
+	SliceUpdateRows(dsts []Array, src Array, axis int, at []int) []Array
+}
+
+// SliceUpdateRows is RowUpdater's operation through b's RowUpdater when it
+// has one, else SliceUpdateRowsComposed.
+func SliceUpdateRows(b Backend, dsts []Array, src Array, axis int, at []int) []Array {
+	if ru, ok := b.(RowUpdater); ok {
+		return ru.SliceUpdateRows(dsts, src, axis, at)
+	}
+	return SliceUpdateRowsComposed(b, dsts, src, axis, at)
+}
+
+// SliceUpdateRowsComposed is SliceUpdateRows row by row through b's Slice
+// and SliceUpdate: the definition a RowUpdater matches.
+func SliceUpdateRowsComposed(b Backend, dsts []Array, src Array, axis int, at []int) []Array {
+	ss := src.Shape()
+	if len(ss) == 0 || ss[0] != len(dsts) || len(at) != len(dsts) || axis < 0 || axis >= len(ss) {
+		panic(Errorf("SliceUpdateRows", []Array{src}, "src of shape %v for %d arrays and %d positions on axis %d, want [%d, ...] and an axis of it", ss, len(dsts), len(at), axis, len(dsts)))
+	}
+	out := make([]Array, len(dsts))
+	start, stop := make([]int, len(ss)), ss.Clone()
+	for r, d := range dsts {
+		start[0], stop[0] = r, r+1
+		row := b.Slice(src, start, stop)
+		at0 := make([]int, len(ss))
+		at0[axis] = at[r]
+		out[r] = b.SliceUpdate(d, row, at0)
+		b.Release(row)
+	}
+	return out
+}
+
 // TurboKV is the live window of a TurboQuant KV cache (nn.TurboKVCache,
 // the codec of package nn/turboquant) as TurboAttention reads it. Parts are
 // [B, Hk, S, ·] each, in the cache's persistence order: key codes (int8 for

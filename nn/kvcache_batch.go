@@ -135,8 +135,7 @@ func (c *BatchKVCache) Update(k, v backend.Array) (backend.Array, backend.Array)
 }
 
 func (c *BatchKVCache) replace(old, next backend.Array) backend.Array {
-	c.b.Release(old)
-	return next
+	return replaced(c.b, old, next)
 }
 
 // Attend appends k and v ([B, Hk, L, D]) and attends q ([B, H, L, D]) to

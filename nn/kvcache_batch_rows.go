@@ -121,27 +121,25 @@ func (c *BatchKVCache) attendRows(q, k, v backend.Array, scale float32) backend.
 
 // attendFullRows is attendRows when every row is a FullKVCache and none is
 // right-padded (a decode step, or a prefill of equal lengths): each row's
-// keys and values are appended to its cache, then backend.AttendRows
+// keys and values are appended to its cache (appendKVRows: one
+// backend.SliceUpdateRows for all the rows' keys, one for their values),
+// then backend.AttendRows
 // attends all rows at once (one fused pass on backends with
 // RowAttention). ok is false, and nothing is done, otherwise.
 func (c *BatchKVCache) attendFullRows(q, k, v backend.Array, scale float32) (out backend.Array, ok bool) {
 	if len(c.rows) < 2 || slices.ContainsFunc(c.rightPadding, func(p int) bool { return p != 0 }) {
 		return nil, false
 	}
-	for _, rc := range c.rows {
-		if _, full := rc.(*FullKVCache); !full {
+	fcs := make([]*FullKVCache, len(c.rows))
+	for r, rc := range c.rows {
+		fc, full := rc.(*FullKVCache)
+		if !full {
 			return nil, false
 		}
+		fcs[r] = fc
 	}
 	b := c.b
-	ks, vs := k.Shape(), v.Shape()
-	keys, values := make([]backend.Array, len(c.rows)), make([]backend.Array, len(c.rows))
-	for r, rc := range c.rows {
-		kr := b.Slice(k, []int{r, 0, 0, 0}, []int{r + 1, ks[1], ks[2], ks[3]})
-		vr := b.Slice(v, []int{r, 0, 0, 0}, []int{r + 1, vs[1], vs[2], vs[3]})
-		keys[r], values[r] = rc.Update(kr, vr)
-		b.Release(kr, vr)
-	}
+	keys, values := appendKVRows(b, fcs, k, v)
 	out = backend.AttendRows(b, q, keys, values, scale, c.rows[0].Mask(q.Shape()[2]))
 	b.Release(keys...)
 	b.Release(values...)

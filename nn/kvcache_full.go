@@ -54,31 +54,68 @@ func (c *FullKVCache) Update(k, v backend.Array) (backend.Array, backend.Array) 
 // releases the buffers it replaces and returns the new buffers and the
 // caller's views of them up to prev+L.
 func appendKV(b backend.Backend, keys, values, k, v backend.Array, prev int) (newKeys, newValues, outK, outV backend.Array) {
-	replace := func(old, next backend.Array) backend.Array {
-		b.Release(old)
-		return next
-	}
 	L := k.Shape()[2]
-	if keys == nil || prev+L > keys.Shape()[2] {
-		n := (KVStep + L - 1) / KVStep * KVStep
-		zk := b.Zeros(slots(k.Shape(), n), k.DType())
-		zv := b.Zeros(slots(v.Shape(), n), v.DType())
-		if keys != nil {
-			if prev%KVStep != 0 {
-				keys = replace(keys, b.Slice(keys, zeros4, upTo(keys.Shape(), prev)))
-				values = replace(values, b.Slice(values, zeros4, upTo(values.Shape(), prev)))
-			}
-			keys = replace(keys, b.Concatenate(2, keys, zk))
-			values = replace(values, b.Concatenate(2, values, zv))
-			b.Release(zk, zv)
-		} else {
-			keys, values = zk, zv
-		}
-	}
+	keys, values = growKV(b, keys, values, k.Shape(), v.Shape(), k.DType(), v.DType(), prev, L)
 	at := []int{0, 0, prev, 0}
-	keys = replace(keys, b.SliceUpdate(keys, k, at))
-	values = replace(values, b.SliceUpdate(values, v, at))
+	keys = replaced(b, keys, b.SliceUpdate(keys, k, at))
+	values = replaced(b, values, b.SliceUpdate(values, v, at))
 	return keys, values, b.Slice(keys, zeros4, upTo(keys.Shape(), prev+L)), b.Slice(values, zeros4, upTo(values.Shape(), prev+L))
+}
+
+// growKV returns buffers keys and values (nil when empty) with room for L
+// more slots after index prev: themselves when they have it, else grown by
+// ceil(L/KVStep)·KVStep zero slots of the shapes and dtypes of the new
+// keys (ks, kt) and values (vs, vt), cut to prev first when prev is not a
+// multiple of KVStep; the buffers replaced are released.
+func growKV(b backend.Backend, keys, values backend.Array, ks, vs tensor.Shape, kt, vt tensor.DType, prev, L int) (backend.Array, backend.Array) {
+	if keys != nil && prev+L <= keys.Shape()[2] {
+		return keys, values
+	}
+	n := (KVStep + L - 1) / KVStep * KVStep
+	zk := b.Zeros(slots(ks, n), kt)
+	zv := b.Zeros(slots(vs, n), vt)
+	if keys == nil {
+		return zk, zv
+	}
+	if prev%KVStep != 0 {
+		keys = replaced(b, keys, b.Slice(keys, zeros4, upTo(keys.Shape(), prev)))
+		values = replaced(b, values, b.Slice(values, zeros4, upTo(values.Shape(), prev)))
+	}
+	keys = replaced(b, keys, b.Concatenate(2, keys, zk))
+	values = replaced(b, values, b.Concatenate(2, values, zv))
+	b.Release(zk, zv)
+	return keys, values
+}
+
+// replaced releases old and returns next.
+func replaced(b backend.Backend, old, next backend.Array) backend.Array {
+	b.Release(old)
+	return next
+}
+
+// appendKVRows is appendKV for the full caches of a batch's rows at once:
+// row r of k and v ([B, H, L, D]) goes into caches[r] (grown as appendKV
+// grows it), the buffers written by one backend.SliceUpdateRows each; it
+// returns each row's views up to its new offset.
+func appendKVRows(b backend.Backend, caches []*FullKVCache, k, v backend.Array) (keys, values []backend.Array) {
+	ks, vs := k.Shape().Clone(), v.Shape().Clone()
+	ks[0], vs[0] = 1, 1
+	L := ks[2]
+	kb, vb, at := make([]backend.Array, len(caches)), make([]backend.Array, len(caches)), make([]int, len(caches))
+	for r, c := range caches {
+		c.keys, c.values = growKV(b, c.keys, c.values, ks, vs, k.DType(), v.DType(), c.offset, L)
+		kb[r], vb[r], at[r] = c.keys, c.values, c.offset
+	}
+	kb = backend.SliceUpdateRows(b, kb, k, 2, at)
+	vb = backend.SliceUpdateRows(b, vb, v, 2, at)
+	keys, values = make([]backend.Array, len(caches)), make([]backend.Array, len(caches))
+	for r, c := range caches {
+		c.keys, c.values = kb[r], vb[r]
+		c.offset += L
+		keys[r] = b.Slice(c.keys, zeros4, upTo(c.keys.Shape(), c.offset))
+		values[r] = b.Slice(c.values, zeros4, upTo(c.values.Shape(), c.offset))
+	}
+	return keys, values
 }
 
 var zeros4 = []int{0, 0, 0, 0}

@@ -182,8 +182,7 @@ func (c *RotatingKVCache) temporalOrder(x backend.Array) backend.Array {
 
 // replace releases old and returns next.
 func (c *RotatingKVCache) replace(old, next backend.Array) backend.Array {
-	c.b.Release(old)
-	return next
+	return replaced(c.b, old, next)
 }
 
 // Mask is make_mask(L) with no window_size (what mlx_lm's models ask for):

@@ -65,7 +65,8 @@
 // measured on both backends. backend.AttendRows (rows with keys and values
 // of their own, through the backend's RowAttention where it has one) must
 // give each row the bits ScaledDotProductAttention gives it alone
-// (Ops/AttendRows). Finally the same op on the same inputs must give the
+// (Ops/AttendRows), and backend.SliceUpdateRows (through a RowUpdater)
+// each row what SliceUpdate writes (Ops/SliceUpdateRows). Finally the same op on the same inputs must give the
 // same bits twice (Ops/Deterministic).
 //
 // Gradients (Gradients/...), where the backend implements

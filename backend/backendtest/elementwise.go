@@ -28,6 +28,7 @@ func runOps(t *testing.T, open func() (backend.Backend, error), skip map[string]
 		{"Transpose", testTranspose},
 		{"Slice", testSlice},
 		{"SliceUpdate", testSliceUpdate},
+		{"SliceUpdateRows", testSliceUpdateRows},
 		{"Concatenate", testConcatenate},
 		{"Take", testTake},
 		{"Sum", testSum},

@@ -107,6 +107,38 @@ func testSliceUpdate(t *testing.T, b backend.Backend) {
 	})
 }
 
+// backend.SliceUpdateRows (through the backend's RowUpdater where it has
+// one): row r of src written into the r-th array at a random index of a
+// random axis, every row exactly as SliceUpdate writes it.
+func testSliceUpdateRows(t *testing.T, b backend.Backend) {
+	shapingCase(t, b, "sliceupdaterows", func(g *gen, dt tensor.DType, name string) {
+		B := 1 + g.r.IntN(4)
+		shape := append(tensor.Shape{1}, g.shape(1+g.r.IntN(3), 1, 5)...) // each row's array
+		axis := 1 + g.r.IntN(len(shape)-1)
+		ss := shape.Clone() // src: B rows of a region of shape's
+		ss[0] = B
+		ss[axis] = 1 + g.r.IntN(shape[axis])
+		src, sr := g.input(b, dt, ss, g.values(dt, ss.Size(), 2))
+		dsts, wants := make([]backend.Array, B), make([]nd, B)
+		at := make([]int, B)
+		rowSize := ss.Size() / B
+		rs := ss.Clone()
+		rs[0] = 1
+		for r := range B {
+			d, dr := g.input(b, dt, shape, g.values(dt, shape.Size(), 2))
+			dsts[r] = d
+			at[r] = g.r.IntN(shape[axis] - ss[axis] + 1)
+			wants[r] = nd{dr.shape, append([]float64{}, dr.v...)}
+			start := make([]int, len(shape))
+			start[axis] = at[r]
+			setSlice(wants[r], start, nd{rs, sr.v[r*rowSize : (r+1)*rowSize]})
+		}
+		for r, got := range backend.SliceUpdateRows(b, dsts, src, axis, at) {
+			checkExact(t, b, caseName(name, "row", r), got, dt, wants[r])
+		}
+	})
+}
+
 // Concatenate one to four arrays along a random axis (negative at times),
 // parts of size 0 included.
 func testConcatenate(t *testing.T, b backend.Backend) {

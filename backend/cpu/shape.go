@@ -169,8 +169,51 @@ func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) (traced backe
 		defer func() { b.record("SliceUpdate", traced, sliceUpdateVJP(start), dst, src) }()
 	}
 	d, s := b.use2("SliceUpdate", dst, src)
+	return b.sliceUpdate(func() []backend.Array { return []backend.Array{dst, src} }, d, s, start)
+}
+
+// SliceUpdateRows writes row r of src ([B, ...]) into dsts[r] at index
+// at[r] of axis (0 on the others) for every r, each as SliceUpdate writes
+// (in place where dsts[r] is its storage's only view), without an array
+// for each row of src. It implements backend.RowUpdater; while gradients
+// are recorded it goes row by row (backend.SliceUpdateRowsComposed).
+func (b *Backend) SliceUpdateRows(dsts []backend.Array, src backend.Array, axis int, at []int) []backend.Array {
+	const op = "SliceUpdateRows"
+	if b.tape != nil {
+		return backend.SliceUpdateRowsComposed(b, dsts, src, axis, at)
+	}
+	s := b.use1(op, src)
+	ds := b.use(op, dsts...)
+	if len(s.shape) == 0 || s.shape[0] != len(ds) || len(at) != len(ds) || axis < 0 || axis >= len(s.shape) {
+		panic(backend.Errorf(op, []backend.Array{src}, "src of shape %v for %d arrays and %d positions on axis %d, want [%d, ...] and an axis of it", s.shape, len(ds), len(at), axis, len(ds)))
+	}
+	var startBuf [4]int
+	start := startBuf[:0]
+	for range s.shape {
+		start = append(start, 0)
+	}
+	st := stridesOf(s)
+	out := make([]backend.Array, len(ds))
+	for r, d := range ds {
+		// Row r of src as an array of its own shape [1, ...], never
+		// handed out (so not tracked): the storage and offset are src's.
+		row := Array{dtype: s.dtype, buf: s.buf, off: s.off + r*st[0]}
+		row.shape = append(row.dims[:0:len(row.dims)], s.shape...)
+		row.shape[0] = 1
+		if s.strides != nil {
+			row.strides = append(row.sdims[:0:len(row.sdims)], s.strides...)
+		}
+		start[axis] = at[r]
+		out[r] = b.sliceUpdate(func() []backend.Array { return []backend.Array{dsts[r], src} }, d, &row, start)
+	}
+	return out
+}
+
+// sliceUpdate is SliceUpdate on checked arguments (args names them in
+// errors).
+func (b *Backend) sliceUpdate(args func() []backend.Array, d, s *Array, start []int) *Array {
 	if len(s.shape) > len(d.shape) {
-		panic(backend.Errorf("SliceUpdate", []backend.Array{dst, src}, "src has more dimensions than dst"))
+		panic(backend.Errorf("SliceUpdate", args(), "src has more dimensions than dst"))
 	}
 	var regionBuf, stopBuf [4]int
 	region := tensor.Shape(regionBuf[:0])
@@ -192,7 +235,7 @@ func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) (traced backe
 	var loBuf, hiBuf [4]int
 	lo, _, err := sliceBounds(d.shape, start, stop, loBuf[:0], hiBuf[:0])
 	if err != nil {
-		panic(backend.Errorf("SliceUpdate", []backend.Array{dst, src}, "%v", err))
+		panic(backend.Errorf("SliceUpdate", args(), "%v", err))
 	}
 	defer b.freeTmps()
 	var out *Array

@@ -1,6 +1,9 @@
 package cpu
 
 import (
+	"fmt"
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
@@ -92,6 +95,91 @@ func TestSliceUpdate(t *testing.T) {
 	out2 := b.SliceUpdate(out, arr(b, tensor.BF16, tensor.Shape{2}, 7, 7), []int{-1, 1})
 	check(t, b, out2, tensor.BF16, tensor.Shape{2, 3}, 0, 9, 2, 3, 7, 7)
 	opPanic(t, func() { b.SliceUpdate(out2, arr(b, tensor.BF16, tensor.Shape{2}, 1, 1), []int{0, 2}) })
+}
+
+// TestSliceUpdateRows holds SliceUpdateRows (backend.RowUpdater) to its
+// composed definition, value for value: rows of a batch (a decode step's
+// new keys, float32 values of each dtype, a strided view included) written
+// into caches of zeros (raw storage) or of values, owned (written in
+// place: the old array is released) or with a live view (copied: the view
+// keeps its values), on the slot axis and on the head axis.
+func TestSliceUpdateRows(t *testing.T) {
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+		for _, c := range []struct {
+			name    string
+			axis    int
+			at      []int
+			strided bool // src is a transposed view
+			zeros   bool // the caches are Zeros (raw storage), else values
+			shared  bool // a view of row 1's cache is live
+		}{
+			{"slots", 2, []int{0, 3, 5}, false, true, false},
+			{"slots-values", 2, []int{6, 0, 2}, false, false, false},
+			{"slots-strided", 2, []int{1, 1, 4}, true, true, false},
+			{"slots-shared", 2, []int{2, 7, 0}, false, true, true},
+			{"heads", 1, []int{0, 1, 1}, false, true, false},
+		} {
+			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
+				b := open(t)
+				const B, H, L, D, S = 3, 2, 1, 4, 8
+				var src backend.Array
+				if c.strided {
+					src = b.Transpose(randArray(b, 3, dt, B, L, H, D), 0, 2, 1, 3)
+				} else {
+					src = randArray(b, 3, dt, B, H, L, D)
+				}
+				if c.axis == 1 {
+					src = b.Slice(src, []int{0, 0, 0, 0}, []int{B, 1, L, D})
+				}
+				caches := func(seed uint64) []backend.Array {
+					out := make([]backend.Array, B)
+					for r := range out {
+						if c.zeros {
+							out[r] = b.Zeros(tensor.Shape{1, H, S, D}, dt)
+						} else {
+							out[r] = randArray(b, seed+uint64(r), dt, 1, H, S, D)
+						}
+					}
+					return out
+				}
+				got, want := caches(10), caches(10)
+				var view backend.Array
+				var viewWant []float64
+				if c.shared {
+					view = b.Slice(got[1], []int{0, 0, 0, 0}, []int{1, H, S, D})
+					viewWant = vals(t, b, view)
+				}
+				oldRow0 := got[0]
+				got = b.SliceUpdateRows(got, src, c.axis, c.at)
+				want = backend.SliceUpdateRowsComposed(b, want, src, c.axis, c.at)
+				for r := range B {
+					g, w := vals(t, b, got[r]), vals(t, b, want[r])
+					for i := range w {
+						if math.Float64bits(g[i]) != math.Float64bits(w[i]) {
+							t.Fatalf("row %d element %d: %v, composed %v", r, i, g[i], w[i])
+						}
+					}
+				}
+				if !oldRow0.(*Array).released() {
+					t.Errorf("row 0's owned cache was not released, want it written in place")
+				}
+				if c.shared {
+					if g := vals(t, b, view); !slices.Equal(g, viewWant) {
+						t.Errorf("a live view of row 1's cache changed: %v, was %v", g, viewWant)
+					}
+				}
+			})
+		}
+	}
+	b := open(t)
+	src := b.Zeros(tensor.Shape{2, 1, 1, 4}, tensor.F32)
+	dsts := func() []backend.Array {
+		return []backend.Array{b.Zeros(tensor.Shape{1, 1, 4, 4}, tensor.F32), b.Zeros(tensor.Shape{1, 1, 4, 4}, tensor.F32)}
+	}
+	opPanic(t, func() { b.SliceUpdateRows(dsts()[:1], src, 2, []int{0}) }) // one array for two rows
+	opPanic(t, func() { b.SliceUpdateRows(dsts(), src, 2, []int{0}) })     // one position
+	opPanic(t, func() { b.SliceUpdateRows(dsts(), src, 4, []int{0, 0}) })  // no axis 4
+	opPanic(t, func() { b.SliceUpdateRows(dsts(), src, 2, []int{0, 4}) })  // past the end
 }
 
 func TestConcatenate(t *testing.T) {
