@@ -169,7 +169,7 @@ func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) (traced backe
 		defer func() { b.record("SliceUpdate", traced, sliceUpdateVJP(start), dst, src) }()
 	}
 	d, s := b.use2("SliceUpdate", dst, src)
-	return b.sliceUpdate(func() []backend.Array { return []backend.Array{dst, src} }, d, s, start)
+	return b.sliceUpdate(dst, src, d, s, start)
 }
 
 // SliceUpdateRows writes row r of src ([B, ...]) into dsts[r] at index
@@ -204,16 +204,16 @@ func (b *Backend) SliceUpdateRows(dsts []backend.Array, src backend.Array, axis 
 			row.strides = append(row.sdims[:0:len(row.sdims)], s.strides...)
 		}
 		start[axis] = at[r]
-		out[r] = b.sliceUpdate(func() []backend.Array { return []backend.Array{dsts[r], src} }, d, &row, start)
+		out[r] = b.sliceUpdate(dsts[r], src, d, &row, start)
 	}
 	return out
 }
 
-// sliceUpdate is SliceUpdate on checked arguments (args names them in
-// errors).
-func (b *Backend) sliceUpdate(args func() []backend.Array, d, s *Array, start []int) *Array {
+// sliceUpdate is SliceUpdate of the checked arguments d and s (dst and
+// src, named in errors).
+func (b *Backend) sliceUpdate(dst, src backend.Array, d, s *Array, start []int) *Array {
 	if len(s.shape) > len(d.shape) {
-		panic(backend.Errorf("SliceUpdate", args(), "src has more dimensions than dst"))
+		panic(backend.Errorf("SliceUpdate", []backend.Array{dst, src}, "src has more dimensions than dst"))
 	}
 	var regionBuf, stopBuf [4]int
 	region := tensor.Shape(regionBuf[:0])
@@ -235,7 +235,7 @@ func (b *Backend) sliceUpdate(args func() []backend.Array, d, s *Array, start []
 	var loBuf, hiBuf [4]int
 	lo, _, err := sliceBounds(d.shape, start, stop, loBuf[:0], hiBuf[:0])
 	if err != nil {
-		panic(backend.Errorf("SliceUpdate", args(), "%v", err))
+		panic(backend.Errorf("SliceUpdate", []backend.Array{dst, src}, "%v", err))
 	}
 	defer b.freeTmps()
 	var out *Array
