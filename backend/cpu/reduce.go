@@ -268,8 +268,8 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) (traced ba
 	kernel.ParallelFor(len(res), max(1, minParallelWork/l.n), func(lo, hi int) {
 		var buf [512]float32 // exps in batches (vector exp), summed in order
 		for x := lo; x < hi; x++ {
-			if l.inner == 1 {
-				res[x] = logSumExpRow(v[x*l.n:(x+1)*l.n], buf[:])
+			if l.inner == 1 { // a row of consecutive values
+				res[x] = kernel.LogSumExpRow(v[x*l.n : (x+1)*l.n])
 				continue
 			}
 			o, i := x/l.inner, x%l.inner
@@ -294,48 +294,6 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) (traced ba
 	})
 	roundTo(dt, res)
 	return b.valuesOut(dt, shape, res)
-}
-
-// logSumExpRow is one contiguous lane of LogSumExp (a row of logits), the
-// same arithmetic as the strided loop: the maximum m (NaN if any value is
-// NaN), then exp(x − m) in batches of len(buf) through the vector exp,
-// summed in order, and log(s) + m; m itself when it is ±Inf.
-func logSumExpRow(v, buf []float32) float32 {
-	m := maxRow(v)
-	if math.IsInf(float64(m), 0) {
-		return m
-	}
-	var s float32
-	for j0 := 0; j0 < len(v); j0 += len(buf) {
-		src := v[j0:min(len(v), j0+len(buf))]
-		c := buf[:len(src)]
-		for j, x := range src {
-			c[j] = x - m
-		}
-		kernel.ExpSlice(c, c)
-		for _, e := range c {
-			s += e
-		}
-	}
-	return float32(math.Log(float64(s))) + m
-}
-
-// maxRow is the largest value of v (−Inf when empty), NaN when v holds
-// one, in four independent running maxima (Go's max propagates NaN), which
-// give the same maximum as one (max is exact; −0 and +0 are the only equal
-// values it may pick differently, and both give LogSumExp the same result).
-func maxRow(v []float32) float32 {
-	inf := float32(math.Inf(-1))
-	m0, m1, m2, m3 := inf, inf, inf, inf
-	i := 0
-	for ; i+4 <= len(v); i += 4 {
-		w := v[i : i+4 : i+4]
-		m0, m1, m2, m3 = max(m0, w[0]), max(m1, w[1]), max(m2, w[2]), max(m3, w[3])
-	}
-	for ; i < len(v); i++ {
-		m0 = max(m0, v[i])
-	}
-	return max(m0, m1, m2, m3)
 }
 
 // minParallelWork is about the fewest elements a reduction or elementwise

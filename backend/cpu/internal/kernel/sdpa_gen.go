@@ -812,6 +812,102 @@ func genRoPE() {
 	p("")
 }
 
+// vecMax(x *float32, n int) float32: the largest of n values (a multiple
+// of 16; −Inf when n is 0), or a NaN when any is one (each vector is
+// compared with itself, unordered, into K3): two running maxima of 16
+// lanes (VMAXPS, exact), then the lanes folded together.
+//
+// vecExpSum(x *float32, m float32, n int) float32: Σ exp(x_i − m) for n
+// values (a multiple of 16) summed one by one in order of i into a float32
+// (LogSumExp's normalizer): each vector's x − m and exp as sdpaExp
+// computes them, then its 16 lanes added to the sum one after the other.
+func genLSE() {
+	p("// func vecMax(x *float32, n int) float32")
+	p("TEXT ·vecMax(SB), NOSPLIT, $0-20")
+	p("\tMOVQ x+0(FP), SI")
+	p("\tMOVQ n+8(FP), CX")
+	p("\tLEAQ sdpaConst<>(SB), R10")
+	p("\tVBROADCASTSS 56(R10), Z0") // −Inf
+	p("\tVMOVAPS Z0, Z1")
+	p("\tKXORW K3, K3, K3")
+	p("\tSHRQ $4, CX")
+	p("\tJZ max_fold")
+	p("\tTESTQ $1, CX")
+	p("\tJZ max_pairs")
+	p("\tVMOVUPS (SI), Z2")
+	p("\tVMAXPS Z2, Z0, Z0")
+	p("\tVCMPPS $3, Z2, Z2, K1")
+	p("\tKORW K1, K3, K3")
+	p("\tADDQ $64, SI")
+	p("max_pairs:")
+	p("\tSHRQ $1, CX")
+	p("\tJZ max_fold")
+	p("max_loop:")
+	p("\tVMOVUPS (SI), Z2")
+	p("\tVMOVUPS 64(SI), Z3")
+	p("\tVMAXPS Z2, Z0, Z0")
+	p("\tVMAXPS Z3, Z1, Z1")
+	p("\tVCMPPS $3, Z2, Z2, K1")
+	p("\tVCMPPS $3, Z3, Z3, K2")
+	p("\tKORW K1, K3, K3")
+	p("\tKORW K2, K3, K3")
+	p("\tADDQ $128, SI")
+	p("\tDECQ CX")
+	p("\tJNZ max_loop")
+	p("max_fold:")
+	p("\tVMAXPS Z1, Z0, Z0")
+	p("\tVEXTRACTF32X8 $1, Z0, Y1")
+	p("\tVMAXPS Y1, Y0, Y0")
+	p("\tVEXTRACTF128 $1, Y0, X1")
+	p("\tVMAXPS X1, X0, X0")
+	p("\tVPERMILPS $0x4e, X0, X1")
+	p("\tVMAXPS X1, X0, X0")
+	p("\tVPERMILPS $0xb1, X0, X1")
+	p("\tVMAXPS X1, X0, X0")
+	p("\tKORTESTW K3, K3")
+	p("\tJZ max_done")
+	p("\tMOVL $0x7fc00000, AX")
+	p("\tVMOVD AX, X0")
+	p("max_done:")
+	p("\tVMOVSS X0, ret+16(FP)")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+	p("// func vecExpSum(x *float32, m float32, n int) float32")
+	p("TEXT ·vecExpSum(SB), NOSPLIT, $0-28")
+	p("\tMOVQ x+0(FP), SI")
+	p("\tVBROADCASTSS m+8(FP), Z11")
+	p("\tMOVQ n+16(FP), CX")
+	p("\tVXORPS X12, X12, X12")
+	p("\tSHRQ $4, CX")
+	p("\tJZ es_done")
+	loadConsts()
+	p("es_loop:")
+	p("\tVMOVUPS (SI), Z0")
+	p("\tVSUBPS Z11, Z0, Z0") // x − m
+	exp("Z0", "Z8", "Z9", "Z10")
+	for q := 0; q < 4; q++ {
+		src := "X0"
+		if q > 0 {
+			p("\tVEXTRACTF32X4 $%d, Z0, X13", q)
+			src = "X13"
+		}
+		p("\tVADDSS %s, X12, X12", src)
+		for k := 1; k < 4; k++ {
+			p("\tVPERMILPS $%d, %s, X14", k, src)
+			p("\tVADDSS X14, X12, X12")
+		}
+	}
+	p("\tADDQ $64, SI")
+	p("\tDECQ CX")
+	p("\tJNZ es_loop")
+	p("es_done:")
+	p("\tVMOVSS X12, ret+24(FP)")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "write to this file instead of standard output")
 	flag.Parse()
@@ -831,6 +927,7 @@ func main() {
 	genSwiGLU()
 	genNormScale()
 	genRoPE()
+	genLSE()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())
 		return

@@ -2,6 +2,8 @@
 
 package kernel
 
+import "math"
+
 // The AVX-512 forms of ExpSlice, SwiGLU and RMSNorm's scaling (sdpa_amd64.s,
 // written by sdpa_gen.go) in float32, bfloat16 and float16 rounding,
 // bit-identical to the scalar ones, installed when the CPU has AVX-512
@@ -33,7 +35,39 @@ func init() {
 	if avx512, _ := x86Features(); avx512 {
 		simdSwiGLU, simdExp, simdNormScale = swigluAsm, expSliceAsm, normScaleAsm
 		simdRoPE = ropeAsm
+		simdMax, simdExpSum = maxAsm, expSumAsm
 	}
+}
+
+// vecMax returns the largest of n values (a multiple of 16), NaN if any is
+// one (−Inf for none).
+//
+//go:noescape
+func vecMax(x *float32, n int) float32
+
+// vecExpSum returns Σ ExpMLX(x_i − m) over n values (a multiple of 16),
+// summed one by one in order of i.
+//
+//go:noescape
+func vecExpSum(x *float32, m float32, n int) float32
+
+// maxAsm is simdMax through vecMax over the longest multiple of 16 values.
+func maxAsm(v []float32) (float32, int) {
+	n := len(v) &^ 15
+	if n == 0 {
+		return float32(math.Inf(-1)), 0
+	}
+	return vecMax(&v[0], n), n
+}
+
+// expSumAsm is simdExpSum through vecExpSum over the longest multiple of
+// 16 values.
+func expSumAsm(v []float32, m float32) (float32, int) {
+	n := len(v) &^ 15
+	if n == 0 {
+		return 0, 0
+	}
+	return vecExpSum(&v[0], m, n), n
 }
 
 // ropeAsm is simdRoPE through vecRoPE over the longest multiple of 16
