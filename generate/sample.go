@@ -125,15 +125,47 @@ func (s *Sampler) draw(lp []float32, dt tensor.DType, key [2]uint32) (int32, err
 }
 
 // Argmax returns the index of the largest value, the smallest index on ties
-// (MLX's argmax rule; mlx_lm's greedy sampler).
+// (MLX's argmax rule; mlx_lm's greedy sampler). NaNs never win, except a
+// NaN first value, which nothing beats (index 0). The largest value is found
+// first in four independent running maxima, then its first index.
 func Argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
+	if len(x) == 0 || x[0] != x[0] {
+		return 0
+	}
+	m0, m1, m2, m3 := x[0], x[0], x[0], x[0]
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		w := x[i : i+4 : i+4]
+		if w[0] > m0 {
+			m0 = w[0]
+		}
+		if w[1] > m1 {
+			m1 = w[1]
+		}
+		if w[2] > m2 {
+			m2 = w[2]
+		}
+		if w[3] > m3 {
+			m3 = w[3]
 		}
 	}
-	return best
+	for ; i < len(x); i++ {
+		if x[i] > m0 {
+			m0 = x[i]
+		}
+	}
+	best := m0
+	for _, v := range [...]float32{m1, m2, m3} {
+		if v > best {
+			best = v
+		}
+	}
+	for i, v := range x {
+		if v == best {
+			return i
+		}
+	}
+	return 0
 }
 
 var negInf = float32(math.Inf(-1))

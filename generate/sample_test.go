@@ -291,3 +291,51 @@ func TestTopP16MatchesApplyTopP(t *testing.T) {
 		t.Fatal("topP16 took a float32 row")
 	}
 }
+
+// TestArgmax holds Argmax to the plain loop (the first index whose value
+// beats every value before it, NaNs never winning): ties, NaNs first, in
+// the middle and last, infinities, and lengths around its unrolling of 4.
+func TestArgmax(t *testing.T) {
+	plain := func(x []float32) int {
+		best := 0
+		for i, v := range x {
+			if v > x[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	cases := [][]float32{
+		{},
+		{3},
+		{nan, 1, 2},
+		{1, nan, 2},
+		{1, 2, nan},
+		{2, 5, 5, 1, 5},
+		{-inf, -inf, -inf},
+		{nan, nan},
+		{-inf, nan, -inf, -inf, -inf},
+		{1, inf, 2, inf, 3, 4, 5, 6, 7},
+		{0, float32(math.Copysign(0, -1)), 0, 0, 0},
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for n := 1; n <= 13; n++ {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.IntN(4)) // many ties
+		}
+		cases = append(cases, x)
+	}
+	for i, x := range cases {
+		if len(x) == 0 {
+			if got := Argmax(x); got != 0 {
+				t.Errorf("case %d: Argmax of nothing = %d, want 0", i, got)
+			}
+			continue
+		}
+		if got, want := Argmax(x), plain(x); got != want {
+			t.Errorf("case %d %v: Argmax = %d, want %d", i, x, got, want)
+		}
+	}
+}
