@@ -191,6 +191,11 @@ func (b *Backend) Argmax(x backend.Array, axis int, keepDims bool) backend.Array
 	res := make([]uint64, m)
 	defer b.freeTmps()
 	switch {
+	case isF32Family(a.dtype) && l.inner == 1: // rows of consecutive values
+		v := b.f32In(a, a.dtype)
+		for o := range l.outer {
+			res[o] = uint64(kernel.ArgmaxRow(v[o*l.n : (o+1)*l.n]))
+		}
 	case isF32Family(a.dtype):
 		argmaxF(b.f32In(a, a.dtype), l, res)
 	case a.dtype.IsFloat():

@@ -17,6 +17,19 @@ func LogSumExpRow(v []float32) float32 {
 	return float32(math.Log(float64(expSum(v, m)))) + m
 }
 
+// ArgmaxRow is the index of the largest value of v (not empty), the first
+// on ties, or of its first NaN when it holds one (mx.argmax's rule): the
+// maximum as LogSumExpRow takes it, then a scan for its first index.
+func ArgmaxRow(v []float32) int {
+	m := maxOf(v)
+	for i, x := range v {
+		if x == m || (m != m && x != x) {
+			return i
+		}
+	}
+	return 0
+}
+
 // maxOf is the largest value of v (−Inf when empty), NaN when v holds one:
 // simdMax over a prefix, then four running maxima (Go's max propagates
 // NaN). max is exact, so every split gives the same maximum, but for the
