@@ -187,6 +187,11 @@ func (b *Backend) SliceUpdateRows(dsts []backend.Array, src backend.Array, axis 
 	if len(s.shape) == 0 || s.shape[0] != len(ds) || len(at) != len(ds) || axis < 0 || axis >= len(s.shape) {
 		panic(backend.Errorf(op, []backend.Array{src}, "src of shape %v for %d arrays and %d positions on axis %d, want [%d, ...] and an axis of it", s.shape, len(ds), len(at), axis, len(ds)))
 	}
+	for r, d := range ds { // each is consumed: one given twice would be used after its release
+		if d == s || slices.Contains(ds[:r], d) {
+			panic(backend.Errorf(op, append([]backend.Array{src}, dsts...), "array %d is src or given twice", r))
+		}
+	}
 	var startBuf [4]int
 	start := startBuf[:0]
 	for range s.shape {

@@ -180,6 +180,8 @@ func TestSliceUpdateRows(t *testing.T) {
 	opPanic(t, func() { b.SliceUpdateRows(dsts(), src, 2, []int{0}) })     // one position
 	opPanic(t, func() { b.SliceUpdateRows(dsts(), src, 4, []int{0, 0}) })  // no axis 4
 	opPanic(t, func() { b.SliceUpdateRows(dsts(), src, 2, []int{0, 4}) })  // past the end
+	twice := dsts()
+	opPanic(t, func() { b.SliceUpdateRows([]backend.Array{twice[0], twice[0]}, src, 2, []int{0, 1}) }) // one array twice
 }
 
 func TestConcatenate(t *testing.T) {
