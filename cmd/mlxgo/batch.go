@@ -370,6 +370,9 @@ func runBatch(f *batchFlags, stdout, stderr io.Writer) error {
 		CompletionBatchSize: f.maxBatch,
 		PrefillBatchSize:    min(f.prefillBatch, f.maxBatch),
 		PrefillStepSize:     f.prefillStep,
+		// The output has no log-probabilities: the rows are read into the
+		// generator's own buffer, not copied out every step.
+		NoLogprobs: true,
 	}
 	if tm != nil {
 		opts.StopTokens = tm.eos
