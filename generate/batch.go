@@ -1112,7 +1112,12 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 				errs[i] = fmt.Errorf("generate: sampling sequence %d: %v", s.uid, r)
 			}
 		}()
-		tok, err := s.sampler.draw(rows[i*V:(i+1)*V:(i+1)*V], dt, keys[i])
+		row := rows[i*V : (i+1)*V : (i+1)*V]
+		draw := s.sampler.draw
+		if !s.wantLP { // nothing reads the row after this step: filter it in place
+			draw = s.sampler.drawIn
+		}
+		tok, err := draw(row, dt, keys[i])
 		if err != nil {
 			errs[i] = fmt.Errorf("generate: sampling sequence %d: %w", s.uid, err)
 		}

@@ -663,3 +663,47 @@ func TestBatchNoLogprobs(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchSampledLogprobsUnfiltered: a sampled row hands out the model's
+// log-probabilities, not the row its filters and temperature changed (the
+// draw filters a row in place only when nobody reads it): each prompt's
+// first row equals, bit for bit, the first row a greedy run of the same
+// prompts hands out.
+func TestBatchSampledLogprobsUnfiltered(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "optiq-bf16")
+	view, err := m.WithCache(nn.CacheOptions{PerRow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := batchPrompts(m.VocabSize(), 4, 9)
+	first := func(so *generate.SamplerOptions) [][]float32 {
+		seqs := make([]generate.SequenceOptions, len(prompts))
+		for i := range seqs {
+			seed := uint64(3 + i)
+			seqs[i] = generate.SequenceOptions{MaxTokens: 2, Sampler: so, Seed: &seed}
+		}
+		rows := make([][]float32, len(prompts))
+		_, _, err := generate.BatchGenerate(view, prompts, generate.BatchOptions{}, seqs, func(p int, tk generate.BatchToken) {
+			if rows[p] == nil {
+				rows[p] = slices.Clone(tk.Logprobs)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	greedy := first(nil)
+	sampled := first(&generate.SamplerOptions{Temp: 3, TopP: 0.5, TopK: 5})
+	for p := range prompts {
+		if len(greedy[p]) == 0 || len(sampled[p]) != len(greedy[p]) {
+			t.Fatalf("prompt %d: rows of %d and %d log-probabilities", p, len(sampled[p]), len(greedy[p]))
+		}
+		for j := range greedy[p] {
+			if math.Float32bits(sampled[p][j]) != math.Float32bits(greedy[p][j]) {
+				t.Fatalf("prompt %d, token %d: sampled row %v, greedy %v", p, j, sampled[p][j], greedy[p][j])
+			}
+		}
+	}
+}

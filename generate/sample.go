@@ -104,8 +104,13 @@ func checkRow(lp []float32, dt tensor.DType) error {
 // already taken from the sampler's state (the batch generator takes the
 // keys of its rows in row order, then draws the rows in parallel).
 func (s *Sampler) draw(lp []float32, dt tensor.DType, key [2]uint32) (int32, error) {
+	return s.drawIn(append([]float32(nil), lp...), dt, key)
+}
+
+// drawIn is draw on a row it may overwrite (a copy of the caller's, or a
+// batch row nobody reads after the draw): the filters work in place.
+func (s *Sampler) drawIn(x []float32, dt tensor.DType, key [2]uint32) (int32, error) {
 	o := s.opts
-	x := append([]float32(nil), lp...)
 	if 0 < o.TopP && o.TopP < 1 {
 		if !topP16(x, o.TopP, dt) {
 			ApplyTopP(x, o.TopP)
