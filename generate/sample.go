@@ -126,7 +126,7 @@ func (s *Sampler) drawIn(x []float32, dt tensor.DType, key [2]uint32) (int32, er
 		ApplyTopK(x, o.TopK)
 	}
 	ScaleTemp(x, o.Temp, dt)
-	return int32(Categorical(x, key)), nil
+	return int32(categoricalIn(x, x, key)), nil
 }
 
 // Argmax returns the index of the largest value, the smallest index on ties
@@ -370,16 +370,22 @@ func ScaleTemp(x []float32, temp float64, dt tensor.DType) {
 // ±Inf); cdf = exclusive cumulative sum of w; u = uniform(key)·sum(w); the
 // result is the largest i with cdf[i] ≤ u (searchsorted right, minus one).
 func Categorical(logits []float32, key [2]uint32) int {
-	cdf, sum := categoricalCDF(logits)
+	return categoricalIn(make([]float32, len(logits)), logits, key)
+}
+
+// categoricalIn is Categorical with cdf (len(logits)) for the cumulative
+// weights; cdf may be logits itself, which is then overwritten.
+func categoricalIn(cdf, logits []float32, key [2]uint32) int {
+	sum := categoricalCDF(cdf, logits)
 	u := Uniform(key, 1)[0] * sum
 	return sort.Search(len(cdf), func(i int) bool { return cdf[i] > u }) - 1
 }
 
-// categoricalCDF returns Categorical's exclusive cumulative weights and their
-// sum (a sequential float32 sum, as MLX's CPU reduction on x86 does).
-func categoricalCDF(logits []float32) (cdf []float32, sum float32) {
+// categoricalCDF writes Categorical's exclusive cumulative weights to cdf
+// (which may be logits) and returns their sum (a sequential float32 sum,
+// as MLX's CPU reduction on x86 does).
+func categoricalCDF(cdf, logits []float32) (sum float32) {
 	m := logits[Argmax(logits)]
-	cdf = make([]float32, len(logits))
 	if math.IsInf(float64(m), 0) { // w = [x == m]
 		for i, v := range logits {
 			cdf[i] = sum
@@ -387,7 +393,7 @@ func categoricalCDF(logits []float32) (cdf []float32, sum float32) {
 				sum++
 			}
 		}
-		return cdf, sum
+		return sum
 	}
 	// w = exp(x − m) for the whole row first (mlxmath.ExpSlice, Exp's
 	// bits), then the sequential exclusive sum in place.
@@ -399,5 +405,5 @@ func categoricalCDF(logits []float32) (cdf []float32, sum float32) {
 		cdf[i] = sum
 		sum += w
 	}
-	return cdf, sum
+	return sum
 }

@@ -216,7 +216,8 @@ func TestSamplingMatchesMLX(t *testing.T) {
 				sameBits(t, "scaled", x, want)
 			}
 			if c.CDF != nil {
-				cdf, sum := categoricalCDF(want)
+				cdf := make([]float32, len(want))
+				sum := categoricalCDF(cdf, want)
 				wantCDF, _ := decodeBits(t, "float32", c.CDF)
 				wantSum, _ := decodeBits(t, "float32", c.Sum)
 				sameBits(t, "cdf", cdf, wantCDF)
@@ -224,6 +225,14 @@ func TestSamplingMatchesMLX(t *testing.T) {
 			}
 			if got := Categorical(want, Key(c.Seed)); got != c.Token {
 				t.Errorf("got token %d, want %d", got, c.Token)
+			}
+			// In place (the draw of a row it owns): the same token.
+			if got := categoricalIn(slices.Clone(want), slices.Clone(want), Key(c.Seed)); got != c.Token {
+				t.Errorf("separate buffers: got token %d, want %d", got, c.Token)
+			}
+			own := slices.Clone(want)
+			if got := categoricalIn(own, own, Key(c.Seed)); got != c.Token {
+				t.Errorf("in place: got token %d, want %d", got, c.Token)
 			}
 		})
 	}
