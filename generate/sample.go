@@ -358,8 +358,22 @@ func topIndices(x []float32, k int) []int {
 func ScaleTemp(x []float32, temp float64, dt tensor.DType) {
 	round := rounder(dt)
 	inv := round(float32(1 / temp))
-	for i, v := range x {
-		x[i] = round(v * inv)
+	// The rounding called directly (inlined) where the dtype is known: a
+	// vocabulary-long row per sampled token (49152 bf16 values, Zen 4: 94
+	// -> 61 us against the call through round).
+	switch dt {
+	case tensor.BF16:
+		for i, v := range x {
+			x[i] = tensor.RoundBF16(v * inv)
+		}
+	case tensor.F16:
+		for i, v := range x {
+			x[i] = tensor.RoundF16(v * inv)
+		}
+	default:
+		for i, v := range x {
+			x[i] = round(v * inv)
+		}
 	}
 }
 
