@@ -463,21 +463,28 @@ func SliceUpdateRows(b Backend, dsts []Array, src Array, axis int, at []int) []A
 // SliceUpdateRowsComposed is SliceUpdateRows row by row through b's Slice
 // and SliceUpdate: the definition a RowUpdater matches.
 func SliceUpdateRowsComposed(b Backend, dsts []Array, src Array, axis int, at []int) []Array {
+	CheckSliceUpdateRows(src, len(dsts), axis, at)
 	ss := src.Shape()
-	if len(ss) == 0 || ss[0] != len(dsts) || len(at) != len(dsts) || axis < 0 || axis >= len(ss) {
-		panic(Errorf("SliceUpdateRows", []Array{src}, "src of shape %v for %d arrays and %d positions on axis %d, want [%d, ...] and an axis of it", ss, len(dsts), len(at), axis, len(dsts)))
-	}
 	out := make([]Array, len(dsts))
-	start, stop := make([]int, len(ss)), ss.Clone()
+	start, stop, at0 := make([]int, len(ss)), ss.Clone(), make([]int, len(ss))
 	for r, d := range dsts {
 		start[0], stop[0] = r, r+1
 		row := b.Slice(src, start, stop)
-		at0 := make([]int, len(ss))
 		at0[axis] = at[r]
 		out[r] = b.SliceUpdate(d, row, at0)
 		b.Release(row)
 	}
 	return out
+}
+
+// CheckSliceUpdateRows panics with an *OpError unless src ([B, ...]) has a
+// row for each of n arrays, at holds one position for each, and axis is
+// one of src's axes: the arguments' check every SliceUpdateRows makes.
+func CheckSliceUpdateRows(src Array, n, axis int, at []int) {
+	ss := src.Shape()
+	if len(ss) == 0 || ss[0] != n || len(at) != n || axis < 0 || axis >= len(ss) {
+		panic(Errorf("SliceUpdateRows", []Array{src}, "src of shape %v for %d arrays and %d positions on axis %d, want [%d, ...] and an axis of it", ss, n, len(at), axis, n))
+	}
 }
 
 // TurboKV is the live window of a TurboQuant KV cache (nn.TurboKVCache,

@@ -184,9 +184,7 @@ func (b *Backend) SliceUpdateRows(dsts []backend.Array, src backend.Array, axis 
 	}
 	s := b.use1(op, src)
 	ds := b.use(op, dsts...)
-	if len(s.shape) == 0 || s.shape[0] != len(ds) || len(at) != len(ds) || axis < 0 || axis >= len(s.shape) {
-		panic(backend.Errorf(op, []backend.Array{src}, "src of shape %v for %d arrays and %d positions on axis %d, want [%d, ...] and an axis of it", s.shape, len(ds), len(at), axis, len(ds)))
-	}
+	backend.CheckSliceUpdateRows(src, len(ds), axis, at)
 	for r, d := range ds { // each is consumed: one given twice would be used after its release
 		if d == s || slices.Contains(ds[:r], d) {
 			panic(backend.Errorf(op, append([]backend.Array{src}, dsts...), "array %d is src or given twice", r))
