@@ -13,7 +13,9 @@ import (
 // (twelve independent AVX-512 VFMADD231PS chains, nothing else), where the
 // CPU has AVX-512, and with AVX2 fmaPeakAVX2 (the same on YMM registers)
 // mulAddPeakAVX2 (the reference kernels' separate VMULPS and VADDPS) and
-// maddPeakAVX2 (the int8 kernels' VPMADDUBSW + VPADDW pairs), each on
+// maddPeakAVX2 (the int8 kernels' VPMADDUBSW + VPADDW pairs), and with
+// AVX-512 refUnitPeak (the arithmetic of qzmmF32B4's unit, the reference
+// one-row 4-bit kernel, from registers), each on
 // 1 and 2 goroutines at once. "GMAC/s" is the multiply-adds per wall second of all
 // goroutines together; BenchmarkQMMPrefill's GMAC/cpu-s of the reference
 // GEMMs divided by the one-goroutine figure is their share of the peak.
@@ -28,6 +30,7 @@ func BenchmarkFMAPeak(b *testing.B) {
 		fn   func(int)
 	}{
 		{"avx512-fma-f32", asmF32, 192, fmaPeak},
+		{"avx512-ref-unit-b4", asmF32, 256, refUnitPeak},
 		{"avx2-fma-f32", avxQMM, 96, fmaPeakAVX2},
 		{"avx2-mul-add-f32", avxQMM, 96, mulAddPeakAVX2},
 		{"avx2-maddubsw-int8", avxQMM, 256, maddPeakAVX2},
