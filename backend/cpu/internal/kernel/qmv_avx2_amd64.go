@@ -139,7 +139,9 @@ func qavxG8B8(a *avxArgs)
 // and bits, the eight rows of a tile in two ZMM registers (half the
 // instructions per weight byte; on Zen 5 qavxF32B4 ran at 7 GB of weights
 // per CPU second, short of the 16 a core must read to keep decode at the
-// bandwidth limit).
+// bandwidth limit). At group 32 it reads x in avxBlockX's order and takes
+// four groups of each row in one register (qmv_avx2_gen.go's f32zBlocks):
+// Zen 4, one thread, 4096×1536 bf16 scales, 505-520 → 412-414 µs.
 //
 //go:noescape
 func qzmmF32B4(a *avxArgs)
@@ -284,7 +286,8 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		groupSumsFlat(s.xs[lo*gpr:hi*gpr], x[lo*k:hi*k], (hi-lo)*gpr, gs)
 	})
 	kern := avxKernels[avxBitsIndex(bits)]
-	double := false // qavxF32B4 and qavxF32B8, which read x doubled (avxDoubleX)
+	double := false  // qavxF32B4 and qavxF32B8, which read x doubled (avxDoubleX)
+	blocked := false // qzmmF32B4, which reads x blocked (avxBlockX)
 	switch {
 	case gemm:
 		kern = avxKernelsG8[avxBitsIndex(bits)]
@@ -293,7 +296,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	case q8:
 		kern = avxKernelsQ8[avxBitsIndex(bits)]
 	case bits == 4 && avxZMM && asmF32:
-		kern = qzmmF32B4
+		kern, blocked = qzmmF32B4, gs == 32
 	case bits == 4 || bits == 8:
 		double = true
 	}
@@ -308,6 +311,13 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		s.x2 = grow(s.x2, 2*m*k)
 		avxDoubleX(s.x2, x[:m*k])
 		xf, xstr = s.x2, 2*k
+	}
+	if blocked && !useGemm {
+		s.x2 = grow(s.x2, m*k)
+		for r := range m {
+			avxBlockX(s.x2[r*k:(r+1)*k], x[r*k:(r+1)*k])
+		}
+		xf = s.x2
 	}
 	if q8 {
 		upg = gs / 32 // blocks of 32
@@ -435,7 +445,7 @@ type avxState struct {
 	xqn, xq     []int8
 	x16         []int16
 	x32         []int32
-	x2          []float32 // x doubled for qavxF32B4 and qavxF32B8 (avxDoubleX)
+	x2          []float32 // x doubled for qavxF32B4 and qavxF32B8 (avxDoubleX), or blocked for qzmmF32B4 (avxBlockX)
 	gxs, gd     []float32 // the m-blocked kernels: group sums and block scales of x, interleaved (avxInterleave)
 	panel       []byte    // (per worker) the m-blocked kernels' panels
 	state       []float32 // (per worker) the float32 m-blocked kernels' sums between chunks
@@ -525,6 +535,26 @@ func avxDoubleX(dst, x []float32) {
 		copy(q[:4], x[i:i+4])
 		copy(q[4:], x[i:i+4])
 	}
+}
+
+// avxBlockX writes one row of x (a multiple of 32 values) in the order in
+// which qzmmF32B4 reads it: each block of four groups of 32 (128 values)
+// as eight registers, register 2i+h holding in lane 4u+j the value
+// 32u+8i+4h+j of the block (word i's code j, h = 0, or j+4, h = 1, of
+// group u); the groups after the last whole block in their own order.
+func avxBlockX(dst, x []float32) {
+	nb := len(x) / 128
+	for b := range nb {
+		src, out := x[128*b:128*(b+1)], dst[128*b:128*(b+1)]
+		for i := range 4 {
+			for h := range 2 {
+				for u := range 4 {
+					copy(out[16*(2*i+h)+4*u:][:4], src[32*u+8*i+4*h:][:4])
+				}
+			}
+		}
+	}
+	copy(dst[128*nb:], x[128*nb:])
 }
 
 // avxLanes are the weight rows of a tile in the kernels' lane order.

@@ -369,6 +369,13 @@ func blockCountEnd(name string) {
 // totals Y8 (Σ s·dot) and Y9 (Σ b·xs), Y10 holding the eight dots; then
 // the next group.
 func groupEnd(name string, q8 bool) {
+	groupStep(name)
+	groupFinish(name)
+}
+
+// groupStep is groupEnd's part per group: the scale and bias steps of Y10's
+// dots, then the next group.
+func groupStep(name string) {
 	if gemm {
 		// acc = fma(b, xs, acc)
 		stagedLoad("R13")
@@ -389,7 +396,11 @@ func groupEnd(name string, q8 bool) {
 	p("\tDECQ 96(AX)")
 	p("\tJNZ %s_group", name)
 	p("")
-	// out[r] = Σ s·dot + Σ b·xs, lanes back to row order.
+}
+
+// groupFinish is groupEnd's part per tile: out[r] = Σ s·dot + Σ b·xs,
+// lanes back to row order, then the next tile.
+func groupFinish(name string) {
 	if gemm {
 		p("\tVMOVAPS Y9, Y8")
 	} else {
@@ -664,6 +675,7 @@ func f32z() {
 	p("\tVMOVUPS zmmNib<>(SB), Z24")
 	p("\tVMOVDQU32 zmmShLo<>(SB), Z25")
 	p("\tVMOVDQU32 zmmShHi<>(SB), Z26")
+	f32zBlocks(name)
 	p("%s_group:", name)
 	p("\tVPXORD Z0, Z0, Z0")
 	p("\tVPXORD Z1, Z1, Z1")
@@ -696,7 +708,97 @@ func f32z() {
 	p("\tDECQ DX")
 	p("\tJNZ %s_unit", name)
 	zmmReduce("VADDPS", "Z10")
-	groupEnd(name, false)
+	groupStep(name)
+	p("%s_fin:", name)
+	groupFinish(name)
+}
+
+// f32zBlocks writes qzmmF32B4's loop over blocks of four groups of 32 (while
+// four or more are left; the rest, and larger groups, take the loop of one
+// group, f32z): each row's 64 bytes of the block in one ZMM register, group
+// u in 128-bit lane u, and x in the blocked order of avxBlockX (register
+// Z16+2i+h holds, in lane j of lane u, x of group u at 8i+4h+j), so the
+// loads need no inserts and x no broadcasts. Per word i, in each lane j of group u, the steps of f32z
+// (a_j += c_j·x_j + c_{j+4}·x_{j+4}, the same VPSHUFD, shifts, table and
+// float32 operations); then per row and group (a0+a1)+(a2+a3), the dots
+// moved into the avxLanes order of the eight rows by shuffles (exact), and
+// the groups' scale and bias steps in order: the same bits as four groups
+// of f32z's loop.
+func f32zBlocks(name string) {
+	p("\tCMPQ 64(AX), $1") // group 32 only: one unit a group
+	p("\tJNE %s_group", name)
+	p("%s_blk:", name)
+	p("\tCMPQ 96(AX), $4")
+	p("\tJLT %s_group", name)
+	for o := 0; o < 4*pfStep; o += 64 {
+		p("\tPREFETCHT1 %d(%s)", o, pf)
+	}
+	p("\tADDQ $%d, %s", 4*pfStep, pf)
+	for v := range 8 {
+		p("\tVMOVUPS %d(DI), Z%d", 64*v, 16+v)
+	}
+	accs := []string{"Z0", "Z1", "Z2", "Z3", "Z10", "Z11", "Z12", "Z13"}
+	for r := 0; r < 8; r += 2 {
+		for q := range 2 {
+			p("\tVMOVDQU64 %s, Z%d", row(r+q, 0), 14+q)
+			p("\tVPXORD %s, %s, %s", accs[r+q], accs[r+q], accs[r+q])
+		}
+		for i := range 4 {
+			for q := range 2 {
+				w, acc := fmt.Sprintf("Z%d", 14+q), accs[r+q]
+				lo, hi := fmt.Sprintf("Z%d", 27+2*q), fmt.Sprintf("Z%d", 28+2*q)
+				p("\tVPSHUFD $0x%02x, %s, %s", 0x55*i, w, hi)
+				p("\tVPSRLVD Z25, %s, %s", hi, lo)
+				p("\tVPSRLVD Z26, %s, %s", hi, hi)
+				p("\tVPERMPS Z24, %s, %s", lo, lo)
+				p("\tVPERMPS Z24, %s, %s", hi, hi)
+				p("\tVMULPS Z%d, %s, %s", 16+2*i, lo, lo)
+				p("\tVMULPS Z%d, %s, %s", 17+2*i, hi, hi)
+				p("\tVADDPS %s, %s, %s", hi, lo, lo)
+				p("\tVADDPS %s, %s, %s", lo, acc, acc)
+			}
+		}
+	}
+	// Per pair of rows (r, r+1), zmmReduce's steps: lanes 0-1 of group u
+	// hold row r's dot, lanes 2-3 row r+1's, left in the pair's first
+	// accumulator.
+	for r := 0; r < 8; r += 2 {
+		a, b := accs[r], accs[r+1]
+		p("\tVSHUFPS $0x88, %s, %s, Z27", b, a)
+		p("\tVSHUFPS $0xDD, %s, %s, Z28", b, a)
+		p("\tVADDPS Z28, Z27, Z27")
+		p("\tVPSHUFD $0xB1, Z27, Z28")
+		p("\tVADDPS Z28, Z27, %s", a)
+	}
+	// Per group u: rows 0-3 (Z1), 4-7 (Z3); r0 r2 r4 r6 (Z11), r1 r3 r5 r7
+	// (Z13); groups 0 and 1 in Z27, 2 and 3 in Z28 (eight rows each).
+	p("\tVSHUFPS $0x88, Z2, Z0, Z1")
+	p("\tVSHUFPS $0x88, Z12, Z10, Z3")
+	p("\tVSHUFPS $0x88, Z3, Z1, Z11")
+	p("\tVSHUFPS $0xDD, Z3, Z1, Z13")
+	p("\tVSHUFF32X4 $0x44, Z13, Z11, Z27")
+	p("\tVSHUFF32X4 $0xD8, Z27, Z27, Z27")
+	p("\tVSHUFF32X4 $0xEE, Z13, Z11, Z28")
+	p("\tVSHUFF32X4 $0xD8, Z28, Z28, Z28")
+	p("\tVEXTRACTF32X8 $1, Z27, Y29")
+	p("\tVEXTRACTF32X8 $1, Z28, Y30")
+	for g, dot := range []string{"Y27", "Y29", "Y28", "Y30"} {
+		p("\tVMOVUPS %d(BX), Y31", 32*g)
+		p("\tVMULPS %s, Y31, Y31", dot)
+		p("\tVADDPS Y31, Y8, Y8")
+		p("\tVMOVUPS %d(R13), Y31", 32*g)
+		p("\tVBROADCASTSS %d(R14), Y11", 4*g)
+		p("\tVMULPS Y11, Y31, Y31")
+		p("\tVADDPS Y31, Y9, Y9")
+	}
+	p("\tADDQ $64, R8")
+	p("\tADDQ $512, DI")
+	p("\tADDQ $128, BX")
+	p("\tADDQ $128, R13")
+	p("\tADDQ $16, R14")
+	p("\tSUBQ $4, 96(AX)")
+	p("\tJNZ %s_blk", name)
+	p("\tJMP %s_fin", name)
 }
 
 // q8z writes qzmmQ8B4: per block of 32 the rows' exact integer sums by
