@@ -2,7 +2,9 @@ package kernel
 
 import (
 	"encoding/binary"
+	"math"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -146,6 +148,14 @@ func qavxG8B8(a *avxArgs)
 //go:noescape
 func qzmmF32B4(a *avxArgs)
 
+// qzmmF32B4X is qzmmF32B4 with each pair's second product added by
+// VFMADD231PS, one instruction instead of a multiply and an add: the same
+// bits wherever that product is exact, which avxExactX checks x for (every
+// float16 or bfloat16 activation passes).
+//
+//go:noescape
+func qzmmF32B4X(a *avxArgs)
+
 // qzmmQ8B4 is qavxQ8B4 with AVX-512 and VNNI (the integer block sums by
 // VPDPBUSD, exact): the same bits.
 //
@@ -288,6 +298,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	kern := avxKernels[avxBitsIndex(bits)]
 	double := false  // qavxF32B4 and qavxF32B8, which read x doubled (avxDoubleX)
 	blocked := false // qzmmF32B4, which reads x blocked (avxBlockX)
+	zmm4 := false    // qzmmF32B4, or qzmmF32B4X where x allows
 	switch {
 	case gemm:
 		kern = avxKernelsG8[avxBitsIndex(bits)]
@@ -296,7 +307,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	case q8:
 		kern = avxKernelsQ8[avxBitsIndex(bits)]
 	case bits == 4 && avxZMM && asmF32:
-		kern, blocked = qzmmF32B4, gs == 32
+		kern, blocked, zmm4 = qzmmF32B4, gs == 32, true
 	case bits == 4 || bits == 8:
 		double = true
 	}
@@ -311,6 +322,10 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		s.x2 = grow(s.x2, 2*m*k)
 		avxDoubleX(s.x2, x[:m*k])
 		xf, xstr = s.x2, 2*k
+	}
+	if zmm4 && !useGemm && avxFused && avxExactX(x[:m*k]) {
+		kern = qzmmF32B4X
+		avxFusedCalls.Add(1)
 	}
 	if blocked && !useGemm {
 		s.x2 = grow(s.x2, m*k)
@@ -535,6 +550,29 @@ func avxDoubleX(dst, x []float32) {
 		copy(q[:4], x[i:i+4])
 		copy(q[4:], x[i:i+4])
 	}
+}
+
+// avxFused lets qzmmF32B4X replace qzmmF32B4 where avxExactX allows
+// (tests compare both); avxFusedCalls counts the matmuls it ran (tests).
+var (
+	avxFused      = true
+	avxFusedCalls atomic.Int64
+)
+
+// avxExactX reports whether every product of a 4-bit code (0 to 15) and
+// a value of x is exact in float32, and finite: each value's significand
+// has its four low bits zero (so its product with a code fits 24 bits;
+// every float16 and bfloat16 value has at most 11 significant bits) and
+// its magnitude is below 2^124 (so no product overflows; no infinities or
+// NaNs). Then c·x rounded and c·x exact are the same, and adding it in a
+// fused step gives the sum's bits.
+func avxExactX(x []float32) bool {
+	for _, v := range x {
+		if b := math.Float32bits(v); b&0xf != 0 || b>>23&0xff >= 127+124 {
+			return false
+		}
+	}
+	return true
 }
 
 // avxBlockX writes one row of x (a multiple of 32 values) in the order in

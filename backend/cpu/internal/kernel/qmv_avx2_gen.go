@@ -667,15 +667,20 @@ func zmmReduce(add, dst string) {
 // f32z writes qzmmF32B4: per word i of a unit, in each row's lane j,
 // a_j += c_j·x_j + c_{j+4}·x_{j+4} (the word broadcast across the row's
 // lanes by VPSHUFD, shifted by 4j and 16+4j, the nibble read as a float by
-// VPERMPS), exactly qavxF32B4's lane steps.
-func f32z() {
+// VPERMPS), exactly qavxF32B4's lane steps. With fused it writes
+// qzmmF32B4X, which adds c_{j+4}·x_{j+4} to c_j·x_j in one VFMADD231PS:
+// the same bits where that product is exact (avxExactX).
+func f32z(fused bool) {
 	name := "qzmmF32B4"
+	if fused {
+		name = "qzmmF32B4X"
+	}
 	pf, pfStep = "CX", 128
 	prologue(name, false)
 	p("\tVMOVUPS zmmNib<>(SB), Z24")
 	p("\tVMOVDQU32 zmmShLo<>(SB), Z25")
 	p("\tVMOVDQU32 zmmShHi<>(SB), Z26")
-	f32zBlocks(name)
+	f32zBlocks(name, fused)
 	p("%s_group:", name)
 	p("\tVPXORD Z0, Z0, Z0")
 	p("\tVPXORD Z1, Z1, Z1")
@@ -697,9 +702,7 @@ func f32z() {
 			p("\tVPSRLVD Z26, %s, %s", hi, hi)
 			p("\tVPERMPS Z24, %s, %s", lo, lo)
 			p("\tVPERMPS Z24, %s, %s", hi, hi)
-			p("\tVMULPS Z%d, %s, %s", 16+2*i, lo, lo)
-			p("\tVMULPS Z%d, %s, %s", 17+2*i, hi, hi)
-			p("\tVADDPS %s, %s, %s", hi, lo, lo)
+			pairStep(fmt.Sprintf("Z%d", 16+2*i), fmt.Sprintf("Z%d", 17+2*i), lo, hi, fused)
 			p("\tVADDPS %s, %s, %s", lo, acc, acc)
 		}
 	}
@@ -713,18 +716,32 @@ func f32z() {
 	groupFinish(name)
 }
 
+// pairStep leaves in lo the pair c_j·x_j + c_{j+4}·x_{j+4} of the codes in
+// lo and hi (as floats) and x in xlo and xhi: two products and their sum,
+// or fused one product and a VFMADD231PS (the same bits when the second
+// product is exact).
+func pairStep(xlo, xhi, lo, hi string, fused bool) {
+	p("\tVMULPS %s, %s, %s", xlo, lo, lo)
+	if fused {
+		p("\tVFMADD231PS %s, %s, %s", xhi, hi, lo)
+		return
+	}
+	p("\tVMULPS %s, %s, %s", xhi, hi, hi)
+	p("\tVADDPS %s, %s, %s", hi, lo, lo)
+}
+
 // f32zBlocks writes qzmmF32B4's loop over blocks of four groups of 32 (while
 // four or more are left; the rest, and larger groups, take the loop of one
 // group, f32z): each row's 64 bytes of the block in one ZMM register, group
 // u in 128-bit lane u, and x in the blocked order of avxBlockX (register
 // Z16+2i+h holds, in lane j of lane u, x of group u at 8i+4h+j), so the
-// loads need no inserts and x no broadcasts. Per word i, in each lane j of group u, the steps of f32z
-// (a_j += c_j·x_j + c_{j+4}·x_{j+4}, the same VPSHUFD, shifts, table and
-// float32 operations); then per row and group (a0+a1)+(a2+a3), the dots
-// moved into the avxLanes order of the eight rows by shuffles (exact), and
-// the groups' scale and bias steps in order: the same bits as four groups
-// of f32z's loop.
-func f32zBlocks(name string) {
+// loads need no inserts and x no broadcasts. Per word i, in each lane j of
+// group u, the steps of f32z (a_j += c_j·x_j + c_{j+4}·x_{j+4}, the same
+// VPSHUFD, shifts, table and float32 operations, pairStep); then per row
+// and group (a0+a1)+(a2+a3), the dots moved into the avxLanes order of the
+// eight rows by shuffles (exact), and the groups' scale and bias steps in
+// order: the same bits as four groups of f32z's loop.
+func f32zBlocks(name string, fused bool) {
 	p("\tCMPQ 64(AX), $1") // group 32 only: one unit a group
 	p("\tJNE %s_group", name)
 	p("%s_blk:", name)
@@ -752,9 +769,7 @@ func f32zBlocks(name string) {
 				p("\tVPSRLVD Z26, %s, %s", hi, hi)
 				p("\tVPERMPS Z24, %s, %s", lo, lo)
 				p("\tVPERMPS Z24, %s, %s", hi, hi)
-				p("\tVMULPS Z%d, %s, %s", 16+2*i, lo, lo)
-				p("\tVMULPS Z%d, %s, %s", 17+2*i, hi, hi)
-				p("\tVADDPS %s, %s, %s", hi, lo, lo)
+				pairStep(fmt.Sprintf("Z%d", 16+2*i), fmt.Sprintf("Z%d", 17+2*i), lo, hi, fused)
 				p("\tVADDPS %s, %s, %s", lo, acc, acc)
 			}
 		}
@@ -1043,7 +1058,8 @@ func main() {
 	q8(8)
 	gemm = false
 	zmmConsts()
-	f32z()
+	f32z(false)
+	f32z(true)
 	q8z()
 	stage("F32", 4)
 	stage("BF16", 2)

@@ -349,3 +349,95 @@ func TestAVX2QuantQ8(t *testing.T) {
 		}
 	}
 }
+
+// TestAVXExactX holds avxExactX to its rule: every product of a 4-bit code
+// and the value exact and finite in float32.
+func TestAVXExactX(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		v    float32
+		want bool
+	}{
+		{"zero", 0, true},
+		{"negative zero", float32(math.Copysign(0, -1)), true},
+		{"one", 1, true},
+		{"bfloat16 value", tensor.RoundBF16(-3.14159), true},
+		{"float16 value", tensor.RoundF16(0.1), true},
+		{"float16 subnormal", tensor.RoundF16(3e-7), true},
+		{"bfloat16 subnormal", math.Float32frombits(0x00050000), true},
+		{"20 significant bits", math.Float32frombits(0x3f8ffff0), true},
+		{"21 significant bits", math.Float32frombits(0x3f8ffff8), false},
+		{"float32 subnormal, low bits", math.Float32frombits(0x00000003), false},
+		{"just below 2^124", math.Float32frombits(0x7d7ffff0), true},
+		{"2^124", float32(math.Ldexp(1, 124)), false},
+		{"bfloat16 max", math.Float32frombits(0x7f7f0000), false},
+		{"+Inf", float32(math.Inf(1)), false},
+		{"-Inf", float32(math.Inf(-1)), false},
+		{"NaN", float32(math.NaN()), false},
+	} {
+		if got := avxExactX([]float32{1, c.v, 2}); got != c.want {
+			t.Errorf("%s (0x%08x): avxExactX = %v, want %v", c.name, math.Float32bits(c.v), got, c.want)
+		}
+	}
+}
+
+// TestQZMMFused holds qzmmF32B4X (the pair's second product added by
+// VFMADD231PS) to qzmmF32B4 and to the portable loops bit for bit where
+// avxExactX lets the dispatch take it (x rounded to bfloat16 or float16,
+// large values below 2^124), and checks that the dispatch refuses it for
+// x with a float32 significand, a value at 2^125 or an infinity: 4-bit
+// group 32 (blocks of four groups and the groups after them, k 576 and
+// 1536) and group 64 (three rows of x at k 576, a path that reaches it),
+// every scale dtype, inside NaN guards.
+func TestQZMMFused(t *testing.T) {
+	needZF32(t)
+	for _, xc := range []struct {
+		name  string
+		round Rounder
+		edit  func([]float32)
+		fused bool
+	}{
+		{"bf16", tensor.RoundBF16, nil, true},
+		{"f16", tensor.RoundF16, nil, true},
+		{"bf16 large", tensor.RoundBF16, func(x []float32) { x[5] = tensor.RoundBF16(1.5e37) }, true},
+		{"f32", Identity, nil, false},
+		{"bf16 2^125", tensor.RoundBF16, func(x []float32) { x[5] = float32(math.Ldexp(1, 125)) }, false},
+		{"bf16 +Inf", tensor.RoundBF16, func(x []float32) { x[len(x)-1] = float32(math.Inf(1)) }, false},
+	} {
+		for _, sh := range []struct{ gs, m, k int }{{32, 1, 576}, {32, 1, 1536}, {32, 3, 576}, {64, 3, 576}} {
+			for _, dt := range []string{"f32", "bf16", "f16"} {
+				name := fmt.Sprintf("%s/g%d/%s/%s", xc.name, sh.gs, dt, dims(sh.m, 43, sh.k))
+				t.Run(name, func(t *testing.T) {
+					n, k, m := 43, sh.k, sh.m
+					_, wq, sc, bi, sb, bb := qmvInputs(uint64(n+k), n, k, sh.gs, 4)
+					scv, biv := avxVecs(dt, sc, bi, sb, bb)
+					xall := randVec(newRand(uint64(k+m)), m*k+2*guardN, 1, xc.round)
+					x := xall[guardN : guardN+m*k]
+					if xc.edit != nil {
+						xc.edit(x)
+					}
+					if got := avxExactX(x); got != xc.fused {
+						t.Fatalf("avxExactX = %v, want %v", got, xc.fused)
+					}
+					run := func(fused, avx bool) []float32 {
+						avxFused, avxOn = fused, avx
+						defer func() { avxFused, avxOn = true, true }()
+						got, whole := guarded(m * n)
+						withThreads(3, func() {
+							QuantizedMatmulTVec(got, x, wq, scv, biv, m, n, k, sh.gs, 4, Identity, AccF32)
+						})
+						checkGuards(t, whole, name)
+						return got
+					}
+					before := avxFusedCalls.Load()
+					fused := run(true, true)
+					if took := avxFusedCalls.Load() > before; took != xc.fused {
+						t.Fatalf("the dispatch took qzmmF32B4X: %v, want %v", took, xc.fused)
+					}
+					expectSame(t, fused, run(false, true), "fused against qzmmF32B4")
+					expectSame(t, fused, run(true, false), "fused against the portable loops")
+				})
+			}
+		}
+	}
+}
