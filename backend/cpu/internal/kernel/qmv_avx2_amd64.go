@@ -583,12 +583,11 @@ func avxExactX(x []float32) bool {
 func avxBlockX(dst, x []float32) {
 	nb := len(x) / 128
 	for b := range nb {
-		src, out := x[128*b:128*(b+1)], dst[128*b:128*(b+1)]
-		for i := range 4 {
-			for h := range 2 {
-				for u := range 4 {
-					copy(out[16*(2*i+h)+4*u:][:4], src[32*u+8*i+4*h:][:4])
-				}
+		src, out := (*[128]float32)(x[128*b:]), (*[128]float32)(dst[128*b:])
+		for v := range 8 { // register v = 2i+h: x at 8i+4h = 4v of each group
+			for u := range 4 {
+				o, s := out[16*v+4*u:16*v+4*u+4], src[32*u+4*v:32*u+4*v+4]
+				o[0], o[1], o[2], o[3] = s[0], s[1], s[2], s[3]
 			}
 		}
 	}
