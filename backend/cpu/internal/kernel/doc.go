@@ -72,7 +72,11 @@
 // the others take the AVX-512 kernels) run in their AVX-512 forms
 // (qzmmF32B4, qzmmQ8B4: the same lane steps, eight rows in two ZMM
 // registers, nibbles to floats by VPERMPS, integer sums by VPDPBUSD),
-// the same bits with half the instructions per weight byte; for two or
+// the same bits with half the instructions per weight byte; at group 32
+// qzmmF32B4 takes four groups of a row in one register against x laid out
+// once a call (avxBlockX), and where every code·x product is exact
+// (float16 or bfloat16 x, avxExactX) qzmmF32B4X adds each pair by FMA,
+// the same bits again; for two or
 // more rows of x the float32 m-blocked kernels of those widths take their
 // AVX-512 form too (qmm_zf32_amd64.s: sixteen weight rows in a ZMM
 // register against four rows of x, x by embedded broadcast, the same bits),
