@@ -695,15 +695,7 @@ func f32z(fused bool) {
 	}
 	for i := range 4 {
 		for h := range 2 {
-			w, acc := fmt.Sprintf("Z%d", 2+h), fmt.Sprintf("Z%d", h)
-			lo, hi := fmt.Sprintf("Z%d", 12+2*h), fmt.Sprintf("Z%d", 13+2*h)
-			p("\tVPSHUFD $0x%02x, %s, %s", 0x55*i, w, hi)
-			p("\tVPSRLVD Z25, %s, %s", hi, lo)
-			p("\tVPSRLVD Z26, %s, %s", hi, hi)
-			p("\tVPERMPS Z24, %s, %s", lo, lo)
-			p("\tVPERMPS Z24, %s, %s", hi, hi)
-			pairStep(fmt.Sprintf("Z%d", 16+2*i), fmt.Sprintf("Z%d", 17+2*i), lo, hi, fused)
-			p("\tVADDPS %s, %s, %s", lo, acc, acc)
+			wordStep(i, fmt.Sprintf("Z%d", 2+h), fmt.Sprintf("Z%d", h), fmt.Sprintf("Z%d", 12+2*h), fmt.Sprintf("Z%d", 13+2*h), fused)
 		}
 	}
 	p("\tADDQ $16, R8")
@@ -714,6 +706,20 @@ func f32z(fused bool) {
 	groupStep(name)
 	p("%s_fin:", name)
 	groupFinish(name)
+}
+
+// wordStep writes f32z's steps for word i of the codes in w: in each lane
+// j of a group, the word broadcast by VPSHUFD, nibbles j and j+4 shifted
+// down and read as floats by VPERMPS (into lo and hi), their pair with x
+// (Z16+2i, Z17+2i; pairStep) added to acc.
+func wordStep(i int, w, acc, lo, hi string, fused bool) {
+	p("\tVPSHUFD $0x%02x, %s, %s", 0x55*i, w, hi)
+	p("\tVPSRLVD Z25, %s, %s", hi, lo)
+	p("\tVPSRLVD Z26, %s, %s", hi, hi)
+	p("\tVPERMPS Z24, %s, %s", lo, lo)
+	p("\tVPERMPS Z24, %s, %s", hi, hi)
+	pairStep(fmt.Sprintf("Z%d", 16+2*i), fmt.Sprintf("Z%d", 17+2*i), lo, hi, fused)
+	p("\tVADDPS %s, %s, %s", lo, acc, acc)
 }
 
 // pairStep leaves in lo the pair c_j·x_j + c_{j+4}·x_{j+4} of the codes in
@@ -762,15 +768,7 @@ func f32zBlocks(name string, fused bool) {
 		}
 		for i := range 4 {
 			for q := range 2 {
-				w, acc := fmt.Sprintf("Z%d", 14+q), accs[r+q]
-				lo, hi := fmt.Sprintf("Z%d", 27+2*q), fmt.Sprintf("Z%d", 28+2*q)
-				p("\tVPSHUFD $0x%02x, %s, %s", 0x55*i, w, hi)
-				p("\tVPSRLVD Z25, %s, %s", hi, lo)
-				p("\tVPSRLVD Z26, %s, %s", hi, hi)
-				p("\tVPERMPS Z24, %s, %s", lo, lo)
-				p("\tVPERMPS Z24, %s, %s", hi, hi)
-				pairStep(fmt.Sprintf("Z%d", 16+2*i), fmt.Sprintf("Z%d", 17+2*i), lo, hi, fused)
-				p("\tVADDPS %s, %s, %s", lo, acc, acc)
+				wordStep(i, fmt.Sprintf("Z%d", 14+q), accs[r+q], fmt.Sprintf("Z%d", 27+2*q), fmt.Sprintf("Z%d", 28+2*q), fused)
 			}
 		}
 	}
