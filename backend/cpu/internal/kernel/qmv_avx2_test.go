@@ -386,9 +386,9 @@ func TestAVXExactX(t *testing.T) {
 // avxExactX lets the dispatch take it (x rounded to bfloat16 or float16,
 // large values below 2^124), and checks that the dispatch refuses it for
 // x with a float32 significand, a value at 2^125 or an infinity: 4-bit
-// group 32 (blocks of four groups and the groups after them, k 576 and
-// 1536) and group 64 (three rows of x at k 576, a path that reaches it),
-// every scale dtype, inside NaN guards.
+// group 32 (blocks of four groups and the one, two or three groups after
+// them: k 672, 576, 864; whole blocks: 1536) and group 64 (three rows of x
+// at k 576, a path that reaches it), every scale dtype, inside NaN guards.
 func TestQZMMFused(t *testing.T) {
 	needZF32(t)
 	for _, xc := range []struct {
@@ -404,7 +404,7 @@ func TestQZMMFused(t *testing.T) {
 		{"bf16 2^125", tensor.RoundBF16, func(x []float32) { x[5] = float32(math.Ldexp(1, 125)) }, false},
 		{"bf16 +Inf", tensor.RoundBF16, func(x []float32) { x[len(x)-1] = float32(math.Inf(1)) }, false},
 	} {
-		for _, sh := range []struct{ gs, m, k int }{{32, 1, 576}, {32, 1, 1536}, {32, 3, 576}, {64, 3, 576}} {
+		for _, sh := range []struct{ gs, m, k int }{{32, 1, 576}, {32, 1, 672}, {32, 1, 864}, {32, 1, 1536}, {32, 3, 576}, {32, 3, 864}, {64, 3, 576}} {
 			for _, dt := range []string{"f32", "bf16", "f16"} {
 				name := fmt.Sprintf("%s/g%d/%s/%s", xc.name, sh.gs, dt, dims(sh.m, 43, sh.k))
 				t.Run(name, func(t *testing.T) {
