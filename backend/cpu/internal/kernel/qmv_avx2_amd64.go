@@ -156,6 +156,13 @@ func qzmmF32B4(a *avxArgs)
 //go:noescape
 func qzmmF32B4X(a *avxArgs)
 
+// avxBlockXAsm is avxBlockX's loop over nb whole blocks of 128 values
+// with AVX-512 (F): the same values in the same places, each block's eight
+// registers stored whole.
+//
+//go:noescape
+func avxBlockXAsm(dst, x *float32, nb int)
+
 // qzmmQ8B4 is qavxQ8B4 with AVX-512 and VNNI (the integer block sums by
 // VPDPBUSD, exact): the same bits.
 //
@@ -582,6 +589,11 @@ func avxExactX(x []float32) bool {
 // group u); the groups after the last whole block in their own order.
 func avxBlockX(dst, x []float32) {
 	nb := len(x) / 128
+	if nb > 0 && asmF32 && avxBlockXOn {
+		avxBlockXAsm(&dst[0], &x[0], nb)
+		copy(dst[128*nb:], x[128*nb:])
+		return
+	}
 	for b := range nb {
 		src, out := (*[128]float32)(x[128*b:]), (*[128]float32)(dst[128*b:])
 		for v := range 8 { // register v = 2i+h: x at 8i+4h = 4v of each group
@@ -593,6 +605,9 @@ func avxBlockX(dst, x []float32) {
 	}
 	copy(dst[128*nb:], x[128*nb:])
 }
+
+// avxBlockXOn lets avxBlockX take avxBlockXAsm (tests compare both).
+var avxBlockXOn = true
 
 // avxLanes are the weight rows of a tile in the kernels' lane order.
 var avxLanes = [8]int{0, 2, 4, 6, 1, 3, 5, 7}

@@ -814,6 +814,48 @@ func f32zBlocks(name string, fused bool) {
 	p("\tJMP %s_fin", name)
 }
 
+// blockX writes avxBlockXAsm: per block of 128 values of x, the eight
+// registers of avxBlockX's order, register v holding 128-bit lane v%4 of
+// the natural vectors v/4, 2+v/4, 4+v/4 and 6+v/4 (two 4×4 transposes of
+// 128-bit lanes), stored whole: eight 64-byte stores a block, where the Go
+// loop's 8-byte stores each waited on a line the last matmul had evicted.
+func blockX() {
+	p("// func avxBlockXAsm(dst, x *float32, nb int)")
+	p("TEXT ·avxBlockXAsm(SB), NOSPLIT, $0-24")
+	p("\tMOVQ dst+0(FP), DI")
+	p("\tMOVQ x+8(FP), SI")
+	p("\tMOVQ nb+16(FP), CX")
+	p("\tTESTQ CX, CX")
+	p("\tJZ bx_done")
+	p("bx_loop:")
+	for k := range 8 {
+		p("\tVMOVUPS %d(SI), Z%d", 64*k, k)
+	}
+	// out v (v < 4) from N0, N2, N4, N6; v ≥ 4 from N1, N3, N5, N7.
+	for h := range 2 {
+		n := func(i int) string { return fmt.Sprintf("Z%d", 2*i+h) }
+		p("\tVSHUFF32X4 $0x44, %s, %s, Z8", n(1), n(0))  // N0.l0 N0.l1 N2.l0 N2.l1
+		p("\tVSHUFF32X4 $0xee, %s, %s, Z9", n(1), n(0))  // N0.l2 N0.l3 N2.l2 N2.l3
+		p("\tVSHUFF32X4 $0x44, %s, %s, Z10", n(3), n(2)) // N4.l0 N4.l1 N6.l0 N6.l1
+		p("\tVSHUFF32X4 $0xee, %s, %s, Z11", n(3), n(2)) // N4.l2 N4.l3 N6.l2 N6.l3
+		p("\tVSHUFF32X4 $0x88, Z10, Z8, Z12")            // l0 of N0 N2 N4 N6
+		p("\tVSHUFF32X4 $0xdd, Z10, Z8, Z13")            // l1
+		p("\tVSHUFF32X4 $0x88, Z11, Z9, Z14")            // l2
+		p("\tVSHUFF32X4 $0xdd, Z11, Z9, Z15")            // l3
+		for l := range 4 {
+			p("\tVMOVUPS Z%d, %d(DI)", 12+l, 64*(4*h+l))
+		}
+	}
+	p("\tADDQ $512, SI")
+	p("\tADDQ $512, DI")
+	p("\tDECQ CX")
+	p("\tJNZ bx_loop")
+	p("bx_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 // q8z writes qzmmQ8B4: per block of 32 the rows' exact integer sums by
 // VPDPBUSD (low nibbles against x's even codes, high nibbles against the
 // odd ones), reduced to one dword per row, then qavxQ8B4's float steps.
@@ -1059,6 +1101,7 @@ func main() {
 	f32z(false)
 	f32z(true)
 	q8z()
+	blockX()
 	stage("F32", 4)
 	stage("BF16", 2)
 	stage("F16", 2)

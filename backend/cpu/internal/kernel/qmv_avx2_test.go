@@ -441,3 +441,33 @@ func TestQZMMFused(t *testing.T) {
 		}
 	}
 }
+
+// TestAVXBlockX holds avxBlockXAsm to avxBlockX's loop value for value, on
+// lengths of whole blocks and blocks with one, two or three groups after
+// them, inside NaN guards.
+func TestAVXBlockX(t *testing.T) {
+	needZF32(t)
+	for _, k := range []int{128, 576, 672, 864, 1536} {
+		x := randVec(newRand(uint64(k)), k, 1, Identity)
+		want := make([]float32, k)
+		avxBlockXOn = false
+		avxBlockX(want, x)
+		avxBlockXOn = true
+		got, whole := guarded(k)
+		avxBlockX(got, x)
+		checkGuards(t, whole, fmt.Sprintf("k %d", k))
+		expectSame(t, got, want, fmt.Sprintf("k %d", k))
+		// The Go loop itself: register 2i+h, lane 4u+j holds x[32u+8i+4h+j].
+		for b := range k / 128 {
+			for v := range 8 {
+				for u := range 4 {
+					for j := range 4 {
+						if w, g := x[128*b+32*u+4*v+j], want[128*b+16*v+4*u+j]; g != w {
+							t.Fatalf("k %d block %d register %d lane %d: %v, want %v", k, b, v, 4*u+j, g, w)
+						}
+					}
+				}
+			}
+		}
+	}
+}
