@@ -35,15 +35,3 @@ func maddPeakAVX2(n int)
 //
 //go:noescape
 func mulAddPeakAVX2(n int)
-
-// refUnitPeak runs n iterations of the arithmetic of one unit of
-// qzmmF32B4 (qmv_avx2_gen.go's f32z: eight rows of 4-bit codes, 32 codes
-// each, against one row of x in MLX's lane order: per word and four rows a
-// VPSHUFD, two VPSRLVD, two VPERMPS, two VMULPS and two VADDPS) from
-// registers, without its loads, reductions or scale steps: 256
-// multiply-adds an iteration, the rate that the reference precision's
-// one-row 4-bit kernel cannot pass on this core whatever its memory
-// does. Requires AVX-512F.
-//
-//go:noescape
-func refUnitPeak(n int)

@@ -148,6 +148,19 @@ func qavxG8B8(a *avxArgs)
 //go:noescape
 func qzmmF32B4(a *avxArgs)
 
+// refUnitPeak runs n iterations of the arithmetic of one unit of
+// qzmmF32B4 (qmv_avx2_gen.go's f32z: eight rows of 4-bit codes, 32 codes
+// each, against one row of x in MLX's lane order: per word and four rows a
+// VPSHUFD, two VPSRLVD, two VPERMPS, two VMULPS and two VADDPS) from
+// registers, without its loads, reductions or scale steps: 256
+// multiply-adds an iteration, the rate that the reference precision's
+// one-row 4-bit kernel cannot pass on this core whatever its memory
+// does (BenchmarkFMAPeak). Requires AVX-512F; written by
+// qmv_avx2_gen.go from the same steps as the kernel (wordStep).
+//
+//go:noescape
+func refUnitPeak(n int)
+
 // qzmmF32B4X is qzmmF32B4 with each pair's second product added by
 // VFMADD231PS, one instruction instead of a multiply and an add: the same
 // bits wherever that product is exact, which avxExactX checks x for (every

@@ -814,6 +814,32 @@ func f32zBlocks(name string, fused bool) {
 	p("\tJMP %s_fin", name)
 }
 
+// unitPeak writes refUnitPeak: n iterations of the arithmetic of one unit
+// of f32z (eight wordSteps on the same registers, unfused) from zeroed
+// registers, nothing loaded.
+func unitPeak() {
+	p("// func refUnitPeak(n int)")
+	p("TEXT ·refUnitPeak(SB), NOSPLIT, $0-8")
+	p("\tMOVQ n+0(FP), CX")
+	for r := 0; r < 27; r++ {
+		p("\tVPXORD Z%d, Z%d, Z%d", r, r, r)
+	}
+	p("\tTESTQ CX, CX")
+	p("\tJZ rup_done")
+	p("rup_loop:")
+	for i := range 4 {
+		for h := range 2 {
+			wordStep(i, fmt.Sprintf("Z%d", 2+h), fmt.Sprintf("Z%d", h), fmt.Sprintf("Z%d", 12+2*h), fmt.Sprintf("Z%d", 13+2*h), false)
+		}
+	}
+	p("\tDECQ CX")
+	p("\tJNZ rup_loop")
+	p("rup_done:")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 // blockX writes avxBlockXAsm: per block of 128 values of x, the eight
 // registers of avxBlockX's order, register v holding 128-bit lane v%4 of
 // the natural vectors v/4, 2+v/4, 4+v/4 and 6+v/4 (two 4×4 transposes of
@@ -1101,6 +1127,7 @@ func main() {
 	f32z(false)
 	f32z(true)
 	q8z()
+	unitPeak()
 	blockX()
 	stage("F32", 4)
 	stage("BF16", 2)
