@@ -104,7 +104,8 @@ func testZF32(t *testing.T, bits, gs int, dt string, m, n, k int, name string) {
 
 // BenchmarkZF32Prefill measures the AVX-512 float32 m-blocked kernels
 // ("zmm") against the AVX2 ones ("ymm") in the reference precision on the
-// prefill shapes of the benchmark matrix's 4-bit group-32 models (128 rows
+// prefill shapes of the benchmark matrix's group-32 models (4-bit, and
+// the Qwen-shaped 8-bit one) (128 rows
 // of x, MLXGO_BENCH_ROWS to change it; one thread). GMAC/s-cpu is
 // multiply-accumulates per second of the thread's own CPU time (the
 // machine may be shared).
@@ -120,6 +121,8 @@ func BenchmarkZF32Prefill(b *testing.B) {
 		{"llama1b_qkv_b4g32", 2048, 2048, 4, 32, "bf16"},
 		{"llama1b_up_b4g32", 8192, 2048, 4, 32, "bf16"},
 		{"llama1b_down_b4g32", 2048, 8192, 4, 32, "bf16"},
+		{"qwen05b_up_b8g32", 4864, 896, 8, 32, "bf16"},
+		{"qwen05b_down_b8g32", 896, 4864, 8, 32, "bf16"},
 	}
 	m := 128
 	if v, err := strconv.Atoi(os.Getenv("MLXGO_BENCH_ROWS")); err == nil && v > 0 {
