@@ -104,8 +104,8 @@ func testZF32(t *testing.T, bits, gs int, dt string, m, n, k int, name string) {
 
 // BenchmarkZF32Prefill measures the AVX-512 float32 m-blocked kernels
 // ("zmm") against the AVX2 ones ("ymm") in the reference precision on the
-// prefill shapes of the benchmark matrix's group-32 models (4-bit, and
-// the Qwen-shaped 8-bit one) (128 rows
+// prefill shapes of the benchmark matrix's 4-bit group-32 models, and
+// the Qwen-shaped 8-bit ones ("f32gemm": qmm_gemmf32_amd64.s takes them) (128 rows
 // of x, MLXGO_BENCH_ROWS to change it; one thread). GMAC/s-cpu is
 // multiply-accumulates per second of the thread's own CPU time (the
 // machine may be shared).
@@ -133,9 +133,13 @@ func BenchmarkZF32Prefill(b *testing.B) {
 		scv, biv := avxVecs(sz.dt, sc, bi, sb, bb)
 		x := randVec(newRand(2), m*sz.k, 1, tensor.RoundBF16)
 		y := make([]float32, m*sz.n)
-		for _, impl := range []string{"ymm", "zmm"} {
+		impls := []string{"ymm", "zmm"}
+		if sz.bits != 4 {
+			impls = []string{"f32gemm"} // zf32On does not apply: f32gemmB8 takes it
+		}
+		for _, impl := range impls {
 			b.Run(fmt.Sprintf("%s/%s/%s", sz.name, dims(m, sz.n, sz.k), impl), func(b *testing.B) {
-				zf32On = impl == "zmm"
+				zf32On = impl != "ymm"
 				defer func() { zf32On = true }()
 				withThreads(1, func() {
 					runtime.LockOSThread()
