@@ -168,6 +168,9 @@ func runKind(st, inner int) int {
 // binaryLoop is binaryF32 over len(dst) elements, a and b read with strides
 // sa and sb (0 or 1).
 func binaryLoop(op backend.BinaryOp, dst, a, b []float32, sa, sb int) {
+	if binaryFast(op, dst, a, b, sa, sb) {
+		return
+	}
 	i, j := 0, 0
 	switch op {
 	case backend.Add:
@@ -211,6 +214,28 @@ func binaryLoop(op backend.BinaryOp, dst, a, b []float32, sa, sb int) {
 			i, j = i+sa, j+sb
 		}
 	}
+}
+
+// binaryFast is binaryLoop's hot cases in loops the compiler keeps free
+// of bounds checks: a sum of two runs (the residual adds) and a run minus
+// one value (logits minus their logsumexp). It reports false for the rest.
+func binaryFast(op backend.BinaryOp, dst, a, b []float32, sa, sb int) bool {
+	n := len(dst)
+	switch {
+	case op == backend.Add && sa == 1 && sb == 1:
+		a, b = a[:n], b[:n]
+		for k := range dst {
+			dst[k] = a[k] + b[k]
+		}
+	case op == backend.Subtract && sa == 1 && sb == 0:
+		a, c := a[:n], b[0]
+		for k := range dst {
+			dst[k] = a[k] - c
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 // broadcast2 calls fn(k, i, j) for every element k of shape out (row-major)

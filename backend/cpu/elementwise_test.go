@@ -205,15 +205,18 @@ func TestWhere(t *testing.T) {
 	opPanic(t, func() { b.Where(cond, b.Zeros(tensor.Shape{3, 2}, tensor.F32), y) })
 }
 
-// TestBinaryRows holds binaryF32's row loops (binaryRows) to the
-// element-by-element broadcast it replaces, bit for bit (NaNs included),
-// on shapes that take them and shapes that do not.
+// TestBinaryRows holds binaryF32's row loops (binaryRows, and binaryLoop's
+// fast cases, binaryFast) to the element-by-element broadcast they
+// replace, bit for bit (NaNs included), on shapes that take them and
+// shapes that do not.
 func TestBinaryRows(t *testing.T) {
 	cases := []struct {
 		as, bs tensor.Shape
 		rows   bool // binaryRows takes it
 	}{
 		{tensor.Shape{8, 1, 40}, tensor.Shape{8, 1, 1}, true},  // logits - logsumexp
+		{tensor.Shape{7, 33}, tensor.Shape{7, 33}, true},       // same shapes (a residual add)
+		{tensor.Shape{5, 19}, tensor.Shape{1}, true},           // one value for all
 		{tensor.Shape{8, 1, 1}, tensor.Shape{8, 1, 40}, true},  // scalar per row on the left
 		{tensor.Shape{3, 4, 32}, tensor.Shape{32}, true},       // a shared vector
 		{tensor.Shape{1, 32}, tensor.Shape{5, 2, 32}, true},    // the vector on the left
