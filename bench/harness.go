@@ -115,6 +115,22 @@ type ConfigResult struct {
 	// Rounds is how many child processes' runs are merged here (Reps in
 	// all); 0 in results written before rounds existed.
 	Rounds int `json:"rounds,omitempty"`
+	// DecodeRounds is each round's median decode tok/s, in round order
+	// (absent in results written before it existed).
+	DecodeRounds []float64 `json:"decode_rounds,omitempty"`
+}
+
+// markRound records a single round's medians as its per-round values
+// (DecodeRounds, PromptResult.Rounds), which mergeRound then joins.
+func (c *ConfigResult) markRound() {
+	if c.Decode.N > 0 {
+		c.DecodeRounds = []float64{c.Decode.Median}
+	}
+	for i := range c.Prompts {
+		if p := &c.Prompts[i]; p.PrefillTPS.N > 0 {
+			p.Rounds = []float64{p.PrefillTPS.Median}
+		}
+	}
 }
 
 // Prompt returns the prefill result at prompt length p.
@@ -386,6 +402,7 @@ func Run(o Options) (*Result, error) {
 					cr.WeightBytesPerToken = ReadBytesPerToken(p.goBytes, cr.PackedBytes, cr.ReleasedBytes)
 				}
 				cr.Name, cr.Reps, cr.Warmup, cr.DecodeTokens, cr.Rounds = name, plan.reps, plan.warmup, plan.decode, 1
+				cr.markRound()
 				if slow {
 					cr.Note = "MLX CPU device: reduced run"
 				}
@@ -477,6 +494,7 @@ func mergeRound(a, b ConfigResult) ConfigResult {
 	out.DecodePeakRSSBytes = max(a.DecodePeakRSSBytes, b.DecodePeakRSSBytes)
 	join := func(x, y Stat) Stat { return NewStat(append(slices.Clone(x.Samples), y.Samples...)) }
 	out.TTFT, out.Decode = join(a.TTFT, b.TTFT), join(a.Decode, b.Decode)
+	out.DecodeRounds = append(slices.Clone(a.DecodeRounds), b.DecodeRounds...)
 	out.Prompts = slices.Clone(a.Prompts)
 	for _, q := range b.Prompts {
 		i := slices.IndexFunc(out.Prompts, func(p PromptResult) bool { return p.Prompt == q.Prompt })
@@ -485,6 +503,7 @@ func mergeRound(a, b ConfigResult) ConfigResult {
 			continue
 		}
 		out.Prompts[i].PrefillTPS = join(out.Prompts[i].PrefillTPS, q.PrefillTPS)
+		out.Prompts[i].Rounds = append(slices.Clone(out.Prompts[i].Rounds), q.Rounds...)
 	}
 	return out
 }

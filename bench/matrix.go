@@ -78,7 +78,7 @@ func (r *Result) MatrixMarkdown() string {
 			case llama == nil:
 				noLlama = true
 			case llama != c:
-				rat = ratio(c.Decode.Median, llama.Decode.Median) + " / " + prefillRatio(c, llama)
+				rat = decodeRatio(c, llama) + " / " + prefillRatio(c, llama)
 			}
 			frac := "—"
 			switch f := 100 * c.BandwidthFraction; {
@@ -101,8 +101,13 @@ func (r *Result) MatrixMarkdown() string {
 	fmt.Fprintf(&b, "\nMachine: %s, %d cores, %s; load average %s at start, %s at end.\n", r.CPU, r.Cores, r.GoVersion, r.LoadAvgStart, r.LoadAvgEnd)
 	fmt.Fprintf(&b, "Read bandwidth: %.1f GB/s (%s), measured once for the run. "+
 		"Decode / BW limit = decode tok/s × the bytes one decode step reads of the row's weights / bandwidth. "+
-		"×llama.cpp: against the llama.cpp row of the same checkpoint (its GGUF twin); the prefill ratio at the longest prompt both measured.\n",
+		"×llama.cpp: against the llama.cpp row of the same checkpoint (its GGUF twin); the prefill ratio at the longest prompt both measured.",
 		r.BandwidthGBs, r.BandwidthNote)
+	if r.Rounds > 1 {
+		b.WriteString(" Where both rows have every round, the ratio is the median of the rounds' own ratios (each round's medians; " +
+			"a checkpoint's configurations ran back to back within a round), their range in parentheses.")
+	}
+	b.WriteString("\n")
 	if noLlama {
 		b.WriteString("×llama.cpp is — on every row of a checkpoint without a llama.cpp row (why: under Checkpoints).\n")
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,14 +20,14 @@ func matrixFixture() *Result {
 		Checkpoints: []CheckpointResult{
 			{Name: "A", Model: "/m/A", GGUF: "/m/A.gguf", CheckpointBytes: 135e6, GGUFBytes: 90e6, Configs: []ConfigResult{
 				{Name: "cpu-fast", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 70e6, BandwidthFraction: 0.9,
-					PackedBytes: 70e6, ReleasedBytes: 100e6, Prompts: []PromptResult{{128, stat(250)}, {512, stat(300)}}, Decode: stat(20)},
+					PackedBytes: 70e6, ReleasedBytes: 100e6, Prompts: []PromptResult{{Prompt: 128, PrefillTPS: stat(250)}, {Prompt: 512, PrefillTPS: stat(300)}}, Decode: stat(20)},
 				{Name: "cpu-reference", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 100e6, BandwidthFraction: 0.45,
-					Prompts: []PromptResult{{128, stat(80)}, {512, stat(100)}}, Decode: stat(10)},
+					Prompts: []PromptResult{{Prompt: 128, PrefillTPS: stat(80)}, {Prompt: 512, PrefillTPS: stat(100)}}, Decode: stat(10)},
 				{Name: "llama.cpp", Engine: "llama.cpp", Reps: 2, Warmup: 1, DecodeTokens: 16, WeightBytesPerToken: 80e6, BandwidthFraction: 0.004,
-					Prompts: []PromptResult{{128, stat(200)}, {512, stat(150)}}, Decode: stat(40)},
+					Prompts: []PromptResult{{Prompt: 128, PrefillTPS: stat(200)}, {Prompt: 512, PrefillTPS: stat(150)}}, Decode: stat(40)},
 			}},
 			{Name: "B", Model: "/m/B", CheckpointBytes: 2.5e6, NoLlama: "no GGUF twin at /m/B.gguf", Configs: []ConfigResult{
-				{Name: "cpu-fast", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, Prompts: []PromptResult{{128, stat(500)}}, Decode: stat(50)},
+				{Name: "cpu-fast", Engine: "mlxgo", Reps: 2, Warmup: 1, DecodeTokens: 16, Prompts: []PromptResult{{Prompt: 128, PrefillTPS: stat(500)}}, Decode: stat(50)},
 				{Name: "cpu-reference", Engine: "mlxgo", Err: "child exited 2"},
 			}},
 		},
@@ -90,15 +91,63 @@ func TestMatrixMarkdownAllTwins(t *testing.T) {
 	}
 }
 
+// TestPairedRatio: the median of the per-round ratios with their range, by
+// hand; anything but two or more rounds on both sides, all positive, is
+// refused (the caller falls back to the ratio of the medians).
+func TestPairedRatio(t *testing.T) {
+	for _, c := range []struct {
+		a, b []float64
+		want string
+		ok   bool
+	}{
+		{[]float64{10, 30, 20}, []float64{20, 40, 25}, "0.75× (0.50–0.80)", true}, // 0.5, 0.75, 0.8
+		{[]float64{9, 11}, []float64{10, 10}, "1.00× (0.90–1.10)", true},          // two rounds: their mean
+		{[]float64{10}, []float64{20}, "", false},                                 // one round
+		{[]float64{10, 20}, []float64{20}, "", false},                             // rounds missing on one side
+		{[]float64{10, 20}, []float64{20, 0}, "", false},                          // a failed value
+		{nil, nil, "", false},
+	} {
+		got, ok := pairedRatio(c.a, c.b)
+		if got != c.want || ok != c.ok {
+			t.Errorf("pairedRatio(%v, %v) = %q, %v; want %q, %v", c.a, c.b, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// A matrix of three rounds: where both rows hold every round the ratios are
+// paired (A's cpu-fast decode 18/40, 20/40, 24/40 → 0.50× (0.45–0.60);
+// prefill at 512: 300/150, 330/150, 270/100 → 2.20× (2.00–2.70)); a row
+// without per-round values (an older result's) keeps the ratio of medians;
+// the note says how the paired ratio is made.
+func TestMatrixMarkdownRounds(t *testing.T) {
+	r := matrixFixture()
+	r.Rounds = 3
+	a := &r.Checkpoints[0]
+	a.Configs[0].DecodeRounds = []float64{18, 20, 24}
+	a.Configs[0].Prompts[1].Rounds = []float64{300, 330, 270}
+	a.Configs[2].DecodeRounds = []float64{40, 40, 40}
+	a.Configs[2].Prompts[1].Rounds = []float64{150, 150, 100}
+	md := r.Markdown()
+	for _, want := range []string{
+		"| A | cpu-fast | 250 (n=1) | 300 (n=1) | 20.0 (n=1) | 0.50× (0.45–0.60) / 2.20× (2.00–2.70) @512 | 90% | 135 |\n",
+		"|  | cpu-reference | 80.0 (n=1) | 100 (n=1) | 10.0 (n=1) | 0.25× / 0.67× @512 | 45% | 135 |\n",
+		"the ratio is the median of the rounds' own ratios",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("missing %q in\n%s", want, md)
+		}
+	}
+}
+
 // Two rounds of one configuration, by hand: samples joined (prefill 512:
 // 100, 300, 200 → median 200; decode 10, 30 → 20), the peak RSS the larger,
 // the load time the mean over the rounds ((1·1 + 3·1)/2 = 2), reps added; a
 // prompt length only the second round measured is kept.
 func TestMergeRound(t *testing.T) {
 	a := ConfigResult{Name: "cpu-fast", Reps: 2, Rounds: 1, LoadS: 1, PeakRSSBytes: 5, DecodePeakRSSBytes: 4,
-		Prompts: []PromptResult{{512, stat(100, 300)}}, Decode: stat(10), TTFT: stat(0.5)}
+		Prompts: []PromptResult{{Prompt: 512, PrefillTPS: stat(100, 300)}}, Decode: stat(10), TTFT: stat(0.5)}
 	b := ConfigResult{Name: "cpu-fast", Reps: 1, Rounds: 1, LoadS: 3, PeakRSSBytes: 7, DecodePeakRSSBytes: 3,
-		Prompts: []PromptResult{{512, stat(200)}, {128, stat(50)}}, Decode: stat(30), TTFT: stat(0.7)}
+		Prompts: []PromptResult{{Prompt: 512, PrefillTPS: stat(200)}, {Prompt: 128, PrefillTPS: stat(50)}}, Decode: stat(30), TTFT: stat(0.7)}
 	m := mergeRound(a, b)
 	p512, _ := m.Prompt(512)
 	p128, _ := m.Prompt(128)
@@ -106,6 +155,13 @@ func TestMergeRound(t *testing.T) {
 		p512.PrefillTPS.Median != 200 || p512.PrefillTPS.N != 3 || p128.PrefillTPS.Median != 50 ||
 		m.Decode.Median != 20 || m.Decode.N != 2 || m.TTFT.N != 2 {
 		t.Errorf("got %+v", m)
+	}
+	// Each round's medians, marked and joined in round order.
+	a.markRound()
+	b.markRound()
+	m = mergeRound(a, b)
+	if p512, _ := m.Prompt(512); !slices.Equal(m.DecodeRounds, []float64{10, 30}) || !slices.Equal(p512.Rounds, []float64{200, 200}) {
+		t.Errorf("rounds: decode %v, prefill 512 %v; want [10 30], [200 200]", m.DecodeRounds, p512.Rounds)
 	}
 	if len(a.Prompts) != 1 || a.Prompts[0].PrefillTPS.N != 2 {
 		t.Errorf("mergeRound changed its first argument: %+v", a.Prompts)

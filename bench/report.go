@@ -35,22 +35,55 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2f×", a/b)
 }
 
-// prefillRatio compares prefill speed at the longest prompt both measured.
+// prefillRatio compares prefill speed at the longest prompt both measured
+// (pairedRatio where both have every round's value, else ratio).
 func prefillRatio(c, ref *ConfigResult) string {
 	if ref == nil {
 		return "—"
 	}
 	best := -1
-	var a, b float64
+	var a, b PromptResult
 	for _, p := range c.Prompts {
 		if q, ok := ref.Prompt(p.Prompt); ok && p.PrefillTPS.N > 0 && p.Prompt > best {
-			best, a, b = p.Prompt, p.PrefillTPS.Median, q.PrefillTPS.Median
+			best, a, b = p.Prompt, p, q
 		}
 	}
 	if best < 0 {
 		return "—"
 	}
-	return fmt.Sprintf("%s @%d", ratio(a, b), best)
+	if s, ok := pairedRatio(a.Rounds, b.Rounds); ok {
+		return fmt.Sprintf("%s @%d", s, best)
+	}
+	return fmt.Sprintf("%s @%d", ratio(a.PrefillTPS.Median, b.PrefillTPS.Median), best)
+}
+
+// decodeRatio compares decode speed (pairedRatio where both have every
+// round's value, else ratio).
+func decodeRatio(c, ref *ConfigResult) string {
+	if s, ok := pairedRatio(c.DecodeRounds, ref.DecodeRounds); ok {
+		return s
+	}
+	return ratio(c.Decode.Median, ref.Decode.Median)
+}
+
+// pairedRatio formats the median of the per-round ratios a[i]/b[i], with
+// their range, e.g. "0.88× (0.85–0.92)": the two values of a round were
+// measured minutes apart, so a machine whose speed drifts between rounds
+// moves both. It reports false unless a and b hold the same two or more
+// rounds, every value positive.
+func pairedRatio(a, b []float64) (string, bool) {
+	if len(a) < 2 || len(a) != len(b) {
+		return "", false
+	}
+	rs := make([]float64, len(a))
+	for i := range a {
+		if a[i] <= 0 || b[i] <= 0 {
+			return "", false
+		}
+		rs[i] = a[i] / b[i]
+	}
+	st := NewStat(rs)
+	return fmt.Sprintf("%.2f× (%.2f–%.2f)", st.Median, st.Min, st.Max), true
 }
 
 // promptLens is every prompt length measured: the run's own, then those of

@@ -100,6 +100,9 @@ type ChildReport struct {
 type PromptResult struct {
 	Prompt     int  `json:"prompt"`
 	PrefillTPS Stat `json:"prefill_tps"`
+	// Rounds is each round's median prefill tok/s, in round order (absent
+	// in results written before it existed).
+	Rounds []float64 `json:"rounds,omitempty"`
 }
 
 // summarise computes prefill tok/s per prompt length (P / Seconds), and
