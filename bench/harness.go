@@ -118,6 +118,30 @@ type ConfigResult struct {
 	// DecodeRounds is each round's median decode tok/s, in round order
 	// (absent in results written before it existed).
 	DecodeRounds []float64 `json:"decode_rounds,omitempty"`
+	// BandwidthRounds is, per round, the read bandwidth in GB/s measured
+	// just before the round's configurations of this checkpoint ran (a
+	// run of two or more rounds; absent otherwise).
+	BandwidthRounds []float64 `json:"bandwidth_rounds_gb_s,omitempty"`
+}
+
+// bandwidthFraction is decode tok/s × WeightBytesPerToken / bandwidth:
+// with every round's decode and bandwidth, the median of the rounds' own
+// fractions; else the decode median over bw (bytes per second).
+func (c *ConfigResult) bandwidthFraction(bw float64) float64 {
+	if n := len(c.DecodeRounds); n >= 2 && n == len(c.BandwidthRounds) {
+		fs := make([]float64, n)
+		for i, d := range c.DecodeRounds {
+			if c.BandwidthRounds[i] <= 0 {
+				return 0
+			}
+			fs[i] = d * float64(c.WeightBytesPerToken) / (c.BandwidthRounds[i] * 1e9)
+		}
+		return NewStat(fs).Median
+	}
+	if c.Decode.N > 0 && bw > 0 {
+		return c.Decode.Median * float64(c.WeightBytesPerToken) / bw
+	}
+	return 0
 }
 
 // markRound records a single round's medians as its per-round values
@@ -165,6 +189,9 @@ type Result struct {
 	Checkpoints []CheckpointResult `json:"checkpoints,omitempty"`
 	// Rounds is the number of passes the repetitions were split over (0: one).
 	Rounds int `json:"rounds,omitempty"`
+	// BandwidthProbes are the read bandwidths in GB/s measured before each
+	// checkpoint in every round of a run of two or more rounds.
+	BandwidthProbes []float64 `json:"bandwidth_probes_gb_s,omitempty"`
 }
 
 // DefaultConfigs lists the configurations a run measures by default, given
@@ -356,6 +383,18 @@ func Run(o Options) (*Result, error) {
 		reps := o.Reps/rounds + boolInt(round < o.Reps%rounds)
 		for _, p := range preps {
 			ck := &p.res
+			// With rounds, the bandwidth again just before this
+			// checkpoint's configurations: the machine's moves between
+			// rounds, and each round's decode is set against its own.
+			var bwRound float64
+			if rounds > 1 {
+				if b, err := o.bandwidth(); err != nil {
+					o.logf("bandwidth before %s: %v", ck.Name, err)
+				} else {
+					bwRound = b / 1e9
+					res.BandwidthProbes = append(res.BandwidthProbes, bwRound)
+				}
+			}
 			for ci, name := range configs {
 				plan := runPlan{lens: o.PromptLens, decode: o.DecodeTokens, reps: reps, warmup: o.Warmup}
 				slow := mlxSlow && (name == "mlx_lm" || name == "mlx" || name == "mlx-cpu")
@@ -403,6 +442,9 @@ func Run(o Options) (*Result, error) {
 				}
 				cr.Name, cr.Reps, cr.Warmup, cr.DecodeTokens, cr.Rounds = name, plan.reps, plan.warmup, plan.decode, 1
 				cr.markRound()
+				if bwRound > 0 && !slow {
+					cr.BandwidthRounds = []float64{bwRound}
+				}
 				if slow {
 					cr.Note = "MLX CPU device: reduced run"
 				}
@@ -423,9 +465,7 @@ func Run(o Options) (*Result, error) {
 			if cr == nil {
 				continue
 			}
-			if cr.Decode.N > 0 && bw > 0 {
-				cr.BandwidthFraction = cr.Decode.Median * float64(cr.WeightBytesPerToken) / bw
-			}
+			cr.BandwidthFraction = cr.bandwidthFraction(bw)
 			p.res.Configs = append(p.res.Configs, *cr)
 		}
 		switch llama := p.res.find("llama.cpp"); {
@@ -495,6 +535,7 @@ func mergeRound(a, b ConfigResult) ConfigResult {
 	join := func(x, y Stat) Stat { return NewStat(append(slices.Clone(x.Samples), y.Samples...)) }
 	out.TTFT, out.Decode = join(a.TTFT, b.TTFT), join(a.Decode, b.Decode)
 	out.DecodeRounds = append(slices.Clone(a.DecodeRounds), b.DecodeRounds...)
+	out.BandwidthRounds = append(slices.Clone(a.BandwidthRounds), b.BandwidthRounds...)
 	out.Prompts = slices.Clone(a.Prompts)
 	for _, q := range b.Prompts {
 		i := slices.IndexFunc(out.Prompts, func(p PromptResult) bool { return p.Prompt == q.Prompt })

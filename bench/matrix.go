@@ -99,10 +99,18 @@ func (r *Result) MatrixMarkdown() string {
 		}
 	}
 	fmt.Fprintf(&b, "\nMachine: %s, %d cores, %s; load average %s at start, %s at end.\n", r.CPU, r.Cores, r.GoVersion, r.LoadAvgStart, r.LoadAvgEnd)
-	fmt.Fprintf(&b, "Read bandwidth: %.1f GB/s (%s), measured once for the run. "+
-		"Decode / BW limit = decode tok/s × the bytes one decode step reads of the row's weights / bandwidth. "+
-		"×llama.cpp: against the llama.cpp row of the same checkpoint (its GGUF twin); the prefill ratio at the longest prompt both measured.",
-		r.BandwidthGBs, r.BandwidthNote)
+	if len(r.BandwidthProbes) > 1 {
+		st := NewStat(r.BandwidthProbes)
+		fmt.Fprintf(&b, "Read bandwidth: %.1f GB/s at the start (%s; the limits under Checkpoints use it), and before each checkpoint in every round "+
+			"%d readings, median %.1f, range %.1f–%.1f GB/s; a row's decode / BW limit is the median over the rounds of its decode tok/s × "+
+			"the bytes one decode step reads of its weights / the reading before it. ",
+			r.BandwidthGBs, r.BandwidthNote, st.N, st.Median, st.Min, st.Max)
+	} else {
+		fmt.Fprintf(&b, "Read bandwidth: %.1f GB/s (%s), measured once for the run. "+
+			"Decode / BW limit = decode tok/s × the bytes one decode step reads of the row's weights / bandwidth. ",
+			r.BandwidthGBs, r.BandwidthNote)
+	}
+	b.WriteString("×llama.cpp: against the llama.cpp row of the same checkpoint (its GGUF twin); the prefill ratio at the longest prompt both measured.")
 	if r.Rounds > 1 {
 		b.WriteString(" Where both rows have every round, the ratio is the median of the rounds' own ratios (each round's medians; " +
 			"a checkpoint's configurations ran back to back within a round), their range in parentheses.")

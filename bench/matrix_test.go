@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -139,6 +140,40 @@ func TestMatrixMarkdownRounds(t *testing.T) {
 	}
 }
 
+// TestBandwidthFraction, by hand: with every round's decode and bandwidth
+// the median of the rounds' own fractions (100 MB a token: 20 tok/s at 4
+// GB/s 0.5, 30 at 5 0.6, 10 at 2 0.5 → 0.5); rounds missing on either side,
+// or one round, fall back to the decode median over the run's bandwidth
+// (20 tok/s · 100 MB / 4 GB/s = 0.5; 30 / 10 GB/s → 0.3).
+func TestBandwidthFraction(t *testing.T) {
+	for _, c := range []struct {
+		decode, bw []float64
+		runBW      float64
+		want       float64
+	}{
+		{[]float64{20, 30, 10}, []float64{4, 5, 2}, 1e9, 0.5},
+		{[]float64{20, 30, 10}, []float64{4, 5}, 10e9, 0.2},
+		{[]float64{30}, []float64{5}, 10e9, 0.3},
+		{[]float64{20, 30}, []float64{4, 0}, 10e9, 0},
+	} {
+		cr := ConfigResult{WeightBytesPerToken: 100e6, Decode: NewStat(c.decode), DecodeRounds: c.decode, BandwidthRounds: c.bw}
+		if got := cr.bandwidthFraction(c.runBW); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("decode %v, bandwidth %v, run %g: got %g, want %g", c.decode, c.bw, c.runBW, got, c.want)
+		}
+	}
+}
+
+// With a reading before each checkpoint in every round, the note gives
+// their count, median and range.
+func TestMatrixMarkdownProbes(t *testing.T) {
+	r := matrixFixture()
+	r.Rounds, r.BandwidthProbes = 2, []float64{30, 50, 40, 34}
+	want := "Read bandwidth: 10.0 GB/s at the start (test; the limits under Checkpoints use it), and before each checkpoint in every round 4 readings, median 37.0, range 30.0–50.0 GB/s"
+	if md := r.Markdown(); !strings.Contains(md, want) {
+		t.Errorf("missing %q in\n%s", want, md)
+	}
+}
+
 // Two rounds of one configuration, by hand: samples joined (prefill 512:
 // 100, 300, 200 → median 200; decode 10, 30 → 20), the peak RSS the larger,
 // the load time the mean over the rounds ((1·1 + 3·1)/2 = 2), reps added; a
@@ -159,7 +194,11 @@ func TestMergeRound(t *testing.T) {
 	// Each round's medians, marked and joined in round order.
 	a.markRound()
 	b.markRound()
+	a.BandwidthRounds, b.BandwidthRounds = []float64{30}, []float64{40}
 	m = mergeRound(a, b)
+	if !slices.Equal(m.BandwidthRounds, []float64{30, 40}) {
+		t.Errorf("bandwidth rounds %v, want [30 40]", m.BandwidthRounds)
+	}
 	if p512, _ := m.Prompt(512); !slices.Equal(m.DecodeRounds, []float64{10, 30}) || !slices.Equal(p512.Rounds, []float64{200, 200}) {
 		t.Errorf("rounds: decode %v, prefill 512 %v; want [10 30], [200 200]", m.DecodeRounds, p512.Rounds)
 	}

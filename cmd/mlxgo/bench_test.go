@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mlxgo/mlxgo/bench"
 	"github.com/mlxgo/mlxgo/synth"
 )
 
@@ -240,6 +242,56 @@ func TestBenchModelsEndToEnd(t *testing.T) {
 		t.Errorf("--report:\n%s\nwant the run's table:\n%s", got, table)
 	}
 	t.Logf("took %v", time.Since(start))
+}
+
+// TestBenchModelsRounds: a matrix of two rounds pairs its ratios by round
+// (the cell carries the rounds' range) and reads the bandwidth before the
+// checkpoint in each round (the note counts the readings), and its JSON
+// keeps each round's values.
+func TestBenchModelsRounds(t *testing.T) {
+	t.Setenv("MLXGO_TEST_AS_MLXGO", "1")
+	dir := t.TempDir()
+	twin := filepath.Join(dir, "optiq.gguf")
+	if err := synth.WriteGGUF(twin, synth.Presets["tiny"], nil); err != nil {
+		t.Fatal(err)
+	}
+	llama := filepath.Join(dir, "llama-bench")
+	canned := `[{"n_prompt": 8, "n_gen": 0, "avg_ts": 160, "samples_ts": [160]}, {"n_prompt": 0, "n_gen": 3, "avg_ts": 40, "samples_ts": [40]}]`
+	touch(t, llama, "#!/bin/sh\ncat <<'EOF'\n"+canned+"\nEOF\n")
+	if err := os.Chmod(llama, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	results := filepath.Join(dir, "results")
+	var out, errb bytes.Buffer
+	code := run([]string{"bench", "--models", filepath.Join(testModels, "optiq-bf16") + "=" + twin,
+		"--reps", "2", "--rounds", "2", "--warmup", "0", "--prompt-lens", "8", "--decode-tokens", "3", "--configs", "cpu-reference,llama.cpp",
+		"--llama-bench", llama, "--python", filepath.Join(dir, "no-python"), "--results", results}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	paired := regexp.MustCompile(`\| optiq-bf16 \| cpu-reference \| .* \| [0-9.]+× \([0-9.]+–[0-9.]+\) / [0-9.]+× \([0-9.]+–[0-9.]+\) @8 \|`)
+	if !paired.MatchString(out.String()) {
+		t.Errorf("no paired ratios on the cpu-reference row in\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "and before each checkpoint in every round 2 readings, median ") {
+		t.Errorf("no note on the rounds' bandwidth readings in\n%s", out.String())
+	}
+	jsons, _ := filepath.Glob(filepath.Join(results, "*.json"))
+	if len(jsons) != 1 {
+		t.Fatalf("got result files %v, want one JSON", jsons)
+	}
+	res, err := bench.ReadResult(jsons[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.BandwidthProbes) != 2 {
+		t.Errorf("bandwidth probes %v, want two", res.BandwidthProbes)
+	}
+	for _, c := range res.Checkpoints[0].Configs {
+		if len(c.DecodeRounds) != 2 || len(c.BandwidthRounds) != 2 || len(c.Prompts) != 1 || len(c.Prompts[0].Rounds) != 2 {
+			t.Errorf("%s: decode rounds %v, bandwidth rounds %v, prompts %+v; want two of each", c.Name, c.DecodeRounds, c.BandwidthRounds, c.Prompts)
+		}
+	}
 }
 
 func TestBenchModelsUsageErrors(t *testing.T) {
