@@ -181,20 +181,29 @@ func TestBenchMatrixEntries(t *testing.T) {
 // tiny synth: entry (written by the run), with a stand-in llama-bench
 // printing canned numbers for the entries with a twin: one table, one
 // JSON file, and --report renders the same table from it.
-func TestBenchModelsEndToEnd(t *testing.T) {
-	start := time.Now()
-	t.Setenv("MLXGO_TEST_AS_MLXGO", "1")
-	dir := t.TempDir()
-	twin := filepath.Join(dir, "optiq.gguf")
+// cannedLlamaBench writes into dir the tiny preset's GGUF (a twin) and a
+// llama-bench script that prints canned results: prefill 8 at 160 tok/s,
+// decode 3 at 40.
+func cannedLlamaBench(t *testing.T, dir string) (twin, llama string) {
+	t.Helper()
+	twin = filepath.Join(dir, "optiq.gguf")
 	if err := synth.WriteGGUF(twin, synth.Presets["tiny"], nil); err != nil {
 		t.Fatal(err)
 	}
-	llama := filepath.Join(dir, "llama-bench")
+	llama = filepath.Join(dir, "llama-bench")
 	canned := `[{"n_prompt": 8, "n_gen": 0, "avg_ts": 160, "samples_ts": [160]}, {"n_prompt": 0, "n_gen": 3, "avg_ts": 40, "samples_ts": [40]}]`
 	touch(t, llama, "#!/bin/sh\ncat <<'EOF'\n"+canned+"\nEOF\n")
 	if err := os.Chmod(llama, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return twin, llama
+}
+
+func TestBenchModelsEndToEnd(t *testing.T) {
+	start := time.Now()
+	t.Setenv("MLXGO_TEST_AS_MLXGO", "1")
+	dir := t.TempDir()
+	twin, llama := cannedLlamaBench(t, dir)
 	results, cache := filepath.Join(dir, "results"), filepath.Join(dir, "cache")
 	optiq, tied := filepath.Join(testModels, "optiq-bf16"), filepath.Join(testModels, "tied-bf16")
 	var out, errb bytes.Buffer
@@ -251,16 +260,7 @@ func TestBenchModelsEndToEnd(t *testing.T) {
 func TestBenchModelsRounds(t *testing.T) {
 	t.Setenv("MLXGO_TEST_AS_MLXGO", "1")
 	dir := t.TempDir()
-	twin := filepath.Join(dir, "optiq.gguf")
-	if err := synth.WriteGGUF(twin, synth.Presets["tiny"], nil); err != nil {
-		t.Fatal(err)
-	}
-	llama := filepath.Join(dir, "llama-bench")
-	canned := `[{"n_prompt": 8, "n_gen": 0, "avg_ts": 160, "samples_ts": [160]}, {"n_prompt": 0, "n_gen": 3, "avg_ts": 40, "samples_ts": [40]}]`
-	touch(t, llama, "#!/bin/sh\ncat <<'EOF'\n"+canned+"\nEOF\n")
-	if err := os.Chmod(llama, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	twin, llama := cannedLlamaBench(t, dir)
 	results := filepath.Join(dir, "results")
 	var out, errb bytes.Buffer
 	code := run([]string{"bench", "--models", filepath.Join(testModels, "optiq-bf16") + "=" + twin,
