@@ -432,6 +432,9 @@ func Run(o Options) (*Result, error) {
 				o.logf("=== %s: prompt lengths %v, %d decode tokens, %d warm-up + %d reps", where, plan.lens, plan.decode, plan.warmup, plan.reps)
 				switch name {
 				case "llama.cpp":
+					if len(plan.lens) > 0 {
+						plan.depth = plan.lens[0] // mlxgo decodes after its first prompt
+					}
 					cr = o.runLlamaBench(ck.GGUF, plan)
 				case "mlx_lm":
 					cr = o.runChild(name, "mlx_lm", append([]string{o.Python, o.Driver, "--model", ck.Model}, plan.args(p.idsFile)...))
@@ -552,6 +555,7 @@ func mergeRound(a, b ConfigResult) ConfigResult {
 type runPlan struct {
 	lens                 []int
 	decode, reps, warmup int
+	depth                int // llama.cpp only: the context its decode runs at (0: empty)
 }
 
 func (p runPlan) args(idsFile string) []string {

@@ -182,31 +182,61 @@ func TestCheckpointWeightBytes(t *testing.T) {
 	}
 }
 
-// A stand-in llama-bench prints canned JSON; the harness reads its samples
-// and the GGUF twin's per-token bytes.
+// A stand-in llama-bench prints canned JSON (other values when given -d)
+// and logs its arguments; the harness reads its samples and the GGUF
+// twin's per-token bytes. Without a depth one invocation measures both;
+// with one the prompts come from an invocation without -d and the decode
+// from one with "-p 0 -n 8 -d 16", each taking only its own kind.
 func TestLlamaBench(t *testing.T) {
 	dir := t.TempDir()
 	g := filepath.Join(dir, "tiny.gguf")
 	if err := synth.WriteGGUF(g, synth.Presets["tiny"], nil); err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(dir, "llama-bench")
+	script, args := filepath.Join(dir, "llama-bench"), filepath.Join(dir, "args")
 	canned := `[{"n_prompt": 16, "n_gen": 0, "avg_ts": 150, "samples_ts": [100, 200]},
 	{"n_prompt": 0, "n_gen": 8, "avg_ts": 30, "samples_ts": [30, 20, 40]}]`
-	if err := os.WriteFile(script, []byte("#!/bin/sh\ncat <<'EOF'\n"+canned+"\nEOF\n"), 0o755); err != nil {
+	deep := `[{"n_prompt": 16, "n_gen": 0, "avg_ts": 999, "samples_ts": [999]},
+	{"n_prompt": 0, "n_gen": 8, "avg_ts": 25, "samples_ts": [25, 24, 26, 25]}]`
+	sh := "#!/bin/sh\necho \"$*\" >> " + args + "\ncase \"$*\" in *' -d '*) cat <<'EOF'\n" + deep + "\nEOF\n;; *) cat <<'EOF'\n" + canned + "\nEOF\n;; esac\n"
+	if err := os.WriteFile(script, []byte(sh), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	o := &Options{LlamaBench: script, Threads: 2}
-	cr := o.runLlamaBench(g, runPlan{lens: []int{16}, decode: 8, reps: 2})
-	if cr.Err != "" {
-		t.Fatal(cr.Err)
-	}
-	if p, ok := cr.Prompt(16); !ok || p.PrefillTPS.Median != 150 || cr.Decode.Median != 30 || cr.Decode.N != 3 {
-		t.Errorf("got prefill %+v, decode %+v; want median 150 and 30 (n=3)", p, cr.Decode)
-	}
 	want, err := GGUFWeightBytes(g)
-	if err != nil || cr.WeightBytesPerToken != want || want <= 0 {
-		t.Errorf("weight bytes: got %d, want %d (%v)", cr.WeightBytesPerToken, want, err)
+	if err != nil || want <= 0 {
+		t.Fatalf("weight bytes %d: %v", want, err)
+	}
+	for _, c := range []struct {
+		depth       int
+		decode      float64
+		n           int
+		invocations []string
+	}{
+		{0, 30, 3, []string{"-p 16 -n 8"}},
+		{16, 25, 4, []string{"-p 16 -n 0", "-p 0 -n 8 -d 16"}},
+	} {
+		os.Remove(args)
+		o := &Options{LlamaBench: script, Threads: 2}
+		cr := o.runLlamaBench(g, runPlan{lens: []int{16}, decode: 8, reps: 2, depth: c.depth})
+		if cr.Err != "" {
+			t.Fatal(cr.Err)
+		}
+		if p, ok := cr.Prompt(16); !ok || len(cr.Prompts) != 1 || p.PrefillTPS.Median != 150 || cr.Decode.Median != c.decode || cr.Decode.N != c.n {
+			t.Errorf("depth %d: got prefill %+v, decode %+v; want median 150 and %g (n=%d)", c.depth, cr.Prompts, cr.Decode, c.decode, c.n)
+		}
+		if cr.WeightBytesPerToken != want {
+			t.Errorf("depth %d: weight bytes %d, want %d", c.depth, cr.WeightBytesPerToken, want)
+		}
+		got, _ := os.ReadFile(args)
+		lines := strings.Split(strings.TrimSpace(string(got)), "\n")
+		if len(lines) != len(c.invocations) {
+			t.Fatalf("depth %d: invocations %q, want %d", c.depth, lines, len(c.invocations))
+		}
+		for i, w := range c.invocations {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("depth %d: invocation %d is %q, want %q in it", c.depth, i, lines[i], w)
+			}
+		}
 	}
 }
 

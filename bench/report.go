@@ -121,7 +121,7 @@ func ReadResult(path string) (*Result, error) {
 const (
 	valuesNote = "Values: median ±half the min–max spread over the timed repetitions (n=1: a single run). " +
 		"Prefill tok/s = P / time of the P-token prompt through a fresh cache until its last position's logits are computed (llama.cpp: ppP)."
-	decodeNote = "Decode tok/s over N generated tokens = (N-2) / (t[N-1] - t[1]) (llama.cpp: tgN from an empty context)."
+	decodeNote = "Decode tok/s over N generated tokens = (N-2) / (t[N-1] - t[1]) (llama.cpp: tgN at a depth of the first prompt length, -d, the context mlxgo's decode starts from)."
 	ttftNote   = "TTFT: generation's time to the first token after the first prompt length (on an eager backend this includes the second decode step, " +
 		"which pipelined generation computes before handing over the first token)."
 	rssNote = "Each configuration ran in its own process; peak RSS is that process's over all its runs (ru_maxrss, or the peak it recorded before resetting it); " +
