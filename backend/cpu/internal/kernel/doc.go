@@ -107,9 +107,11 @@
 // 16 bits), the few-row reference kernels prefetch the next tile of weight
 // rows, and the fast precision takes the denseZ
 // kernels: sixteen FMA lanes per output along k, four rows of x by six
-// weight rows per call in prefill, one by eight with the next group
-// prefetched in decode, every kernel reducing an output's lanes alike so
-// that a row of x gets the same bits whatever the number of rows.
+// weight rows per call in prefill, one by eight in decode (each weight
+// row's whole k before the next's, so that the weights stream in address
+// order; the narrower tail kernels prefetch the next group), every kernel
+// reducing an output's lanes alike so that a row of x gets the same bits
+// whatever the number of rows.
 //
 // Built with GOEXPERIMENT=simd (Go 1.26 simd/archsimd), archsimd forms of
 // the float32 dot product and axpy replace their assembly twins (the same
