@@ -750,6 +750,19 @@ func zfastRows(cols, dt int) {
 	p("\tDECL BX")
 	p("\tKMOVW BX, K1")
 	p("%s_nomask:", name)
+	// step: sixteen values of x (Z0) and of the row at BX (Z4) from
+	// value v on, their products added into Z(acc); masked, the lanes of
+	// K1 only.
+	step := func(acc, v int, masked bool) {
+		xa, wa := fmt.Sprintf("%d(SI)", 4*v), fmt.Sprintf("%d(BX)", es*v)
+		if masked {
+			p("\tVMOVUPS.Z %s, K1, Z0", xa)
+		} else {
+			p("\tVMOVUPS %s, Z0", xa)
+		}
+		zload(dt, wa, 4, 6, masked)
+		p("\tVFMADD231PS Z4, Z0, Z%d", acc)
+	}
 	for c := range cols {
 		acc := 8 + c
 		p("\tVPXORD Z%d, Z%d, Z%d", acc, acc, acc)
@@ -759,11 +772,8 @@ func zfastRows(cols, dt int) {
 		p("\tSHRQ $5, CX")
 		p("\tJZ %s_one%d", name, c)
 		p("%s_loop%d:", name, c)
-		for _, v := range []int{0, 16} {
-			p("\tVMOVUPS %d(SI), Z0", 4*v)
-			zload(dt, fmt.Sprintf("%d(BX)", es*v), 4, 6, false)
-			p("\tVFMADD231PS Z4, Z0, Z%d", acc)
-		}
+		step(acc, 0, false)
+		step(acc, 16, false)
 		p("\tADDQ $%d, BX", 32*es)
 		p("\tADDQ $128, SI")
 		p("\tDECQ CX")
@@ -771,17 +781,13 @@ func zfastRows(cols, dt int) {
 		p("%s_one%d:", name, c)
 		p("\tTESTQ $16, R13")
 		p("\tJZ %s_tail%d", name, c)
-		p("\tVMOVUPS (SI), Z0")
-		zload(dt, "(BX)", 4, 6, false)
-		p("\tVFMADD231PS Z4, Z0, Z%d", acc)
+		step(acc, 0, false)
 		p("\tADDQ $%d, BX", 16*es)
 		p("\tADDQ $64, SI")
 		p("%s_tail%d:", name, c)
 		p("\tTESTQ R14, R14")
 		p("\tJZ %s_next%d", name, c)
-		p("\tVMOVUPS.Z (SI), K1, Z0")
-		zload(dt, "(BX)", 4, 6, true)
-		p("\tVFMADD231PS Z4, Z0, Z%d", acc)
+		step(acc, 0, true)
 		p("%s_next%d:", name, c)
 	}
 	zsum(0, cols, "(DI)")
