@@ -158,6 +158,7 @@ type BatchStats struct {
 	PromptTime       time.Duration // time in prefill
 	GenerationTokens int           // tokens handed out by Next
 	GenerationTime   time.Duration // time in decode steps
+	GenerationSteps  int           // decode steps run (GenerationTokens / GenerationSteps: rows a step)
 	PeakBytes        int64         // the backend's peak live bytes
 }
 
@@ -633,6 +634,7 @@ func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 		}
 		g.stats.GenerationTime += time.Since(start)
 		g.stats.GenerationTokens += len(out)
+		g.stats.GenerationSteps++
 		if g.steps++; g.steps%512 == 0 {
 			g.clearCache()
 		}

@@ -102,6 +102,25 @@ type MemoryStats struct {
 	ReleasedBytes int64 `json:"released_bytes,omitempty"`
 }
 
+// EngineStats count the engine's work since the server started (its
+// generators' generate.BatchStats, summed over the fresh generators that
+// follow a failed step): decode steps and the tokens they handed out,
+// prompt tokens prefilled, and the time in each. Steps / GeneratedTokens
+// is the rows of an average step; DecodeSeconds / Steps its time.
+type EngineStats struct {
+	Steps           int     `json:"decode_steps"`
+	GeneratedTokens int     `json:"generated_tokens"`
+	DecodeSeconds   float64 `json:"decode_seconds"`
+	PromptTokens    int     `json:"prompt_tokens"`
+	PrefillSeconds  float64 `json:"prefill_seconds"`
+}
+
+// health is what the engine reports between steps (Server.Stats).
+type health struct {
+	mem MemoryStats
+	eng EngineStats
+}
+
 // engine owns the model's batch generator and the prefix cache: one
 // goroutine (run) does all backend work, between decode steps it takes new
 // jobs and cancellations from channels.
@@ -112,10 +131,11 @@ type engine struct {
 	cache  *prefixCache
 	submit chan *job
 	cancel chan *job
-	stats  chan chan MemoryStats
+	stats  chan chan health
 	quit   chan struct{}
 	done   chan struct{}
 	jobs   map[int]*job
+	past   generate.BatchStats // the work of the generators reset replaced
 }
 
 // newEngine starts the engine; dir, when not nil, is where the prefix
@@ -136,7 +156,7 @@ func newEngine(m generate.BatchModel, opts generate.BatchOptions, cacheBytes int
 		return nil, err
 	}
 	e := &engine{m: m, opts: opts, g: g, cache: cache,
-		submit: make(chan *job), cancel: make(chan *job, 64), stats: make(chan chan MemoryStats),
+		submit: make(chan *job), cancel: make(chan *job, 64), stats: make(chan chan health),
 		quit: make(chan struct{}), done: make(chan struct{}), jobs: map[int]*job{}}
 	go e.run()
 	return e, nil
@@ -172,7 +192,7 @@ func (e *engine) run() {
 			case j := <-e.cancel:
 				e.remove(j)
 			case c := <-e.stats:
-				c <- e.memory()
+				c <- health{e.memory(), e.work()}
 			case <-e.quit:
 				return
 			}
@@ -185,7 +205,7 @@ func (e *engine) run() {
 			case j := <-e.cancel:
 				e.remove(j)
 			case c := <-e.stats:
-				c <- e.memory()
+				c <- health{e.memory(), e.work()}
 			case <-e.quit:
 				return
 			default:
@@ -204,6 +224,18 @@ func (e *engine) memory() MemoryStats {
 	return MemoryStats{LiveArrays: st.LiveArrays, LiveBytes: st.LiveBytes,
 		PromptCacheArrays: e.cache.arrays(), PromptCacheBytes: e.cache.bytes, PromptCacheSeqs: len(e.cache.entries),
 		Sequences: e.g.Len(), PackedBytes: st.PackedBytes, ReleasedBytes: st.ReleasedBytes}
+}
+
+// work sums the generators' statistics (on the engine's goroutine).
+func (e *engine) work() EngineStats {
+	s := e.g.Stats()
+	return EngineStats{
+		Steps:           e.past.GenerationSteps + s.GenerationSteps,
+		GeneratedTokens: e.past.GenerationTokens + s.GenerationTokens,
+		DecodeSeconds:   (e.past.GenerationTime + s.GenerationTime).Seconds(),
+		PromptTokens:    e.past.PromptTokens + s.PromptTokens,
+		PrefillSeconds:  (e.past.PromptTime + s.PromptTime).Seconds(),
+	}
 }
 
 // insert queues j, starting it from the longest cached prefix of its prompt.
@@ -321,6 +353,12 @@ func (e *engine) reset(err error) {
 		j.out.fail(&apiError{Status: 500, Type: "server_error", Message: "generation failed: " + err.Error()})
 		delete(e.jobs, uid)
 	}
+	s := e.g.Stats()
+	e.past.GenerationSteps += s.GenerationSteps
+	e.past.GenerationTokens += s.GenerationTokens
+	e.past.GenerationTime += s.GenerationTime
+	e.past.PromptTokens += s.PromptTokens
+	e.past.PromptTime += s.PromptTime
 	e.g.Close()
 	g, gerr := generate.NewBatchGenerator(e.m, e.opts)
 	if gerr != nil {

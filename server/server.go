@@ -194,12 +194,20 @@ func (s *Server) Close() { s.eng.close() }
 // Memory reports the backend's live arrays and bytes and the prompt
 // cache's share, read between generator steps.
 func (s *Server) Memory() (MemoryStats, error) {
-	c := make(chan MemoryStats, 1)
+	m, _, err := s.Stats()
+	return m, err
+}
+
+// Stats reports Memory's figures and the engine's work so far, read
+// together between generator steps.
+func (s *Server) Stats() (MemoryStats, EngineStats, error) {
+	c := make(chan health, 1)
 	select {
 	case s.eng.stats <- c:
-		return <-c, nil
+		h := <-c
+		return h.mem, h.eng, nil
 	case <-s.eng.quit:
-		return MemoryStats{}, errClosed
+		return MemoryStats{}, EngineStats{}, errClosed
 	}
 }
 
@@ -341,12 +349,12 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	m, err := s.Memory()
+	m, eng, err := s.Stats()
 	if err != nil {
 		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: err.Error()})
 		return
 	}
-	writeJSON(w, map[string]any{"status": "ok", "memory": m, "in_flight": s.inflight.Load()})
+	writeJSON(w, map[string]any{"status": "ok", "memory": m, "engine": eng, "in_flight": s.inflight.Load()})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -881,3 +881,46 @@ func TestPackedWeights(t *testing.T) {
 	}
 	f.checkIdle()
 }
+
+// TestHealthEngine: /health's engine counters follow the work of the
+// requests served: one request alone takes one decode step per token it
+// hands out (usage.completion_tokens) and prefills its prompt less the
+// last token (which the first decode step takes); a second adds its own.
+func TestHealthEngine(t *testing.T) {
+	f := newFixture(t, nil)
+	engine := func() server.EngineStats {
+		t.Helper()
+		resp, err := http.Get(f.url + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var h struct {
+			Engine *server.EngineStats `json:"engine"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || h.Engine == nil {
+			t.Fatalf("GET /health: %v, engine %v", err, h.Engine)
+		}
+		return *h.Engine
+	}
+	if e := engine(); e != (server.EngineStats{}) {
+		t.Errorf("before any request: %+v, want zeros", e)
+	}
+	var want server.EngineStats
+	for i, body := range []string{`{"prompt": [5, 6, 7, 8, 9], "max_tokens": 7}`, `{"prompt": [3, 4, 5], "max_tokens": 4}`} {
+		status, got, _ := f.post("/v1/completions", body)
+		n, _ := get(got, "usage", "completion_tokens").(float64)
+		p, _ := get(got, "usage", "prompt_tokens").(float64)
+		if status != 200 || n < 1 {
+			t.Fatalf("request %d: status %d, %v", i, status, got)
+		}
+		want.Steps += int(n)
+		want.GeneratedTokens += int(n)
+		want.PromptTokens += int(p) - 1
+		e := engine()
+		if e.Steps != want.Steps || e.GeneratedTokens != want.GeneratedTokens || e.PromptTokens != want.PromptTokens || e.DecodeSeconds <= 0 || e.PrefillSeconds <= 0 {
+			t.Errorf("after request %d: %+v, want %d steps, %d tokens, %d prompt tokens and times above 0", i, e, want.Steps, want.GeneratedTokens, want.PromptTokens)
+		}
+	}
+	f.checkIdle()
+}

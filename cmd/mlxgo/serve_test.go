@@ -192,6 +192,21 @@ func TestLoadTestShort(t *testing.T) {
 	if prompt < ok || cached < 0 || cached >= prompt {
 		t.Errorf("%d prompt tokens, %d of them cached, over %d whole answers: want at least one uncached token a request", prompt, cached, ok)
 	}
+	// The engine's line: the steps decoded at most four rows each
+	// (--max-concurrency 4) and handed out at least the tokens the
+	// clients counted (cancelled streams stop reading before their end).
+	var steps, prefilled int
+	var rows, stepMS, decodeS, prefillS, share float64
+	el := out[strings.Index(out, "engine: "):]
+	if _, err := fmt.Sscanf(el, "engine: %d decode steps of %g rows, %g ms a step (%g s); prefill %d tokens in %g s, %g%% of the run",
+		&steps, &rows, &stepMS, &decodeS, &prefilled, &prefillS, &share); err != nil {
+		t.Fatalf("engine line %q: %v", strings.SplitN(el, "\n", 2)[0], err)
+	}
+	if steps <= 0 || rows < 1 || rows > 4 || float64(steps)*rows < float64(tokens)-0.01*float64(steps) || stepMS <= 0 || decodeS > elapsed ||
+		prefilled < ok || prefilled > prompt || prefillS <= 0 || share <= 0 || share > 100 {
+		t.Errorf("engine: %d steps of %g rows, %g ms a step (%g s), prefill %d tokens in %g s (%g%%); want 1-4 rows a step handing out at least the %d tokens received, at most %d prompt tokens prefilled, within the run's %g s",
+			steps, rows, stepMS, decodeS, prefilled, prefillS, share, tokens, prompt, elapsed)
+	}
 	checkProfile(t, prof)
 }
 

@@ -97,6 +97,10 @@ type Report struct {
 	// Before and After are the server's memory before the run and once
 	// idle after it (nil when the server does not report it).
 	Before, After *server.MemoryStats
+	// EngineBefore and EngineAfter are the server's engine counters at
+	// the same moments (nil when the server does not report them): their
+	// difference is the run's decode steps, prefill and time in each.
+	EngineBefore, EngineAfter *server.EngineStats
 }
 
 // Throughput is completion tokens per second of the run.
@@ -153,6 +157,31 @@ func (r *Report) Write(w io.Writer) {
 	} else {
 		fmt.Fprintln(w, "server memory: not reported by the server (GET /health)")
 	}
+	if e := r.engineWork(); e != nil {
+		fmt.Fprintf(w, "engine: %d decode steps of %.2f rows, %.2f ms a step (%.1f s); prefill %d tokens in %.2f s, %.0f%% of the run\n",
+			e.Steps, ratio(float64(e.GeneratedTokens), float64(e.Steps)), 1000*ratio(e.DecodeSeconds, float64(e.Steps)), e.DecodeSeconds,
+			e.PromptTokens, e.PrefillSeconds, 100*ratio(e.PrefillSeconds, r.Elapsed.Seconds()))
+	}
+}
+
+// engineWork is the engine's work during the run (EngineAfter less
+// EngineBefore), or nil when the server reports none.
+func (r *Report) engineWork() *server.EngineStats {
+	a, b := r.EngineAfter, r.EngineBefore
+	if a == nil || b == nil {
+		return nil
+	}
+	return &server.EngineStats{Steps: a.Steps - b.Steps, GeneratedTokens: a.GeneratedTokens - b.GeneratedTokens,
+		DecodeSeconds: a.DecodeSeconds - b.DecodeSeconds, PromptTokens: a.PromptTokens - b.PromptTokens,
+		PrefillSeconds: a.PrefillSeconds - b.PrefillSeconds}
+}
+
+// ratio is a/b, 0 when b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
 
 // Check fails when an answer was an error or the server's memory besides
@@ -210,7 +239,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep := &Report{}
-	rep.Before = memory(ctx, client, o.URL)
+	rep.Before, rep.EngineBefore = health(ctx, client, o.URL)
 	ctx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()
 	var mu sync.Mutex
@@ -276,7 +305,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if rep.Before != nil {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			rep.After = memory(context.Background(), client, o.URL)
+			rep.After, rep.EngineAfter = health(context.Background(), client, o.URL)
 			if rep.After == nil || rep.After.Sequences == 0 || time.Now().After(deadline) {
 				break
 			}
@@ -611,13 +640,15 @@ func getJSON(ctx context.Context, client *http.Client, url string, v any) error 
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// memory reads the server's memory from GET /health (nil when absent).
-func memory(ctx context.Context, client *http.Client, url string) *server.MemoryStats {
+// health reads the server's memory and engine counters from GET /health
+// (each nil when absent).
+func health(ctx context.Context, client *http.Client, url string) (*server.MemoryStats, *server.EngineStats) {
 	var h struct {
 		Memory *server.MemoryStats `json:"memory"`
+		Engine *server.EngineStats `json:"engine"`
 	}
 	if getJSON(ctx, client, url+"/health", &h) != nil {
-		return nil
+		return nil, nil
 	}
-	return h.Memory
+	return h.Memory, h.Engine
 }
