@@ -40,7 +40,12 @@ type Options struct {
 	// 8-bit and group-64+ matrices compute every row in the int8 GEMM's
 	// order (a row's bits do not depend on the batch); without packing
 	// their rows take the one-row kernels' order up to four rows and the
-	// GEMM's past that (both within the fast precision's bound).
+	// GEMM's past that (both within the fast precision's bound). It also
+	// turns off the "reference" CPU backend's packing of float16 and
+	// bfloat16 dense weights (on CPUs with its AVX-512 kernels): each such
+	// matrix of a file that nn.Dense or a tied head multiplies is stored by
+	// its first matmul in tiles of sixteen rows, column by column, and read
+	// from there (the same bits; the file's pages go back likewise).
 	NoPackWeights bool
 }
 

@@ -41,7 +41,7 @@ type buffer struct {
 	refs     int       // live arrays viewing it
 	borrowed bool      // caller memory: never written, pooled or counted
 	nbytes   int64     // what it adds to Stats.LiveBytes
-	packs    []packed  // quantized weights in this (borrowed) buffer, rearranged (packSlot)
+	packs    []packed  // weights in this (borrowed) buffer, rearranged (packSlot, denseSlot)
 }
 
 // DType returns the element type. It stays valid after Release.

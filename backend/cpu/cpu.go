@@ -22,13 +22,14 @@ var (
 // Backend is the pure-Go CPU backend. It computes every op during the call
 // (Eval has nothing left to do) and is not safe for concurrent use.
 type Backend struct {
-	high     bool // Precision "high": float64 accumulation
-	fast     bool // Precision "fast": int8 activations in the quantized matmul, FMA in the dense one
-	threads  int  // worker goroutines for Matmul
-	closed   bool
-	pack     bool  // fast without Options.NoPackWeights: pack every matrix whose copy replaces the original (packSlot)
-	packed   int64 // Stats.PackedBytes
-	released int64 // Stats.ReleasedBytes
+	high      bool // Precision "high": float64 accumulation
+	fast      bool // Precision "fast": int8 activations in the quantized matmul, FMA in the dense one
+	threads   int  // worker goroutines for Matmul
+	closed    bool
+	pack      bool  // fast without Options.NoPackWeights: pack every matrix whose copy replaces the original (packSlot)
+	packDense bool  // reference without Options.NoPackWeights: pack the 16-bit dense weights of the one-row kernels (denseSlot)
+	packed    int64 // Stats.PackedBytes
+	released  int64 // Stats.ReleasedBytes
 
 	life *tracker    // scopes, Release, Stats and the safety net
 	pool *pool       // storage of released arrays, for reuse
@@ -71,6 +72,7 @@ func New(opts backend.Options) (*Backend, error) {
 		return nil, fmt.Errorf("cpu backend: PackWeights and NoPackWeights are both set (want at most one)")
 	}
 	b.pack = b.fast && !opts.NoPackWeights // Options.PackWeights asks for the default
+	b.packDense = !b.fast && !b.high && !opts.NoPackWeights
 	if b.threads == 0 {
 		b.threads = runtime.GOMAXPROCS(0)
 	} else {
@@ -82,6 +84,11 @@ func New(opts backend.Options) (*Backend, error) {
 // PackWeightsSupported reports whether Options.PackWeights packs anything on
 // this CPU (it needs AVX-512 with VNNI; elsewhere it does nothing).
 func PackWeightsSupported() bool { return kernel.PackSupported() }
+
+// DensePackingSupported reports whether the "reference" backend packs its
+// float16 and bfloat16 dense weights on this CPU (unless NoPackWeights): it
+// needs the AVX-512 dense kernels (with F16C).
+func DensePackingSupported() bool { return kernel.DensePackReplaces(kernel.F16Vec([]uint16{0})) }
 
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }

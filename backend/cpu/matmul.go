@@ -38,7 +38,7 @@ func (b *Backend) Matmul(x, y backend.Array) (traced backend.Array) {
 	}
 	dst := b.pool.getF32(p.outShape.Size())
 	if w, ok := b.transposedRows(ya, p); ok {
-		matmulNT(dst, b.f32In(xa, p.dt), w, p, b.fast)
+		matmulNT(dst, b.f32In(xa, p.dt), w, b.denseSlot(ya, w, p.n, p.k), p, b.fast)
 	} else {
 		matmulNN(dst, b.f32In(xa, p.dt), b.f32In(ya, p.dt), p)
 	}
@@ -69,14 +69,15 @@ func (b *Backend) transposedRows(y *Array, p mmPlan) (kernel.Vec, bool) {
 // matmulNT computes what matmulPar computes for b = Wᵀ, W [n, k] row-major
 // in w: dst[i, j] = Σ_l a[i, l]·W[j, l], without materialising Wᵀ, on
 // kernel.DenseMatmulT (vector kernels where the CPU has them, split across
-// the kernel package's worker pool; W read in place). In the reference
+// the kernel package's worker pool; W read in place, or from its packed
+// copy in slot when not nil: kernel.DenseMatmulTPacked). In the reference
 // precision (fast false) every output is accumulated in order over l in
 // float32, a separate multiply and add per term: the same float32
 // operations in the same order as matmulRef, so the same bits. With fast
 // true (Precision "fast") the sums may be fused and reordered, within
 // kernel.DenseFastBound. The rows of a are the batches' rows (b is not
 // batched, so they are contiguous).
-func matmulNT(dst, a []float32, w kernel.Vec, p mmPlan, fast bool) {
+func matmulNT(dst, a []float32, w kernel.Vec, slot *kernel.PackSlot, p mmPlan, fast bool) {
 	rows := p.batch.Size() * p.m
 	if rows == 0 || p.n == 0 {
 		return
@@ -91,7 +92,7 @@ func matmulNT(dst, a []float32, w kernel.Vec, p mmPlan, fast bool) {
 			break
 		}
 	}
-	kernel.DenseMatmulT(dst, a, w, rows, p.n, p.k, fast)
+	kernel.DenseMatmulTPacked(dst, a, w, slot, rows, p.n, p.k, fast)
 }
 
 // matmulNN computes what matmulPar computes in float32, the same

@@ -196,3 +196,90 @@ func gemmRows(t *testing.T, b *Backend, q backend.QuantizedArray, xv []float64, 
 	n := d.Shape[len(d.Shape)-1]
 	return &tensor.Dense{DType: d.DType, Shape: tensor.Shape{m, n}, Data: d.Data[:m*n*d.DType.Size()]}
 }
+
+// TestDensePacking: the "reference" backend packs by default float16 and
+// bfloat16 weight matrices read from a file's mapping through nn.Dense's
+// Matmul(x, Transpose(W)) where its AVX-512 kernels take them
+// (DensePackingSupported), gives the pages that held them back (all but at
+// most a page at either end), and gives the bytes of a backend with
+// NoPackWeights at one, two and nine rows of x, on the call that packs and
+// after it; "fast" and "high" pack nothing; releasing the weight frees
+// the copy.
+func TestDensePacking(t *testing.T) {
+	if !DensePackingSupported() {
+		t.Skip("SKIPPED: this CPU lacks the AVX-512 dense kernels, so nothing dense is packed here")
+	}
+	const n, k = 300, 1024 // 600 KiB of 16-bit weights
+	for _, dt := range []tensor.DType{tensor.F16, tensor.BF16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(n), 3))
+			wv := make([]float64, n*k)
+			for i := range wv {
+				wv[i] = r.NormFloat64()
+			}
+			plain := openWith(t, backend.Options{NoPackWeights: true})
+			wd, err := plain.ToHost(arr(plain, dt, tensor.Shape{n, k}, wv...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "w.safetensors")
+			if err := tensor.WriteSafetensors(path, []string{"w"}, []*tensor.Dense{wd}, nil); err != nil {
+				t.Fatal(err)
+			}
+			f, err := tensor.OpenSafetensors(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for _, c := range []struct {
+				opts  backend.Options
+				packs bool
+			}{{backend.Options{}, true}, {backend.Options{NoPackWeights: true}, false}, {backend.Options{Precision: "fast"}, false}, {backend.Options{Precision: "high"}, false}} {
+				ref := openWith(t, backend.Options{Precision: c.opts.Precision, NoPackWeights: true})
+				b := openWith(t, c.opts)
+				d, err := f.Tensor("w")
+				if err != nil {
+					t.Fatal(err)
+				}
+				w := b.Borrow(d)
+				for _, m := range []int{1, 2, 9} {
+					xv := make([]float64, m*k)
+					for i := range xv {
+						xv[i] = r.NormFloat64()
+					}
+					want, err := ref.ToHost(ref.Matmul(arr(ref, dt, tensor.Shape{m, k}, xv...), ref.Transpose(ref.FromHost(wd), 1, 0)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for call := range 2 {
+						wt := b.Transpose(w, 1, 0)
+						got, err := b.ToHost(b.Matmul(arr(b, dt, tensor.Shape{m, k}, xv...), wt))
+						if err != nil {
+							t.Fatal(err)
+						}
+						b.Release(wt)
+						if !bytes.Equal(got.Data, want.Data) {
+							t.Fatalf("%+v, %d rows, call %d: packing changed the result", c.opts, m, call)
+						}
+					}
+					st := b.Stats()
+					if want := int64(2 * 16 * ((n + 15) / 16) * k); c.packs && st.PackedBytes != want || !c.packs && st.PackedBytes != 0 {
+						t.Fatalf("%+v, %d rows: PackedBytes %d, want packed: %v", c.opts, m, st.PackedBytes, c.packs)
+					}
+					page := int64(os.Getpagesize())
+					var lo, hi int64
+					if c.packs && runtime.GOOS == "linux" {
+						lo, hi = int64(len(wd.Data))-2*page, int64(len(wd.Data))
+					}
+					if st.ReleasedBytes < lo || st.ReleasedBytes > hi {
+						t.Fatalf("%+v, %d rows: ReleasedBytes %d, want %d to %d", c.opts, m, st.ReleasedBytes, lo, hi)
+					}
+				}
+				b.Release(w)
+				if st := b.Stats(); st.PackedBytes != 0 {
+					t.Fatalf("%+v: PackedBytes %d after releasing the weight, want 0", c.opts, st.PackedBytes)
+				}
+			}
+		})
+	}
+}

@@ -204,6 +204,7 @@ type packed struct {
 	off      int
 	s, bi    unsafe.Pointer
 	gs, bits int
+	n, k     int // a dense matrix's shape (denseSlot; gs and bits 0, s and bi nil)
 	slot     *kernel.PackSlot
 }
 
@@ -228,26 +229,55 @@ func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray, k int) *ke
 			return p.slot
 		}
 	}
-	mapped := [][]byte{rawBytes(w), rawBytes(s), rawBytes(bi)}
-	// Each range of rows goes back as soon as its copy is made (the whole
-	// pages inside it), so that the file's pages and the packed copy of a
-	// large matrix (a tied head) are not both resident; the count comes
-	// once the matrix is packed.
-	n := w.shape[0]
+	slot := b.newSlot(w.shape[0], rawBytes(w), rawBytes(s), rawBytes(bi))
+	w.buf.packs = append(w.buf.packs, packed{off: w.off, s: sp, bi: bp, gs: q.GroupSize, bits: q.Bits, slot: slot})
+	return slot
+}
+
+// denseSlot returns the slot of the packed copy of the dense weight matrix
+// W [n, k] whose transpose y is (transposedRows' view: nn.Dense's
+// Matmul(x, Transpose(W)), or a tied head), built by the first reference
+// matmul on it, or nil: outside the reference precision or with
+// NoPackWeights; where the kernel does not pack it
+// (kernel.DensePackReplaces: 16-bit weights on a CPU with the AVX-512
+// kernels); or when W is not in borrowed memory (a file's mapping). The
+// pages of the mapping that hold nothing but W go back to the operating
+// system as the copy is made, as packSlot's do (an embedding lookup on a
+// tied head then reads its rows from the file again).
+func (b *Backend) denseSlot(y *Array, w kernel.Vec, n, k int) *kernel.PackSlot {
+	if !b.packDense || !kernel.DensePackReplaces(w) || y.buf == nil || !y.buf.borrowed || y.buf.values || n == 0 || k == 0 {
+		return nil
+	}
+	for _, p := range y.buf.packs {
+		if p.off == y.off && p.s == nil && p.gs == 0 && p.n == n && p.k == k {
+			return p.slot
+		}
+	}
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&y.buf.raw[y.off*2])), 2*n*k)
+	slot := b.newSlot(n, raw)
+	y.buf.packs = append(y.buf.packs, packed{off: y.off, n: n, k: k, slot: slot})
+	return slot
+}
+
+// newSlot returns an empty slot for a matrix of n rows held in mapped (the
+// file's bytes of its values, and of its scales and biases): each range of
+// rows goes back to the operating system as soon as its copy is made (the
+// whole pages inside it), so that the file's pages and the packed copy of
+// a large matrix (a tied head) are not both resident; the count comes
+// once the matrix is packed (Stats.PackedBytes, Stats.ReleasedBytes).
+func (b *Backend) newSlot(n int, mapped ...[]byte) *kernel.PackSlot {
 	rows := func(r0, r1 int) {
 		for _, m := range mapped {
 			per := len(m) / n
 			mmap.Release(m[r0*per : r1*per])
 		}
 	}
-	slot := kernel.NewPackSlot(func(n int64) {
+	return kernel.NewPackSlot(func(n int64) {
 		b.packed += n
 		for _, m := range mapped {
 			b.released += mmap.Release(m)
 		}
 	}, rows)
-	w.buf.packs = append(w.buf.packs, packed{off: w.off, s: sp, bi: bp, gs: q.GroupSize, bits: q.Bits, slot: slot})
-	return slot
 }
 
 // rawBytes is the memory of a (contiguous, not empty), float32 values or

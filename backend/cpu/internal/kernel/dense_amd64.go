@@ -140,6 +140,20 @@ func denseRefZV1BF16(a *denseArgs)
 //go:noescape
 func denseRefZV1F16(a *denseArgs)
 
+// denseRefP1BF16 writes, for a.wstr packed tiles of sixteen bfloat16 weight
+// rows from a.w (densePacked's layout, a.n values each), the sixteen
+// in-order float32 sums of x[l]·W[r][l] (a multiply, then an add, per
+// term; x at a.a) to a.out, sixteen floats a tile: denseRefZV1BF16's
+// outputs, one value of the sixteen rows a load.
+//
+//go:noescape
+func denseRefP1BF16(a *denseArgs)
+
+// denseRefP1F16 is denseRefP1BF16 for float16 weights.
+//
+//go:noescape
+func denseRefP1F16(a *denseArgs)
+
 // denseRefZW1 is denseRefZ1 for two sixteen-column panels at once (a.p
 // and a.p + a.pf), thirty-two accumulators a row of x (128 bytes apart;
 // denseRefZW2..8 take two to eight rows): x broadcast once for both
@@ -616,9 +630,49 @@ func denseAsm(dst, x []float32, w Vec, m, n, k int, fast bool) bool {
 	} else if fast {
 		denseFastAVX(dst, x, w, m, n, k)
 	} else {
-		denseRefAVX(dst, x, w, m, n, k)
+		denseRefAVX(dst, x, w, nil, m, n, k)
 	}
 	return true
+}
+
+// densePackable reports whether packDense takes weights like w: 16-bit
+// values on a CPU with the AVX-512 reference kernels.
+func densePackable(w Vec) bool { return denseOn && denseZOn && w.F32 == nil && w.U16 != nil }
+
+// denseRefPacked is the reference precision on packed weights p: one row
+// of x through denseRefP1 (the tiles split across the pool, each
+// participant's share one sequential stream; a partial last tile through a
+// copy of its outputs), more rows through denseRefAVX's panels, converted
+// from the packed tiles.
+func denseRefPacked(dst, x []float32, p *densePacked, m int) {
+	n, k := p.n, p.k
+	if m > 1 {
+		denseRefAVX(dst, x, Vec{}, p, m, n, k)
+		return
+	}
+	full := n / 16
+	parallelFor(p.tiles(), denseMinChunk(16, 1, k), func(lo, hi int) {
+		a := denseArgs{a: unsafe.Pointer(&x[0]), n: k}
+		if f := min(hi, full); f > lo {
+			a.w, a.wstr, a.out = unsafe.Pointer(&p.v.U16[16*lo*k]), uintptr(f-lo), unsafe.Pointer(&dst[16*lo])
+			denseRefP1(&a, p.v.F16)
+		}
+		if hi > full {
+			var out [16]float32
+			a.w, a.wstr, a.out = unsafe.Pointer(&p.v.U16[16*full*k]), 1, unsafe.Pointer(&out[0])
+			denseRefP1(&a, p.v.F16)
+			copy(dst[16*full:n], out[:])
+		}
+	})
+}
+
+// denseRefP1 calls denseRefP1F16 or denseRefP1BF16.
+func denseRefP1(a *denseArgs, f16 bool) {
+	if f16 {
+		denseRefP1F16(a)
+	} else {
+		denseRefP1BF16(a)
+	}
 }
 
 // denseBase returns the address of w's first value and its bytes per value.
@@ -632,8 +686,14 @@ func denseBase(w Vec) (unsafe.Pointer, int) {
 // densePack packs value l0..l0+kc of weight rows j0..j0+cols into panel
 // (panel[l][c] at 16·l + c; columns past cols zero): sixteen rows by the
 // assembly in blocks of eight values, the rest (the k mod 8 tail, or a
-// last tile of fewer than sixteen rows) converted one value at a time.
-func densePack(panel []float32, w Vec, j0, cols, l0, kc, k int) {
+// last tile of fewer than sixteen rows) converted one value at a time; or,
+// from packed weights pk (not nil: w unused), the tile's values converted
+// as they lie.
+func densePack(panel []float32, w Vec, pk *densePacked, j0, cols, l0, kc, k int) {
+	if pk != nil {
+		pk.v.load(panel[:16*kc], 16*(j0*k/16+l0))
+		return
+	}
 	nb := 0
 	if cols == 16 {
 		nb = kc / 8
@@ -674,16 +734,16 @@ func densePack(panel []float32, w Vec, j0, cols, l0, kc, k int) {
 // CPUs three or more rows of x take denseRefPanelW, tiles of thirty-two
 // (at 512x960x2560 and 64x2048x8192, f16, one thread: 10-25% less CPU
 // time than sixteen-column tiles of denseRefZ8).
-func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
+func denseRefAVX(dst, x []float32, w Vec, pk *densePacked, m, n, k int) {
 	if denseZOn && m > 2 {
 		parallelFor((n+31)/32, denseMinChunk(32, m, k), func(lo, hi int) {
-			denseRefPanelW(dst, x, w, m, n, k, lo, hi)
+			denseRefPanelW(dst, x, w, pk, m, n, k, lo, hi)
 		})
 		return
 	}
 	tiles := (n + 15) / 16
 	parallelFor(tiles, denseMinChunk(16, m, k), func(lo, hi int) {
-		if m <= 2 {
+		if m <= 2 && pk == nil {
 			full := max(lo, min(hi, n/16))
 			for t := lo; t < full; t++ {
 				denseRefFew(dst, x, w, m, n, k, 16*t)
@@ -691,7 +751,7 @@ func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
 			lo = full
 		}
 		if lo < hi {
-			denseRefPanel(dst, x, w, m, n, k, lo, hi)
+			denseRefPanel(dst, x, w, pk, m, n, k, lo, hi)
 		}
 	})
 }
@@ -700,7 +760,7 @@ func denseRefAVX(dst, x []float32, w Vec, m, n, k int) {
 // more rows of x, tiles lo..hi-1 of thirty-two weight rows (two panels of
 // sixteen columns, the second all zero past n): eight rows of x per
 // denseRefZW call, every output the in-order loop's.
-func denseRefPanelW(dst, x []float32, w Vec, m, n, k, lo, hi int) {
+func denseRefPanelW(dst, x []float32, w Vec, pk *densePacked, m, n, k, lo, hi int) {
 	var panel [2 * denseKC * 16]float32
 	var acc [denseRefRB * 32]float32
 	a := denseArgs{astr: uintptr(4 * k), pf: uintptr(4 * denseKC * 16)}
@@ -712,9 +772,9 @@ func denseRefPanelW(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 			clear(acc[:rows*32])
 			for l0 := 0; l0 < k; l0 += denseKC {
 				kc := min(denseKC, k-l0)
-				densePack(panel[:denseKC*16], w, j0, min(16, cols), l0, kc, k)
+				densePack(panel[:denseKC*16], w, pk, j0, min(16, cols), l0, kc, k)
 				if cols > 16 {
-					densePack(panel[denseKC*16:], w, j0+16, cols-16, l0, kc, k)
+					densePack(panel[denseKC*16:], w, pk, j0+16, cols-16, l0, kc, k)
 				} else {
 					clear(panel[denseKC*16 : denseKC*16+16*kc])
 				}
@@ -738,7 +798,7 @@ func denseRefPanelW(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 // panel of denseKC values (densePack) adds its terms in order, up to six
 // rows of x at a time (denseRef1..6), or eight on AVX-512 CPUs
 // (denseRefZ1..8), so every output is the in-order loop's.
-func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
+func denseRefPanel(dst, x []float32, w Vec, pk *densePacked, m, n, k, lo, hi int) {
 	var panel [denseKC * 16]float32
 	var acc [denseRefRB * 16]float32
 	var a denseArgs
@@ -752,7 +812,7 @@ func denseRefPanel(dst, x []float32, w Vec, m, n, k, lo, hi int) {
 			clear(acc[:rows*16])
 			for l0 := 0; l0 < k; l0 += denseKC {
 				kc := min(denseKC, k-l0)
-				densePack(panel[:], w, j0, cols, l0, kc, k)
+				densePack(panel[:], w, pk, j0, cols, l0, kc, k)
 				a.p = unsafe.Pointer(&panel[0])
 				a.n = kc
 				for i := 0; i < rows; i += step {

@@ -31,6 +31,10 @@
 //     prefetcher alone left the fast GEMV slower than the reference one).
 //   - denseFast4x3{F32,BF16,F16}: four rows of x against three weight rows
 //     (prefill), each output summed exactly as by denseFast1.
+//   - denseRefP1{BF16,F16}: one row of x against packed tiles of sixteen
+//     16-bit weight rows (dense_packed.go: value l of the sixteen rows side
+//     by side), each value widened, multiplied and added in order, one
+//     output per lane (refP1).
 package main
 
 import (
@@ -1008,6 +1012,74 @@ func refZV1(dt int) {
 	p("")
 }
 
+// refP1 writes denseRefP1<dt> (bfloat16 or float16 weights): for a.wstr
+// packed tiles from a.w (k = a.n values of sixteen rows each, 32 bytes a
+// value), the sixteen in-order sums of x[l]·W[r][l], x at a.a, written to
+// a.out, sixty-four bytes a tile. Per value the sixteen weights widened to
+// float32 in one register, times x's value broadcast (VMULPS), added to the
+// accumulator (VADDPS): each lane the in-order loop of its row, as
+// refZV1's, from one sequential stream and without a transpose. Eight
+// values a step, then one at a time.
+func refP1(dt int) {
+	name := "denseRefP1" + dts[dt].name
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), R10", offN)
+	p("\tMOVQ %d(AX), AX", offA)
+	p("\tTESTQ R9, R9")
+	p("\tJZ %s_done", name)
+	widen := func(addr string, z int) {
+		if dt == 1 {
+			p("\tVPMOVZXWD %s, Z%d", addr, z)
+			p("\tVPSLLD $16, Z%d, Z%d", z, z)
+		} else {
+			p("\tVCVTPH2PS %s, Z%d", addr, z)
+		}
+	}
+	p("%s_tile:", name)
+	p("\tVPXORD Z0, Z0, Z0")
+	p("\tMOVQ AX, SI")
+	p("\tMOVQ R10, CX")
+	p("\tCMPQ CX, $8")
+	p("\tJLT %s_one", name)
+	p("%s_eight:", name)
+	for j := range 8 {
+		widen(fmt.Sprintf("%d(R8)", 32*j), 1+j)
+	}
+	for j := range 8 {
+		p("\tVMULPS.BCST %d(SI), Z%d, Z%d", 4*j, 1+j, 1+j)
+		p("\tVADDPS Z%d, Z0, Z0", 1+j)
+	}
+	p("\tADDQ $256, R8")
+	p("\tADDQ $32, SI")
+	p("\tSUBQ $8, CX")
+	p("\tCMPQ CX, $8")
+	p("\tJGE %s_eight", name)
+	p("%s_one:", name)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	widen("(R8)", 1)
+	p("\tVMULPS.BCST (SI), Z1, Z1")
+	p("\tVADDPS Z1, Z0, Z0")
+	p("\tADDQ $32, R8")
+	p("\tADDQ $4, SI")
+	p("\tDECQ CX")
+	p("\tJMP %s_one", name)
+	p("%s_store:", name)
+	p("\tVMOVUPS Z0, (DI)")
+	p("\tADDQ $64, DI")
+	p("\tDECQ R9")
+	p("\tJNZ %s_tile", name)
+	p("%s_done:", name)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 // refZW writes denseRefZW<rows>: refZ for two sixteen-column panels at
 // once (a.p and a.p + a.pf, the second panel's bytes from the first), up
 // to eight rows of x, thirty-two accumulators a row (128 bytes apart): x
@@ -1094,6 +1166,8 @@ func main() {
 	}
 	refZV1(1)
 	refZV1(2)
+	refP1(1)
+	refP1(2)
 	for dt := range dts {
 		for _, s := range zshapes {
 			if s[0] == 1 && s[1] == 8 {

@@ -17,3 +17,11 @@ func denseAsm(dst, x []float32, w Vec, m, n, k int, fast bool) bool { return fal
 
 // denseNNAsm reports false: no assembly kernels on this platform.
 func denseNNAsm(dst, a, b []float32, m, n, k int) bool { return false }
+
+// densePackable reports false: no packed kernels on this platform.
+func densePackable(w Vec) bool { return false }
+
+// denseRefPacked is never called: densePackable is false here.
+func denseRefPacked(dst, x []float32, p *densePacked, m int) {
+	panic("kernel: no packed dense kernels on this platform")
+}

@@ -466,10 +466,12 @@ func (p *packedW) bytes() int64 {
 
 // PackSlot holds the packed form of one weight matrix, made by the first
 // int8 GEMM that reads the matrix through the slot (QuantizedMatmulTPacked)
-// and kept for the next; a slot never used by the GEMM stays empty.
+// or the first reference dense matmul (DenseMatmulTPacked) and kept for the
+// next; a slot never used by them stays empty.
 type PackSlot struct {
 	p     *packedW
-	tried bool             // pack ran (it may have returned nil)
+	d     *densePacked     // the dense form (DenseMatmulTPacked)
+	tried bool             // pack or packDense ran (it may have returned nil)
 	grew  func(n int64)    // told the bytes of the packed form when it is made
 	rows  func(r0, r1 int) // told, while it is made, of weight rows already copied
 }
@@ -501,12 +503,19 @@ func (s *PackSlot) Free() {
 		p.mem.do()
 		s.p = nil
 	}
+	if s != nil && s.d != nil {
+		s.d.mem.do()
+		s.d = nil
+	}
 }
 
 // Bytes is the memory of the slot's packed form (0 while empty).
 func (s *PackSlot) Bytes() int64 {
-	if p := s.packed(); p != nil {
-		return p.bytes()
+	switch {
+	case s.packed() != nil:
+		return s.p.bytes()
+	case s != nil && s.d != nil:
+		return s.d.bytes()
 	}
 	return 0
 }
