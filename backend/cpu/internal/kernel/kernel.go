@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
+	"time"
 )
 
 // Rounder rounds a float32 result to the storage dtype (identity for F32;
@@ -42,8 +43,34 @@ func Threads() int {
 	if n := int(threads.Load()); n > 0 {
 		return n
 	}
-	return runtime.GOMAXPROCS(0)
+	return maxProcs()
 }
+
+// procs is runtime.GOMAXPROCS(0) as last read, and when (unix nanoseconds).
+var procs struct {
+	n, at atomic.Int64
+}
+
+// maxProcs returns runtime.GOMAXPROCS(0), read again at most every
+// procsEvery: every parallelFor asks, a few hundred times a decode step,
+// and GOMAXPROCS takes the scheduler's lock, which the pool's spinning
+// workers take too (runtime.Gosched): 10% of the main goroutine's own time
+// in an eight-row SmolLM2 decode step went there (BenchmarkBatchDecode,
+// Zen 4, two threads). The runtime may change GOMAXPROCS by itself (a
+// container's CPU limit), so the value is not kept for good.
+func maxProcs() int {
+	now := time.Now().UnixNano()
+	if n := procs.n.Load(); n > 0 && now-procs.at.Load() < int64(procsEvery) {
+		return int(n)
+	}
+	n := runtime.GOMAXPROCS(0)
+	procs.n.Store(int64(n))
+	procs.at.Store(now)
+	return n
+}
+
+// procsEvery is how long maxProcs keeps a reading of GOMAXPROCS.
+const procsEvery = 100 * time.Millisecond
 
 // need panics unless the slice called name has at least n elements.
 func need(kernel, name string, have, n int) {

@@ -70,7 +70,7 @@ func RMSNorm(dst, x, w []float32, rows, n int, eps float32, round Rounder, acc A
 	checkRMSNorm(dst, x, w, rows, n)
 	round = roundOr(round)
 	kind := roundKind(round)
-	parallelFor(rows, max(1, 32768/n), func(lo, hi int) {
+	parallelFor(rows, max(1, 2048/n), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			rmsNormRow(dst[r*n:], x[r*n:], w, n, eps, round, kind, acc)
 		}

@@ -189,7 +189,7 @@ func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n,
 	}
 	perm := bits == 4
 	s.xsf = grow(s.xsf, m*ng)
-	parallelFor(m, max(1, 8192/k), func(lo, hi int) {
+	parallelFor(m, max(1, 2048/k), func(lo, hi int) {
 		groupSumsFlat(s.xsf[lo*ng:hi*ng], x[lo*k:hi*k], (hi-lo)*ng, gs)
 		for r := lo; r < hi; r++ {
 			t, i := r/q8R, r%q8R

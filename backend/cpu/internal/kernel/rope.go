@@ -215,15 +215,15 @@ func RoPE(dst, x []float32, b, h, l, d int, p RoPEParams, offsets []int, round R
 	round = roundOr(round)
 	half := p.Dims / 2
 	kind := roundKind(round)
+	cs, sn := make([][]float32, b), make([][]float32, b)
 	for bi := range b {
-		off := rowOffset(offsets, bi)
-		cs, sn := ropeTables.get(p, off, l)
-		parallelFor(h*l, max(1, 8192/d), func(lo, hi int) {
-			for ht := lo; ht < hi; ht++ {
-				t := ht % l
-				o := (bi*h*l + ht) * d
-				ropeRow(dst[o:o+d], x[o:o+d], d, p, cs[t*half:(t+1)*half], sn[t*half:(t+1)*half], round, kind)
-			}
-		})
+		cs[bi], sn[bi] = ropeTables.get(p, rowOffset(offsets, bi), l)
 	}
+	parallelFor(b*h*l, max(1, 1024/d), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			bi, t := i/(h*l), i%l
+			o := i * d
+			ropeRow(dst[o:o+d], x[o:o+d], d, p, cs[bi][t*half:(t+1)*half], sn[bi][t*half:(t+1)*half], round, kind)
+		}
+	})
 }
