@@ -48,7 +48,7 @@ for pass in $(seq 1 "$PASSES"); do
           || { echo "$out" >&2; echo "$0: mlxgo loadtest failed on $m with $c clients" >&2; exit 1; }
         echo "$out" | grep -E '^(  error: |mlxgo loadtest: FAIL)' | head -3
       fi
-      echo "$out" | grep -E "^(requests|resent|throughput|steady throughput|prompts|time to first|inter-token)"
+      echo "$out" | grep -E "^(requests|resent|throughput|steady throughput|prompts|time to first|inter-token|engine)"
       tps[$c]=$(echo "$out" | sed -n 's/^throughput: .* = \([0-9.]*\) tok\/s aggregate$/\1/p')
       sps[$c]=$(echo "$out" | sed -n 's/^steady throughput: .* = \([0-9.]*\) tok\/s$/\1/p')
       [ -n "${tps[$c]}" ] && [ -n "${sps[$c]}" ] || { echo "$out" >&2; echo "$0: no throughput lines from mlxgo loadtest" >&2; exit 1; }

@@ -197,8 +197,10 @@ func (f *sampleFlags) check() error {
 		err = usagef("--precision %q: want reference, high or fast", f.precision)
 	case f.packWeights && f.noPackWeights:
 		err = usagef("--pack-weights and --no-pack-weights contradict each other (give at most one)")
-	case (f.packWeights || f.noPackWeights) && (f.backend != "cpu" || f.precision != "fast"):
-		err = usagef("--%s is for --backend cpu --precision fast (got --backend %s --precision %s)", map[bool]string{true: "pack-weights", false: "no-pack-weights"}[f.packWeights], f.backend, f.precision)
+	case f.packWeights && (f.backend != "cpu" || f.precision != "fast"):
+		err = usagef("--pack-weights is for --backend cpu --precision fast (got --backend %s --precision %s)", f.backend, f.precision)
+	case f.noPackWeights && (f.backend != "cpu" || f.precision == "high"):
+		err = usagef("--no-pack-weights is for --backend cpu --precision fast or reference (got --backend %s --precision %s)", f.backend, f.precision)
 	case !slices.Contains(backend.Names(), f.backend):
 		err = usagef("--backend %q is not compiled in (available: %s; the mlx backend needs `-tags mlx`)", f.backend, strings.Join(backend.Names(), ", "))
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/conformance"
 )
 
@@ -175,7 +176,7 @@ func TestGenerateBadFlags(t *testing.T) {
 		{"unknown-backend", []string{"--model", model, "--prompt-ids", "1", "--backend", "nope"}, []string{`--backend "nope"`, "not compiled in"}},
 		{"unknown-precision", []string{"--model", model, "--prompt-ids", "1", "--precision", "quick"}, []string{`--precision "quick"`, "want reference, high or fast"}},
 		{"pack-weights-reference", []string{"--model", model, "--prompt-ids", "1", "--backend", "cpu", "--pack-weights"}, []string{"--pack-weights", "--precision reference"}},
-		{"no-pack-weights-reference", []string{"--model", model, "--prompt-ids", "1", "--backend", "cpu", "--no-pack-weights"}, []string{"--no-pack-weights", "--precision reference"}},
+		{"no-pack-weights-high", []string{"--model", model, "--prompt-ids", "1", "--backend", "cpu", "--precision", "high", "--no-pack-weights"}, []string{"--no-pack-weights is for --backend cpu --precision fast or reference", "--precision high"}},
 		{"pack-weights-both", []string{"--model", model, "--prompt-ids", "1", "--backend", "cpu", "--precision", "fast", "--pack-weights", "--no-pack-weights"}, []string{"--pack-weights and --no-pack-weights"}},
 		{"bad-cpuprofile", []string{"--model", model, "--prompt-ids", "1", "--cpuprofile", "/nonexistent-dir/x.prof"}, []string{"--cpuprofile"}},
 		{"unknown-flag", []string{"--model", model, "--prompt-ids", "1", "--bogus"}, []string{"-bogus"}},
@@ -309,5 +310,37 @@ func TestDefault(t *testing.T) {
 		if !strings.Contains(stdout, w) {
 			t.Errorf("output does not contain %q:\n%s", w, stdout)
 		}
+	}
+}
+
+// TestReferenceDensePacking: `mlxgo generate` in the reference precision
+// on a float16 checkpoint packs its dense weights where the CPU has the
+// kernels (cpu.DensePackingSupported) and reports it; --no-pack-weights
+// packs nothing; both generate the same tokens.
+func TestReferenceDensePacking(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny-f16")
+	if rc, _, errOut := mlxgo("synth", "--out", dir, "--preset", "tiny", "--quant", "f16"); rc != 0 {
+		t.Fatalf("synth: exit %d\n%s", rc, errOut)
+	}
+	var generated []string
+	for _, c := range []struct {
+		flags []string
+		packs bool
+	}{{nil, cpu.DensePackingSupported()}, {[]string{"--no-pack-weights"}, false}} {
+		rc, stdout, stderr := mlxgo(append([]string{"generate", "--model", dir, "--prompt-ids", "1,2,3", "--max-tokens", "6", "--backend", "cpu"}, c.flags...)...)
+		if rc != 0 {
+			t.Fatalf("%v: exit %d, stderr:\n%s", c.flags, rc, stderr)
+		}
+		if packed := strings.Contains(stdout, "packed weights "); packed != c.packs {
+			t.Fatalf("%v: want packed weights reported: %v; got:\n%s", c.flags, c.packs, stdout)
+		}
+		g := regexp.MustCompile(`generated: [0-9 ]+`).FindString(stdout)
+		if g == "" {
+			t.Fatalf("%v: no generated tokens in:\n%s", c.flags, stdout)
+		}
+		generated = append(generated, g)
+	}
+	if generated[0] != generated[1] {
+		t.Errorf("packed %q, unpacked %q: want the same tokens", generated[0], generated[1])
 	}
 }
