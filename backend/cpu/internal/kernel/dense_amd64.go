@@ -154,6 +154,29 @@ func denseRefP1BF16(a *denseArgs)
 //go:noescape
 func denseRefP1F16(a *denseArgs)
 
+// densePackP16 writes densePacked's layout of one tile of sixteen 16-bit
+// weight rows (a.w row 0, a.wstr bytes apart) for a.n blocks of sixteen
+// values to a.p: value l of the sixteen rows at a.p + 32·l (the bits
+// moved, transposed in registers).
+//
+//go:noescape
+func densePackP16(a *denseArgs)
+
+// densePackTile writes the packed tile of the sixteen weight rows at w (k
+// values each) to tile for the values below 16·(k/16), and returns how
+// many values per row it wrote.
+func densePackTile(tile, w []uint16, k int) int {
+	nb := k / 16
+	if nb == 0 {
+		return 0
+	}
+	_ = w[15*k+16*nb-1]
+	_ = tile[16*16*nb-1]
+	a := denseArgs{w: unsafe.Pointer(&w[0]), wstr: uintptr(2 * k), p: unsafe.Pointer(&tile[0]), n: nb}
+	densePackP16(&a)
+	return 16 * nb
+}
+
 // denseRefZW1 is denseRefZ1 for two sixteen-column panels at once (a.p
 // and a.p + a.pf), thirty-two accumulators a row of x (128 bytes apart;
 // denseRefZW2..8 take two to eight rows): x broadcast once for both

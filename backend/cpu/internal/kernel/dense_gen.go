@@ -902,40 +902,12 @@ func refZ(rows int) {
 	p("")
 }
 
-// refZV1 writes denseRefZV1<dt> (bfloat16 or float16 weights): refV's
-// one-row kernel in AVX-512, sixteen weight rows by sixteen values a step.
-// ZMM r holds values 0-15 of weight row r in its low half and of row 8+r in
-// its high half; three unpack stages (words, dwords, qwords) leave in each
-// 128-bit lane one value of eight rows, a 128-bit lane shuffle puts value
-// v of the sixteen rows in a low half and value v+8 in the high half, and
-// each half widens to sixteen float32 (VCVTPH2PS, or a shift for
-// bfloat16). Then, for the values in order, x's value broadcast times
-// them (VMULPS) added to the accumulator (VADDPS): one output per lane,
-// the in-order loop's operations. AX walks the next tile (prefetched).
-func refZV1(dt int) {
-	name := "denseRefZV1" + dts[dt].name
-	p("// func %s(a *denseArgs)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
-	p("\tMOVQ a+0(FP), AX")
-	p("\tMOVQ %d(AX), R8", offW)
-	p("\tMOVQ %d(AX), R9", offWstr)
-	p("\tMOVQ %d(AX), SI", offA)
-	p("\tMOVQ %d(AX), DI", offOut)
-	p("\tMOVQ %d(AX), CX", offN)
-	p("\tLEAQ (R9)(R9*2), R10")
-	p("\tLEAQ (R9)(R9*4), R11")
-	p("\tLEAQ (R10)(R9*4), R12")
-	p("\tLEAQ (R8)(R9*8), R13")
-	p("\tLEAQ (R13)(R9*8), AX")
-	const acc = 31
-	p("\tVPXORD Z%d, Z%d, Z%d", acc, acc, acc)
-	p("\tTESTQ CX, CX")
-	p("\tJZ %s_store", name)
-	p("%s_loop:", name)
-	var free regs
-	for r := 30; r >= 8; r-- {
-		free = append(free, r)
-	}
+// transpose16 writes the loads and in-register transpose of sixteen 16-bit
+// weight rows by sixteen values (R8 rows 0-7, R13 rows 8-15, R9 the row
+// stride, R10-R12 three, five and seven strides; registers 0-7 and those
+// of free) and returns u: u[v] holds value v of rows 0-15 in its low 256
+// bits and value v+8 in its high 256 bits (refZV1, packP16).
+func transpose16(free *regs) [8]int {
 	for r := range 8 {
 		p("\tVMOVDQU %s, Y%d", wrowAt("R8", r, 0), r)
 		p("\tVINSERTI64X4 $1, %s, Z%d, Z%d", wrowAt("R13", r, 0), r, r)
@@ -973,6 +945,44 @@ func refZV1(dt int) {
 	for v := range 8 {
 		p("\tVSHUFI64X2 $0xd8, Z%d, Z%d, Z%d", u[v], u[v], u[v])
 	}
+	return u
+}
+
+// refZV1 writes denseRefZV1<dt> (bfloat16 or float16 weights): refV's
+// one-row kernel in AVX-512, sixteen weight rows by sixteen values a step.
+// ZMM r holds values 0-15 of weight row r in its low half and of row 8+r in
+// its high half; three unpack stages (words, dwords, qwords) leave in each
+// 128-bit lane one value of eight rows, a 128-bit lane shuffle puts value
+// v of the sixteen rows in a low half and value v+8 in the high half, and
+// each half widens to sixteen float32 (VCVTPH2PS, or a shift for
+// bfloat16). Then, for the values in order, x's value broadcast times
+// them (VMULPS) added to the accumulator (VADDPS): one output per lane,
+// the in-order loop's operations. AX walks the next tile (prefetched).
+func refZV1(dt int) {
+	name := "denseRefZV1" + dts[dt].name
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	p("\tLEAQ (R8)(R9*8), R13")
+	p("\tLEAQ (R13)(R9*8), AX")
+	const acc = 31
+	p("\tVPXORD Z%d, Z%d, Z%d", acc, acc, acc)
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_store", name)
+	p("%s_loop:", name)
+	var free regs
+	for r := 30; r >= 8; r-- {
+		free = append(free, r)
+	}
+	u := transpose16(&free)
 	var f [16]int
 	widen := func(src, dst int) {
 		if dt == 1 {
@@ -1007,6 +1017,46 @@ func refZV1(dt int) {
 	p("\tJNZ %s_loop", name)
 	p("%s_store:", name)
 	p("\tVMOVUPS Z%d, (DI)", acc)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// packP16 writes densePackP16: the packed layout of one tile of sixteen
+// 16-bit weight rows (a.w row 0, a.wstr bytes apart), a.n blocks of
+// sixteen values, to a.p: value l of the sixteen rows at a.p + 32·l, by
+// transpose16's loads and transpose (the bits moved, never converted).
+func packP16() {
+	name := "densePackP16"
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), DI", offP)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	p("\tLEAQ (R8)(R9*8), R13")
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_done", name)
+	p("%s_loop:", name)
+	var free regs
+	for r := 30; r >= 8; r-- {
+		free = append(free, r)
+	}
+	u := transpose16(&free)
+	for v := range 8 {
+		p("\tVMOVDQU64 Y%d, %d(DI)", u[v], 32*v)
+		p("\tVEXTRACTI64X4 $1, Z%d, %d(DI)", u[v], 32*(v+8))
+	}
+	p("\tADDQ $32, R8")
+	p("\tADDQ $32, R13")
+	p("\tADDQ $512, DI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_done:", name)
 	p("\tVZEROUPPER")
 	p("\tRET")
 	p("")
@@ -1168,6 +1218,7 @@ func main() {
 	refZV1(2)
 	refP1(1)
 	refP1(2)
+	packP16()
 	for dt := range dts {
 		for _, s := range zshapes {
 			if s[0] == 1 && s[1] == 8 {

@@ -25,3 +25,6 @@ func densePackable(w Vec) bool { return false }
 func denseRefPacked(dst, x []float32, p *densePacked, m int) {
 	panic("kernel: no packed dense kernels on this platform")
 }
+
+// densePackTile is never called: densePackable is false here.
+func densePackTile(tile, w []uint16, k int) int { return 0 }

@@ -55,11 +55,15 @@ func packDense(w Vec, n, k int, done func(r0, r1 int)) *densePacked {
 				from = t
 			}
 			tile := p.v.U16[16*t*k : 16*(t+1)*k]
+			l0 := 0 // values of every row already in the tile
+			if 16*t+16 <= n {
+				l0 = densePackTile(tile, w.U16[16*t*k:], k)
+			}
 			for r := range 16 {
 				if j := 16*t + r; j < n {
 					row := w.U16[j*k : (j+1)*k]
-					for l, v := range row {
-						tile[16*l+r] = v
+					for l := l0; l < k; l++ {
+						tile[16*l+r] = row[l]
 					}
 				} else {
 					for l := range k {
