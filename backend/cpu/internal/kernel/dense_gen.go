@@ -489,18 +489,7 @@ func refVPrefetch(step int) {
 // of x serves both. The lanes are put in column order when stored.
 func refV1BF16() {
 	name := "denseRefV1BF16"
-	p("// func %s(a *denseArgs)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
-	p("\tMOVQ a+0(FP), AX")
-	p("\tMOVQ %d(AX), R8", offW)
-	p("\tMOVQ %d(AX), R9", offWstr)
-	p("\tMOVQ %d(AX), SI", offA)
-	p("\tMOVQ %d(AX), DI", offOut)
-	p("\tMOVQ %d(AX), CX", offN)
-	p("\tLEAQ (R9)(R9*2), R10")
-	p("\tLEAQ (R9)(R9*4), R11")
-	p("\tLEAQ (R10)(R9*4), R12")
-	p("\tLEAQ (R8)(R9*8), R13")
+	sixteenRows(name, offOut)
 	p("\tLEAQ (R13)(R9*8), AX")
 	const zero, accLo, accHi = 13, 15, 14
 	p("\tVPXOR Y%d, Y%d, Y%d", zero, zero, zero)
@@ -902,6 +891,25 @@ func refZ(rows int) {
 	p("")
 }
 
+// sixteenRows writes the head of a kernel that reads sixteen weight rows
+// in place: R8 the first row (a.w), R9 the row stride (a.wstr), R10-R12
+// three, five and seven strides, R13 row 8; SI x (a.a), CX a.n and DI the
+// field at offset dst (a.out or a.p).
+func sixteenRows(name string, dst int) {
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), DI", dst)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	p("\tLEAQ (R8)(R9*8), R13")
+}
+
 // transpose16 writes the loads and in-register transpose of sixteen 16-bit
 // weight rows by sixteen values (R8 rows 0-7, R13 rows 8-15, R9 the row
 // stride, R10-R12 three, five and seven strides; registers 0-7 and those
@@ -960,18 +968,7 @@ func transpose16(free *regs) [8]int {
 // the in-order loop's operations. AX walks the next tile (prefetched).
 func refZV1(dt int) {
 	name := "denseRefZV1" + dts[dt].name
-	p("// func %s(a *denseArgs)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
-	p("\tMOVQ a+0(FP), AX")
-	p("\tMOVQ %d(AX), R8", offW)
-	p("\tMOVQ %d(AX), R9", offWstr)
-	p("\tMOVQ %d(AX), SI", offA)
-	p("\tMOVQ %d(AX), DI", offOut)
-	p("\tMOVQ %d(AX), CX", offN)
-	p("\tLEAQ (R9)(R9*2), R10")
-	p("\tLEAQ (R9)(R9*4), R11")
-	p("\tLEAQ (R10)(R9*4), R12")
-	p("\tLEAQ (R8)(R9*8), R13")
+	sixteenRows(name, offOut)
 	p("\tLEAQ (R13)(R9*8), AX")
 	const acc = 31
 	p("\tVPXORD Z%d, Z%d, Z%d", acc, acc, acc)
@@ -1028,17 +1025,7 @@ func refZV1(dt int) {
 // transpose16's loads and transpose (the bits moved, never converted).
 func packP16() {
 	name := "densePackP16"
-	p("// func %s(a *denseArgs)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
-	p("\tMOVQ a+0(FP), AX")
-	p("\tMOVQ %d(AX), R8", offW)
-	p("\tMOVQ %d(AX), R9", offWstr)
-	p("\tMOVQ %d(AX), DI", offP)
-	p("\tMOVQ %d(AX), CX", offN)
-	p("\tLEAQ (R9)(R9*2), R10")
-	p("\tLEAQ (R9)(R9*4), R11")
-	p("\tLEAQ (R10)(R9*4), R12")
-	p("\tLEAQ (R8)(R9*8), R13")
+	sixteenRows(name, offP)
 	p("\tTESTQ CX, CX")
 	p("\tJZ %s_done", name)
 	p("%s_loop:", name)
