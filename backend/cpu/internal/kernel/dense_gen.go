@@ -912,10 +912,15 @@ func sixteenRows(name string, dst int) {
 
 // transpose16 writes the loads and in-register transpose of sixteen 16-bit
 // weight rows by sixteen values (R8 rows 0-7, R13 rows 8-15, R9 the row
-// stride, R10-R12 three, five and seven strides; registers 0-7 and those
-// of free) and returns u: u[v] holds value v of rows 0-15 in its low 256
-// bits and value v+8 in its high 256 bits (refZV1, packP16).
-func transpose16(free *regs) [8]int {
+// stride, R10-R12 three, five and seven strides; registers 0-30) and
+// returns u, where u[v] holds value v of rows 0-15 in its low 256 bits and
+// value v+8 in its high 256 bits, and the registers 8-30 left free (refZV1,
+// packP16).
+func transpose16() ([8]int, regs) {
+	var free regs
+	for r := 30; r >= 8; r-- {
+		free = append(free, r)
+	}
 	for r := range 8 {
 		p("\tVMOVDQU %s, Y%d", wrowAt("R8", r, 0), r)
 		p("\tVINSERTI64X4 $1, %s, Z%d, Z%d", wrowAt("R13", r, 0), r, r)
@@ -953,7 +958,7 @@ func transpose16(free *regs) [8]int {
 	for v := range 8 {
 		p("\tVSHUFI64X2 $0xd8, Z%d, Z%d, Z%d", u[v], u[v], u[v])
 	}
-	return u
+	return u, free
 }
 
 // refZV1 writes denseRefZV1<dt> (bfloat16 or float16 weights): refV's
@@ -975,11 +980,7 @@ func refZV1(dt int) {
 	p("\tTESTQ CX, CX")
 	p("\tJZ %s_store", name)
 	p("%s_loop:", name)
-	var free regs
-	for r := 30; r >= 8; r-- {
-		free = append(free, r)
-	}
-	u := transpose16(&free)
+	u, free := transpose16()
 	var f [16]int
 	widen := func(src, dst int) {
 		if dt == 1 {
@@ -1029,11 +1030,7 @@ func packP16() {
 	p("\tTESTQ CX, CX")
 	p("\tJZ %s_done", name)
 	p("%s_loop:", name)
-	var free regs
-	for r := 30; r >= 8; r-- {
-		free = append(free, r)
-	}
-	u := transpose16(&free)
+	u, _ := transpose16()
 	for v := range 8 {
 		p("\tVMOVDQU64 Y%d, %d(DI)", u[v], 32*v)
 		p("\tVEXTRACTI64X4 $1, Z%d, %d(DI)", u[v], 32*(v+8))
