@@ -4,7 +4,9 @@
 # backend) in PASSES alternating passes, each pass running 1 client then 8 for each model.
 # Every request streams (so that the steady throughput counts exactly); nothing is cancelled or
 # malformed; the prompt cache is off (so that each request pays its prompt), per-row batch
-# caches (the cpu default). Prints the loadtest lines per run and then one line per model and
+# caches (the cpu default); one warm-up request before each run (--warmup 1: a fresh server's first
+# request packs the weights, once, which would otherwise count in each run's throughput).
+# Prints the loadtest lines per run and then one line per model and
 # pass with the ratios of both throughputs: the whole run's, and the steady one's (while every
 # client still had a request to send, before the tail where fewer clients remain).
 #
@@ -34,7 +36,7 @@ for pass in $(seq 1 "$PASSES"); do
     for c in 1 8; do
       r=$((c == 1 ? 8 : 32))
       echo "=== pass $pass $(date -u +%T) $m tokens $TOKENS clients $c requests $r"
-      load=(loadtest --cancel 0 --malformed 0 --slow 0 --stream 1 --prompt-words 16 --tokens "$TOKENS" --clients $c --requests $r)
+      load=(loadtest --warmup 1 --cancel 0 --malformed 0 --slow 0 --stream 1 --prompt-words 16 --tokens "$TOKENS" --clients $c --requests $r)
       if [ "$m" = "$PEER_URL" ]; then
         load+=(--url "$m")
       else

@@ -67,6 +67,7 @@ type loadtestFlags struct {
 	slow              float64
 	stream            float64
 	mixSeed           uint64
+	warmup            int
 	verbose           bool
 	promptWords       string
 	words             []int
@@ -89,6 +90,7 @@ func parseLoadtestFlags(args []string, stdout io.Writer) (*loadtestFlags, error)
 	fs.Float64Var(&f.slow, "slow", 0.05, "share of slow clients: the body sent 32 bytes every 20 ms, a stream left unread for 300 ms (0 to 1)")
 	fs.Float64Var(&f.stream, "stream", 0.5, "share of the requests (besides the cancelled and malformed ones) that stream (0 to 1)")
 	fs.Uint64Var(&f.mixSeed, "mix-seed", 1, "seeds the mix of requests")
+	fs.IntVar(&f.warmup, "warmup", 0, "requests sent one at a time before the run, counted in nothing (a fresh server's first request packs the weights)")
 	fs.StringVar(&f.promptWords, "prompt-words", "4,48,400", "prompt lengths in words, comma-separated (each request picks one)")
 	fs.BoolVar(&f.verbose, "verbose", false, "print the in-process server's line per request to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -117,6 +119,8 @@ func parseLoadtestFlags(args []string, stdout io.Writer) (*loadtestFlags, error)
 		err = usagef("--duration %v: want > 0", f.duration)
 	case f.tokens < 1:
 		err = usagef("--tokens %d: want >= 1", f.tokens)
+	case f.warmup < 0:
+		err = usagef("--warmup %d: want >= 0", f.warmup)
 	case !(f.cancel >= 0 && f.malformed >= 0 && f.slow >= 0 && f.cancel+f.malformed+f.slow <= 1):
 		err = usagef("--cancel %v, --malformed %v, --slow %v: want shares >= 0 adding up to at most 1", f.cancel, f.malformed, f.slow)
 	case !(f.stream >= 0 && f.stream <= 1):
@@ -196,7 +200,7 @@ func runLoadtest(f *loadtestFlags, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	rep, err := loadtest.Run(ctx, loadtest.Options{URL: url, Clients: f.clients, Requests: f.requests, Duration: f.duration,
-		MaxTokens: f.tokens, Cancel: f.cancel, Malformed: f.malformed, Slow: f.slow, Stream: f.stream, Seed: f.mixSeed, PromptWords: f.words})
+		MaxTokens: f.tokens, Cancel: f.cancel, Malformed: f.malformed, Slow: f.slow, Stream: f.stream, Seed: f.mixSeed, PromptWords: f.words, Warmup: f.warmup})
 	if err != nil {
 		return err
 	}

@@ -62,6 +62,10 @@ type Options struct {
 	// PromptWords are the prompt lengths, in words, requests choose from
 	// (nil: 4, 48 and 400: short, medium, long).
 	PromptWords []int
+	// Warmup requests go out one at a time before the run and count in
+	// nothing (a short completion each): a fresh server's first request
+	// pays for work done once, such as packing the weights.
+	Warmup int
 }
 
 // Report is a run's outcome.
@@ -236,6 +240,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		if err := getJSON(ctx, client, o.URL+"/v1/models", &models); err == nil && len(models.Data) > 0 {
 			o.Model = models.Data[0].ID
+		}
+	}
+	for i := range o.Warmup {
+		if err := warmup(ctx, client, o); err != nil {
+			return nil, fmt.Errorf("loadtest: warm-up request %d of %d: %w", i+1, o.Warmup, err)
 		}
 	}
 	rep := &Report{}
@@ -638,6 +647,33 @@ func getJSON(ctx context.Context, client *http.Client, url string, v any) error 
 		return fmt.Errorf("GET %s: status %d", url, resp.StatusCode)
 	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// warmup sends one short completion and reads its answer whole.
+func warmup(ctx context.Context, client *http.Client, o Options) error {
+	req := map[string]any{"prompt": "Warm up: one two three", "max_tokens": 4}
+	if o.Model != "" {
+		req["model"] = o.Model
+	}
+	body, _ := json.Marshal(req)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, o.URL+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(hr)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d: %.200s", resp.StatusCode, data)
+	}
+	return nil
 }
 
 // health reads the server's memory and engine counters from GET /health

@@ -1,6 +1,13 @@
 package loadtest
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -55,5 +62,55 @@ func TestSteadyThroughput(t *testing.T) {
 		if got := c.r.SteadyThroughput(); got != c.want {
 			t.Errorf("%d tokens in %v: %g tok/s, want %g", c.r.SteadyTokens, c.r.Steady, got, c.want)
 		}
+	}
+}
+
+// TestWarmup: Options.Warmup requests reach the server before the run's,
+// one at a time, and count in nothing; a warm-up the server refuses stops
+// the run with an error naming it.
+func TestWarmup(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string // "warm" or "run", in arrival order
+	fail := false
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/completions" && r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		warm := strings.Contains(string(body), "Warm up")
+		mu.Lock()
+		seen = append(seen, map[bool]string{true: "warm", false: "run"}[warm])
+		refuse := warm && fail
+		mu.Unlock()
+		if refuse {
+			http.Error(w, `{"error": {"message": "busy"}}`, http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices": [{"text": "ok", "message": {"role": "assistant", "content": "ok"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}`)
+	}))
+	defer srv.Close()
+	o := Options{URL: srv.URL, Clients: 1, Requests: 3, Duration: 10 * time.Second, MaxTokens: 4, Stream: 0, Warmup: 2, PromptWords: []int{2}}
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"warm", "warm", "run", "run", "run"}; !slices.Equal(seen, want) {
+		t.Errorf("requests arrived as %v, want %v", seen, want)
+	}
+	if rep.Requests != 3 || rep.OK != 3 || rep.Tokens != 6 {
+		t.Errorf("report: %d requests, %d ok, %d tokens; want 3, 3, 6 (the warm-ups not counted)", rep.Requests, rep.OK, rep.Tokens)
+	}
+	mu.Lock()
+	seen, fail = nil, true
+	mu.Unlock()
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "warm-up request 1 of 2: status 500") {
+		t.Errorf("a refused warm-up: error %v, want one naming warm-up request 1 of 2 and its status", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 {
+		t.Errorf("after a refused warm-up the server saw %v, want that request alone", seen)
 	}
 }
