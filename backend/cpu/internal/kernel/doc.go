@@ -104,7 +104,10 @@
 // reference GEMM runs tiles of thirty-two weight rows, eight rows of x per
 // call in ZMM registers (denseRefZW1..8, the same bits), one row of 16-bit
 // weights takes denseRefZV1 (sixteen rows by sixteen values transposed at
-// 16 bits), the few-row reference kernels prefetch the next tile of weight
+// 16 bits) or, on weights packed through a PackSlot (DenseMatmulTPacked:
+// tiles of sixteen rows stored column by column, dense_packed.go),
+// denseRefP1 (one load of sixteen rows' value a step, no transpose), the
+// few-row reference kernels prefetch the next tile of weight
 // rows, and the fast precision takes the denseZ
 // kernels: sixteen FMA lanes per output along k, four rows of x by six
 // weight rows per call in prefill, one by eight in decode (each weight
