@@ -154,6 +154,13 @@ func pack(dt int) {
 	}
 	p("\tADDQ $%d, R8", 8*dts[dt].size)
 	p("\tADDQ $512, DI")
+	loopEnd(name)
+}
+
+// loopEnd writes the end of a kernel's loop over CX steps (label
+// name_loop) and its return (label name_done, where a kernel with no step
+// jumps).
+func loopEnd(name string) {
 	p("\tDECQ CX")
 	p("\tJNZ %s_loop", name)
 	p("%s_done:", name)
@@ -1038,12 +1045,7 @@ func packP16() {
 	p("\tADDQ $32, R8")
 	p("\tADDQ $32, R13")
 	p("\tADDQ $512, DI")
-	p("\tDECQ CX")
-	p("\tJNZ %s_loop", name)
-	p("%s_done:", name)
-	p("\tVZEROUPPER")
-	p("\tRET")
-	p("")
+	loopEnd(name)
 }
 
 // refP1 writes denseRefP1<dt> (bfloat16 or float16 weights): for a.wstr
