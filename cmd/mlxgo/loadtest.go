@@ -44,12 +44,17 @@ where fewer clients load the server: exact when every request streams,
 --stream 1), p50/p99 time to first token and inter-token latency (gaps
 between streamed chunks), and the server's live arrays and bytes before the run and
 once idle after it (from GET /health, which mlxgo serve answers with its
-memory). It exits 1 when any answer was an error (besides the deliberate
-429s and the malformed bodies' 400s) or when the server's arrays besides
-its prompt cache are not back at their level before the run.
+memory), and the engine's decode steps, rows a step and time in decode and
+prefill during the run (from the same /health: mlxgo serve only). It exits
+1 when any answer was an error (besides the deliberate 429s and the
+malformed bodies' 400s) or when the server's arrays besides its prompt
+cache are not back at their level before the run. --warmup N sends N short
+completions one at a time before the clock starts, counted in nothing (a
+fresh server's first request packs the weights).
 
 Examples:
   mlxgo loadtest --model .venv/smollm2/SmolLM2-135M-Instruct-Q4_1-mlx --backend cpu
+  mlxgo loadtest --model DIR --backend cpu --precision fast --warmup 1 --clients 8 --requests 32
   mlxgo loadtest --url http://127.0.0.1:8080 --clients 8 --requests 64
   make load-test
 
