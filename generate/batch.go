@@ -215,7 +215,6 @@ type BatchGenerator struct {
 	prompt batchPart // prefilling
 	gen    batchPart // generating
 	ready  batchPart // split off the prefilling rows, joining the generating
-	steps  int
 	stats  BatchStats
 	err    error           // a failed forward leaves the caches invalid
 	handed []backend.Array // arrays of returned caches, kept out of the step's scope
@@ -634,8 +633,7 @@ func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 		}
 		g.stats.GenerationTime += time.Since(start)
 		g.stats.GenerationTokens += len(out)
-		g.stats.GenerationSteps++
-		if g.steps++; g.steps%512 == 0 {
+		if g.stats.GenerationSteps++; g.stats.GenerationSteps%512 == 0 {
 			g.clearCache()
 		}
 	}

@@ -105,7 +105,7 @@ type MemoryStats struct {
 // EngineStats count the engine's work since the server started (its
 // generators' generate.BatchStats, summed over the fresh generators that
 // follow a failed step): decode steps and the tokens they handed out,
-// prompt tokens prefilled, and the time in each. Steps / GeneratedTokens
+// prompt tokens prefilled, and the time in each. GeneratedTokens / Steps
 // is the rows of an average step; DecodeSeconds / Steps its time.
 type EngineStats struct {
 	Steps           int     `json:"decode_steps"`
@@ -228,14 +228,16 @@ func (e *engine) memory() MemoryStats {
 
 // work sums the generators' statistics (on the engine's goroutine).
 func (e *engine) work() EngineStats {
-	s := e.g.Stats()
-	return EngineStats{
-		Steps:           e.past.GenerationSteps + s.GenerationSteps,
-		GeneratedTokens: e.past.GenerationTokens + s.GenerationTokens,
-		DecodeSeconds:   (e.past.GenerationTime + s.GenerationTime).Seconds(),
-		PromptTokens:    e.past.PromptTokens + s.PromptTokens,
-		PrefillSeconds:  (e.past.PromptTime + s.PromptTime).Seconds(),
-	}
+	s := addWork(e.past, e.g.Stats())
+	return EngineStats{Steps: s.GenerationSteps, GeneratedTokens: s.GenerationTokens, DecodeSeconds: s.GenerationTime.Seconds(),
+		PromptTokens: s.PromptTokens, PrefillSeconds: s.PromptTime.Seconds()}
+}
+
+// addWork is a's counts and times plus b's (PeakBytes left out).
+func addWork(a, b generate.BatchStats) generate.BatchStats {
+	return generate.BatchStats{PromptTokens: a.PromptTokens + b.PromptTokens, PromptTime: a.PromptTime + b.PromptTime,
+		GenerationTokens: a.GenerationTokens + b.GenerationTokens, GenerationTime: a.GenerationTime + b.GenerationTime,
+		GenerationSteps: a.GenerationSteps + b.GenerationSteps}
 }
 
 // insert queues j, starting it from the longest cached prefix of its prompt.
@@ -353,12 +355,7 @@ func (e *engine) reset(err error) {
 		j.out.fail(&apiError{Status: 500, Type: "server_error", Message: "generation failed: " + err.Error()})
 		delete(e.jobs, uid)
 	}
-	s := e.g.Stats()
-	e.past.GenerationSteps += s.GenerationSteps
-	e.past.GenerationTokens += s.GenerationTokens
-	e.past.GenerationTime += s.GenerationTime
-	e.past.PromptTokens += s.PromptTokens
-	e.past.PromptTime += s.PromptTime
+	e.past = addWork(e.past, e.g.Stats())
 	e.g.Close()
 	g, gerr := generate.NewBatchGenerator(e.m, e.opts)
 	if gerr != nil {
