@@ -50,8 +50,12 @@ func (b *Backend) Binary(op backend.BinaryOp, x, y backend.Array) (traced backen
 			return b.intsOut(tensor.Bool, shape, res)
 		}
 		res := b.pool.getF32(n)
-		binaryF32(op, res, av, bv, shape, xa.shape, ya.shape)
-		roundTo(ct, res)
+		if op == backend.Add && ct == tensor.BF16 && len(av) == n && len(bv) == n {
+			kernel.AddRound(res, av, bv, true) // the residual adds: sum and rounding in one pass
+		} else {
+			binaryF32(op, res, av, bv, shape, xa.shape, ya.shape)
+			roundTo(ct, res)
+		}
 		return b.valuesOut(ct, shape, res)
 	}
 
@@ -216,17 +220,15 @@ func binaryLoop(op backend.BinaryOp, dst, a, b []float32, sa, sb int) {
 	}
 }
 
-// binaryFast is binaryLoop's hot cases in loops the compiler keeps free
-// of bounds checks: a sum of two runs (the residual adds) and a run minus
-// one value (logits minus their logsumexp). It reports false for the rest.
+// binaryFast is binaryLoop's hot cases: a sum of two runs (the residual
+// adds, vector code in kernel.AddRound) and a run minus one value (logits
+// minus their logsumexp, a loop the compiler keeps free of bounds checks).
+// It reports false for the rest.
 func binaryFast(op backend.BinaryOp, dst, a, b []float32, sa, sb int) bool {
 	n := len(dst)
 	switch {
 	case op == backend.Add && sa == 1 && sb == 1:
-		a, b = a[:n], b[:n]
-		for k := range dst {
-			dst[k] = a[k] + b[k]
-		}
+		kernel.AddRound(dst, a[:n], b[:n], false)
 	case op == backend.Subtract && sa == 1 && sb == 0:
 		a, c := a[:n], b[0]
 		for k := range dst {

@@ -65,6 +65,32 @@ func float32sToBF16(dst []uint16, src []float32) {
 	}
 }
 
+// AddRound sets dst[i] = a[i] + b[i], one float32 addition rounded to
+// the nearest bfloat16 as tensor.RoundBF16 when bf16 is set (a sum of two
+// bfloat16 arrays, as MLX adds them), for i < len(dst); a and b need
+// len(dst) elements each and may be dst itself. It runs 16 values at a
+// time in assembly where the CPU has AVX2, the same bits as the scalar
+// loop.
+func AddRound(dst, a, b []float32, bf16 bool) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
+	i := 0
+	if convAVX2 && n >= 16 {
+		i = n &^ 15
+		flag := 0
+		if bf16 {
+			flag = 1
+		}
+		convAdd(&dst[0], &a[0], &b[0], i, flag)
+	}
+	for ; i < n; i++ {
+		dst[i] = a[i] + b[i]
+		if bf16 {
+			dst[i] = tensor.RoundBF16(dst[i])
+		}
+	}
+}
+
 // RoundBF16s rounds every value of v to the nearest bfloat16 in place, as
 // tensor.RoundBF16 does (a NaN becomes the canonical bf16 NaN).
 func RoundBF16s(v []float32) {

@@ -25,6 +25,12 @@ func convF32ToBF16(dst *uint16, src *float32, n int)
 //go:noescape
 func convRoundBF16(v *float32, n int)
 
+// convAdd sets dst[i] = a[i] + b[i] in float32 for i < n, rounded to
+// bfloat16 as tensor.RoundBF16 when bf16 is 1 (AddRound's loop).
+//
+//go:noescape
+func convAdd(dst, a, b *float32, n, bf16 int)
+
 func init() { convAVX2 = hasAVX2() }
 
 // hasAVX2 reports AVX and AVX2 with the OS saving the YMM state (x/sys/cpu

@@ -115,3 +115,66 @@ rbloop:
 rbdone:
 	VZEROUPPER
 	RET
+
+// func convAdd(dst, a, b *float32, n, bf16 int)
+TEXT ·convAdd(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), DI
+	MOVQ         a+8(FP), SI
+	MOVQ         b+16(FP), DX
+	MOVQ         n+24(FP), CX
+	MOVQ         bf16+32(FP), AX
+	SHRQ         $4, CX
+	JZ           addone
+	TESTQ        AX, AX
+	JNZ          addbf
+
+addloop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VADDPS  (DX), Y0, Y0
+	VADDPS  32(DX), Y1, Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DX
+	ADDQ    $64, DI
+	DECQ    CX
+	JNZ     addloop
+	JMP     addone
+
+addbf:
+	VPBROADCASTD convOne<>(SB), Y12
+	VPBROADCASTD convHalf<>(SB), Y13
+	VPBROADCASTD convNaN32<>(SB), Y14
+	VPBROADCASTD convHigh<>(SB), Y15
+
+addbfloop:
+	VMOVUPS   (SI), Y0
+	VMOVUPS   32(SI), Y1
+	VADDPS    (DX), Y0, Y0
+	VADDPS    32(DX), Y1, Y1
+	VPSRLD    $16, Y0, Y2
+	VPSRLD    $16, Y1, Y3
+	VPAND     Y12, Y2, Y2
+	VPAND     Y12, Y3, Y3
+	VPADDD    Y13, Y2, Y2
+	VPADDD    Y13, Y3, Y3
+	VPADDD    Y0, Y2, Y2
+	VPADDD    Y1, Y3, Y3
+	VPAND     Y15, Y2, Y2
+	VPAND     Y15, Y3, Y3
+	VCMPPS    $3, Y0, Y0, Y4
+	VCMPPS    $3, Y1, Y1, Y5
+	VPBLENDVB Y4, Y14, Y2, Y2
+	VPBLENDVB Y5, Y14, Y3, Y3
+	VMOVDQU   Y2, (DI)
+	VMOVDQU   Y3, 32(DI)
+	ADDQ      $64, SI
+	ADDQ      $64, DX
+	ADDQ      $64, DI
+	DECQ      CX
+	JNZ       addbfloop
+
+addone:
+	VZEROUPPER
+	RET

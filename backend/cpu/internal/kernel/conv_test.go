@@ -73,6 +73,63 @@ func TestConvBF16(t *testing.T) {
 	}
 }
 
+// TestAddRound holds AddRound to the scalar float32 sum (rounded with
+// tensor.RoundBF16 when asked) bit for bit: every length 0..40 at three
+// starts (vector blocks and tails) and the whole input set added to itself
+// shifted, which meets NaNs, infinities, overflow and ties; in place (dst
+// is a) as well; on the assembly path (when the CPU has AVX2) and the
+// scalar one.
+func TestAddRound(t *testing.T) {
+	in := convInputs()
+	paths := []bool{false}
+	if convAVX2 {
+		paths = append(paths, true)
+	} else {
+		t.Logf("no AVX2 on this CPU: only the scalar path is tested")
+	}
+	defer func(v bool) { convAVX2 = v }(convAVX2)
+	for _, avx := range paths {
+		convAVX2 = avx
+		spans := [][2]int{{0, len(in) - 7}}
+		for n := range 41 {
+			for at := range 3 {
+				spans = append(spans, [2]int{1000*n + at, 1000*n + at + n})
+			}
+		}
+		for _, bf16 := range []bool{false, true} {
+			for _, sp := range spans {
+				for _, inPlace := range []bool{false, true} {
+					t.Run(fmt.Sprintf("avx2=%v/bf16=%v/inplace=%v/%d:%d", avx, bf16, inPlace, sp[0], sp[1]), func(t *testing.T) {
+						a := append([]float32(nil), in[sp[0]:sp[1]]...)
+						b := in[sp[0]+7 : sp[1]+7]
+						dst := make([]float32, len(a)+1)
+						out := dst[:len(a)]
+						if inPlace {
+							out = a
+						}
+						want := make([]float32, len(a))
+						for i := range a {
+							want[i] = a[i] + b[i]
+							if bf16 {
+								want[i] = tensor.RoundBF16(want[i])
+							}
+						}
+						AddRound(out, a, b, bf16)
+						for i := range want {
+							if g, w := math.Float32bits(out[i]), math.Float32bits(want[i]); g != w {
+								t.Fatalf("index %d: %#08x + %#08x gave %#08x, want %#08x", i, math.Float32bits(in[sp[0]+i]), math.Float32bits(b[i]), g, w)
+							}
+						}
+						if dst[len(a)] != 0 {
+							t.Fatalf("wrote past len(dst): %v", dst[len(a)])
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
 // TestConvF16 checks the float16 conversions against the scalar ones on
 // every float16 pattern and on float32 values around them.
 func TestConvF16(t *testing.T) {

@@ -22,6 +22,13 @@ func rmsNormRow(dst, x, w []float32, n int, eps float32, round Rounder, kind byt
 	for _, v := range x {
 		ss += float32(v * v)
 	}
+	rmsNormScale(dst, x, w, n, ss, eps, round, kind)
+}
+
+// rmsNormScale writes row x's normalised values to dst given its sum of
+// squares ss (float32 steps).
+func rmsNormScale(dst, x, w []float32, n int, ss, eps float32, round Rounder, kind byte) {
+	x, dst, w = x[:n], dst[:n], w[:n]
 	mean := float32(ss * float32(1/float64(n)))
 	inv := 1 / float32(math.Sqrt(float64(mean+eps)))
 	i := 0
@@ -71,8 +78,35 @@ func RMSNorm(dst, x, w []float32, rows, n int, eps float32, round Rounder, acc A
 	round = roundOr(round)
 	kind := roundKind(round)
 	parallelFor(rows, max(1, 2048/n), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
+		r := lo
+		if acc != AccF64 {
+			// Four rows' sums of squares at once: four independent chains,
+			// each the sequential sum of its row (the same bits), where one
+			// chain waits on its adds.
+			for ; r+4 <= hi; r += 4 {
+				ss := sumSquares4(x[r*n:(r+1)*n], x[(r+1)*n:(r+2)*n], x[(r+2)*n:(r+3)*n], x[(r+3)*n:(r+4)*n])
+				for i, s := range ss {
+					rmsNormScale(dst[(r+i)*n:], x[(r+i)*n:], w, n, s, eps, round, kind)
+				}
+			}
+		}
+		for ; r < hi; r++ {
 			rmsNormRow(dst[r*n:], x[r*n:], w, n, eps, round, kind, acc)
 		}
 	})
+}
+
+// sumSquares4 returns the float32 sums Σ v·v of four rows of equal length,
+// each in order (as rmsNormRow sums one).
+func sumSquares4(a, b, c, d []float32) [4]float32 {
+	n := len(a)
+	b, c, d = b[:n], c[:n], d[:n]
+	var sa, sb, sc, sd float32
+	for i, v := range a {
+		sa += float32(v * v)
+		sb += float32(b[i] * b[i])
+		sc += float32(c[i] * c[i])
+		sd += float32(d[i] * d[i])
+	}
+	return [4]float32{sa, sb, sc, sd}
 }

@@ -5,12 +5,14 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 func TestRMSNormFastVsRef(t *testing.T) {
 	for _, dt := range testDTypes {
 		for _, acc := range []Acc{AccF32, AccF64} {
-			for _, rows := range []int{1, 3, 7, 33} {
+			for _, rows := range []int{1, 3, 4, 7, 8, 33, 40} {
 				n := 67
 				t.Run(fmt.Sprintf("rms_norm/%s/acc%d/%s", dt.name, acc, dims(rows, n)), func(t *testing.T) {
 					r := newRand(uint64(rows))
@@ -21,6 +23,9 @@ func TestRMSNormFastVsRef(t *testing.T) {
 					got, whole := guarded(rows * n)
 					withThreads(4, func() { RMSNorm(got, x, w, rows, n, 1e-5, dt.round, acc) })
 					expectSame(t, got, want, "fast vs ref")
+					one := make([]float32, rows*n) // one thread: every row of a group of four in one chunk
+					withThreads(1, func() { RMSNorm(one, x, w, rows, n, 1e-5, dt.round, acc) })
+					expectSame(t, one, want, "fast on one thread vs ref")
 					checkGuards(t, whole, "dst")
 					unchanged(t, x, x0, "x")
 					unchanged(t, w, w0, "w")
@@ -80,5 +85,27 @@ func TestRMSNormNaN(t *testing.T) {
 				t.Errorf("input %v: got %v, want ±0 (index %d)", bad, v, i)
 			}
 		}
+	}
+}
+
+// BenchmarkRMSNorm runs RMSNorm over SmolLM2-135M's rows (576 wide,
+// bfloat16) as a decode step of one and of eight rows and a 40-token
+// prefill chunk give them, on one thread. ns/row is the time per row.
+//
+//	go test ./backend/cpu/internal/kernel/ -run '^$' -bench RMSNorm
+func BenchmarkRMSNorm(b *testing.B) {
+	const n = 576
+	for _, rows := range []int{1, 8, 40} {
+		r := newRand(1)
+		x, w := randVec(r, rows*n, 2, tensor.RoundBF16), randVec(r, n, 1, tensor.RoundBF16)
+		dst := make([]float32, rows*n)
+		b.Run(dims(rows, n), func(b *testing.B) {
+			withThreads(1, func() {
+				for b.Loop() {
+					RMSNorm(dst, x, w, rows, n, 1e-5, tensor.RoundBF16, AccF32)
+				}
+			})
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rows), "ns/row")
+		})
 	}
 }

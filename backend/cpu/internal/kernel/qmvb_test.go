@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -252,6 +253,12 @@ func BenchmarkQ8GemmDot(b *testing.B) {
 // 4-bit, group 64, bfloat16 scales) with its 8-bit head. "GB/s-cpu" is
 // weight bytes per second of the thread's CPU time (one thread); a batch
 // of B rows costs B·(ns/op at rows1)/(ns/op at rowsB) steps of one row.
+// MLXGO_BENCH_THREADS=2 runs it on two threads as a decode step does,
+// without locking the goroutine to its OS thread (a locked goroutine that
+// yields while it waits for the workers hands its processor over through
+// futex wake-ups: on Zen 4, 2026-12-05, the eight-row step then took
+// longer on two threads than on one, 9.7-11.2 ms against 9.0, where
+// unlocked it took 5.2-5.8).
 //
 //	go test ./backend/cpu/internal/kernel/ -run '^$' -bench BatchStream -cpu 1 -benchtime 20x
 func BenchmarkBatchStream(b *testing.B) {
@@ -312,9 +319,15 @@ func BenchmarkBatchStream(b *testing.B) {
 						QuantizedMatmulTPacked(dst[:m*w.n], x[:m*w.k], w.wq, w.sc, w.bi, slots[i], m, w.n, w.k, w.gs, w.bits, tensor.RoundBF16, AccQ8)
 					}
 				}
-				withThreads(1, func() {
-					runtime.LockOSThread()
-					defer runtime.UnlockOSThread()
+				nth := 1
+				if v, err := strconv.Atoi(os.Getenv("MLXGO_BENCH_THREADS")); err == nil && v > 0 {
+					nth = v
+				}
+				withThreads(nth, func() {
+					if nth == 1 {
+						runtime.LockOSThread()
+						defer runtime.UnlockOSThread()
+					}
 					step() // packs the weights of "packed"
 					t0 := threadCPU()
 					for b.Loop() {

@@ -28,6 +28,13 @@ func sdpaCvt(dst *float32, dstride int, src unsafe.Pointer, sstride uintptr, row
 //go:noescape
 func sdpaScores(s, q, kt *float32, rows, d int)
 
+// sdpaScores3 is sdpaScores for exactly three rows (a decode step's query
+// heads of one KV head where there are three, as in SmolLM2): the same
+// chain per lane, without a padding row's multiply-adds.
+//
+//go:noescape
+func sdpaScores3(s, q, kt *float32, d int)
+
 // sdpaSoftmax runs one online-softmax step (see sdpaSoftmaxGo) on rows rows
 // of 32 scores at s + r·32, with the states m, l and the rescale factors f
 // at r. It works on groups of 16 rows: m, l and f must have room for rows
@@ -44,6 +51,11 @@ func sdpaSoftmax(s, m, l, f *float32, rows int)
 //go:noescape
 func sdpaPV4(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
 
+// sdpaPV3 is sdpaPV4 for three rows.
+//
+//go:noescape
+func sdpaPV3(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
+
 // sdpaPV1 is sdpaPV4 for one row.
 //
 //go:noescape
@@ -56,6 +68,11 @@ func sdpaPV1(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, 
 //go:noescape
 func sdpaPV4H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
 
+// sdpaPV3H is sdpaPV4H for three rows.
+//
+//go:noescape
+func sdpaPV3H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
+
 // sdpaPV1H is sdpaPV4H for one row.
 //
 //go:noescape
@@ -65,6 +82,11 @@ func sdpaPV1H(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n,
 //
 //go:noescape
 func sdpaPV4B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
+
+// sdpaPV3B is sdpaPV4B for three rows.
+//
+//go:noescape
+func sdpaPV3B(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int)
 
 // sdpaPV1B is sdpaPV4B for one row.
 //
@@ -96,21 +118,28 @@ func sdpaScale(dst, src *float32, scale float32, n int)
 //go:noescape
 func sdpaMergeAcc(acc, c *float32, f1, f2 float32, n int)
 
-// sdpaPV512 runs the AVX-512 accumulation of four rows (four) or one on
-// values stored as kind (sdpaF32, sdpaF16, sdpaBF16): sdpaPV4, sdpaPV1 or
-// their 16-bit forms.
-func sdpaPV512(four bool, kind int, acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+// sdpaPV512 runs the AVX-512 accumulation of rows rows (4, 3 or 1) on
+// values stored as kind (sdpaF32, sdpaF16, sdpaBF16): sdpaPV4, sdpaPV3,
+// sdpaPV1 or their 16-bit forms (direct calls: the kernels' pointers do
+// not escape).
+func sdpaPV512(rows, kind int, acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
 	switch {
-	case kind == sdpaF16 && four:
+	case kind == sdpaF16 && rows == 4:
 		sdpaPV4H(acc, p, v, vstride, f, n, dv)
+	case kind == sdpaF16 && rows == 3:
+		sdpaPV3H(acc, p, v, vstride, f, n, dv)
 	case kind == sdpaF16:
 		sdpaPV1H(acc, p, v, vstride, f, n, dv)
-	case kind == sdpaBF16 && four:
+	case kind == sdpaBF16 && rows == 4:
 		sdpaPV4B(acc, p, v, vstride, f, n, dv)
+	case kind == sdpaBF16 && rows == 3:
+		sdpaPV3B(acc, p, v, vstride, f, n, dv)
 	case kind == sdpaBF16:
 		sdpaPV1B(acc, p, v, vstride, f, n, dv)
-	case four:
+	case rows == 4:
 		sdpaPV4(acc, p, v, vstride, f, n, dv)
+	case rows == 3:
+		sdpaPV3(acc, p, v, vstride, f, n, dv)
 	default:
 		sdpaPV1(acc, p, v, vstride, f, n, dv)
 	}

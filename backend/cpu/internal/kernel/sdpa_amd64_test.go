@@ -169,6 +169,52 @@ func TestSDPAPVKernels(t *testing.T) {
 	}
 }
 
+// TestSDPAPV3Kernels: the three-row accumulations (float32, float16 and
+// bfloat16 values) give each row the bits of the one-row kernel on the
+// same storage, and write nothing past the third row.
+func TestSDPAPV3Kernels(t *testing.T) {
+	needSDPAAsm(t)
+	for _, kind := range []int{sdpaF32, sdpaBF16, sdpaF16} {
+		for _, dv := range []int{16, 48, 64, 128, 144} {
+			for _, n := range []int{0, 1, 17, 32} {
+				t.Run(fmt.Sprintf("kind%d/dv%d/n%d", kind, dv, n), func(t *testing.T) {
+					r := newRand(uint64(dv*100 + n + 7*kind))
+					const pad = 3 // V rows dv+3 values apart
+					v := randVec(r, sdpaBK*(dv+pad), 1, tensor.RoundBF16)
+					var vp unsafe.Pointer
+					vstride := uintptr(4 * (dv + pad))
+					switch kind {
+					case sdpaF32:
+						vp = unsafe.Pointer(&v[0])
+					default:
+						h := make([]uint16, len(v))
+						for i, x := range v {
+							if kind == sdpaBF16 {
+								h[i] = tensor.Float32ToBF16(x)
+							} else {
+								h[i] = tensor.Float32ToF16(x)
+							}
+						}
+						vp, vstride = unsafe.Pointer(&h[0]), uintptr(2*(dv+pad))
+					}
+					p := randVec(r, 3*sdpaBK, 1, Identity)
+					acc := randVec(r, 3*dv, 1, Identity)
+					f := []float32{0.5, 1, 0.25}
+					three, whole := guarded(3 * dv)
+					copy(three, acc)
+					sdpaPV512(3, kind, &three[0], &p[0], vp, vstride, &f[0], n, dv)
+					checkGuards(t, whole, "acc")
+					for row := range 3 {
+						one := append([]float32(nil), acc[row*dv:(row+1)*dv]...)
+						sdpaPV512(1, kind, &one[0], &p[row*sdpaBK], vp, vstride, &f[row], n, dv)
+						expectSame(t, three[row*dv:(row+1)*dv], one, fmt.Sprintf("three rows vs one, row %d", row))
+					}
+				})
+			}
+		}
+	}
+}
+
 // TestSDPAKTKernel: sdpaKT transposes and converts exactly, at head
 // dimensions that take bfloat16's 32-value loop (a multiple of 32) and
 // that do not.

@@ -155,16 +155,22 @@ var sdpaSetNames = map[int]string{sdpa512: "avx512", sdpa256: "avx2", sdpaGo: "p
 // for bit.
 func TestSDPAScoresModel(t *testing.T) {
 	for _, vk := range sdpaKernelSets() {
-		for _, rows := range []int{4, 12} {
+		for _, rows := range []int{3, 4, 12} {
+			if rows == 3 && vk != sdpa512 {
+				continue // sdpaScores3 is AVX-512's alone
+			}
 			for _, d := range []int{16, 64} {
 				t.Run(fmt.Sprintf("%s/rows%d/d%d", sdpaSetNames[vk], rows, d), func(t *testing.T) {
 					r := newRand(uint64(rows*100 + d))
 					q := randVec(r, rows*d, 1, Identity)
 					kt := randVec(r, d*sdpaBK, 1, Identity)
 					s, sw := guarded(rows * sdpaBK)
-					if vk == sdpa512 {
+					switch {
+					case rows == 3:
+						sdpaScores3(&s[0], &q[0], &kt[0], d)
+					case vk == sdpa512:
 						sdpaScores(&s[0], &q[0], &kt[0], rows, d)
-					} else {
+					default:
 						sdpa2Scores(&s[0], &q[0], &kt[0], rows, d)
 					}
 					checkGuards(t, sw, "s")

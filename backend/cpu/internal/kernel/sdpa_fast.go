@@ -715,9 +715,14 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 			j.kt(w.kt, unsafe.Pointer(&w.kc[0]), uintptr(4*d), sdpaF32)
 		}
 		ra := r0 &^ 3
-		if j.vk == sdpa512 {
+		switch {
+		case j.vk == sdpa512 && rows-ra == 3:
+			// A decode step's three query heads of one KV head (SmolLM2):
+			// no padding row's multiply-adds (the same chain per row).
+			sdpaScores3(&w.sc[ra*sdpaBK], &w.qs[ra*d], &w.kt[0], d)
+		case j.vk == sdpa512:
 			sdpaScores(&w.sc[ra*sdpaBK], &w.qs[ra*d], &w.kt[0], j.rpadRows(rows)-ra, d)
-		} else {
+		default:
 			sdpa2Scores(&w.sc[ra*sdpaBK], &w.qs[ra*d], &w.kt[0], j.rpadRows(rows)-ra, d)
 		}
 		return
@@ -829,7 +834,7 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np, real
 				}
 				switch j.vk {
 				case sdpa512:
-					sdpaPV512(false, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK+x], unsafe.Add(vp, uintptr(x)*vstride), vstride, f, e-x, dv)
+					sdpaPV512(1, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK+x], unsafe.Add(vp, uintptr(x)*vstride), vstride, f, e-x, dv)
 				case sdpa256:
 					sdpa2PV1(&st.acc[r*dv], &w.sc[r*sdpaBK+x], unsafe.Add(vp, uintptr(x)*vstride), vstride, f, e-x, dv)
 				default:
@@ -849,27 +854,29 @@ func (j *sdpaJob) pv(w *sdpaWork, st *sdpaState, bi, kh, i0, j0, n, p0, np, real
 				g++
 			}
 		}
-		if j.vk == sdpa512 && g > 1 && g < 4 && r+g == real && rows == real && r+4 <= j.rpad {
-			// The item's last rows (a decode step's query heads of one
-			// KV head, three for SmolLM2): padding rows with zero weights
-			// make a group of four, so the block's values are read and
-			// widened once, not once per row. Each row's arithmetic is
-			// its own: the real rows get the bits of the one-row kernel.
+		if j.vk == sdpa512 && g == 2 && r+g == real && rows == real && r+4 <= j.rpad {
+			// The item's last two rows (a decode step's query heads of
+			// one KV head): padding rows with zero weights make a group
+			// of four, so the block's values are read and widened once,
+			// not once per row. Each row's arithmetic is its own: the
+			// real rows get the bits of the one-row kernel.
 			for x := r + g; x < r+4; x++ {
 				clear(w.sc[x*sdpaBK : (x+1)*sdpaBK])
 				clear(st.acc[x*dv : (x+1)*dv])
 				st.f[x] = 0
 			}
-			sdpaPV512(true, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+			sdpaPV512(4, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
 			r += g
 			continue
 		}
 		switch {
-		case j.vk == sdpa512 && g == 4:
-			sdpaPV512(true, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+		case j.vk == sdpa512 && (g == 4 || g == 3):
+			// Four rows, or three (a decode step's query heads of one KV
+			// head in SmolLM2; the kernel of three has no padding row).
+			sdpaPV512(g, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
 		case j.vk == sdpa512:
 			g = 1
-			sdpaPV512(false, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
+			sdpaPV512(1, vkind, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
 		case j.vk == sdpa256:
 			sdpa2PV(g, &st.acc[r*dv], &w.sc[r*sdpaBK], vp, vstride, &st.f[r], nv, dv)
 		default:

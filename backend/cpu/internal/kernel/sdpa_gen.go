@@ -331,6 +331,53 @@ func genScores() {
 	p("")
 }
 
+// sdpaScores3(s, q, kt *float32, d int): sdpaScores for exactly three rows
+// (a decode step's query heads of one KV head, SmolLM2's three), the same
+// chain per lane without a fourth row's multiply-adds.
+func genScores3() {
+	p("// func sdpaScores3(s, q, kt *float32, d int)")
+	p("TEXT ·sdpaScores3(SB), NOSPLIT, $0-32")
+	p("\tMOVQ s+0(FP), DI")
+	p("\tMOVQ q+8(FP), SI")
+	p("\tMOVQ kt+16(FP), BX")
+	p("\tMOVQ d+24(FP), DX")
+	p("\tMOVQ DX, R8")
+	p("\tSHLQ $2, R8") // q row stride
+	for i := 0; i < 6; i++ {
+		p("\tVPXORD %s, %s, %s", z(i), z(i), z(i))
+	}
+	p("\tMOVQ DX, R12")
+	p("\tSHRQ $2, R12")
+	p("\tJZ sc3_store")
+	p("sc3_t:")
+	for u := 0; u < 4; u++ {
+		k0, k1 := z(8+2*(u%2)), z(9+2*(u%2))
+		p("\tVMOVUPS %d(BX), %s", 128*u, k0)
+		p("\tVMOVUPS %d(BX), %s", 128*u+64, k1)
+		for r := 0; r < 3; r++ {
+			mem := []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)"}[r]
+			if u > 0 {
+				mem = fmt.Sprintf("%d%s", 4*u, mem)
+			}
+			bc := z(12 + r)
+			p("\tVBROADCASTSS %s, %s", mem, bc)
+			p("\tVFMADD231PS %s, %s, %s", k0, bc, z(2*r))
+			p("\tVFMADD231PS %s, %s, %s", k1, bc, z(2*r+1))
+		}
+	}
+	p("\tADDQ $512, BX")
+	p("\tADDQ $16, SI")
+	p("\tDECQ R12")
+	p("\tJNZ sc3_t")
+	p("sc3_store:")
+	for i := 0; i < 6; i++ {
+		p("\tVMOVUPS %s, %d(DI)", z(i), 64*i)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 // sdpaSoftmax(s, m, l, f *float32, rows int): one online-softmax step per
 // row r of 32 scores at s + r·32 (−Inf for masked keys):
 //
@@ -915,9 +962,11 @@ func main() {
 	genKT()
 	genCvt()
 	genScores()
+	genScores3()
 	genSoftmax()
 	for _, store := range []string{"", "H", "B"} {
 		genPV(4, store)
+		genPV(3, store)
 		genPV(1, store)
 	}
 	genExp()

@@ -15,6 +15,8 @@ func sdpaCvt(dst *float32, dstride int, src unsafe.Pointer, sstride uintptr, row
 
 func sdpaScores(s, q, kt *float32, rows, d int) { panic(sdpaNoAsm) }
 
+func sdpaScores3(s, q, kt *float32, d int) { panic(sdpaNoAsm) }
+
 func sdpaSoftmax(s, m, l, f *float32, rows int) { panic(sdpaNoAsm) }
 
 func sdpaPV4(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
@@ -27,7 +29,7 @@ func sdpaPV1(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, 
 	panic(sdpaNoAsm)
 }
 
-func sdpaPV512(four bool, kind int, acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
+func sdpaPV512(rows, kind int, acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
 	panic(sdpaNoAsm)
 }
 
