@@ -160,6 +160,7 @@ type generator[C Cache] struct {
 	context []int32      // the processors' token history
 	device  bool         // greedy without processors: argmax on the backend
 	dt      tensor.DType // the logits' dtype (the host rows are float32 widenings of it)
+	row     []float32    // the host row a backend.HostReader fills, reused every step
 	// complete: run the last token returned (or the final EOS) through the
 	// model too, so that the caches hold every token (a Session).
 	complete bool
@@ -247,9 +248,10 @@ func (g *generator[C]) schedule(ids func() backend.Array) (out backend.Array, er
 		g.dt = out.DType()
 		if g.device {
 			out = g.b.Argmax(out, -1, false)
-		} else {
+		} else if _, read := g.b.(backend.HostReader); !read {
 			// The row goes to the host as float32 (exact), converted by
 			// the backend's vector code, not an element at a time there.
+			// (A HostReader converts it as it reads it, into g.row.)
 			out = g.b.AsType(out, tensor.F32)
 		}
 		sc.Keep(out)
@@ -316,6 +318,21 @@ func (g *generator[C]) resolve(out backend.Array) (int32, error) {
 	err := g.b.Do(func() (err error) {
 		defer backend.Recover(&err)
 		defer g.b.Release(out)
+		if r, ok := g.b.(backend.HostReader); ok && !g.device {
+			// The row converted straight into the generator's own
+			// buffer: no float32 array and no host tensor per step (a
+			// 128256-token vocabulary is half a megabyte of each).
+			n := out.Shape().Size()
+			if cap(g.row) < n {
+				g.row = make([]float32, n)
+			}
+			g.row = g.row[:n]
+			if err := r.ReadFloat32(g.row, out); err != nil {
+				return err
+			}
+			tok, err = g.sampler.Sample(g.row, g.dt)
+			return err
+		}
 		h, err := g.b.ToHost(out)
 		if err != nil {
 			return err
