@@ -14,6 +14,26 @@ GLOBL convNaN32<>(SB), RODATA|NOPTR, $4
 DATA convHigh<>+0(SB)/4, $0xFFFF0000
 GLOBL convHigh<>(SB), RODATA|NOPTR, $4
 
+// ROUNDBF16X2 rounds the 16 floats of Y0 and Y1 to bfloat16 (round to
+// nearest even on the raw bits, NaN to the canonical bf16 NaN), results in
+// Y2 and Y3 (Y4, Y5 scratch; Y12-Y15 hold convOne, convHalf, convNaN32
+// and convHigh).
+#define ROUNDBF16X2 \
+	VPSRLD    $16, Y0, Y2; \
+	VPSRLD    $16, Y1, Y3; \
+	VPAND     Y12, Y2, Y2; \
+	VPAND     Y12, Y3, Y3; \
+	VPADDD    Y13, Y2, Y2; \
+	VPADDD    Y13, Y3, Y3; \
+	VPADDD    Y0, Y2, Y2; \
+	VPADDD    Y1, Y3, Y3; \
+	VPAND     Y15, Y2, Y2; \
+	VPAND     Y15, Y3, Y3; \
+	VCMPPS    $3, Y0, Y0, Y4; \
+	VCMPPS    $3, Y1, Y1, Y5; \
+	VPBLENDVB Y4, Y14, Y2, Y2; \
+	VPBLENDVB Y5, Y14, Y3, Y3
+
 // func convBF16ToF32(dst *float32, src *uint16, n int)
 TEXT ·convBF16ToF32(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
@@ -92,20 +112,7 @@ TEXT ·convRoundBF16(SB), NOSPLIT, $0-16
 rbloop:
 	VMOVDQU   (SI), Y0
 	VMOVDQU   32(SI), Y1
-	VPSRLD    $16, Y0, Y2
-	VPSRLD    $16, Y1, Y3
-	VPAND     Y12, Y2, Y2
-	VPAND     Y12, Y3, Y3
-	VPADDD    Y13, Y2, Y2
-	VPADDD    Y13, Y3, Y3
-	VPADDD    Y0, Y2, Y2
-	VPADDD    Y1, Y3, Y3
-	VPAND     Y15, Y2, Y2
-	VPAND     Y15, Y3, Y3
-	VCMPPS    $3, Y0, Y0, Y4
-	VCMPPS    $3, Y1, Y1, Y5
-	VPBLENDVB Y4, Y14, Y2, Y2
-	VPBLENDVB Y5, Y14, Y3, Y3
+	ROUNDBF16X2
 	VMOVDQU   Y2, (SI)
 	VMOVDQU   Y3, 32(SI)
 	ADDQ      $64, SI
@@ -153,20 +160,7 @@ addbfloop:
 	VMOVUPS   32(SI), Y1
 	VADDPS    (DX), Y0, Y0
 	VADDPS    32(DX), Y1, Y1
-	VPSRLD    $16, Y0, Y2
-	VPSRLD    $16, Y1, Y3
-	VPAND     Y12, Y2, Y2
-	VPAND     Y12, Y3, Y3
-	VPADDD    Y13, Y2, Y2
-	VPADDD    Y13, Y3, Y3
-	VPADDD    Y0, Y2, Y2
-	VPADDD    Y1, Y3, Y3
-	VPAND     Y15, Y2, Y2
-	VPAND     Y15, Y3, Y3
-	VCMPPS    $3, Y0, Y0, Y4
-	VCMPPS    $3, Y1, Y1, Y5
-	VPBLENDVB Y4, Y14, Y2, Y2
-	VPBLENDVB Y5, Y14, Y3, Y3
+	ROUNDBF16X2
 	VMOVDQU   Y2, (DI)
 	VMOVDQU   Y3, 32(DI)
 	ADDQ      $64, SI

@@ -23,28 +23,39 @@ func convInputs() []float32 {
 	return out
 }
 
+// convPaths are the values of convAVX2 to test: false (the scalar loops),
+// and true where the CPU has AVX2.
+func convPaths(t *testing.T) []bool {
+	if !convAVX2 {
+		t.Logf("no AVX2 on this CPU: only the scalar path is tested")
+		return []bool{false}
+	}
+	return []bool{false, true}
+}
+
+// convSpans are the ranges of the inputs to convert: the first n values
+// (across the workers), then every length 0..40 at three starts (vector
+// blocks and tails).
+func convSpans(n int) [][2]int {
+	spans := [][2]int{{0, n}}
+	for l := range 41 {
+		for at := range 3 {
+			spans = append(spans, [2]int{1000*l + at, 1000*l + at + l})
+		}
+	}
+	return spans
+}
+
 // TestConvBF16 holds the bulk conversions to the scalar ones bit for bit,
 // for every length 0..40 at every start (vector blocks and tails) and for
 // the full input set (458752 values, split across the workers), on both the
 // assembly path (when the CPU has AVX2) and the scalar one.
 func TestConvBF16(t *testing.T) {
 	in := convInputs()
-	paths := []bool{false}
-	if convAVX2 {
-		paths = append(paths, true)
-	} else {
-		t.Logf("no AVX2 on this CPU: only the scalar path is tested")
-	}
 	defer func(v bool) { convAVX2 = v }(convAVX2)
-	for _, avx := range paths {
+	for _, avx := range convPaths(t) {
 		convAVX2 = avx
-		spans := [][2]int{{0, len(in)}}
-		for n := range 41 {
-			for at := range 3 {
-				spans = append(spans, [2]int{1000*n + at, 1000*n + at + n})
-			}
-		}
-		for _, sp := range spans {
+		for _, sp := range convSpans(len(in)) {
 			t.Run(fmt.Sprintf("avx2=%v/%d:%d", avx, sp[0], sp[1]), func(t *testing.T) {
 				src := in[sp[0]:sp[1]]
 				bits := make([]uint16, len(src)+1)
@@ -81,23 +92,11 @@ func TestConvBF16(t *testing.T) {
 // scalar one.
 func TestAddRound(t *testing.T) {
 	in := convInputs()
-	paths := []bool{false}
-	if convAVX2 {
-		paths = append(paths, true)
-	} else {
-		t.Logf("no AVX2 on this CPU: only the scalar path is tested")
-	}
 	defer func(v bool) { convAVX2 = v }(convAVX2)
-	for _, avx := range paths {
+	for _, avx := range convPaths(t) {
 		convAVX2 = avx
-		spans := [][2]int{{0, len(in) - 7}}
-		for n := range 41 {
-			for at := range 3 {
-				spans = append(spans, [2]int{1000*n + at, 1000*n + at + n})
-			}
-		}
 		for _, bf16 := range []bool{false, true} {
-			for _, sp := range spans {
+			for _, sp := range convSpans(len(in) - 7) {
 				for _, inPlace := range []bool{false, true} {
 					t.Run(fmt.Sprintf("avx2=%v/bf16=%v/inplace=%v/%d:%d", avx, bf16, inPlace, sp[0], sp[1]), func(t *testing.T) {
 						a := append([]float32(nil), in[sp[0]:sp[1]]...)

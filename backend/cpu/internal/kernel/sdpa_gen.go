@@ -349,21 +349,7 @@ func genScores() {
 	p("\tMOVQ DX, R12")
 	p("\tSHRQ $2, R12")
 	p("sc_t:")
-	for u := 0; u < 4; u++ {
-		k0, k1 := z(8+2*(u%2)), z(9+2*(u%2))
-		p("\tVMOVUPS %d(R10), %s", 128*u, k0)
-		p("\tVMOVUPS %d(R10), %s", 128*u+64, k1)
-		for r := 0; r < 4; r++ {
-			mem := []string{"(R11)", "(R11)(R8*1)", "(R11)(R8*2)", "(R11)(R9*1)"}[r]
-			if u > 0 {
-				mem = fmt.Sprintf("%d%s", 4*u, mem)
-			}
-			bc := z(12 + r)
-			p("\tVBROADCASTSS %s, %s", mem, bc)
-			p("\tVFMADD231PS %s, %s, %s", k0, bc, z(2*r))
-			p("\tVFMADD231PS %s, %s, %s", k1, bc, z(2*r+1))
-		}
-	}
+	scoresStep("R10", []string{"(R11)", "(R11)(R8*1)", "(R11)(R8*2)", "(R11)(R9*1)"})
 	p("\tADDQ $512, R10")
 	p("\tADDQ $16, R11")
 	p("\tDECQ R12")
@@ -379,6 +365,27 @@ func genScores() {
 	p("\tVZEROUPPER")
 	p("\tRET")
 	p("")
+}
+
+// scoresStep writes four steps of t of the scores' multiply-adds: the 32
+// keys' values at t from kt (the register holding kt's pointer), times q's
+// value at t of each row (rows' addresses of q at t, one per row), into
+// row r's accumulators Z(2r) and Z(2r+1).
+func scoresStep(kt string, rows []string) {
+	for u := 0; u < 4; u++ {
+		k0, k1 := z(8+2*(u%2)), z(9+2*(u%2))
+		p("\tVMOVUPS %d(%s), %s", 128*u, kt, k0)
+		p("\tVMOVUPS %d(%s), %s", 128*u+64, kt, k1)
+		for r, mem := range rows {
+			if u > 0 {
+				mem = fmt.Sprintf("%d%s", 4*u, mem)
+			}
+			bc := z(12 + r)
+			p("\tVBROADCASTSS %s, %s", mem, bc)
+			p("\tVFMADD231PS %s, %s, %s", k0, bc, z(2*r))
+			p("\tVFMADD231PS %s, %s, %s", k1, bc, z(2*r+1))
+		}
+	}
 }
 
 // sdpaScores3(s, q, kt *float32, d int): sdpaScores for exactly three rows
@@ -400,21 +407,7 @@ func genScores3() {
 	p("\tSHRQ $2, R12")
 	p("\tJZ sc3_store")
 	p("sc3_t:")
-	for u := 0; u < 4; u++ {
-		k0, k1 := z(8+2*(u%2)), z(9+2*(u%2))
-		p("\tVMOVUPS %d(BX), %s", 128*u, k0)
-		p("\tVMOVUPS %d(BX), %s", 128*u+64, k1)
-		for r := 0; r < 3; r++ {
-			mem := []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)"}[r]
-			if u > 0 {
-				mem = fmt.Sprintf("%d%s", 4*u, mem)
-			}
-			bc := z(12 + r)
-			p("\tVBROADCASTSS %s, %s", mem, bc)
-			p("\tVFMADD231PS %s, %s, %s", k0, bc, z(2*r))
-			p("\tVFMADD231PS %s, %s, %s", k1, bc, z(2*r+1))
-		}
-	}
+	scoresStep("BX", []string{"(SI)", "(SI)(R8*1)", "(SI)(R8*2)"})
 	p("\tADDQ $512, BX")
 	p("\tADDQ $16, SI")
 	p("\tDECQ R12")
