@@ -150,15 +150,8 @@ func expCore(zx, t1, t2, t3, k1 string) {
 }
 
 // transpose16 transposes Z0-Z15 (row r in Zr) and stores column c (16
-// values, one per row) at c·128(DI), using Z16-Z31.
+// values, one per row) at c·128(DI), using Z16-Z23.
 func transpose16() {
-	transpose16To(func(zr string, c int) { p("\tVMOVUPS %s, %d(DI)", zr, c*128) })
-}
-
-// transpose16To is transpose16 with store(zr, c) writing the instructions
-// that store column c, held in zr (which they may overwrite; Z24-Z31 are
-// free by then, column 0 being the first stored).
-func transpose16To(store func(zr string, c int)) {
 	// Stage 1: interleave floats of row pairs within 128-bit lanes.
 	for k := 0; k < 8; k++ {
 		p("\tVUNPCKLPS %s, %s, %s", z(2*k+1), z(2*k), z(16+2*k))
@@ -185,7 +178,7 @@ func transpose16To(store func(zr string, c int)) {
 		p("\tVSHUFF32X4 $0x88, Z19, Z17, Z22")
 		p("\tVSHUFF32X4 $0xdd, Z19, Z17, Z23")
 		for l := 0; l < 4; l++ {
-			store(z(20+l), 4*l+o)
+			p("\tVMOVUPS Z%d, %d(DI)", 20+l, (4*l+o)*128)
 		}
 	}
 }
@@ -211,9 +204,6 @@ func genKT() {
 		if k > 0 {
 			p("kt_%s:", kd.name)
 		}
-		if kd.name == "bf16" {
-			ktPairsBF16()
-		}
 		p("kt_loop_%s:", kd.name)
 		p("\tMOVQ SI, BX")
 		p("\tLEAQ (SI)(R9*1), R10")
@@ -234,46 +224,6 @@ func genKT() {
 		p("\tRET")
 		p("")
 	}
-}
-
-// ktPairsBF16 writes sdpaKT's bfloat16 loop for d a multiple of 32 (the
-// 16-value loop follows it for the rest): 32 values of each of the 16
-// rows load as 16 dwords, one per pair of values; the 16×16 dwords are
-// transposed as transpose16 does floats, and each transposed pair column
-// widens to its two float32 columns (the low half shifted up, the high
-// half masked), exactly as the 16-value loop widens each value, with half
-// of its shuffles.
-func ktPairsBF16() {
-	p("\tTESTQ $1, CX")
-	p("\tJNZ kt_loop_bf16")
-	p("\tSHRQ $1, CX")
-	p("\tMOVL $0xffff0000, R11")
-	p("kt_pairs_bf16:")
-	p("\tMOVQ SI, BX")
-	p("\tLEAQ (SI)(R9*1), R10")
-	for r := 0; r < 16; r++ {
-		p("\tVMOVDQU32 (BX)(DX*1), %s", z(r))
-		p("\tPREFETCHT0 (R10)(DX*1)")
-		if r < 15 {
-			p("\tADDQ R8, BX")
-			p("\tADDQ R8, R10")
-		}
-	}
-	transpose16To(func(zr string, c int) {
-		if c == 0 { // the transpose used Z31
-			p("\tVPBROADCASTD R11, Z31")
-		}
-		p("\tVPSLLD $16, %s, Z24", zr)
-		p("\tVPANDD Z31, %s, Z25", zr)
-		p("\tVMOVUPS Z24, %d(DI)", 2*c*128)
-		p("\tVMOVUPS Z25, %d(DI)", (2*c+1)*128)
-	})
-	p("\tADDQ $64, DX")
-	p("\tADDQ $4096, DI")
-	p("\tDECQ CX")
-	p("\tJNZ kt_pairs_bf16")
-	p("\tVZEROUPPER")
-	p("\tRET")
 }
 
 // sdpaCvt(dst *float32, dstride int, src unsafe.Pointer, sstride uintptr,
