@@ -363,8 +363,12 @@ func ScaleTemp(x []float32, temp float64, dt tensor.DType) {
 	// -> 61 us against the call through round).
 	switch dt {
 	case tensor.BF16:
-		for i, v := range x {
-			x[i] = tensor.RoundBF16(v * inv)
+		i := 0
+		if scaleBF16 != nil {
+			i = scaleBF16(x, inv)
+		}
+		for ; i < len(x); i++ {
+			x[i] = tensor.RoundBF16(x[i] * inv)
 		}
 	case tensor.F16:
 		for i, v := range x {
@@ -376,6 +380,11 @@ func ScaleTemp(x []float32, temp float64, dt tensor.DType) {
 		}
 	}
 }
+
+// scaleBF16, where the build and the CPU have vector code for it
+// (scaletemp_simd_amd64.go), does ScaleTemp's bfloat16 loop over a prefix
+// of x, the same bits, and returns its length.
+var scaleBF16 func(x []float32, inv float32) int
 
 // Categorical draws one index from the distribution softmax(logits) with the
 // given key, as mx.random.categorical does for a single row since mlx 0.32.1

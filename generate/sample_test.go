@@ -348,3 +348,38 @@ func TestArgmax(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleTempBF16Vector holds ScaleTemp's bfloat16 loop, vector code where
+// the build and CPU have it (scaleBF16), to the scalar rounding of each
+// product, bit for bit: every bfloat16 pattern (NaNs, infinities,
+// subnormals, overflow past the largest finite value) and values between
+// them, at three temperatures, for lengths 0 to 40 at three starts and the
+// whole row.
+func TestScaleTempBF16Vector(t *testing.T) {
+	if scaleBF16 == nil {
+		t.Logf("no vector ScaleTemp in this build or on this CPU: only the scalar loop is tested")
+	}
+	in := make([]float32, 0, 2*65536)
+	for b := range uint32(65536) {
+		in = append(in, math.Float32frombits(b<<16), math.Float32frombits(b<<16|0x8001))
+	}
+	spans := [][2]int{{0, len(in)}}
+	for n := range 41 {
+		for at := range 3 {
+			spans = append(spans, [2]int{1000*n + at, 1000*n + at + n})
+		}
+	}
+	for _, temp := range []float64{0.7, 0.8, 1.3} {
+		inv := tensor.RoundBF16(float32(1 / temp))
+		for _, sp := range spans {
+			x := append([]float32(nil), in[sp[0]:sp[1]]...)
+			ScaleTemp(x, temp, tensor.BF16)
+			for i, v := range in[sp[0]:sp[1]] {
+				want := tensor.RoundBF16(v * inv)
+				if math.Float32bits(x[i]) != math.Float32bits(want) {
+					t.Fatalf("temp %v, span %v, index %d: %#08x scaled to %#08x, want %#08x", temp, sp, i, math.Float32bits(v), math.Float32bits(x[i]), math.Float32bits(want))
+				}
+			}
+		}
+	}
+}
