@@ -57,9 +57,11 @@ test: venv smollm2 $(SMOLLM2_MLX)/config.json
 	# The portable paths (and their tests) compile on a CPU without the amd64 kernels.
 	GOARCH=arm64 $(GO) vet ./...
 	MLXGO_REQUIRE_VENV=1 $(GO) test -tags $(GOTAGS) ./...
-	# The CPU kernels again with the AVX-512 paths of Go's simd experiment compiled in.
-	GOEXPERIMENT=simd $(GO) vet ./backend/cpu/...
+	# The CPU kernels again with the AVX-512 paths of Go's simd experiment compiled in, and the
+	# sampler's (ScaleTemp's vector loop).
+	GOEXPERIMENT=simd $(GO) vet ./backend/cpu/... ./generate/
 	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test ./backend/cpu/... ./conformance/ ./models/...
+	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test -run 'ScaleTemp|Sample|Fixtures' ./generate/
 	$(MAKE) --no-print-directory fuzz-short
 	# Every command on bad input (issue 19's sweep): named errors, no panic, no hang.
 	$(MAKE) --no-print-directory hostile
