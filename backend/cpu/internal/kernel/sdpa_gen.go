@@ -150,7 +150,7 @@ func expCore(zx, t1, t2, t3, k1 string) {
 }
 
 // transpose16 transposes Z0-Z15 (row r in Zr) and stores column c (16
-// values, one per row) at c·128(DI), using Z16-Z23.
+// values, one per row) at c·128(DI), using Z16-Z31 (stage 1 writes all sixteen).
 func transpose16() {
 	// Stage 1: interleave floats of row pairs within 128-bit lanes.
 	for k := 0; k < 8; k++ {
