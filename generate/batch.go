@@ -1048,11 +1048,8 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 			// Nothing keeps a row past this step: read them into the
 			// generator's own buffer, the same memory every step.
 			dt, V = out.DType(), out.Shape()[1]
-			if cap(g.rows) < B*V {
-				g.rows = make([]float32, B*V)
-			}
-			rows = g.rows[:B*V]
-			return r.ReadFloat32(rows, out)
+			rows, err = readInto(r, &g.rows, out)
+			return err
 		}
 		lp, dt, err = toHostF32(g.b, out)
 		return err

@@ -303,6 +303,17 @@ func (g *generator[C]) process(logits backend.Array) (backend.Array, error) {
 	return g.b.FromHost(tensor.FromFloat32(h.Shape, row).Convert(dt)), nil
 }
 
+// readInto reads a's values as float32 through r into *buf (grown when
+// too small, kept for the next step) and returns them.
+func readInto(r backend.HostReader, buf *[]float32, a backend.Array) ([]float32, error) {
+	n := a.Shape().Size()
+	if cap(*buf) < n {
+		*buf = make([]float32, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf, r.ReadFloat32(*buf, a)
+}
+
 // toHostF32 evaluates a (inside a scope, which frees the conversion) and
 // returns its values on the host as float32 with a's own dtype: the
 // backend widens them (exactly) with its vector code, where the host
@@ -322,15 +333,11 @@ func (g *generator[C]) resolve(out backend.Array) (int32, error) {
 			// The row converted straight into the generator's own
 			// buffer: no float32 array and no host tensor per step (a
 			// 128256-token vocabulary is half a megabyte of each).
-			n := out.Shape().Size()
-			if cap(g.row) < n {
-				g.row = make([]float32, n)
-			}
-			g.row = g.row[:n]
-			if err := r.ReadFloat32(g.row, out); err != nil {
+			row, err := readInto(r, &g.row, out)
+			if err != nil {
 				return err
 			}
-			tok, err = g.sampler.Sample(g.row, g.dt)
+			tok, err = g.sampler.Sample(row, g.dt)
 			return err
 		}
 		h, err := g.b.ToHost(out)
