@@ -32,6 +32,11 @@ import (
 // MLXGO_BENCH_PACK=1 sets backend.Options.PackWeights.
 // MLXGO_BENCH_PROMPT and MLXGO_BENCH_STEPS change the prompt length and
 // the tokens generated per row (a server's rows run at longer contexts).
+// MLXGO_BENCH_TEMP_ROWS=n samples the first n rows of each batch at
+// temperature 0.8, each with a seed of its own (the rest stay greedy), so
+// that the steps take the host sampling path, as a server's steps do when
+// one of its requests asks for a temperature. MLXGO_BENCH_NO_LOGPROBS=1
+// sets BatchOptions.NoLogprobs, as the server does.
 //
 //	go test ./generate/ -run '^$' -bench BatchDecode -benchtime 3x
 func BenchmarkBatchDecode(b *testing.B) {
@@ -73,6 +78,11 @@ func BenchmarkBatchDecode(b *testing.B) {
 		b.Fatalf("MLXGO_BENCH_BATCH_CACHE %q: want shared (the default) or per-row", c)
 	}
 	promptLen, steps := envInt(b, "MLXGO_BENCH_PROMPT", 16), envInt(b, "MLXGO_BENCH_STEPS", 32)
+	noLP := os.Getenv("MLXGO_BENCH_NO_LOGPROBS") == "1"
+	tempRows := 0
+	if os.Getenv("MLXGO_BENCH_TEMP_ROWS") != "" {
+		tempRows = envInt(b, "MLXGO_BENCH_TEMP_ROWS", 0)
+	}
 	// "alone": Generate on one prompt, the rate the batch path is measured
 	// against (its GenerationTPS counts from the first token).
 	b.Run("alone", func(b *testing.B) {
@@ -92,15 +102,20 @@ func BenchmarkBatchDecode(b *testing.B) {
 	for _, B := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("b%d", B), func(b *testing.B) {
 			prompts := batchPrompts(m.VocabSize(), repeat(promptLen, B)...)
+			seqs := make([]generate.SequenceOptions, B)
+			for r := range min(tempRows, B) {
+				seed := uint64(r + 1)
+				seqs[r] = generate.SequenceOptions{Sampler: &generate.SamplerOptions{Temp: 0.8}, Seed: &seed}
+			}
 			var tokens, nstep int
 			var secs float64
 			var cpu time.Duration
 			for b.Loop() {
-				g, err := generate.NewBatchGenerator(bm, generate.BatchOptions{MaxTokens: steps, CompletionBatchSize: B, PrefillBatchSize: B})
+				g, err := generate.NewBatchGenerator(bm, generate.BatchOptions{MaxTokens: steps, CompletionBatchSize: B, PrefillBatchSize: B, NoLogprobs: noLP})
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := g.Insert(prompts, nil); err != nil {
+				if _, err := g.Insert(prompts, seqs); err != nil {
 					b.Fatal(err)
 				}
 				for first := true; !g.Done(); first = false {

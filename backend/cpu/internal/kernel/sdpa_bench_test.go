@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -183,6 +184,62 @@ func BenchmarkSDPAPrefix(b *testing.B) {
 				}
 			}
 			reportCPU(b, t0)
+		})
+	}
+}
+
+// BenchmarkSDPARowsCold is the attention of a server's decode step at eight
+// rows on SmolLM2-135M's shape (9 query heads on 3 KV heads of 64, bf16,
+// each row a cache of its own of capacity 256 as nn's per-row caches keep
+// them) over 30 layers, each layer's caches in memory of their own, with a
+// 96 MB sweep before each step (not timed) standing in for the weights a
+// decode step streams: the caches come from memory, as they do in
+// BenchmarkBatchDecode. ns/layer is the wall time of one layer's
+// SDPAKVRows; MB/s the bytes of K and V read per second.
+func BenchmarkSDPARowsCold(b *testing.B) {
+	const h, hk, d, rows, layers, capS = 9, 3, 64, 8, 30, 256
+	for _, ctx := range []int{96, 192} {
+		b.Run(fmt.Sprintf("ctx%d", ctx), func(b *testing.B) {
+			r := newRand(uint64(ctx))
+			ks, vs := make([][]KV, layers), make([][]KV, layers)
+			lens := make([]int, rows)
+			for i := range lens {
+				lens[i] = ctx - 4 + i // rows a few tokens apart, as a server's are
+			}
+			for l := range layers {
+				ks[l], vs[l] = make([]KV, rows), make([]KV, rows)
+				for i := range rows {
+					ks[l][i] = toStorage(randVec(r, hk*lens[i]*d, 1, tensor.RoundBF16), "bf16", 1, hk, lens[i], d, capS, d)
+					vs[l][i] = toStorage(randVec(r, hk*lens[i]*d, 1, tensor.RoundBF16), "bf16", 1, hk, lens[i], d, capS, d)
+				}
+			}
+			q := randVec(r, rows*h*d, 1, tensor.RoundBF16)
+			dst := make([]float32, rows*h*d)
+			sweep := make([]byte, 96<<20)
+			for i := range sweep {
+				sweep[i] = byte(i)
+			}
+			var sum byte
+			bytes := 0
+			for _, n := range lens {
+				bytes += 2 * hk * n * d * 2 * layers
+			}
+			var spent time.Duration
+			for b.Loop() {
+				for i := 0; i < len(sweep); i += 64 {
+					sum += sweep[i]
+				}
+				t0 := time.Now()
+				for l := range layers {
+					SDPAKVRows(dst, q, ks[l], vs[l], lens, h, hk, 1, d, d, 0.125, Mask{}, tensor.RoundBF16, AccF32)
+				}
+				spent += time.Since(t0)
+			}
+			if sum == 1 {
+				b.Log("") // keeps the sweep
+			}
+			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N*layers), "ns/layer")
+			b.ReportMetric(float64(bytes)*float64(b.N)/spent.Seconds()/1e6, "MB/s")
 		})
 	}
 }
