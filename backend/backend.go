@@ -451,7 +451,10 @@ func AttendRowsComposed(b Backend, q Array, keys, values []Array, scale float32,
 // into each row's KV cache). SliceUpdateRows(dsts, src, axis, at) returns,
 // for every row r, what SliceUpdate(dsts[r], src[r:r+1], start) returns,
 // start being at[r] on axis and 0 elsewhere; dsts[r] has a leading
-// dimension of 1 and is consumed as SliceUpdate consumes dst.
+// dimension of 1 and is consumed as SliceUpdate consumes dst. The result
+// for row r may be dsts[r] itself, written in place where nothing else
+// reads its storage; it then stays in the scope (or at the level) dsts[r]
+// was in, where a new array would belong to the innermost open scope.
 type RowUpdater interface {
 	SliceUpdateRows(dsts []Array, src Array, axis int, at []int) []Array
 }

@@ -169,7 +169,7 @@ func (b *Backend) SliceUpdate(dst, src backend.Array, start []int) (traced backe
 		defer func() { b.record("SliceUpdate", traced, sliceUpdateVJP(start), dst, src) }()
 	}
 	d, s := b.use2("SliceUpdate", dst, src)
-	return b.sliceUpdate(dst, src, d, s, start)
+	return b.sliceUpdate(dst, src, d, s, start, false)
 }
 
 // SliceUpdateRows writes row r of src ([B, ...]) into dsts[r] at index
@@ -197,24 +197,28 @@ func (b *Backend) SliceUpdateRows(dsts []backend.Array, src backend.Array, axis 
 	}
 	st := stridesOf(s)
 	out := make([]backend.Array, len(ds))
+	row := new(Array) // one for all the rows: it escapes (f32In)
 	for r, d := range ds {
 		// Row r of src as an array of its own shape [1, ...], never
 		// handed out (so not tracked): the storage and offset are src's.
-		row := Array{dtype: s.dtype, buf: s.buf, off: s.off + r*st[0]}
+		*row = Array{dtype: s.dtype, buf: s.buf, off: s.off + r*st[0]}
 		row.shape = append(row.dims[:0:len(row.dims)], s.shape...)
 		row.shape[0] = 1
 		if s.strides != nil {
 			row.strides = append(row.sdims[:0:len(row.sdims)], s.strides...)
 		}
 		start[axis] = at[r]
-		out[r] = b.sliceUpdate(dsts[r], src, d, &row, start)
+		out[r] = b.sliceUpdate(dsts[r], src, d, row, start, true)
 	}
 	return out
 }
 
 // sliceUpdate is SliceUpdate of the checked arguments d and s (dst and
-// src, named in errors).
-func (b *Backend) sliceUpdate(dst, src backend.Array, d, s *Array, start []int) *Array {
+// src, named in errors). With inPlace, a d that nothing else reads is
+// written and returned itself (backend.RowUpdater allows it): no new array
+// and no release, which were most of a decode step's cache appends on
+// SmolLM2's shape at eight rows (BenchmarkSliceUpdateRows).
+func (b *Backend) sliceUpdate(dst, src backend.Array, d, s *Array, start []int, inPlace bool) *Array {
 	if len(s.shape) > len(d.shape) {
 		panic(backend.Errorf("SliceUpdate", []backend.Array{dst, src}, "src has more dimensions than dst"))
 	}
@@ -242,10 +246,13 @@ func (b *Backend) sliceUpdate(dst, src backend.Array, d, s *Array, start []int) 
 	}
 	defer b.freeTmps()
 	var out *Array
-	if !d.buf.borrowed && d.buf.refs == 1 && d != s {
+	switch {
+	case inPlace && !d.buf.borrowed && d.buf.refs == 1 && d.buf != s.buf:
+		out = d
+	case !d.buf.borrowed && d.buf.refs == 1 && d != s:
 		out = b.newArray(d.dtype, d.shape, d.buf, d.off, d.strides)
 		b.life.ReleaseOne(d)
-	} else {
+	default:
 		out = b.newArray(d.dtype, d.shape, b.contiguousBuf(d), 0, nil)
 	}
 	if region.Size() == 0 {

@@ -101,8 +101,8 @@ func TestSliceUpdate(t *testing.T) {
 // composed definition, value for value: rows of a batch (a decode step's
 // new keys, float32 values of each dtype, a strided view included) written
 // into caches of zeros (raw storage) or of values, owned (written in
-// place: the old array is released) or with a live view (copied: the view
-// keeps its values), on the slot axis and on the head axis.
+// place and returned itself) or with a live view (copied: the view keeps
+// its values), on the slot axis and on the head axis.
 func TestSliceUpdateRows(t *testing.T) {
 	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
 		for _, c := range []struct {
@@ -149,7 +149,7 @@ func TestSliceUpdateRows(t *testing.T) {
 					view = b.Slice(got[1], []int{0, 0, 0, 0}, []int{1, H, S, D})
 					viewWant = vals(t, b, view)
 				}
-				oldRow0 := got[0]
+				oldRow0, oldRow1 := got[0], got[1]
 				got = b.SliceUpdateRows(got, src, c.axis, c.at)
 				want = backend.SliceUpdateRowsComposed(b, want, src, c.axis, c.at)
 				for r := range B {
@@ -160,8 +160,11 @@ func TestSliceUpdateRows(t *testing.T) {
 						}
 					}
 				}
-				if !oldRow0.(*Array).released() {
-					t.Errorf("row 0's owned cache was not released, want it written in place")
+				if got[0] != oldRow0 || oldRow0.(*Array).released() {
+					t.Errorf("row 0's owned cache came back as another array (or released), want it written in place and returned")
+				}
+				if c.shared && got[1] == oldRow1 {
+					t.Errorf("row 1's cache, viewed elsewhere, was written in place, want a copy")
 				}
 				if c.shared {
 					if g := vals(t, b, view); !slices.Equal(g, viewWant) {
