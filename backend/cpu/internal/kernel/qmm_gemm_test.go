@@ -51,7 +51,7 @@ func TestQ8Quant(t *testing.T) {
 	if !asmF32 {
 		t.Skip("SKIPPED: this CPU lacks AVX-512; the assembly quantizer is not installed")
 	}
-	for _, nb := range []int{1, 11, 48} {
+	for _, nb := range []int{1, 11, 16, 17, 35, 48, 64} {
 		for _, perm := range []bool{false, true} {
 			t.Run(fmt.Sprintf("nb%d/perm%v", nb, perm), func(t *testing.T) {
 				x := q8Special(uint64(nb), nb*32)
@@ -289,5 +289,22 @@ func TestPrepAsm(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkQ8Quant is the int8 GEMM's quantization of x (q8Quant into the
+// tile layout of eight rows, 4-bit order) for one row of SmolLM2-135M's
+// widths (576: attention and gate/up inputs; 1536: down) and MiniCPM5-1B's
+// (1536, 4096); ns/op is one row.
+func BenchmarkQ8Quant(b *testing.B) {
+	for _, k := range []int{576, 1536, 4096} {
+		b.Run(fmt.Sprintf("k%d", k), func(b *testing.B) {
+			nb := k / 32
+			x := randVec(newRand(uint64(k)), k, 1, Identity)
+			xq, d := make([]int8, nb*256), make([]float32, nb*8)
+			for b.Loop() {
+				q8Quant(&x[0], &xq[0], &d[0], nb, 256, 32, true)
+			}
+		})
 	}
 }
