@@ -268,8 +268,21 @@ func (b *Backend) LogSumExp(x backend.Array, axis int, keepDims bool) (traced ba
 	}
 	v := b.f32In(a, dt)
 	res := b.pool.getF32(l.outer * l.inner)
-	// Each lane's sum is the same in any split: the lanes (a batch's rows
-	// of logits) go to the workers when they are long.
+	if l.inner == 1 && len(res) >= 4 {
+		// Four or more rows of consecutive values (a batch's rows of
+		// logits), in groups of up to four (kernel.LogSumExpRows), the
+		// groups to the workers when the rows are long (fewer rows go
+		// a row to a worker, below).
+		groups := (len(res) + 3) / 4
+		kernel.ParallelFor(groups, max(1, minParallelWork/(4*l.n)), func(lo, hi int) {
+			r0, r1 := 4*lo, min(len(res), 4*hi)
+			kernel.LogSumExpRows(res[r0:r1], v[r0*l.n:r1*l.n], l.n)
+		})
+		roundTo(dt, res)
+		return b.valuesOut(dt, shape, res)
+	}
+	// Each lane's sum is the same in any split: the lanes go to the
+	// workers when they are long.
 	kernel.ParallelFor(len(res), max(1, minParallelWork/l.n), func(lo, hi int) {
 		var buf [512]float32 // exps in batches (vector exp), summed in order
 		for x := lo; x < hi; x++ {

@@ -87,17 +87,18 @@ func TestLogSumExp(t *testing.T) {
 }
 
 // TestLogSumExpRows: long lanes go to the workers, and each gets the bits
-// it gets reduced alone, in every float dtype, along the last axis and a
-// middle one.
+// it gets reduced alone, in every float dtype, along the last axis (lanes
+// of one value, and rows of consecutive values that go four at a time,
+// nine of them: groups of four, four and one) and a middle one.
 func TestLogSumExpRows(t *testing.T) {
 	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
-		for _, axis := range []int{-1, 1} {
-			t.Run(fmt.Sprintf("%v/axis%d", dt, axis), func(t *testing.T) {
+		for _, c := range []struct {
+			axis  int
+			shape []int
+		}{{-1, []int{5, 30000, 1}}, {-1, []int{9, 1, 20000}}, {1, []int{5, 20000, 2}}} {
+			t.Run(fmt.Sprintf("%v/axis%d/%v", dt, c.axis, c.shape), func(t *testing.T) {
 				b := open(t)
-				shape := []int{5, 30000, 1}
-				if axis == 1 {
-					shape = []int{5, 20000, 2}
-				}
+				axis, shape := c.axis, c.shape
 				x := randArray(b, 7, dt, shape...)
 				got := vals(t, b, b.LogSumExp(x, axis, false))
 				var want []float64

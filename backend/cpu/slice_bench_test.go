@@ -16,6 +16,8 @@ import (
 // op is a step's 60 calls, in a scope that keeps the new buffers (as the
 // batch generator's step does).
 func BenchmarkSliceUpdateRows(b *testing.B) {
+	defer func(p bool) { poison = p }(poison)
+	poison = false // the tests' NaN fill of every pooled buffer is not the op's work
 	for _, rows := range []int{1, 8} {
 		b.Run(fmt.Sprintf("rows%d", rows), func(b *testing.B) {
 			be, err := New(backend.Options{})
@@ -46,6 +48,27 @@ func BenchmarkSliceUpdateRows(b *testing.B) {
 				}
 				sc.Close()
 				step++
+			}
+		})
+	}
+}
+
+// BenchmarkLogSumExp is the log-softmax normalizer of a decode step's
+// logits: LogSumExp over the last axis of [rows, 49152] bfloat16 values
+// (SmolLM2's vocabulary), the rows of a batch.
+func BenchmarkLogSumExp(b *testing.B) {
+	defer func(p bool) { poison = p }(poison)
+	poison = false // the tests' NaN fill of every pooled buffer is not the op's work
+	for _, rows := range []int{1, 2, 7, 8} {
+		b.Run(fmt.Sprintf("rows%d", rows), func(b *testing.B) {
+			be, err := New(backend.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close()
+			x := randArray(be, 1, tensor.BF16, rows, 49152)
+			for b.Loop() {
+				be.Release(be.LogSumExp(x, -1, true))
 			}
 		})
 	}

@@ -17,6 +17,40 @@ func LogSumExpRow(v []float32) float32 {
 	return float32(math.Log(float64(expSum(v, m)))) + m
 }
 
+// LogSumExpRows writes LogSumExpRow of each of the len(dst) rows of n
+// consecutive values of v to dst, the same bits. Where the CPU has
+// AVX-512, rows take their sums four at a time (simdExpSum4; a group of
+// two or three repeats its last row, for about the time of one): one row's
+// additions in order wait on each other, four rows' run side by side (a
+// batch's rows of logits took 0.23 ms of SmolLM2's eight-row decode step,
+// on Zen 4, summed a row at a time).
+func LogSumExpRows(dst, v []float32, n int) {
+	need("LogSumExpRows", "v", len(v), len(dst)*n)
+	if simdExpSum4 == nil || len(dst) < 2 {
+		for r := range dst {
+			dst[r] = LogSumExpRow(v[r*n : (r+1)*n])
+		}
+		return
+	}
+	var m, s [4]float32
+	var rows [4][]float32
+	for r0 := 0; r0 < len(dst); r0 += 4 {
+		k := min(4, len(dst)-r0)
+		for i := range rows {
+			row := v[(r0+min(i, k-1))*n:][:n]
+			rows[i], m[i] = row, maxOf(row)
+		}
+		j := simdExpSum4(&rows, &m, &s)
+		for i := range k {
+			if math.IsInf(float64(m[i]), 0) {
+				dst[r0+i] = m[i]
+				continue
+			}
+			dst[r0+i] = float32(math.Log(float64(expSumFrom(rows[i], m[i], s[i], j)))) + m[i]
+		}
+	}
+}
+
 // ArgmaxRow is the index of the largest value of v (not empty), the first
 // on ties, or of its first NaN when it holds one (mx.argmax's rule): the
 // maximum as LogSumExpRow takes it, then a scan for its first index.
@@ -59,6 +93,11 @@ func expSum(v []float32, m float32) float32 {
 	if simdExpSum != nil {
 		s, i = simdExpSum(v, m)
 	}
+	return expSumFrom(v, m, s, i)
+}
+
+// expSumFrom is expSum of v given the sum s of its first i terms.
+func expSumFrom(v []float32, m, s float32, i int) float32 {
 	var buf [512]float32
 	for ; i < len(v); i += len(buf) {
 		src := v[i:min(len(v), i+len(buf))]
@@ -81,4 +120,7 @@ var (
 	simdMax func(v []float32) (float32, int)
 	// simdExpSum returns Σ ExpMLX(v_i − m) over the prefix, in order of i.
 	simdExpSum func(v []float32, m float32) (float32, int)
+	// simdExpSum4 is simdExpSum of four rows of one length (row r with
+	// its maximum m[r], its sum to s[r]) over the same prefix of each.
+	simdExpSum4 func(rows *[4][]float32, m, s *[4]float32) int
 )

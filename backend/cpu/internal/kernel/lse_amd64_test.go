@@ -72,3 +72,53 @@ func TestLogSumExpRowVector(t *testing.T) {
 		})
 	}
 }
+
+// TestLogSumExpRows holds LogSumExpRows (four rows' sums at a time) to
+// LogSumExpRow row by row, bit for bit: batches of one to nine rows of
+// lengths around the vector width, some rows holding a NaN, ±Inf or only
+// −Inf in their vector part or their tail; and that four rows do go
+// through the four-row kernel (a row's sum wrong there would show).
+func TestLogSumExpRows(t *testing.T) {
+	if simdExpSum4 == nil {
+		t.Skip("SKIPPED: this CPU lacks AVX-512; LogSumExpRows runs LogSumExpRow row by row")
+	}
+	r := newRand(11)
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 100, 513, 49152} {
+		for rows := 1; rows <= 9; rows++ {
+			v := randVec(r, rows*n, 3, Identity)
+			for i := range rows {
+				if n == 0 {
+					break
+				}
+				switch i % 5 {
+				case 1:
+					v[i*n+(i*7)%n] = nan
+				case 2:
+					v[i*n+n-1] = inf
+				case 3:
+					for j := range n {
+						v[i*n+j] = -inf
+					}
+				}
+			}
+			got := make([]float32, rows)
+			LogSumExpRows(got, v, n)
+			for i := range rows {
+				if w := LogSumExpRow(v[i*n : (i+1)*n]); math.Float32bits(got[i]) != math.Float32bits(w) {
+					t.Errorf("n %d, %d rows, row %d: got %v, want %v", n, rows, i, got[i], w)
+				}
+			}
+		}
+	}
+	// The kernel itself against vecExpSum, row by row.
+	v := randVec(r, 4*160, 3, Identity)
+	m := [4]float32{1, 2, -1, 0.5}
+	var s [4]float32
+	vecExpSum4(&v[0], &v[160], &v[320], &v[480], &m[0], 160, &s[0])
+	for i := range 4 {
+		if w := vecExpSum(&v[i*160], m[i], 160); math.Float32bits(s[i]) != math.Float32bits(w) {
+			t.Errorf("vecExpSum4 row %d: %v, vecExpSum %v", i, s[i], w)
+		}
+	}
+}

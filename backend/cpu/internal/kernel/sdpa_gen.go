@@ -948,6 +948,59 @@ func genLSE() {
 	p("")
 }
 
+// vecExpSum4(x0, x1, x2, x3, m *float32, n int, s *float32): four rows'
+// vecExpSum at once (row r at xr, its m and its sum at r): each row's exps
+// as vecExpSum computes them and its sum in the same order, the four sums'
+// chains of additions interleaved, so that a batch's rows of logits add
+// four at a time where one row's additions wait on each other. Frame: the
+// four rows' exps of one step, whose lanes the additions read.
+func genExpSum4() {
+	p("// func vecExpSum4(x0, x1, x2, x3, m *float32, n int, s *float32)")
+	p("TEXT ·vecExpSum4(SB), NOSPLIT, $256-56")
+	p("\tMOVQ x0+0(FP), SI")
+	p("\tMOVQ x1+8(FP), R8")
+	p("\tMOVQ x2+16(FP), R9")
+	p("\tMOVQ x3+24(FP), R11")
+	p("\tMOVQ m+32(FP), DX")
+	p("\tMOVQ n+40(FP), CX")
+	for r := 0; r < 4; r++ {
+		p("\tVXORPS X%d, X%d, X%d", 12+r, 12+r, 12+r) // the sums
+	}
+	p("\tSHRQ $4, CX")
+	p("\tJZ es4_done")
+	loadConsts()
+	p("es4_loop:")
+	rows := []string{"(SI)", "(R8)", "(R9)", "(R11)"}
+	for r := 0; r < 4; r++ {
+		p("\tVMOVUPS %s, Z%d", rows[r], r)
+		p("\tVSUBPS.BCST %d(DX), Z%d, Z%d", 4*r, r, r) // x − m
+		exp(fmt.Sprintf("Z%d", r), "Z8", "Z9", "Z10")
+	}
+	// The 16 lanes of each row in order, the rows' additions interleaved,
+	// each lane added from the frame where the row's exps were stored.
+	for r := 0; r < 4; r++ {
+		p("\tVMOVUPS Z%d, %d(SP)", r, 64*r)
+	}
+	for l := 0; l < 16; l++ {
+		for r := 0; r < 4; r++ {
+			p("\tVADDSS %d(SP), X%d, X%d", 64*r+4*l, 12+r, 12+r)
+		}
+	}
+	for _, r := range []string{"SI", "R8", "R9", "R11"} {
+		p("\tADDQ $64, %s", r)
+	}
+	p("\tDECQ CX")
+	p("\tJNZ es4_loop")
+	p("es4_done:")
+	p("\tMOVQ s+48(FP), DX")
+	for r := 0; r < 4; r++ {
+		p("\tVMOVSS X%d, %d(DX)", 12+r, 4*r)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "write to this file instead of standard output")
 	flag.Parse()
@@ -970,6 +1023,7 @@ func main() {
 	genNormScale()
 	genRoPE()
 	genLSE()
+	genExpSum4()
 	if *out == "" {
 		os.Stdout.WriteString(b.String())
 		return

@@ -35,7 +35,7 @@ func init() {
 	if avx512, _ := x86Features(); avx512 {
 		simdSwiGLU, simdExp, simdNormScale = swigluAsm, expSliceAsm, normScaleAsm
 		simdRoPE = ropeAsm
-		simdMax, simdExpSum = maxAsm, expSumAsm
+		simdMax, simdExpSum, simdExpSum4 = maxAsm, expSumAsm, expSum4Asm
 	}
 }
 
@@ -50,6 +50,12 @@ func vecMax(x *float32, n int) float32
 //
 //go:noescape
 func vecExpSum(x *float32, m float32, n int) float32
+
+// vecExpSum4 is vecExpSum of four rows of n values at once (row r at xr,
+// its maximum m[r], its sum to s[r]).
+//
+//go:noescape
+func vecExpSum4(x0, x1, x2, x3, m *float32, n int, s *float32)
 
 // maxAsm is simdMax through vecMax over the longest multiple of 16 values.
 func maxAsm(v []float32) (float32, int) {
@@ -118,4 +124,19 @@ func normScaleAsm(dst, x, w []float32, inv float32, kind byte) int {
 	_, _ = dst[n-1], w[n-1]
 	vecNormScale(&dst[0], &x[0], &w[0], inv, n, k)
 	return n
+}
+
+// expSum4Asm is simdExpSum4 through vecExpSum4 over the longest multiple
+// of 16 values of the rows (all of one length).
+func expSum4Asm(rows *[4][]float32, m, s *[4]float32) int {
+	k := len(rows[0]) &^ 15
+	if k == 0 {
+		*s = [4]float32{}
+		return 0
+	}
+	for _, r := range rows {
+		need("vecExpSum4", "row", len(r), k)
+	}
+	vecExpSum4(&rows[0][0], &rows[1][0], &rows[2][0], &rows[3][0], &m[0], k, &s[0])
+	return k
 }
