@@ -84,6 +84,7 @@ func installAsm() {
 		simdDot, simdAxpy = dotAsm, axpyAsm
 	}
 	asmQ8 = vnni
+	asmBF16 = avx512 && cpu.X86.HasAVX512BF16
 	if amdZen5OrLater() {
 		gemmPFL2 = 0
 	}

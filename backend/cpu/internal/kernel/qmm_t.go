@@ -72,6 +72,10 @@ func newQLayout(k, gs, bits int) qLayout {
 // order of simdDotF32 and simdDotQ8.
 var asmF32, asmQ8 bool
 
+// asmBF16 reports AVX512_BF16 (VDPBF16PS): the fast precision's bfloat16
+// attention scores of a decode step (sdpaJob.bfScores) take it.
+var asmBF16 bool
+
 // gsumAVX2 is groupSumsFlat's AVX2 loop (gsum8) installed.
 var gsumAVX2 bool
 

@@ -35,6 +35,20 @@ func sdpaScores(s, q, kt *float32, rows, d int)
 //go:noescape
 func sdpaScores3(s, q, kt *float32, d int)
 
+// sdpaScoresBF64 writes the scores of rows query rows (bfloat16, d = 64
+// values each, row r at q + r·d) against 32
+// bfloat16 keys (key x at k + x·kstride bytes) to s + r·32, each
+// scale·(q·k) with the pairs' products summed by VDPBF16PS and the lanes by
+// a tree (bfScores, sdpa_gen.go). They need AVX512_BF16 (asmBF16).
+//
+//go:noescape
+func sdpaScoresBF64(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, rows int, scale float32)
+
+// sdpaScoresBF128 is sdpaScoresBF64 for d = 128.
+//
+//go:noescape
+func sdpaScoresBF128(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, rows int, scale float32)
+
 // sdpaSoftmax runs one online-softmax step (see sdpaSoftmaxGo) on rows rows
 // of 32 scores at s + r·32, with the states m, l and the rescale factors f
 // at r. It works on groups of 16 rows: m, l and f must have room for rows

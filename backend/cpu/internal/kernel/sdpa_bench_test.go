@@ -195,11 +195,18 @@ func BenchmarkSDPAPrefix(b *testing.B) {
 // 96 MB sweep before each step (not timed) standing in for the weights a
 // decode step streams: the caches come from memory, as they do in
 // BenchmarkBatchDecode. ns/layer is the wall time of one layer's
-// SDPAKVRows; MB/s the bytes of K and V read per second.
+// SDPAKVRows; MB/s the bytes of K and V read per second; f32 is the
+// reference precision's path (AccF32), fast the fast precision's (AccQ8:
+// bfloat16 scores where the CPU has AVX512_BF16).
 func BenchmarkSDPARowsCold(b *testing.B) {
 	const h, hk, d, rows, layers, capS = 9, 3, 64, 8, 30, 256
-	for _, ctx := range []int{96, 192} {
-		b.Run(fmt.Sprintf("ctx%d", ctx), func(b *testing.B) {
+	for _, c := range []struct {
+		ctx  int
+		name string
+		acc  Acc
+	}{{96, "f32", AccF32}, {96, "fast", AccQ8}, {192, "f32", AccF32}, {192, "fast", AccQ8}} {
+		ctx := c.ctx
+		b.Run(fmt.Sprintf("ctx%d/%s", ctx, c.name), func(b *testing.B) {
 			r := newRand(uint64(ctx))
 			ks, vs := make([][]KV, layers), make([][]KV, layers)
 			lens := make([]int, rows)
@@ -231,7 +238,7 @@ func BenchmarkSDPARowsCold(b *testing.B) {
 				}
 				t0 := time.Now()
 				for l := range layers {
-					SDPAKVRows(dst, q, ks[l], vs[l], lens, h, hk, 1, d, d, 0.125, Mask{}, tensor.RoundBF16, AccF32)
+					SDPAKVRows(dst, q, ks[l], vs[l], lens, h, hk, 1, d, d, 0.125, Mask{}, tensor.RoundBF16, c.acc)
 				}
 				spent += time.Since(t0)
 			}

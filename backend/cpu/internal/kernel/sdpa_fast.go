@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/internal/mlxmath"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // The float32 SDPA (AccF32): a blocked online ("flash") softmax.
@@ -49,6 +50,16 @@ import (
 // The output is round(acc/l). Keys a Bool mask hides inside a row's range
 // score −Inf and are left out of the accumulation (runs of visible keys),
 // so their values never reach the row, as in the reference.
+//
+// In the fast precision (AccQ8) a decode step's scores on bfloat16 keys
+// (d = 64 or 128, at most four rows an item: rep ≤ 4) run through
+// VDPBF16PS where the CPU has AVX512_BF16 (bfScores): the query in
+// bfloat16, the products of bfloat16 pairs summed in float32 in 16 lanes
+// and the lanes in a tree, then the scale. The keys are read in place, not
+// transposed (sdpaKT and the float32 scores were about half of the
+// attention's time in SmolLM2's eight-row decode step); the score differs
+// from the float32 path's by float32 rounding (TestSDPABF16Fast), and a
+// row's bits still depend on its own item alone.
 //
 // With d, dv multiples of 16 the steps run in assembly kernels: those of
 // sdpa_amd64.s with AVX-512 (asmF32), the same code with or without
@@ -121,6 +132,7 @@ type sdpaJob struct {
 	rkind                      byte    // roundKind(round)
 	qk8                        *q8Keys // the keys of the 8-bit key kernel, or nil (sdpa_q8.go)
 	qpv8                       bool    // the 8-bit value kernel (sdpa_q8.go)
+	bfk                        bool    // bfloat16 scores of a decode step (bfScores)
 	starts                     []int   // per batch entry, the key its blocks start from (keyStarts), or nil for 0
 }
 
@@ -154,6 +166,7 @@ func (st *sdpaState) reset(rows, dv int) {
 // sdpaWork is one worker's scratch.
 type sdpaWork struct {
 	qs, sc, kt, kc, vb []float32
+	qb, kb             []uint16  // bfScores: the rows' queries, a partial block's keys
 	mx                 []float32 // scratch of sdpaMerge
 	keep               []float32 // the states of rows chunk skips
 	st, st2            sdpaState // an item's state and a chunk's
@@ -204,7 +217,18 @@ func (j *sdpaJob) work() *sdpaWork {
 	}
 	w.hole = w.hole[:j.rpad]
 	w.q8.grow(j)
+	if j.bfk {
+		w.qb = sdpaGrow16(w.qb, j.rpad*j.d)
+		w.kb = sdpaGrow16(w.kb, sdpaBK*j.d)
+	}
 	return w
+}
+
+func sdpaGrow16(s []uint16, n int) []uint16 {
+	if cap(s) < n {
+		return make([]uint16, n)
+	}
+	return s[:n]
 }
 
 // sdpa32 is the float32 SDPA on a validated call (acc AccF32 or AccQ8:
@@ -262,6 +286,8 @@ func newSDPAJob(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale flo
 	j.asm = j.vk != sdpaGo
 	j.qk8 = sdpaQ8KeysOf(k, d, acc, j.vk)
 	j.qpv8 = sdpaQ8Values(v, dv, j.vk)
+	j.bfk = acc == AccQ8 && asmBF16 && j.vk == sdpa512 && j.qk8 == nil && !k.expanded() && k.Vec.F32 == nil && !k.Vec.F16 &&
+		(d == 64 || d == 128) && j.rmax <= 4
 	j.starts = keyStarts(m, b, h, l, s)
 	return j
 }
@@ -462,6 +488,16 @@ func (j *sdpaJob) loadQ(w *sdpaWork, bi, kh, i0, np int) {
 	clear(qs[np*j.rep*d : j.rpad*d])
 	if j.qk8 != nil {
 		j.quantQ(w, qs)
+	}
+	if j.bfk {
+		// The unscaled queries in bfloat16 (exact for a bfloat16 model's).
+		for r := range np * j.rep {
+			pi, g := r/j.rep, r%j.rep
+			src := j.q[((bi*j.h+kh*j.rep+g)*j.l+i0+pi)*d:][:d]
+			for t, x := range src {
+				w.qb[r*d+t] = tensor.Float32ToBF16(x)
+			}
+		}
 	}
 }
 
@@ -695,6 +731,10 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 		j.q8Scores(w, bi, kh, j0, n, r0, rows)
 		return
 	}
+	if j.bfk {
+		j.bfScores(w, bi, kh, j0, n, r0, rows)
+		return
+	}
 	if j.asm {
 		if k.expanded() {
 			// Quantized or decoded keys: expand the block's rows to
@@ -738,6 +778,32 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 		for r := r0; r < rows; r++ {
 			w.sc[r*sdpaBK+x] = dot32(w.qs[r*d:(r+1)*d], kr)
 		}
+	}
+}
+
+// bfScores is scores in the fast precision on bfloat16 keys for the few
+// rows of a decode step (sdpaJob.bfk): sdpaScoresBF64 or 128 on the
+// block's keys in place, or on a copy of a partial block's keys followed
+// by zero keys (whose scores the caller masks). Each score is
+// scale·(q·k) with q and k in bfloat16 and the products summed in float32
+// in the kernel's order (pairs, then lanes in a tree), where the float32
+// path sums scale·q·k along the key: within float32 rounding of each
+// other, and the same for a row whatever the rows beside it.
+func (j *sdpaJob) bfScores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
+	d, k := j.d, j.k
+	src := sdpaVecPtr(k.Vec, k.row(bi, kh, j0))
+	stride := uintptr(k.RowStride) * 2
+	if n < sdpaBK {
+		for x := range n {
+			copy(w.kb[x*d:(x+1)*d], k.Vec.U16[k.row(bi, kh, j0+x):][:d])
+		}
+		clear(w.kb[n*d:])
+		src, stride = unsafe.Pointer(&w.kb[0]), uintptr(2*d)
+	}
+	if d == 64 {
+		sdpaScoresBF64(&w.sc[r0*sdpaBK], &w.qb[r0*d], src, stride, rows-r0, j.scale)
+	} else {
+		sdpaScoresBF128(&w.sc[r0*sdpaBK], &w.qb[r0*d], src, stride, rows-r0, j.scale)
 	}
 }
 

@@ -87,6 +87,12 @@ func header() {
 	}
 	p("GLOBL sdpaConst<>(SB), RODATA|NOPTR, $%d", 4*len(consts))
 	p("")
+	// treeSum's lane of key b (sdpaScoresBF puts the keys back in order).
+	for b := 0; b < 16; b++ {
+		p("DATA sdpaTreePerm<>+%d(SB)/4, $%d", 4*b, 4*(b%4)+b/4)
+	}
+	p("GLOBL sdpaTreePerm<>(SB), RODATA|NOPTR, $64")
+	p("")
 }
 
 // Constant registers of sdpaSoftmax: Z16 log2e, Z17 0.5, Z18 1, Z19-Z25 the
@@ -1001,6 +1007,93 @@ func genExpSum4() {
 	p("")
 }
 
+// dpbf16 writes VDPBF16PS Z<dst>, Z<src1>, Z<src2> (Intel order: dst +=
+// the pairwise bfloat16 dot products of src1 and src2, per float32 lane)
+// as bytes: the Go assembler does not know the AVX512_BF16 instructions.
+// EVEX.512.F3.0F38.W0 52 /r with both sources registers.
+func dpbf16(dst, src1, src2 int) {
+	bit := func(r, i int) int { return (r >> i) & 1 }
+	p0 := (1-bit(dst, 3))<<7 | (1-bit(src2, 4))<<6 | (1-bit(src2, 3))<<5 | (1-bit(dst, 4))<<4 | 0x2 // map 0F38
+	p1 := (^src1&0xf)<<3 | 1<<2 | 0x2                                                               // W0, vvvv, pp F3
+	p2 := 0x40 | (1-bit(src1, 4))<<3                                                                // 512 bits, V'
+	modrm := 0xc0 | (dst&7)<<3 | src2&7
+	p("\tBYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x52; BYTE $0x%02x // VDPBF16PS Z%d, Z%d, Z%d", p0, p1, p2, modrm, src2, src1, dst)
+}
+
+// treeSum leaves in Z8 the lane sums of Z8-Z23 (lane e = 4k + j holds the
+// sum of Z(8 + 4j + k)): pairs of registers added after 256-bit, 128-bit,
+// 64-bit and 32-bit shuffles (Z24, Z25 scratch).
+func treeSum() {
+	pair := func(op string, i1, i2, a, b, d int) {
+		p("\t%s $0x%02x, Z%d, Z%d, Z24", op, i1, b, a)
+		p("\t%s $0x%02x, Z%d, Z%d, Z25", op, i2, b, a)
+		p("\tVADDPS Z25, Z24, Z%d", d)
+	}
+	for i := 0; i < 8; i++ {
+		pair("VSHUFF64X2", 0x44, 0xee, 8+2*i, 9+2*i, 8+i)
+	}
+	for j := 0; j < 4; j++ {
+		pair("VSHUFF32X4", 0x88, 0xdd, 8+2*j, 9+2*j, 8+j)
+	}
+	pair("VSHUFPS", 0x44, 0xee, 8, 9, 8)
+	pair("VSHUFPS", 0x44, 0xee, 10, 11, 9)
+	pair("VSHUFPS", 0x88, 0xdd, 8, 9, 8)
+}
+
+// sdpaScoresBF<d>(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr,
+// rows int, scale float32): the scores of rows rows (q row r, d bfloat16
+// values, at q + r·d) against 32 keys of d bfloat16 values (key x at k +
+// x·kstride bytes), s row r at s + r·32: per key, VDPBF16PS of the query
+// with the key's 32-value pieces in one 16-lane accumulator (products of
+// bfloat16 pairs summed in float32), its lanes summed by treeSum, the 16
+// keys' sums put back in key order, times scale. The fast precision's
+// scores of a decode step on bfloat16 keys (sdpaJob.bfk): no transposed
+// copy of the keys, and half the multiply-adds of sdpaScores.
+func genScoresBF(d int) {
+	name := fmt.Sprintf("sdpaScoresBF%d", d)
+	lb := fmt.Sprintf("sbf%d", d)
+	c := d / 32
+	p("// func %s(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, rows int, scale float32)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-44", name)
+	p("\tMOVQ s+0(FP), DI")
+	p("\tMOVQ q+8(FP), SI")
+	p("\tMOVQ k+16(FP), BX")
+	p("\tMOVQ kstride+24(FP), R8")
+	p("\tMOVQ rows+32(FP), CX")
+	p("\tVBROADCASTSS scale+40(FP), Z27")
+	p("\tVMOVDQU32 sdpaTreePerm<>(SB), Z26")
+	p("\tTESTQ CX, CX")
+	p("\tJLE %s_done", lb)
+	p("%s_row:", lb)
+	for i := 0; i < c; i++ {
+		p("\tVMOVDQU32 %d(SI), Z%d", 64*i, i)
+	}
+	p("\tMOVQ BX, R9")
+	for h := 0; h < 2; h++ {
+		for j := 0; j < 16; j++ {
+			p("\tVPXORD Z%d, Z%d, Z%d", 8+j, 8+j, 8+j)
+			for i := 0; i < c; i++ {
+				t := 4 + (j*c+i)%4
+				p("\tVMOVDQU32 %d(R9), Z%d", 64*i, t)
+				dpbf16(8+j, i, t)
+			}
+			p("\tADDQ R8, R9")
+		}
+		treeSum()
+		p("\tVPERMPS Z8, Z26, Z8")
+		p("\tVMULPS Z27, Z8, Z8")
+		p("\tVMOVUPS Z8, %d(DI)", 64*h)
+	}
+	p("\tADDQ $128, DI")
+	p("\tADDQ $%d, SI", 2*d)
+	p("\tDECQ CX")
+	p("\tJNZ %s_row", lb)
+	p("%s_done:", lb)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "write to this file instead of standard output")
 	flag.Parse()
@@ -1024,6 +1117,8 @@ func main() {
 	genRoPE()
 	genLSE()
 	genExpSum4()
+	genScoresBF(64)
+	genScoresBF(128)
 	if *out == "" {
 		os.Stdout.WriteString(b.String())
 		return

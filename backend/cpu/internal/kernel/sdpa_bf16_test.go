@@ -1,0 +1,140 @@
+//go:build amd64
+
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"unsafe"
+
+	"github.com/mlxgo/mlxgo/tensor"
+)
+
+// bfScoreBound is the bound the bfloat16 scores hold to the exact scale·q·k:
+// float32 sums of d products (in pairs, then a tree of lanes) lose at most
+// d roundings of the running sums' size, and the scale one more.
+func bfScoreBound(q, k []float32, scale float32) float64 {
+	var mag float64
+	for t := range q {
+		mag += math.Abs(float64(q[t]) * float64(k[t]))
+	}
+	return math.Abs(float64(scale)) * mag * float64(len(q)+1) * 0x1p-24
+}
+
+// TestSDPAScoresBFKernel holds sdpaScoresBF64 and sdpaScoresBF128 to the
+// exact scores within bfScoreBound, for one to four rows, keys at a stride
+// wider than a row, and checks that the rows past rows and the floats
+// around the output stay untouched.
+func TestSDPAScoresBFKernel(t *testing.T) {
+	if !asmBF16 {
+		t.Skip("SKIPPED: this CPU lacks AVX512_BF16; the bfloat16 scores kernels are not installed")
+	}
+	for _, d := range []int{64, 128} {
+		for rows := 1; rows <= 4; rows++ {
+			t.Run(fmt.Sprintf("d%d/rows%d", d, rows), func(t *testing.T) {
+				r := newRand(uint64(d + rows))
+				q := randVec(r, rows*d, 1, tensor.RoundBF16)
+				const stride = 8 // extra values between key rows
+				k := randVec(r, sdpaBK*(d+stride), 1, tensor.RoundBF16)
+				qb, kb := make([]uint16, len(q)), make([]uint16, len(k))
+				for i, x := range q {
+					qb[i] = tensor.Float32ToBF16(x)
+				}
+				for i, x := range k {
+					kb[i] = tensor.Float32ToBF16(x)
+				}
+				scale := float32(1 / math.Sqrt(float64(d)))
+				got, whole := guarded(4 * sdpaBK)
+				kern := sdpaScoresBF64
+				if d == 128 {
+					kern = sdpaScoresBF128
+				}
+				kern(&got[0], &qb[0], unsafe.Pointer(&kb[0]), uintptr(2*(d+stride)), rows, scale)
+				checkGuards(t, whole, "s")
+				for x := rows * sdpaBK; x < len(got); x++ {
+					if !math.IsNaN(float64(got[x])) { // guarded fills with NaN
+						t.Fatalf("s[%d] past the rows written: %v", x, got[x])
+					}
+				}
+				for rr := range rows {
+					for x := range sdpaBK {
+						qr, kr := q[rr*d:(rr+1)*d], k[x*(d+stride):][:d]
+						var exact float64
+						for t := range qr {
+							exact += float64(qr[t]) * float64(kr[t])
+						}
+						exact *= float64(scale)
+						if g := got[rr*sdpaBK+x]; math.Abs(float64(g)-exact) > bfScoreBound(qr, kr, scale) {
+							t.Fatalf("row %d key %d: %v, exact %v (bound %g)", rr, x, g, exact, bfScoreBound(qr, kr, scale))
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSDPABF16Fast: SDPAKV in the fast precision (AccQ8) on bfloat16 keys
+// of a decode step (rep = 3 and 4, d = 64 and 128, lengths with a partial
+// last block, one and two KV heads, batch 2) takes the bfloat16 scores,
+// stays within a bound of the float32 path's output, and does not give its
+// bits (the kernel ran).
+func TestSDPABF16Fast(t *testing.T) {
+	if !asmBF16 || !asmF32 {
+		t.Skip("SKIPPED: this CPU lacks AVX512_BF16; the fast precision's bfloat16 scores do not run")
+	}
+	for _, d := range []int{64, 128} {
+		for _, sh := range []struct{ h, hk, s int }{{3, 1, 45}, {6, 2, 96}, {8, 2, 130}, {4, 1, 7}} {
+			t.Run(fmt.Sprintf("d%d/h%dhk%d/s%d", d, sh.h, sh.hk, sh.s), func(t *testing.T) {
+				const B = 2
+				r := newRand(uint64(d*sh.s + sh.h))
+				q := randVec(r, B*sh.h*d, 1, tensor.RoundBF16)
+				kk := toStorage(randVec(r, B*sh.hk*sh.s*d, 1, tensor.RoundBF16), "bf16", B, sh.hk, sh.s, d, sh.s+3, d)
+				vv := toStorage(randVec(r, B*sh.hk*sh.s*d, 1, tensor.RoundBF16), "bf16", B, sh.hk, sh.s, d, sh.s+3, d)
+				scale := float32(1 / math.Sqrt(float64(d)))
+				want, got := make([]float32, B*sh.h*d), make([]float32, B*sh.h*d)
+				j := newSDPAJob(got, q, &kk, &vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, &Mask{}, Identity, AccQ8)
+				if !j.bfk {
+					t.Fatal("the job does not take the bfloat16 scores")
+				}
+				SDPAKV(want, q, kk, vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, Mask{}, Identity, AccF32)
+				SDPAKV(got, q, kk, vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, Mask{}, Identity, AccQ8)
+				// A score off by e moves each weight by a factor within
+				// exp(±2e): the output moves by at most (e^{2e} − 1)·max|v|,
+				// plus the float32 path's own rounding.
+				var e, vmax float64
+				for i := range B * sh.h {
+					bi, hq := i/sh.h, i%sh.h
+					kh := hq / (sh.h / sh.hk)
+					for x := range sh.s {
+						e = max(e, bfScoreBound(q[i*d:(i+1)*d], bf16Row(kk.Vec.U16[kk.row(bi, kh, x):][:d]), scale))
+					}
+				}
+				for _, x := range vv.Vec.U16 {
+					vmax = max(vmax, math.Abs(float64(tensor.BF16ToFloat32(x))))
+				}
+				tol := math.Expm1(2*e)*vmax + 1e-5
+				differ := false
+				for i := range want {
+					if math.Abs(float64(got[i]-want[i])) > tol {
+						t.Fatalf("output %d: %v, float32 path %v (tolerance %g)", i, got[i], want[i], tol)
+					}
+					differ = differ || got[i] != want[i]
+				}
+				if !differ {
+					t.Fatal("the fast precision gave the float32 path's bits: the bfloat16 scores did not run")
+				}
+			})
+		}
+	}
+}
+
+// bf16Row widens bfloat16 bits to float32 values.
+func bf16Row(u []uint16) []float32 {
+	out := make([]float32, len(u))
+	for i, x := range u {
+		out[i] = tensor.BF16ToFloat32(x)
+	}
+	return out
+}
