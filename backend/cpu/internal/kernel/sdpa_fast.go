@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/mlxgo/mlxgo/internal/mlxmath"
-	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // The float32 SDPA (AccF32): a blocked online ("flash") softmax.
@@ -493,10 +492,7 @@ func (j *sdpaJob) loadQ(w *sdpaWork, bi, kh, i0, np int) {
 		// The unscaled queries in bfloat16 (exact for a bfloat16 model's).
 		for r := range np * j.rep {
 			pi, g := r/j.rep, r%j.rep
-			src := j.q[((bi*j.h+kh*j.rep+g)*j.l+i0+pi)*d:][:d]
-			for t, x := range src {
-				w.qb[r*d+t] = tensor.Float32ToBF16(x)
-			}
+			float32sToBF16(w.qb[r*d:(r+1)*d], j.q[((bi*j.h+kh*j.rep+g)*j.l+i0+pi)*d:])
 		}
 	}
 }
