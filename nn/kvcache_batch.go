@@ -180,8 +180,13 @@ func (c *BatchKVCache) Mask(L int) backend.Mask {
 // row's State does).
 func (c *BatchKVCache) State() []backend.Array {
 	if c.rows != nil {
-		var out []backend.Array
+		// One slice for all the rows (the batch generator asks every step).
+		out := make([]backend.Array, 0, 2*len(c.rows))
 		for _, rc := range c.rows {
+			if f, ok := rc.(*FullKVCache); ok {
+				out = f.appendState(out) // no slice of its own per row
+				continue
+			}
 			out = append(out, rc.State()...)
 		}
 		return out

@@ -112,8 +112,9 @@ func appendKVRows(b backend.Backend, caches []*FullKVCache, k, v backend.Array) 
 	for r, c := range caches {
 		c.keys, c.values = kb[r], vb[r]
 		c.offset += L
-		keys[r] = b.Slice(c.keys, zeros4, upTo(c.keys.Shape(), c.offset))
-		values[r] = b.Slice(c.values, zeros4, upTo(c.values.Shape(), c.offset))
+		// The buffers are [1, H, capacity, D] with H and D those of the rows.
+		keys[r] = b.Slice(c.keys, zeros4, []int{1, ks[1], c.offset, ks[3]})
+		values[r] = b.Slice(c.values, zeros4, []int{1, vs[1], c.offset, vs[3]})
 	}
 	return keys, values
 }
@@ -139,11 +140,14 @@ func (c *FullKVCache) Mask(L int) backend.Mask {
 }
 
 // State returns the key and value buffers (full capacity), or nil when empty.
-func (c *FullKVCache) State() []backend.Array {
+func (c *FullKVCache) State() []backend.Array { return c.appendState(nil) }
+
+// appendState appends State's arrays to out.
+func (c *FullKVCache) appendState(out []backend.Array) []backend.Array {
 	if c.keys == nil {
-		return nil
+		return out
 	}
-	return []backend.Array{c.keys, c.values}
+	return append(out, c.keys, c.values)
 }
 
 // Trim moves the offset back by up to n tokens and returns how many.
