@@ -138,3 +138,48 @@ func bf16Row(u []uint16) []float32 {
 	}
 	return out
 }
+
+// TestSDPABF16Chunked: in the fast precision on bfloat16 keys (the
+// bfloat16 scores), decoding a position at a time, prefill in chunks and
+// one-shot prefill give every query row the same bits, as on the float32
+// path (TestSDPAChunked): a verify window, a prompt cache's prefill and the
+// decode steps after it agree.
+func TestSDPABF16Chunked(t *testing.T) {
+	if !asmBF16 || !asmF32 {
+		t.Skip("SKIPPED: this CPU lacks AVX512_BF16; the fast precision's bfloat16 scores do not run")
+	}
+	for _, sh := range []struct{ h, hk, s, d int }{{6, 2, 100, 64}, {4, 1, 70, 128}} {
+		h, hk, s, d := sh.h, sh.hk, sh.s, sh.d
+		r := newRand(uint64(s + d))
+		q := randVec(r, h*s*d, 1, tensor.RoundBF16)
+		kk := toStorage(randVec(r, hk*s*d, 1, tensor.RoundBF16), "bf16", 1, hk, s, d, s+9, d)
+		vv := toStorage(randVec(r, hk*s*d, 1, tensor.RoundBF16), "bf16", 1, hk, s, d, s+9, d)
+		run := func(chunk, th int) []float32 {
+			got := make([]float32, h*s*d)
+			for c0 := 0; c0 < s; c0 += chunk {
+				c1 := min(s, c0+chunk)
+				n := c1 - c0
+				qc := make([]float32, h*n*d)
+				for hq := range h {
+					copy(qc[hq*n*d:(hq+1)*n*d], q[(hq*s+c0)*d:(hq*s+c1)*d])
+				}
+				out := make([]float32, h*n*d)
+				withThreads(th, func() {
+					SDPAKV(out, qc, kk, vv, 1, h, hk, n, c1, d, d, 0.125, Mask{Kind: MaskCausal}, tensor.RoundBF16, AccQ8)
+				})
+				for hq := range h {
+					copy(got[(hq*s+c0)*d:(hq*s+c1)*d], out[hq*n*d:(hq+1)*n*d])
+				}
+			}
+			return got
+		}
+		want := run(s, 1)
+		for _, chunk := range []int{1, 4, 33} {
+			for _, th := range []int{1, 2} {
+				t.Run(fmt.Sprintf("h%dhk%d/d%d/chunk%d/threads%d", h, hk, d, chunk, th), func(t *testing.T) {
+					expectSame(t, run(chunk, th), want, "chunked vs one-shot")
+				})
+			}
+		}
+	}
+}

@@ -50,15 +50,16 @@ import (
 // score −Inf and are left out of the accumulation (runs of visible keys),
 // so their values never reach the row, as in the reference.
 //
-// In the fast precision (AccQ8) a decode step's scores on bfloat16 keys
-// (d = 64 or 128, at most four rows an item: rep ≤ 4) run through
-// VDPBF16PS where the CPU has AVX512_BF16 (bfScores): the query in
-// bfloat16, the products of bfloat16 pairs summed in float32 in 16 lanes
-// and the lanes in a tree, then the scale. The keys are read in place, not
-// transposed (sdpaKT and the float32 scores were about half of the
-// attention's time in SmolLM2's eight-row decode step); the score differs
-// from the float32 path's by float32 rounding (TestSDPABF16Fast), and a
-// row's bits still depend on its own item alone.
+// In the fast precision (AccQ8) the scores on bfloat16 keys of a model with
+// at most four query heads a KV head (d = 64 or 128) run through VDPBF16PS
+// where the CPU has AVX512_BF16 (bfScores): the query in bfloat16, the
+// products of bfloat16 pairs summed in float32 in 16 lanes and the lanes in
+// a tree, then the scale. The keys are read in place, not transposed
+// (sdpaKT and the float32 scores were about half of the attention's time in
+// SmolLM2's eight-row decode step); the score differs from the float32
+// path's by float32 rounding (TestSDPABF16Fast). Every query row of such a
+// model takes it, decode and prefill alike, so a row's bits still depend on
+// its own position and mask alone (TestSDPABF16Chunked).
 //
 // With d, dv multiples of 16 the steps run in assembly kernels: those of
 // sdpa_amd64.s with AVX-512 (asmF32), the same code with or without
@@ -285,8 +286,10 @@ func newSDPAJob(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale flo
 	j.asm = j.vk != sdpaGo
 	j.qk8 = sdpaQ8KeysOf(k, d, acc, j.vk)
 	j.qpv8 = sdpaQ8Values(v, dv, j.vk)
+	// Every query row of such a model (decode, a verify window, prefill)
+	// takes bfScores, so a row's bits do not depend on l (TestSDPABF16Chunked).
 	j.bfk = acc == AccQ8 && asmBF16 && j.vk == sdpa512 && j.qk8 == nil && !k.expanded() && k.Vec.F32 == nil && !k.Vec.F16 &&
-		(d == 64 || d == 128) && j.rmax <= 4
+		(d == 64 || d == 128) && j.rep <= 4
 	j.starts = keyStarts(m, b, h, l, s)
 	return j
 }

@@ -17,6 +17,14 @@ func sdpaScores(s, q, kt *float32, rows, d int) { panic(sdpaNoAsm) }
 
 func sdpaScores3(s, q, kt *float32, d int) { panic(sdpaNoAsm) }
 
+func sdpaScoresBF64(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, rows int, scale float32) {
+	panic(sdpaNoAsm)
+}
+
+func sdpaScoresBF128(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, rows int, scale float32) {
+	panic(sdpaNoAsm)
+}
+
 func sdpaSoftmax(s, m, l, f *float32, rows int) { panic(sdpaNoAsm) }
 
 func sdpaPV4(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
