@@ -124,8 +124,9 @@
 // one machine; the tests hold them to each other and to the references. On
 // every other CPU and platform the portable loops run. AccQ8 is the
 // approximate mode of the backend's "fast" precision: in SDPAKV the 8-bit
-// key kernel on 8-bit caches and bfloat16 scores (VDPBF16PS) on a decode
-// step's bfloat16 keys (sdpa_fast.go), and the int8 mode of
+// key kernel on 8-bit caches and bfloat16 scores (VDPBF16PS) on the
+// bfloat16 keys of models with at most four query heads a KV head
+// (sdpa_fast.go), and the int8 mode of
 // QuantizedMatmulT: one row of x follows qmmTQ8Ref's lane order, two or more rows
 // qmmTQ8BlockRef's; the two differ only by float32 rounding, within the
 // bound written in qmm_gemm.go. Two exceptions keep each row's one-row
