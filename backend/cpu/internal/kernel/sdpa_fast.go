@@ -132,7 +132,7 @@ type sdpaJob struct {
 	rkind                      byte    // roundKind(round)
 	qk8                        *q8Keys // the keys of the 8-bit key kernel, or nil (sdpa_q8.go)
 	qpv8                       bool    // the 8-bit value kernel (sdpa_q8.go)
-	bfk                        bool    // bfloat16 scores of a decode step (bfScores)
+	bfk                        bool    // bfloat16 scores (bfScores)
 	starts                     []int   // per batch entry, the key its blocks start from (keyStarts), or nil for 0
 }
 
@@ -780,8 +780,8 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 	}
 }
 
-// bfScores is scores in the fast precision on bfloat16 keys for the few
-// rows of a decode step (sdpaJob.bfk): sdpaScoresBF64 or 128 on the
+// bfScores is scores in the fast precision on bfloat16 keys
+// (sdpaJob.bfk): sdpaScoresBF64 or 128 on the
 // block's keys in place, or on a copy of a partial block's keys followed
 // by zero keys (whose scores the caller masks). Each score is
 // scale·(q·k) with q and k in bfloat16 and the products summed in float32
