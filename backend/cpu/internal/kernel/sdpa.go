@@ -366,9 +366,10 @@ func SDPAKVRows(dst, q []float32, ks, vs []KV, lens []int, h, hk, l, d, dv int, 
 		}
 		return
 	}
-	jobs := make([]*sdpaJob, B)
+	jobs, slab := make([]*sdpaJob, B), make([]sdpaJob, B)
 	for r := range B {
-		jobs[r] = newSDPAJob(dst[r*h*l*dv:(r+1)*h*l*dv], q[r*h*l*d:(r+1)*h*l*d], &ks[r], &vs[r], 1, h, hk, l, lens[r], d, dv, scale, &m, round, acc)
+		jobs[r] = &slab[r]
+		jobs[r].init(dst[r*h*l*dv:(r+1)*h*l*dv], q[r*h*l*d:(r+1)*h*l*d], &ks[r], &vs[r], 1, h, hk, l, lens[r], d, dv, scale, &m, round, acc)
 	}
 	sdpa32Rows(jobs)
 }

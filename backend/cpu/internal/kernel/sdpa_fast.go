@@ -275,7 +275,15 @@ func sdpa32Rows(jobs []*sdpaJob) {
 
 // newSDPAJob sets up the float32 SDPA of a validated call.
 func newSDPAJob(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder, acc Acc) *sdpaJob {
-	j := &sdpaJob{dst: dst, q: q, kk: *k, vv: *v, mm: *m, b: b, h: h, hk: hk, l: l, s: s, d: d, dv: dv, rep: h / hk,
+	j := new(sdpaJob)
+	j.init(dst, q, k, v, b, h, hk, l, s, d, dv, scale, m, round, acc)
+	return j
+}
+
+// init sets up j as newSDPAJob's job (SDPAKVRows sets up its rows' jobs in
+// one slice).
+func (j *sdpaJob) init(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale float32, m *Mask, round Rounder, acc Acc) {
+	*j = sdpaJob{dst: dst, q: q, kk: *k, vv: *v, mm: *m, b: b, h: h, hk: hk, l: l, s: s, d: d, dv: dv, rep: h / hk,
 		scale: scale, round: round, kkind: sdpaKind(k.Vec), vkind: sdpaKind(v.Vec), rkind: roundKind(round)}
 	j.k, j.v, j.m = &j.kk, &j.vv, &j.mm // copies: the caller's values stay on its stack
 	j.lb = min(l, max(1, sdpaRows/j.rep))
@@ -291,7 +299,6 @@ func newSDPAJob(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, scale flo
 	j.bfk = acc == AccQ8 && asmBF16 && j.vk == sdpa512 && j.qk8 == nil && !k.expanded() && k.Vec.F32 == nil && !k.Vec.F16 &&
 		(d == 64 || d == 128) && j.rep <= 4
 	j.starts = keyStarts(m, b, h, l, s)
-	return j
 }
 
 // keyStarts returns, under a Bool mask, the first key any query of each
