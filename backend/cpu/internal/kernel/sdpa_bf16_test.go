@@ -155,23 +155,7 @@ func TestSDPABF16Chunked(t *testing.T) {
 		kk := toStorage(randVec(r, hk*s*d, 1, tensor.RoundBF16), "bf16", 1, hk, s, d, s+9, d)
 		vv := toStorage(randVec(r, hk*s*d, 1, tensor.RoundBF16), "bf16", 1, hk, s, d, s+9, d)
 		run := func(chunk, th int) []float32 {
-			got := make([]float32, h*s*d)
-			for c0 := 0; c0 < s; c0 += chunk {
-				c1 := min(s, c0+chunk)
-				n := c1 - c0
-				qc := make([]float32, h*n*d)
-				for hq := range h {
-					copy(qc[hq*n*d:(hq+1)*n*d], q[(hq*s+c0)*d:(hq*s+c1)*d])
-				}
-				out := make([]float32, h*n*d)
-				withThreads(th, func() {
-					SDPAKV(out, qc, kk, vv, 1, h, hk, n, c1, d, d, 0.125, Mask{Kind: MaskCausal}, tensor.RoundBF16, AccQ8)
-				})
-				for hq := range h {
-					copy(got[(hq*s+c0)*d:(hq*s+c1)*d], out[hq*n*d:(hq+1)*n*d])
-				}
-			}
-			return got
+			return sdpaChunked(q, kk, vv, h, hk, s, d, chunk, th, 0.125, tensor.RoundBF16, AccQ8)
 		}
 		want := run(s, 1)
 		for _, chunk := range []int{1, 4, 33} {

@@ -532,22 +532,7 @@ func TestSDPAChunked(t *testing.T) {
 						kv := DenseKV(k, hk, s, d)
 						vv := DenseKV(v, hk, s, d)
 						for _, th := range []int{1, 2, 3} {
-							got := make([]float32, h*s*d)
-							for c0 := 0; c0 < s; c0 += chunk {
-								c1 := min(s, c0+chunk)
-								n := c1 - c0
-								qc := make([]float32, h*n*d)
-								for hq := range h {
-									copy(qc[hq*n*d:(hq+1)*n*d], q[(hq*s+c0)*d:(hq*s+c1)*d])
-								}
-								out := make([]float32, h*n*d)
-								withThreads(th, func() {
-									SDPAKV(out, qc, kv, vv, 1, h, hk, n, c1, d, d, 0.2, Mask{Kind: MaskCausal}, Identity, AccF32)
-								})
-								for hq := range h {
-									copy(got[(hq*s+c0)*d:(hq*s+c1)*d], out[hq*n*d:(hq+1)*n*d])
-								}
-							}
+							got := sdpaChunked(q, kv, vv, h, hk, s, d, chunk, th, 0.2, Identity, AccF32)
 							expectSame(t, got, want, fmt.Sprintf("chunked (%d workers) vs one-shot", th))
 						}
 					})
@@ -555,6 +540,29 @@ func TestSDPAChunked(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sdpaChunked is causal prefill of the s query positions of q ([h, s, d])
+// against the keys and values kv and vv in chunks of chunk positions, each
+// chunk's queries against the keys up to its end, on th workers.
+func sdpaChunked(q []float32, kv, vv KV, h, hk, s, d, chunk, th int, scale float32, round Rounder, acc Acc) []float32 {
+	got := make([]float32, h*s*d)
+	for c0 := 0; c0 < s; c0 += chunk {
+		c1 := min(s, c0+chunk)
+		n := c1 - c0
+		qc := make([]float32, h*n*d)
+		for hq := range h {
+			copy(qc[hq*n*d:(hq+1)*n*d], q[(hq*s+c0)*d:(hq*s+c1)*d])
+		}
+		out := make([]float32, h*n*d)
+		withThreads(th, func() {
+			SDPAKV(out, qc, kv, vv, 1, h, hk, n, c1, d, d, scale, Mask{Kind: MaskCausal}, round, acc)
+		})
+		for hq := range h {
+			copy(got[(hq*s+c0)*d:(hq*s+c1)*d], out[hq*n*d:(hq+1)*n*d])
+		}
+	}
+	return got
 }
 
 // TestSDPADecodeLong: one query against 8192 bf16 keys (the split of keys
