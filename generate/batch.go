@@ -1152,16 +1152,16 @@ func (g *BatchGenerator) forward(p *batchPart) error {
 // µs of a server's eight-row decode step. When every row samples it
 // returns picked nil and out itself, changing nothing.
 func (g *BatchGenerator) sampledRows(p *batchPart, out backend.Array, at []int) (picked []int32, sub backend.Array, err error) {
-	var idx []int32
+	sampling := 0
 	for _, s := range p.rows {
 		if !s.sampler.Greedy() {
-			idx = append(idx, int32(len(idx)))
+			sampling++
 		}
 	}
-	if len(idx) == len(p.rows) {
+	if sampling == len(p.rows) {
 		return nil, out, nil
 	}
-	idx = idx[:0]
+	idx := make([]int32, 0, sampling)
 	for i, s := range p.rows {
 		at[i] = -1
 		if !s.sampler.Greedy() {
