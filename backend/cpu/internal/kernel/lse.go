@@ -37,8 +37,12 @@ func LogSumExpRows(dst, v []float32, n int) {
 	for r0 := 0; r0 < len(dst); r0 += 4 {
 		k := min(4, len(dst)-r0)
 		for i := range rows {
-			row := v[(r0+min(i, k-1))*n:][:n]
-			rows[i], m[i] = row, maxOf(row)
+			if i >= k { // a group of two or three repeats its last row
+				rows[i], m[i] = rows[k-1], m[k-1]
+				continue
+			}
+			rows[i] = v[(r0+i)*n:][:n]
+			m[i] = maxOf(rows[i])
 		}
 		j := simdExpSum4(&rows, &m, &s)
 		for i := range k {

@@ -473,14 +473,21 @@ func (j *sdpaJob) runSplit(items, nch int) {
 }
 
 // loadQ writes scale·q of the item's rows to w.qs (zero rows up to rpad),
-// and quantizes them for the 8-bit key kernel when the job takes it.
+// and quantizes them for the 8-bit key kernel when the job takes it; for
+// bfScores it writes the unscaled rows in bfloat16 to w.qb instead (exact
+// for a bfloat16 model's queries).
 func (j *sdpaJob) loadQ(w *sdpaWork, bi, kh, i0, np int) {
 	d, qs := j.d, w.qs
 	for pi := range np {
 		for g := range j.rep {
 			hq := kh*j.rep + g
 			src := j.q[((bi*j.h+hq)*j.l+i0+pi)*d:][:d]
-			dst := qs[(pi*j.rep+g)*d:][:d]
+			r := pi*j.rep + g
+			if j.bfk {
+				float32sToBF16(w.qb[r*d:(r+1)*d], src)
+				continue
+			}
+			dst := qs[r*d:][:d]
 			switch j.vk {
 			case sdpa512:
 				sdpaScale(&dst[0], &src[0], j.scale, d)
@@ -494,16 +501,12 @@ func (j *sdpaJob) loadQ(w *sdpaWork, bi, kh, i0, np int) {
 			}
 		}
 	}
+	if j.bfk {
+		return
+	}
 	clear(qs[np*j.rep*d : j.rpad*d])
 	if j.qk8 != nil {
 		j.quantQ(w, qs)
-	}
-	if j.bfk {
-		// The unscaled queries in bfloat16 (exact for a bfloat16 model's).
-		for r := range np * j.rep {
-			pi, g := r/j.rep, r%j.rep
-			float32sToBF16(w.qb[r*d:(r+1)*d], j.q[((bi*j.h+kh*j.rep+g)*j.l+i0+pi)*d:])
-		}
 	}
 }
 
