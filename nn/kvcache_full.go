@@ -112,9 +112,9 @@ func appendKVRows(b backend.Backend, caches []*FullKVCache, k, v backend.Array) 
 	for r, c := range caches {
 		c.keys, c.values = kb[r], vb[r]
 		c.offset += L
-		// The buffers are [1, H, capacity, D] with H and D those of the rows.
-		keys[r] = b.Slice(c.keys, zeros4, []int{1, ks[1], c.offset, ks[3]})
-		values[r] = b.Slice(c.values, zeros4, []int{1, vs[1], c.offset, vs[3]})
+		// The buffers are [1, H, capacity, D] with H and D those of ks, vs.
+		keys[r] = b.Slice(c.keys, zeros4, upTo(ks, c.offset))
+		values[r] = b.Slice(c.values, zeros4, upTo(vs, c.offset))
 	}
 	return keys, values
 }
