@@ -192,10 +192,13 @@ func (b *Backend) Argmax(x backend.Array, axis int, keepDims bool) backend.Array
 	defer b.freeTmps()
 	switch {
 	case isF32Family(a.dtype) && l.inner == 1: // rows of consecutive values
+		// A batch's rows of logits: a row to a worker when they are long.
 		v := b.f32In(a, a.dtype)
-		for o := range l.outer {
-			res[o] = uint64(kernel.ArgmaxRow(v[o*l.n : (o+1)*l.n]))
-		}
+		kernel.ParallelFor(l.outer, max(1, minParallelWork/max(l.n, 1)), func(lo, hi int) {
+			for o := lo; o < hi; o++ {
+				res[o] = uint64(kernel.ArgmaxRow(v[o*l.n : (o+1)*l.n]))
+			}
+		})
 	case isF32Family(a.dtype):
 		argmaxF(b.f32In(a, a.dtype), l, res)
 	case a.dtype.IsFloat():

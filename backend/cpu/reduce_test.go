@@ -72,6 +72,46 @@ func TestMaxArgmax(t *testing.T) {
 	opPanic(t, func() { b.Max(b.Zeros(tensor.Shape{2, 0}, tensor.F32), 1, false) })
 }
 
+// TestArgmaxRows holds the argmax of a batch's long rows (split across
+// the workers) to a plain scan of each row, ties and NaNs included: each
+// row's maximum is planted at a row-dependent index, some rows get a tie
+// after it, one a NaN.
+func TestArgmaxRows(t *testing.T) {
+	b := open(t)
+	const rows, n = 7, 20000
+	v := make([]float64, rows*n)
+	r := rand.New(rand.NewPCG(5, 1))
+	for i := range v {
+		v[i] = r.NormFloat64()
+	}
+	for row := range rows {
+		at := (row*7919 + 13) % n
+		v[row*n+at] = 10
+		if row%2 == 1 {
+			v[row*n+(at+1+row)%n] = 10 // a tie: the first wins
+		}
+		if row == 5 {
+			v[row*n+n-3] = math.NaN()
+		}
+	}
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16} {
+		x := arr(b, dt, tensor.Shape{rows, n}, v...)
+		got := vals(t, b, b.Argmax(x, -1, false))
+		xs := vals(t, b, x)
+		for row := range rows {
+			want := 0
+			for j, e := range xs[row*n : (row+1)*n] {
+				if best := xs[row*n+want]; best == best && (e != e || e > best) {
+					want = j
+				}
+			}
+			if got[row] != float64(want) {
+				t.Errorf("%v row %d: argmax %v, want %d", dt, row, got[row], want)
+			}
+		}
+	}
+}
+
 func TestLogSumExp(t *testing.T) {
 	b := open(t)
 	inf := math.Inf(1)

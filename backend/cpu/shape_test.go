@@ -112,21 +112,34 @@ func TestSliceUpdateRows(t *testing.T) {
 			strided bool // src is a transposed view
 			zeros   bool // the caches are Zeros (raw storage), else values
 			shared  bool // a view of row 1's cache is live
+			l       int  // positions a row (1 when 0)
+			direct  bool // rowsInPlace writes every row (else the rows go one by one)
+			host    bool // src is FromHost's (raw storage for 16-bit dtypes), else an op's result
 		}{
-			{"slots", 2, []int{0, 3, 5}, false, true, false},
-			{"slots-values", 2, []int{6, 0, 2}, false, false, false},
-			{"slots-strided", 2, []int{1, 1, 4}, true, true, false},
-			{"slots-shared", 2, []int{2, 7, 0}, false, true, true},
-			{"heads", 1, []int{0, 1, 1}, false, true, false},
+			{name: "slots", axis: 2, at: []int{0, 3, 5}, zeros: true, direct: true},
+			{name: "slots-values", axis: 2, at: []int{6, 0, 2}, direct: true},
+			{name: "slots-strided", axis: 2, at: []int{1, 1, 4}, strided: true, zeros: true, l: 2},
+			{name: "slots-host-src", axis: 2, at: []int{3, 1, 0}, zeros: true, host: true},
+			{name: "slots-shared", axis: 2, at: []int{2, 7, 0}, zeros: true, shared: true},
+			{name: "slots-prefill", axis: 2, at: []int{0, 5, 2}, zeros: true, l: 3, direct: true},
+			{name: "slots-prefill-values", axis: 2, at: []int{4, 0, 1}, l: 4, direct: true},
+			{name: "slots-to-the-end", axis: 2, at: []int{7, 6, 5}, zeros: true, l: 1, direct: true},
+			{name: "heads", axis: 1, at: []int{0, 1, 1}, zeros: true},
 		} {
 			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
 				b := open(t)
-				const B, H, L, D, S = 3, 2, 1, 4, 8
+				const B, H, D, S = 3, 2, 4, 8
+				L := max(c.l, 1)
 				var src backend.Array
 				if c.strided {
 					src = b.Transpose(randArray(b, 3, dt, B, L, H, D), 0, 2, 1, 3)
 				} else {
 					src = randArray(b, 3, dt, B, H, L, D)
+				}
+				if !c.host && !c.strided {
+					// An op's result, as a model's keys and values are:
+					// float32 values rounded to dt.
+					src = b.AsType(randArray(b, 3, tensor.F32, B, H, L, D), dt)
 				}
 				if c.axis == 1 {
 					src = b.Slice(src, []int{0, 0, 0, 0}, []int{B, 1, L, D})
@@ -142,7 +155,7 @@ func TestSliceUpdateRows(t *testing.T) {
 					}
 					return out
 				}
-				got, want := caches(10), caches(10)
+				got, composed := caches(10), caches(10)
 				var view backend.Array
 				var viewWant []float64
 				if c.shared {
@@ -150,10 +163,14 @@ func TestSliceUpdateRows(t *testing.T) {
 					viewWant = vals(t, b, view)
 				}
 				oldRow0, oldRow1 := got[0], got[1]
+				want := c.direct || c.host && dt == tensor.F32 // FromHost keeps float32 as values
+				if direct := rowsInPlaceFits(t, b, got, src, c.axis, c.at); direct != want {
+					t.Errorf("rowsInPlace takes these rows: %v, want %v", direct, want)
+				}
 				got = b.SliceUpdateRows(got, src, c.axis, c.at)
-				want = backend.SliceUpdateRowsComposed(b, want, src, c.axis, c.at)
+				composed = backend.SliceUpdateRowsComposed(b, composed, src, c.axis, c.at)
 				for r := range B {
-					g, w := vals(t, b, got[r]), vals(t, b, want[r])
+					g, w := vals(t, b, got[r]), vals(t, b, composed[r])
 					for i := range w {
 						if math.Float64bits(g[i]) != math.Float64bits(w[i]) {
 							t.Fatalf("row %d element %d: %v, composed %v", r, i, g[i], w[i])
@@ -228,4 +245,20 @@ func TestTake(t *testing.T) {
 	b := open(t)
 	opPanic(t, func() { b.Take(iota6(b, tensor.F32), arr(b, tensor.I32, tensor.Shape{1}, 2), 0) })
 	opPanic(t, func() { b.Take(iota6(b, tensor.F32), arr(b, tensor.F32, tensor.Shape{1}, 0), 0) })
+}
+
+// rowsInPlaceFits reports whether rowsInPlace would write dsts itself,
+// without writing: on copies of the rows' arrays' headers and storage.
+func rowsInPlaceFits(t *testing.T, b *Backend, dsts []backend.Array, src backend.Array, axis int, at []int) bool {
+	t.Helper()
+	s := src.(*Array)
+	ds := make([]*Array, len(dsts))
+	for r, d := range dsts {
+		c := *d.(*Array)
+		buf := *c.buf
+		buf.f32, buf.raw = slices.Clone(buf.f32), slices.Clone(buf.raw)
+		c.buf = &buf
+		ds[r] = &c
+	}
+	return rowsInPlace(ds, s, axis, at)
 }

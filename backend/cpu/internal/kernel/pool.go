@@ -179,6 +179,10 @@ func parallelFor(n, minChunk int, fn func(lo, hi int)) {
 	if minChunk < 1 {
 		minChunk = 1
 	}
+	if n < 2*minChunk { // one chunk, whatever the threads: not worth asking how many
+		fn(0, n)
+		return
+	}
 	chunks, workers, split := chunkPlan(n, minChunk, Threads())
 	if workers <= 1 {
 		fn(0, n)
