@@ -132,13 +132,38 @@ func (s *Sampler) drawIn(x []float32, dt tensor.DType, key [2]uint32) (int32, er
 // Argmax returns the index of the largest value, the smallest index on ties
 // (MLX's argmax rule; mlx_lm's greedy sampler). NaNs never win, except a
 // NaN first value, which nothing beats (index 0). The largest value is found
-// first in four independent running maxima, then its first index.
+// first (rowMax), then its first index.
 func Argmax(x []float32) int {
 	if len(x) == 0 || x[0] != x[0] {
 		return 0
 	}
-	m0, m1, m2, m3 := x[0], x[0], x[0], x[0]
+	best := rowMax(x)
 	i := 0
+	if vecIndex != nil {
+		var found bool
+		if i, found = vecIndex(x, best); found {
+			return i
+		}
+	}
+	for ; i < len(x); i++ {
+		if x[i] == best {
+			return i
+		}
+	}
+	return 0
+}
+
+// rowMax is the largest value of x other than NaNs, x[0] not being one: in
+// four independent running maxima (each lane of them with AVX-512), the
+// value x[Argmax(x)] (the maximum of a set whatever the order; of two
+// zeros either, which compare equal).
+func rowMax(x []float32) float32 {
+	m0 := x[0]
+	i := 0
+	if vecMax != nil {
+		m0, i = vecMax(x, m0)
+	}
+	m1, m2, m3 := m0, m0, m0
 	for ; i+4 <= len(x); i += 4 {
 		w := x[i : i+4 : i+4]
 		if w[0] > m0 {
@@ -159,19 +184,27 @@ func Argmax(x []float32) int {
 			m0 = x[i]
 		}
 	}
-	best := m0
 	for _, v := range [...]float32{m1, m2, m3} {
-		if v > best {
-			best = v
+		if v > m0 {
+			m0 = v
 		}
 	}
-	for i, v := range x {
-		if v == best {
-			return i
-		}
-	}
-	return 0
+	return m0
 }
+
+// Vector forms of the sampler's row scans (sample_simd_amd64.go), nil where
+// the CPU or the build has none. vecMax continues the running maximum m
+// (NaNs never win) over the longest multiple of 16 values of x and returns
+// it and how many values it read; vecIndex returns the first index in the
+// longest multiple of 16 values of x whose value equals v, and whether it
+// found one (if not, the index the caller's scan goes on from); vecSub
+// writes dst[i] = src[i] − m (float32) over the longest multiple of 16
+// values and returns how many.
+var (
+	vecMax   func(x []float32, m float32) (float32, int)
+	vecIndex func(x []float32, v float32) (int, bool)
+	vecSub   func(dst, src []float32, m float32) int
+)
 
 var negInf = float32(math.Inf(-1))
 
@@ -371,8 +404,12 @@ func ScaleTemp(x []float32, temp float64, dt tensor.DType) {
 			x[i] = tensor.RoundBF16(x[i] * inv)
 		}
 	case tensor.F16:
-		for i, v := range x {
-			x[i] = tensor.RoundF16(v * inv)
+		i := 0
+		if scaleF16 != nil {
+			i = scaleF16(x, inv)
+		}
+		for ; i < len(x); i++ {
+			x[i] = tensor.RoundF16(x[i] * inv)
 		}
 	default:
 		for i, v := range x {
@@ -385,6 +422,10 @@ func ScaleTemp(x []float32, temp float64, dt tensor.DType) {
 // (scaletemp_simd_amd64.go), does ScaleTemp's bfloat16 loop over a prefix
 // of x, the same bits, and returns its length.
 var scaleBF16 func(x []float32, inv float32) int
+
+// scaleF16 is scaleBF16 for float16 rounding (tensor.RoundF16), nil where
+// there is none.
+var scaleF16 func(x []float32, inv float32) int
 
 // Categorical draws one index from the distribution softmax(logits) with the
 // given key, as mx.random.categorical does for a single row since mlx 0.32.1
@@ -408,7 +449,10 @@ func categoricalIn(cdf, logits []float32, key [2]uint32) int {
 // (which may be logits) and returns their sum (a sequential float32 sum,
 // as MLX's CPU reduction on x86 does).
 func categoricalCDF(cdf, logits []float32) (sum float32) {
-	m := logits[Argmax(logits)]
+	m := logits[0]
+	if m == m { // x[Argmax(x)]: a NaN first value wins
+		m = rowMax(logits)
+	}
 	if math.IsInf(float64(m), 0) { // w = [x == m]
 		for i, v := range logits {
 			cdf[i] = sum
@@ -420,8 +464,12 @@ func categoricalCDF(cdf, logits []float32) (sum float32) {
 	}
 	// w = exp(x − m) for the whole row first (mlxmath.ExpSlice, Exp's
 	// bits), then the sequential exclusive sum in place.
-	for i, v := range logits {
-		cdf[i] = v - m
+	i := 0
+	if vecSub != nil {
+		i = vecSub(cdf, logits, m)
+	}
+	for ; i < len(logits); i++ {
+		cdf[i] = logits[i] - m
 	}
 	mlxmath.ExpSlice(cdf, cdf)
 	for i, w := range cdf {

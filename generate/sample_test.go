@@ -2,6 +2,7 @@ package generate
 
 import (
 	"fmt"
+	"github.com/mlxgo/mlxgo/internal/mlxmath"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -349,6 +350,105 @@ func TestArgmax(t *testing.T) {
 	}
 }
 
+// TestRowScansVector holds Argmax and the weights of Categorical, vector
+// code where the build and CPU have it (vecMax, vecIndex, vecSub), to plain
+// scalar loops on rows long and short (the vector part and the tail),
+// with NaNs, infinities, both zeros and ties placed in either part: the
+// index must match, the cumulative weights bit for bit.
+func TestRowScansVector(t *testing.T) {
+	if vecMax == nil || vecIndex == nil || vecSub == nil {
+		t.Logf("no vector row scans in this build or on this CPU: only the scalar loops are tested")
+	}
+	plain := func(x []float32) int {
+		best := 0
+		for i, v := range x {
+			if v > x[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	plainCDF := func(x []float32) ([]float32, float32) {
+		m := x[plain(x)]
+		cdf := make([]float32, len(x))
+		var sum float32
+		if math.IsInf(float64(m), 0) {
+			for i, v := range x {
+				cdf[i] = sum
+				if v == m {
+					sum++
+				}
+			}
+			return cdf, sum
+		}
+		for i, v := range x {
+			cdf[i] = v - m
+		}
+		mlxmath.ExpSlice(cdf, cdf)
+		for i, w := range cdf {
+			cdf[i] = sum
+			sum += w
+		}
+		return cdf, sum
+	}
+	inf, nan, negZero := float32(math.Inf(1)), float32(math.NaN()), float32(math.Copysign(0, -1))
+	specials := []float32{nan, inf, -inf, 0, negZero, 7.5}
+	r := rand.New(rand.NewPCG(9, 10))
+	var rows [][]float32
+	for _, n := range []int{1, 15, 16, 17, 31, 32, 33, 47, 64, 70, 1000, 49155} {
+		for variant := range 7 {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = tensor.RoundBF16(float32(r.NormFloat64() * 4))
+			}
+			switch variant {
+			case 1: // ties of the maximum, one in the tail
+				x[r.IntN(n)], x[n-1] = 20, 20
+			case 2: // specials anywhere, a NaN first half the time
+				for range 1 + n/50 {
+					x[r.IntN(n)] = specials[r.IntN(len(specials))]
+				}
+				if r.IntN(2) == 0 {
+					x[0] = nan
+				}
+			case 3: // the maximum in the first lane block only
+				x[min(3, n-1)] = 30
+			case 4: // all zeros of both signs
+				for i := range x {
+					x[i] = []float32{0, negZero}[r.IntN(2)]
+				}
+			case 5: // +Inf present: the weights count the infinities
+				x[r.IntN(n)], x[n-1] = inf, inf
+			case 6: // NaNs after the maximum in its vector lane
+				x[min(5, n-1)] = 40
+				for i := 5 + 16; i < n; i += 16 {
+					x[i] = nan
+				}
+			}
+			rows = append(rows, x)
+		}
+	}
+	for k, x := range rows {
+		if got, want := Argmax(x), plain(x); got != want {
+			t.Fatalf("row %d (length %d): Argmax = %d, want %d", k, len(x), got, want)
+		}
+		if x[0] != x[0] {
+			continue // NaN weights everywhere: nothing to compare bit for bit
+		}
+		cdf := make([]float32, len(x))
+		sum := categoricalCDF(cdf, x)
+		wantCDF, wantSum := plainCDF(x)
+		if math.Float32bits(sum) != math.Float32bits(wantSum) && !(sum != sum && wantSum != wantSum) {
+			t.Fatalf("row %d (length %d): total weight %v, want %v", k, len(x), sum, wantSum)
+		}
+		for i := range cdf {
+			if math.Float32bits(cdf[i]) != math.Float32bits(wantCDF[i]) && !(cdf[i] != cdf[i] && wantCDF[i] != wantCDF[i]) {
+				t.Fatalf("row %d (length %d): cumulative weight %d is %v, want %v", k, len(x), i, cdf[i], wantCDF[i])
+			}
+		}
+	}
+}
+
 // TestScaleTempBF16Vector holds ScaleTemp's bfloat16 loop, vector code where
 // the build and CPU have it (scaleBF16), to the scalar rounding of each
 // product, bit for bit: every bfloat16 pattern (NaNs, infinities,
@@ -376,6 +476,66 @@ func TestScaleTempBF16Vector(t *testing.T) {
 			ScaleTemp(x, temp, tensor.BF16)
 			for i, v := range in[sp[0]:sp[1]] {
 				want := tensor.RoundBF16(v * inv)
+				if math.Float32bits(x[i]) != math.Float32bits(want) {
+					t.Fatalf("temp %v, span %v, index %d: %#08x scaled to %#08x, want %#08x", temp, sp, i, math.Float32bits(v), math.Float32bits(x[i]), math.Float32bits(want))
+				}
+			}
+		}
+	}
+}
+
+// TestScaleTempF16Vector holds ScaleTemp's float16 loop, vector code where
+// the build and CPU have it (scaleF16), to tensor.RoundF16 of each product,
+// bit for bit: every float16 pattern and every bfloat16 one (all exponents:
+// products that are float16 subnormals, zeros, overflows, NaNs, and those
+// that round up past a binade or past the largest float16), at four
+// temperatures, for lengths 0 to 40 at three starts and the whole row.
+func TestScaleTempF16Vector(t *testing.T) {
+	if scaleF16 == nil {
+		t.Logf("no vector ScaleTemp for float16 in this build or on this CPU: only the scalar loop is tested")
+	}
+	in := make([]float32, 0, 3*65536+16<<12)
+	for b := range uint32(65536) {
+		in = append(in, tensor.F16ToFloat32(uint16(b)), math.Float32frombits(b<<16), math.Float32frombits(b<<16|0x0fff))
+	}
+	// Whole blocks of float16's normal range (the vector path's), float32
+	// mantissas of every low pattern, ties to even among them, and the
+	// edges: just under 2^-14 (rounding up to it or not) and under 2^16
+	// (rounding past the largest float16).
+	r := rand.New(rand.NewPCG(11, 12))
+	for block := range 1 << 12 {
+		for range 16 {
+			e := 114 + r.Uint32N(26) // well inside: every product of the block stays normal
+			m := r.Uint32N(1 << 23)
+			if r.IntN(3) == 0 {
+				m = m&^0x1fff | 0x1000 // a tie
+			}
+			if block%4 == 3 { // one block in four reaches the edges
+				switch r.IntN(4) {
+				case 0:
+					e, m = 112, 0x7fe000|r.Uint32N(0x2000) // just under 2^-14
+				case 1:
+					e, m = 142, 0x7fe000|r.Uint32N(0x2000) // just under 2^16
+				case 2:
+					e = 112 + r.Uint32N(32) // a binade each side too
+				}
+			}
+			in = append(in, math.Float32frombits(r.Uint32N(2)<<31|e<<23|m))
+		}
+	}
+	spans := [][2]int{{0, len(in)}, {3 * 65536, len(in)}}
+	for n := range 41 {
+		for at := range 3 {
+			spans = append(spans, [2]int{1000*n + at, 1000*n + at + n})
+		}
+	}
+	for _, temp := range []float64{0.7, 0.8, 1, 1.3} { // 1: the products are the edge values themselves
+		inv := tensor.RoundF16(float32(1 / temp))
+		for _, sp := range spans {
+			x := append([]float32(nil), in[sp[0]:sp[1]]...)
+			ScaleTemp(x, temp, tensor.F16)
+			for i, v := range in[sp[0]:sp[1]] {
+				want := tensor.RoundF16(v * inv)
 				if math.Float32bits(x[i]) != math.Float32bits(want) {
 					t.Fatalf("temp %v, span %v, index %d: %#08x scaled to %#08x, want %#08x", temp, sp, i, math.Float32bits(v), math.Float32bits(x[i]), math.Float32bits(want))
 				}
