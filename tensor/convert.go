@@ -33,7 +33,21 @@ func BF16ToFloat32(b uint16) float32 { return math.Float32frombits(uint32(b) << 
 // kept (0x7E00 for the canonical NaN), as numpy and ARM hardware do. MLX's
 // portable CPU type (mlx/types/fp16.h, used on x86) writes sign|0x7D00
 // instead; both are NaN and no other input differs.
-func Float32ToF16(f float32) uint16 { return float16.Fromfloat32(f).Bits() }
+func Float32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if e := b >> 23 & 0xff; e-113 < 30 { // 2^-14 <= |f| < 2^16: RoundF16's common case
+		// Sign, exponent and 10 mantissa bits, rounded to nearest even; a
+		// carry out of the largest binade gives exponent 31 and mantissa 0,
+		// infinity, as it should.
+		r := (b + 0xfff + b>>13&1) >> 13
+		return uint16(r>>18<<15 | (r>>10&0xff-112)<<10 | r&0x3ff)
+	}
+	return float32ToF16Slow(f)
+}
+
+// float32ToF16Slow is Float32ToF16 through the library's conversion (every
+// case: zeros, subnormals, overflow, infinities, NaN).
+func float32ToF16Slow(f float32) uint16 { return float16.Fromfloat32(f).Bits() }
 
 // F16ToFloat32 widens an IEEE binary16 bit pattern to float32 exactly.
 func F16ToFloat32(h uint16) float32 { return float16.Frombits(h).Float32() }
@@ -59,7 +73,7 @@ func RoundF16(f float32) float32 {
 }
 
 // roundF16Slow is RoundF16 through the float16 conversion and back.
-func roundF16Slow(f float32) float32 { return F16ToFloat32(Float32ToF16(f)) }
+func roundF16Slow(f float32) float32 { return F16ToFloat32(float32ToF16Slow(f)) }
 
 // float64ToFloat32Odd rounds x to float32 with round-to-odd: truncate toward
 // zero, and if anything was discarded set the lowest mantissa bit. Rounding
