@@ -230,10 +230,7 @@ func binaryFast(op backend.BinaryOp, dst, a, b []float32, sa, sb int) bool {
 	case op == backend.Add && sa == 1 && sb == 1:
 		kernel.AddRound(dst, a[:n], b[:n], false)
 	case op == backend.Subtract && sa == 1 && sb == 0:
-		a, c := a[:n], b[0]
-		for k := range dst {
-			dst[k] = a[k] - c
-		}
+		kernel.SubScalar(dst, a, b[0])
 	default:
 		return false
 	}

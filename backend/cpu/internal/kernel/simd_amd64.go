@@ -21,6 +21,17 @@ func init() {
 	simdDotQ8 = dotQ8AVX512
 	simdDot = dotAVX512
 	simdAxpy = axpyAVX512
+	simdSubScalar = subScalarAVX512
+}
+
+// subScalarAVX512 is simdSubScalar.
+func subScalarAVX512(dst, a []float32, c float32) int {
+	n := min(len(dst), len(a)) &^ 15
+	cv := archsimd.BroadcastFloat32x16(c)
+	for i := 0; i < n; i += 16 {
+		ld(a[i:]).Sub(cv).Store((*[16]float32)(dst[i:]))
+	}
+	return n
 }
 
 // hsum adds the 16 lanes.

@@ -9,7 +9,25 @@ package kernel
 var (
 	simdDot  func(a, b []float32) float32              // Σ a_i·b_i
 	simdAxpy func(y []float32, a float32, x []float32) // y += a·x
+	// simdSubScalar writes dst[i] = a[i] − c over the longest multiple of
+	// 16 values and returns how many (each one float32 subtraction: the
+	// same bits as the loop).
+	simdSubScalar func(dst, a []float32, c float32) int
 )
+
+// SubScalar sets dst[i] = a[i] − c, one float32 subtraction each, for i <
+// len(dst) (a row of logits minus its logsumexp); a needs len(dst) values
+// and may be dst. 16 values at a time with AVX-512.
+func SubScalar(dst, a []float32, c float32) {
+	a = a[:len(dst)]
+	i := 0
+	if simdSubScalar != nil {
+		i = simdSubScalar(dst, a, c)
+	}
+	for ; i < len(dst); i++ {
+		dst[i] = a[i] - c
+	}
+}
 
 // dot32 is Σ a_i·b_i over len(a) values, four partial sums in the portable form.
 func dot32(a, b []float32) float32 {
