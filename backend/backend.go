@@ -446,6 +446,35 @@ func AttendRowsComposed(b Backend, q Array, keys, values []Array, scale float32,
 	return out
 }
 
+// SharedMatmuler is implemented by backends that multiply one x by several
+// quantized weight matrices, transposed, in one call (the projections of a
+// layer that read the same input: q, k and v; gate and up).
+// QuantizedMatmulsT(x, ws)[i] is QuantizedMatmul(x, ws[i], true), bit for
+// bit; a backend may quantize x once for all of them and run their rows in
+// one parallel pass.
+type SharedMatmuler interface {
+	QuantizedMatmulsT(x Array, ws []QuantizedArray) []Array
+}
+
+// QuantizedMatmulsT returns QuantizedMatmul(x, ws[i], true) for every i:
+// through b's SharedMatmuler when it has one, else one call each.
+func QuantizedMatmulsT(b Backend, x Array, ws []QuantizedArray) []Array {
+	if sm, ok := b.(SharedMatmuler); ok {
+		return sm.QuantizedMatmulsT(x, ws)
+	}
+	return QuantizedMatmulsTComposed(b, x, ws)
+}
+
+// QuantizedMatmulsTComposed is QuantizedMatmulsT one QuantizedMatmul at a
+// time: the definition a SharedMatmuler matches.
+func QuantizedMatmulsTComposed(b Backend, x Array, ws []QuantizedArray) []Array {
+	out := make([]Array, len(ws))
+	for i, w := range ws {
+		out[i] = b.QuantizedMatmul(x, w, true)
+	}
+	return out
+}
+
 // RowUpdater is implemented by backends that write a batch's rows into
 // arrays of their own in one call (the new keys or values of a decode step
 // into each row's KV cache). SliceUpdateRows(dsts, src, axis, at) returns,

@@ -67,7 +67,8 @@ func (a *Attention) ForwardTap(x backend.Array, mask backend.Mask, cache KVCache
 	b := a.B
 	B, L := x.Shape()[0], x.Shape()[1]
 
-	q, k, v := a.QProj.Forward(x), a.KProj.Forward(x), a.VProj.Forward(x)
+	qkv := forwardShared(b, x, a.QProj, a.KProj, a.VProj)
+	q, k, v := qkv[0], qkv[1], qkv[2]
 
 	q = b.Transpose(b.Reshape(q, B, L, a.NHeads, -1), 0, 2, 1, 3)
 	k = b.Transpose(b.Reshape(k, B, L, a.NKVHeads, -1), 0, 2, 1, 3)

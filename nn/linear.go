@@ -36,6 +36,27 @@ type QuantizedLinear struct {
 	Bias   backend.Array          // [out], or nil
 }
 
+// forwardShared returns l.Forward(x) for every l of ls: in one
+// backend.QuantizedMatmulsT call where every l is a QuantizedLinear without
+// a bias (a layer's projections of one input; a backend with a
+// SharedMatmuler quantizes x once for them), the same arrays as one
+// Forward each, which any other mix takes.
+func forwardShared(b backend.Backend, x backend.Array, ls ...Linear) []backend.Array {
+	ws := make([]backend.QuantizedArray, len(ls))
+	for i, l := range ls {
+		ql, ok := l.(*QuantizedLinear)
+		if !ok || ql.Bias != nil {
+			out := make([]backend.Array, len(ls))
+			for i, l := range ls {
+				out[i] = l.Forward(x)
+			}
+			return out
+		}
+		ws[i] = ql.Weight
+	}
+	return backend.QuantizedMatmulsT(b, x, ws)
+}
+
 // Forward returns quantized_matmul(x, W, transpose=True) (+ Bias).
 func (l *QuantizedLinear) Forward(x backend.Array) backend.Array {
 	y := l.B.QuantizedMatmul(x, l.Weight, true)

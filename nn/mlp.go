@@ -17,7 +17,8 @@ func (m *MLP) Forward(x backend.Array) backend.Array {
 // ForwardTap is Forward that also hands tap (when not nil) "gate", "up",
 // "swiglu" and "down" in graph order.
 func (m *MLP) ForwardTap(x backend.Array, tap Tap) backend.Array {
-	gate, up := m.GateProj.Forward(x), m.UpProj.Forward(x)
+	gu := forwardShared(m.B, x, m.GateProj, m.UpProj)
+	gate, up := gu[0], gu[1]
 	h := m.B.SwiGLU(gate, up)
 	y := m.DownProj.Forward(h)
 	if tap != nil {

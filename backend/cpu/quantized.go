@@ -107,6 +107,50 @@ func (b *Backend) Dequantize(q backend.QuantizedArray) (traced backend.Array) {
 	return b.floatOut(dt, shape, dst)
 }
 
+// QuantizedMatmulsT implements backend.SharedMatmuler: QuantizedMatmul(x,
+// ws[i], true) for every i, the same bits. Where every W is 2-D with the
+// same group size, bits and output dtype and x's last dimension is their
+// K, x goes through kernel.QuantizedMatmulTPackedShared once (quantized
+// once and every matrix's rows in one parallel pass, where they are
+// packed); otherwise, and while gradients are recorded, one QuantizedMatmul
+// each, which names what is wrong with any of them.
+func (b *Backend) QuantizedMatmulsT(x backend.Array, ws []backend.QuantizedArray) []backend.Array {
+	const op = "QuantizedMatmulsT"
+	xa := b.use1(op, x)
+	if b.tape != nil || len(ws) < 2 || len(xa.shape) == 0 {
+		return backend.QuantizedMatmulsTComposed(b, x, ws)
+	}
+	K := xa.shape[len(xa.shape)-1]
+	gs, bits := ws[0].GroupSize, ws[0].Bits
+	parts := make([][3]*Array, len(ws))
+	var dt tensor.DType
+	for i, q := range ws {
+		if q.GroupSize != gs || q.Bits != bits || q.W == nil || q.Scales == nil || q.Biases == nil {
+			return backend.QuantizedMatmulsTComposed(b, x, ws)
+		}
+		w, s, bi, sdt := b.quantParts(op, []backend.Array{x}, q)
+		d := backend.PromoteTypes(xa.dtype, sdt)
+		if len(w.shape) != 2 || K == 0 || w.shape[1]*32/bits != K || !d.IsFloat() || i > 0 && d != dt {
+			return backend.QuantizedMatmulsTComposed(b, x, ws)
+		}
+		dt, parts[i] = d, [3]*Array{w, s, bi}
+	}
+	defer b.freeTmps()
+	M := xa.size() / K
+	mats := make([]kernel.SharedMat, len(ws))
+	for i, p := range parts {
+		n := p[0].shape[0]
+		mats[i] = kernel.SharedMat{Dst: b.pool.getF32(M * n), WQ: b.codes(p[0]), Scales: b.vecOf(p[1], dt), Biases: b.vecOf(p[2], dt), Slot: b.packSlot(p[0], p[1], p[2], ws[i], K), N: n}
+	}
+	kernel.QuantizedMatmulTPackedShared(b.f32Of(xa, dt), mats, M, K, gs, bits, rounder(dt), b.acc())
+	out := make([]backend.Array, len(ws))
+	for i, a := range mats {
+		shape := append(xa.shape[:len(xa.shape)-1:len(xa.shape)-1], a.N)
+		out[i] = b.floatOut(dt, shape, a.Dst)
+	}
+	return out
+}
+
 // QuantizedMatmul is mx.quantized_matmul (affine). With transpose, W stores
 // [..., N, K] quantized along K and the result is x @ Wᵀ; without, W stores
 // [..., K, N] quantized along N and the result is x @ W. K is x's last

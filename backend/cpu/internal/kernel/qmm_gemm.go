@@ -178,6 +178,16 @@ func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n,
 	}
 	s := scratchPool.Get().(*qmmScratch)
 	defer scratchPool.Put(s)
+	s.quantizeX(x, m, k, gs, bits, one)
+	j := newQ8Job(dst, wq, sc, bi, slot, s, m, n, k, gs, bits, round, one)
+	parallelFor((n+q8C-1)/q8C, 1, j.run)
+}
+
+// quantizeX lays out m rows of x (k columns) for the int8 GEMM: each block
+// of 32 quantized to int8 with its scale (q8Quant; permuted for 4-bit
+// weights) and each group of gs summed, in tiles of q8R rows (one: a
+// single row, q8gemvDot's, which reads row 0 alone).
+func (s *qmmScratch) quantizeX(x []float32, m, k, gs, bits int, one bool) {
 	nb, ng := k/32, k/gs
 	mt := (m + q8R - 1) / q8R
 	s.gx, s.gd, s.gxs = grow(s.gx, mt*nb*32*q8R), grow(s.gd, mt*nb*q8R), grow(s.gxs, mt*ng*q8R)
@@ -199,11 +209,68 @@ func qmmTQ8Gemm(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n,
 			}
 		}
 	})
-	j := q8Job{dst: dst, wq: wq, sc: sc, bi: bi, s: s, m: m, n: n, k: k, gs: gs, bits: bits, mt: mt, round: round, dot: gemmDot(k, gs, bits), one: one}
+}
+
+// newQ8Job is the GEMM of x (laid out in s by quantizeX) against one
+// weight matrix of n rows.
+func newQ8Job(dst []float32, wq []uint32, sc, bi Vec, slot *PackSlot, s *qmmScratch, m, n, k, gs, bits int, round Rounder, one bool) q8Job {
+	j := q8Job{dst: dst, wq: wq, sc: sc, bi: bi, s: s, m: m, n: n, k: k, gs: gs, bits: bits, mt: (m + q8R - 1) / q8R, round: round, dot: gemmDot(k, gs, bits), one: one}
 	if slot != nil {
 		j.packed = slot.get(wq, sc, bi, n, k, gs, bits)
 	}
-	parallelFor((n+q8C-1)/q8C, 1, j.run)
+	return j
+}
+
+// SharedMat is one weight matrix of QuantizedMatmulTPackedShared: n rows
+// of codes with their scales and biases and packed slot (as
+// QuantizedMatmulTPacked takes them), and its output, m·n values.
+type SharedMat struct {
+	Dst            []float32
+	WQ             []uint32
+	Scales, Biases Vec
+	Slot           *PackSlot
+	N              int
+}
+
+// QuantizedMatmulTPackedShared is QuantizedMatmulTPacked of one x (m rows
+// of k) against each of mats (the projections of a layer that read the same
+// input), every mats[i].Dst getting what QuantizedMatmulTPacked gives it
+// alone, bit for bit. Where every matrix reads packed panels (AccQ8,
+// packedRow), x is quantized once and all the matrices' panels go to the
+// workers in one pass; otherwise the matrices go one call each.
+func QuantizedMatmulTPackedShared(x []float32, mats []SharedMat, m, k, groupSize, bits int, round Rounder, acc Acc) {
+	round = roundOr(round)
+	shared := acc == AccQ8 && asmQ8 && m > 0
+	for _, a := range mats {
+		checkQMMVec("QuantizedMatmulT", a.Dst, x, a.WQ, a.Scales, a.Biases, m, a.N, k, groupSize, bits)
+		if p := a.Slot.packed(); p != nil {
+			check(p.n == a.N && p.k == k && p.gs == groupSize && p.bits == bits, "QuantizedMatmulT", "packed weights of another shape")
+		}
+		shared = shared && packedRow(a.Slot, k, groupSize, bits)
+	}
+	if !shared {
+		for _, a := range mats {
+			qmmTFast(a.Dst, x, a.WQ, a.Scales, a.Biases, a.Slot, m, a.N, k, groupSize, bits, round, acc)
+		}
+		return
+	}
+	s := scratchPool.Get().(*qmmScratch)
+	defer scratchPool.Put(s)
+	one := m == 1
+	s.quantizeX(x, m, k, groupSize, bits, one)
+	jobs := make([]q8Job, len(mats))
+	start := make([]int, len(mats)+1) // the first panel of each matrix in the pass
+	for i, a := range mats {
+		jobs[i] = newQ8Job(a.Dst, a.WQ, a.Scales, a.Biases, a.Slot, s, m, a.N, k, groupSize, bits, round, one)
+		start[i+1] = start[i] + (a.N+q8C-1)/q8C
+	}
+	parallelFor(start[len(mats)], 1, func(lo, hi int) {
+		for i := range jobs {
+			if a, b := max(lo, start[i]), min(hi, start[i+1]); a < b {
+				jobs[i].run(a-start[i], b-start[i])
+			}
+		}
+	})
 }
 
 // q8Job runs the GEMM over a range of panels (16 weight rows each).
