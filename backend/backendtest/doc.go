@@ -66,7 +66,9 @@
 // of their own, through the backend's RowAttention where it has one) must
 // give each row the bits ScaledDotProductAttention gives it alone
 // (Ops/AttendRows), and backend.SliceUpdateRows (through a RowUpdater)
-// each row what SliceUpdate writes (Ops/SliceUpdateRows). Finally the same op on the same inputs must give the
+// each row what SliceUpdate writes (Ops/SliceUpdateRows), and
+// backend.QuantizedMatmulsT (through a SharedMatmuler) each matrix what
+// QuantizedMatmul gives it alone (Ops/QuantizedMatmulsT). Finally the same op on the same inputs must give the
 // same bits twice (Ops/Deterministic).
 //
 // Gradients (Gradients/...), where the backend implements

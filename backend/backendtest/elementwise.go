@@ -46,6 +46,7 @@ func runOps(t *testing.T, open func() (backend.Backend, error), skip map[string]
 		{"Dequantize", testDequantize},
 		{"Quantize", testQuantize},
 		{"QuantizedMatmul", testQuantizedMatmul},
+		{"QuantizedMatmulsT", testQuantizedMatmulsT},
 		{"Deterministic", testDeterministic},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -247,6 +247,36 @@ func testQuantizedMatmul(t *testing.T, b backend.Backend) {
 	})
 }
 
+// backend.QuantizedMatmulsT (several matrices of one x, through the
+// backend's SharedMatmuler where it has one) gives each matrix, value for
+// value, what QuantizedMatmul(x, w, true) gives it alone: every bit width,
+// x with batch axes, matrices of different row counts.
+func testQuantizedMatmulsT(t *testing.T, b backend.Backend) {
+	inDo(t, b, func() {
+		for _, dt := range floats {
+			g := newGen(caseName("qmms", dt))
+			for i, p := range quantParams {
+				gs, bits := p[0], p[1]
+				K := gs * (1 + g.r.IntN(2))
+				var ws []backend.QuantizedArray
+				for range 2 + g.r.IntN(2) {
+					ws = append(ws, g.quantized(b, dt, 1+g.r.IntN(40), K, gs, bits).q)
+				}
+				xs := append(g.shape(g.r.IntN(2), 1, 3), 1+g.r.IntN(9), K)
+				x, _ := g.input(b, dt, xs, g.normal(xs.Size(), 1))
+				got := backend.QuantizedMatmulsT(b, x, ws)
+				for j, w := range ws {
+					alone := host(t, b, b.QuantizedMatmul(x, w, true))
+					if alone == nil {
+						continue
+					}
+					compare(t, caseName(dt, p, i, "matrix", j), host(t, b, got[j]), dt, nd{alone.Shape, alone.ToFloat64()}, exactBudget, true, nil)
+				}
+			}
+		}
+	})
+}
+
 // Deterministic: the same op on the same inputs gives the same bits, run
 // after run (what an oracle-exact backend needs to be checkable at all, and
 // what every backend's tests rely on).
