@@ -302,19 +302,23 @@ func TestTopP16MatchesApplyTopP(t *testing.T) {
 	}
 }
 
+// plainArgmax is Argmax's definition as a plain loop: the first index whose
+// value beats every value before it (a NaN never does, so a NaN first value
+// stays).
+func plainArgmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
 // TestArgmax holds Argmax to the plain loop (the first index whose value
 // beats every value before it, NaNs never winning): ties, NaNs first, in
 // the middle and last, infinities, and lengths around its unrolling of 4.
 func TestArgmax(t *testing.T) {
-	plain := func(x []float32) int {
-		best := 0
-		for i, v := range x {
-			if v > x[best] {
-				best = i
-			}
-		}
-		return best
-	}
 	inf, nan := float32(math.Inf(1)), float32(math.NaN())
 	cases := [][]float32{
 		{},
@@ -344,7 +348,7 @@ func TestArgmax(t *testing.T) {
 			}
 			continue
 		}
-		if got, want := Argmax(x), plain(x); got != want {
+		if got, want := Argmax(x), plainArgmax(x); got != want {
 			t.Errorf("case %d %v: Argmax = %d, want %d", i, x, got, want)
 		}
 	}
@@ -359,17 +363,8 @@ func TestRowScansVector(t *testing.T) {
 	if vecMax == nil || vecIndex == nil || vecSub == nil {
 		t.Logf("no vector row scans in this build or on this CPU: only the scalar loops are tested")
 	}
-	plain := func(x []float32) int {
-		best := 0
-		for i, v := range x {
-			if v > x[best] {
-				best = i
-			}
-		}
-		return best
-	}
 	plainCDF := func(x []float32) ([]float32, float32) {
-		m := x[plain(x)]
+		m := x[plainArgmax(x)]
 		cdf := make([]float32, len(x))
 		var sum float32
 		if math.IsInf(float64(m), 0) {
@@ -429,7 +424,7 @@ func TestRowScansVector(t *testing.T) {
 		}
 	}
 	for k, x := range rows {
-		if got, want := Argmax(x), plain(x); got != want {
+		if got, want := Argmax(x), plainArgmax(x); got != want {
 			t.Fatalf("row %d (length %d): Argmax = %d, want %d", k, len(x), got, want)
 		}
 		if x[0] != x[0] {
