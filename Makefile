@@ -58,10 +58,10 @@ test: venv smollm2 $(SMOLLM2_MLX)/config.json
 	GOARCH=arm64 $(GO) vet ./...
 	MLXGO_REQUIRE_VENV=1 $(GO) test -tags $(GOTAGS) ./...
 	# The CPU kernels again with the AVX-512 paths of Go's simd experiment compiled in, and the
-	# sampler's (ScaleTemp's vector loop).
+	# sampler's (the vector loops of ScaleTemp and of its row scans).
 	GOEXPERIMENT=simd $(GO) vet ./backend/cpu/... ./generate/
 	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test ./backend/cpu/... ./conformance/ ./models/...
-	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test -run 'ScaleTemp|Sample|Fixtures' ./generate/
+	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test -run 'ScaleTemp|Sample|Fixtures|RowScans|Argmax' ./generate/
 	$(MAKE) --no-print-directory fuzz-short
 	# Every command on bad input (issue 19's sweep): named errors, no panic, no hang.
 	$(MAKE) --no-print-directory hostile
