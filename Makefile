@@ -61,7 +61,7 @@ test: venv smollm2 $(SMOLLM2_MLX)/config.json
 	# sampler's (the vector loops of ScaleTemp and of its row scans).
 	GOEXPERIMENT=simd $(GO) vet ./backend/cpu/... ./generate/
 	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test ./backend/cpu/... ./conformance/ ./models/...
-	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test -run 'ScaleTemp|Sample|Fixtures|RowScans|Argmax' ./generate/
+	GOEXPERIMENT=simd MLXGO_REQUIRE_VENV=1 $(GO) test -run 'ScaleTemp|Sample|Fixtures|RowScans|Argmax|MaskBelow' ./generate/
 	$(MAKE) --no-print-directory fuzz-short
 	# Every command on bad input (issue 19's sweep): named errors, no panic, no hang.
 	$(MAKE) --no-print-directory hostile

@@ -204,6 +204,9 @@ var (
 	vecMax   func(x []float32, m float32) (float32, int)
 	vecIndex func(x []float32, v float32) (int, bool)
 	vecSub   func(dst, src []float32, m float32) int
+	// vecMaskBelow sets the values below t to −Inf over the longest
+	// multiple of 16 values of x and returns how many it read.
+	vecMaskBelow func(x []float32, t float32) int
 )
 
 var negInf = float32(math.Inf(-1))
@@ -237,9 +240,18 @@ func ApplyTopP(x []float32, topP float64) {
 		// the end; we leave the row unchanged.
 		return
 	}
-	t := sorted[d]
-	for i, v := range x {
-		if v < t {
+	maskBelow(x, sorted[d])
+}
+
+// maskBelow sets every value of x below t to −Inf (NaNs, below nothing,
+// stay), 16 values at a time where vecMaskBelow runs.
+func maskBelow(x []float32, t float32) {
+	i := 0
+	if vecMaskBelow != nil {
+		i = vecMaskBelow(x, t)
+	}
+	for ; i < len(x); i++ {
+		if x[i] < t {
 			x[i] = negInf
 		}
 	}
@@ -320,11 +332,7 @@ func topP16(x []float32, topP float64, dt tensor.DType) bool {
 				if first {
 					return true
 				}
-				for j, w := range x {
-					if w < above {
-						x[j] = negInf
-					}
-				}
+				maskBelow(x, above)
 				return true
 			}
 			mass += q
@@ -345,12 +353,13 @@ func ApplyMinP(x []float32, minP float64, keep int, dt tensor.DType) {
 	round := rounder(dt)
 	top := x[Argmax(x)]
 	thr := round(top + round(float32(math.Log(minP))))
-	var kept map[int]bool
-	if keep > 1 {
-		kept = map[int]bool{}
-		for _, i := range topIndices(x, keep) {
-			kept[i] = true
-		}
+	if keep <= 1 {
+		maskBelow(x, thr)
+		return
+	}
+	kept := map[int]bool{}
+	for _, i := range topIndices(x, keep) {
+		kept[i] = true
 	}
 	for i, v := range x {
 		if v < thr && !kept[i] {

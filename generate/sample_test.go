@@ -444,6 +444,42 @@ func TestRowScansVector(t *testing.T) {
 	}
 }
 
+// TestMaskBelow holds maskBelow (vector code where the build and CPU have
+// it: vecMaskBelow) to the plain loop, bit for bit: values of every kind
+// (NaNs stay, ties with the threshold stay) on lengths around the vector
+// width, thresholds finite, infinite and NaN.
+func TestMaskBelow(t *testing.T) {
+	if vecMaskBelow == nil {
+		t.Logf("no vector maskBelow in this build or on this CPU: only the scalar loop is tested")
+	}
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	specials := []float32{nan, inf, -inf, 0, float32(math.Copysign(0, -1)), 1.5}
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, n := range []int{0, 1, 15, 16, 17, 48, 100, 1000} {
+		for _, th := range []float32{1.5, 0, -inf, inf, nan, -2.25} {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(r.NormFloat64() * 3)
+				if r.IntN(4) == 0 {
+					x[i] = specials[r.IntN(len(specials))]
+				}
+			}
+			want := append([]float32(nil), x...)
+			for i, v := range want {
+				if v < th {
+					want[i] = -inf
+				}
+			}
+			maskBelow(x, th)
+			for i := range x {
+				if math.Float32bits(x[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("length %d, threshold %v, index %d: %v, want %v", n, th, i, x[i], want[i])
+				}
+			}
+		}
+	}
+}
+
 // TestScaleTempBF16Vector holds ScaleTemp's bfloat16 loop, vector code where
 // the build and CPU have it (scaleBF16), to the scalar rounding of each
 // product, bit for bit: every bfloat16 pattern (NaNs, infinities,
