@@ -36,14 +36,7 @@ func TestPackWeights(t *testing.T) {
 			}
 			plain := openWith(t, backend.Options{Precision: "fast", NoPackWeights: true})
 			q := plain.Quantize(arr(plain, tensor.BF16, tensor.Shape{c.n, c.k}, wv...), c.gs, c.b)
-			host := func(a backend.Array) *tensor.Dense {
-				d, err := plain.ToHost(a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return d
-			}
-			wd, sd, bd := host(q.W), host(q.Scales), host(q.Biases)
+			wd, sd, bd := quantHost(t, plain, q)
 			packing := openWith(t, backend.Options{Precision: "fast", PackWeights: true})
 			borrowed := backend.QuantizedArray{W: packing.Borrow(wd), Scales: packing.Borrow(sd), Biases: packing.Borrow(bd), GroupSize: c.gs, Bits: c.b}
 			copied := backend.QuantizedArray{W: packing.FromHost(wd), Scales: packing.FromHost(sd), Biases: packing.FromHost(bd), GroupSize: c.gs, Bits: c.b}
@@ -282,4 +275,18 @@ func TestDensePacking(t *testing.T) {
 			}
 		})
 	}
+}
+
+// quantHost copies q's codes, scales and biases to the host (for Borrow, as
+// a checkpoint's mapping is borrowed).
+func quantHost(t *testing.T, b *Backend, q backend.QuantizedArray) (w, scales, biases *tensor.Dense) {
+	t.Helper()
+	host := func(a backend.Array) *tensor.Dense {
+		d, err := b.ToHost(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return host(q.W), host(q.Scales), host(q.Biases)
 }

@@ -33,14 +33,7 @@ func TestQuantizedMatmulsT(t *testing.T) {
 						gs = 64
 					}
 					q := b.Quantize(arr(b, tensor.BF16, tensor.Shape{n, k}, wv...), gs, 4)
-					host := func(a backend.Array) *tensor.Dense {
-						d, err := b.ToHost(a)
-						if err != nil {
-							t.Fatal(err)
-						}
-						return d
-					}
-					wd, sd, bd := host(q.W), host(q.Scales), host(q.Biases)
+					wd, sd, bd := quantHost(t, b, q)
 					borrowed = append(borrowed, backend.QuantizedArray{W: b.Borrow(wd), Scales: b.Borrow(sd), Biases: b.Borrow(bd), GroupSize: gs, Bits: 4})
 					copied = append(copied, q)
 				}
