@@ -88,6 +88,16 @@ var sdpaAVX2 = cpu.X86.HasAVX && cpu.X86.HasAVX2 && cpu.X86.HasFMA && hasF16C()
 //go:noescape
 func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int)
 
+// sdpaPrefetchL2 is sdpa2Prefetch by PREFETCHT1 (into L2), for the AVX-512
+// kernels: on Zen 4 (2026-12-05) a block's PREFETCHT0s held the L1 miss
+// buffers the kernel's own loads wait for and made a cold eight-row decode
+// step's attention slower (BenchmarkSDPARowsCold ctx96/fast 44-46 -> 46-66
+// µs a layer), where PREFETCHT1 made it faster (-> 32-34 with the next
+// item's keys, see sdpaJob.prefetchItem).
+//
+//go:noescape
+func sdpaPrefetchL2(p unsafe.Pointer, stride uintptr, rows, n int)
+
 // sdpa2Deq expands rows rows of 4- or 8-bit affine-quantized values (groups
 // groups of gs values per row, gs a multiple of 32; row r's codes at w +
 // r·wstride bytes, its scales and biases, of storage kind, at s + r·sstride

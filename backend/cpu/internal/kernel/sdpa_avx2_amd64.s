@@ -1376,6 +1376,27 @@ pf_line:
 pf_done:
 	RET
 
+// func sdpaPrefetchL2(p unsafe.Pointer, stride uintptr, rows, n int)
+TEXT ·sdpaPrefetchL2(SB), NOSPLIT, $0-32
+	MOVQ p+0(FP), SI
+	MOVQ stride+8(FP), R8
+	MOVQ rows+16(FP), CX
+	MOVQ n+24(FP), R9
+	TESTQ CX, CX
+	JLE pfl2_done
+pfl2_row:
+	XORQ DX, DX
+pfl2_line:
+	PREFETCHT1 (SI)(DX*1)
+	ADDQ $64, DX
+	CMPQ DX, R9
+	JLT pfl2_line
+	ADDQ R8, SI
+	DECQ CX
+	JNZ pfl2_row
+pfl2_done:
+	RET
+
 // func sdpa2Deq(dst *float32, dstride int, w unsafe.Pointer, wstride uintptr, s, b unsafe.Pointer, sstride, bstride uintptr, rows, groups, gs, bits, kind int)
 TEXT ·sdpa2Deq(SB), NOSPLIT, $0-104
 	MOVQ dst+0(FP), DI

@@ -634,31 +634,34 @@ func genMerge() {
 	p("")
 }
 
-// sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int): PREFETCHT0
-// of the n bytes (n > 0) of each of rows rows at p + r·stride, one per
-// 64-byte line.
+// sdpa2Prefetch and sdpaPrefetchL2(p unsafe.Pointer, stride uintptr, rows,
+// n int): PREFETCHT0 (sdpa2Prefetch) or PREFETCHT1 (sdpaPrefetchL2) of the
+// n bytes (n > 0) of each of rows rows at p + r·stride, one per 64-byte
+// line.
 func genPrefetch() {
-	p("// func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int)")
-	p("TEXT ·sdpa2Prefetch(SB), NOSPLIT, $0-32")
-	p("\tMOVQ p+0(FP), SI")
-	p("\tMOVQ stride+8(FP), R8")
-	p("\tMOVQ rows+16(FP), CX")
-	p("\tMOVQ n+24(FP), R9")
-	p("\tTESTQ CX, CX")
-	p("\tJLE pf_done")
-	p("pf_row:")
-	p("\tXORQ DX, DX")
-	p("pf_line:")
-	p("\tPREFETCHT0 (SI)(DX*1)")
-	p("\tADDQ $64, DX")
-	p("\tCMPQ DX, R9")
-	p("\tJLT pf_line")
-	p("\tADDQ R8, SI")
-	p("\tDECQ CX")
-	p("\tJNZ pf_row")
-	p("pf_done:")
-	p("\tRET")
-	p("")
+	for _, f := range []struct{ name, op, label string }{{"sdpa2Prefetch", "PREFETCHT0", "pf"}, {"sdpaPrefetchL2", "PREFETCHT1", "pfl2"}} {
+		p("// func %s(p unsafe.Pointer, stride uintptr, rows, n int)", f.name)
+		p("TEXT ·%s(SB), NOSPLIT, $0-32", f.name)
+		p("\tMOVQ p+0(FP), SI")
+		p("\tMOVQ stride+8(FP), R8")
+		p("\tMOVQ rows+16(FP), CX")
+		p("\tMOVQ n+24(FP), R9")
+		p("\tTESTQ CX, CX")
+		p("\tJLE %s_done", f.label)
+		p("%s_row:", f.label)
+		p("\tXORQ DX, DX")
+		p("%s_line:", f.label)
+		p("\t%s (SI)(DX*1)", f.op)
+		p("\tADDQ $64, DX")
+		p("\tCMPQ DX, R9")
+		p("\tJLT %s_line", f.label)
+		p("\tADDQ R8, SI")
+		p("\tDECQ CX")
+		p("\tJNZ %s_row", f.label)
+		p("%s_done:", f.label)
+		p("\tRET")
+		p("")
+	}
 }
 
 // sdpa2Deq(dst *float32, dstride int, w unsafe.Pointer, wstride uintptr,

@@ -88,6 +88,8 @@ func sdpa2MergeAcc(acc, c *float32, f1, f2 float32, n int) { panic(sdpaNoAsm) }
 
 func sdpa2Prefetch(p unsafe.Pointer, stride uintptr, rows, n int) { panic(sdpaNoAsm) }
 
+func sdpaPrefetchL2(p unsafe.Pointer, stride uintptr, rows, n int) { panic(sdpaNoAsm) }
+
 func sdpa2Deq(dst *float32, dstride int, w unsafe.Pointer, wstride uintptr, s, b unsafe.Pointer, sstride, bstride uintptr, rows, groups, gs, bits, kind int) {
 	panic(sdpaNoAsm)
 }
