@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
@@ -262,4 +263,105 @@ func BenchmarkPackedRowStream(b *testing.B) {
 			runThreads(b, th, bytes, step)
 		})
 	}
+}
+
+// BenchmarkPackedRowCalls runs one-row decode through packed panels
+// (q8gemvDot, fast precision, two threads) over four of Llama-3.2-1B's
+// layers (4-bit group 32, bfloat16 scales: 152 MB, more than the last-level
+// cache holds), each layer in the calls nn makes of it: q, k and v in one
+// pass (QuantizedMatmulTPackedShared), o, gate and up in one pass, down.
+// Besides the whole step's bytes per second it reports each kind of call's
+// (the time inside the calls of that kind): what a decode token's matmuls
+// read per second, call by call, and so what each call's start and end cost
+// against a long stream. On Zen 4 (2026-12-05, three runs as the host
+// moved) the fused gate and up read 26.2-34.9 GB/s, o 24.5-33.0, down
+// 24.0-31.5 and the fused q, k and v 24.3-32.0: in each run the long fused
+// call the most, by 5-12%.
+//
+//	go test ./backend/cpu/internal/kernel/ -run '^$' -bench PackedRowCalls -benchtime 20x
+func BenchmarkPackedRowCalls(b *testing.B) {
+	if !asmQ8 {
+		b.Skip("SKIPPED: this CPU lacks AVX512-VNNI")
+	}
+	const layers, hidden, inter, kvRows = 4, 2048, 8192, 512
+	type mat struct {
+		streamMat
+		slot *PackSlot
+	}
+	newMat := func(seed uint64, n, k int) mat {
+		_, wq, sc, bi, sb, bb := qmvInputs(seed, n, k, 32, 4)
+		scv, biv := avxVecs("bf16", sc, bi, sb, bb)
+		return mat{streamMat{n, k, wq, scv, biv}, NewPackSlot(nil, nil)}
+	}
+	matBytes := func(m mat) int64 { // the codes and the packed scales (and biases) a call reads
+		p := m.slot.packed()
+		return int64(4*len(m.wq) + 2*len(p.sb16) + 4*len(p.sb32))
+	}
+	shared := func(dst []float32, ms ...mat) []SharedMat {
+		out := make([]SharedMat, len(ms))
+		for i, m := range ms {
+			out[i] = SharedMat{Dst: dst[:m.n], WQ: m.wq, Scales: m.sc, Biases: m.bi, Slot: m.slot, N: m.n}
+			dst = dst[m.n:]
+		}
+		return out
+	}
+	type call struct {
+		kind string
+		run  func()
+	}
+	x := randVec(newRand(3), inter, 1, tensor.RoundBF16)
+	dst := make([]float32, 2*inter+hidden)
+	var calls []call
+	var layerMats []mat
+	for l := range layers {
+		s := uint64(100 * l)
+		q, k, v, o := newMat(s, hidden, hidden), newMat(s+1, kvRows, hidden), newMat(s+2, kvRows, hidden), newMat(s+3, hidden, hidden)
+		gate, up, down := newMat(s+4, inter, hidden), newMat(s+5, inter, hidden), newMat(s+6, hidden, inter)
+		layerMats = append(layerMats, q, k, v, o, gate, up, down)
+		qkv, gu := shared(dst, q, k, v), shared(dst, gate, up)
+		one := func(m mat) func() {
+			return func() {
+				QuantizedMatmulTPacked(dst[:m.n], x[:m.k], m.wq, m.sc, m.bi, m.slot, 1, m.n, m.k, 32, 4, tensor.RoundBF16, AccQ8)
+			}
+		}
+		calls = append(calls,
+			call{"qkv", func() { QuantizedMatmulTPackedShared(x[:hidden], qkv, 1, hidden, 32, 4, tensor.RoundBF16, AccQ8) }},
+			call{"o", one(o)},
+			call{"gateup", func() { QuantizedMatmulTPackedShared(x[:hidden], gu, 1, hidden, 32, 4, tensor.RoundBF16, AccQ8) }},
+			call{"down", one(down)})
+	}
+	step := func() {
+		for _, c := range calls {
+			c.run()
+		}
+	}
+	withThreads(1, step) // packs
+	bytes := map[string]int64{}
+	var total int64
+	for l := range layers {
+		m := layerMats[7*l : 7*l+7]
+		bytes["qkv"] += matBytes(m[0]) + matBytes(m[1]) + matBytes(m[2])
+		bytes["o"] += matBytes(m[3])
+		bytes["gateup"] += matBytes(m[4]) + matBytes(m[5])
+		bytes["down"] += matBytes(m[6])
+	}
+	for _, n := range bytes {
+		total += n
+	}
+	b.Run("llama-1b/threads2", func(b *testing.B) {
+		spent := map[string]time.Duration{}
+		b.SetBytes(total)
+		withThreads(2, func() {
+			for b.Loop() {
+				for _, c := range calls {
+					t0 := time.Now()
+					c.run()
+					spent[c.kind] += time.Since(t0)
+				}
+			}
+		})
+		for kind, d := range spent {
+			b.ReportMetric(float64(bytes[kind])*float64(b.N)/d.Seconds()/1e9, "GB/s-"+kind)
+		}
+	})
 }
