@@ -1,7 +1,11 @@
 package mmap
 
 import (
+	"bufio"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -43,4 +47,39 @@ func AllocHuge(n int) (b []byte, free func()) {
 	b = unsafe.Slice((*byte)(start), size)
 	unix.Madvise(b, unix.MADV_HUGEPAGE) // advice only: without it the pages are 4 KiB ones
 	return b[:n:n], func() { unix.MunmapPtr(start, uintptr(size)) }
+}
+
+// HugeAdvised reports whether the mapping holding addr is advised for
+// transparent huge pages (MADV_HUGEPAGE: "hg" among its VmFlags in
+// /proc/self/smaps); false where that cannot be read.
+func HugeAdvised(addr uintptr) bool {
+	flags, ok, err := smapsValue(addr, "VmFlags")
+	return err == nil && ok && slices.Contains(strings.Fields(flags), "hg")
+}
+
+// smapsValue returns the field name of the mapping holding addr in
+// /proc/self/smaps, and whether such a mapping and field were found.
+func smapsValue(addr uintptr, name string) (string, bool, error) {
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return "", false, err
+	}
+	defer f.Close()
+	in := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if lo, hi, ok := strings.Cut(strings.Fields(line + " x")[0], "-"); ok && !strings.HasSuffix(line, ":") {
+			l, err1 := strconv.ParseUint(lo, 16, 64)
+			h, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 == nil && err2 == nil {
+				in = uint64(addr) >= l && uint64(addr) < h
+				continue
+			}
+		}
+		if v, ok := strings.CutPrefix(line, name+":"); in && ok {
+			return strings.TrimSpace(v), true, nil
+		}
+	}
+	return "", false, sc.Err()
 }

@@ -1,12 +1,9 @@
 package mmap
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"unsafe"
 )
@@ -78,26 +75,9 @@ func mappingRss(t *testing.T, b []byte) int64 {
 // mapping holds it.
 func smapsField(t *testing.T, addr uintptr, name string) (string, bool) {
 	t.Helper()
-	f, err := os.Open("/proc/self/smaps")
+	v, ok, err := smapsValue(addr, name)
 	if err != nil {
 		t.Fatalf("reading /proc/self/smaps: %v", err)
 	}
-	defer f.Close()
-	in := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if lo, hi, ok := strings.Cut(strings.Fields(line + " x")[0], "-"); ok && !strings.HasSuffix(line, ":") {
-			l, err1 := strconv.ParseUint(lo, 16, 64)
-			h, err2 := strconv.ParseUint(hi, 16, 64)
-			if err1 == nil && err2 == nil {
-				in = uint64(addr) >= l && uint64(addr) < h
-				continue
-			}
-		}
-		if v, ok := strings.CutPrefix(line, name+":"); in && ok {
-			return strings.TrimSpace(v), true
-		}
-	}
-	return "", false
+	return v, ok
 }

@@ -460,18 +460,27 @@ func (j *q8Job) run(lo, hi int) {
 // power of two, so the products and sums are the bits the stored biases
 // give while a row of decode reads a tenth fewer bytes at 4 bits.
 //
-// The codes sit in memory of their own advised for transparent huge pages
-// (mmap.AllocHuge), so that a stream through them meets a 4 KiB page
-// boundary, where the hardware prefetchers stop, once per 2 MiB. On Zen 4
+// The codes sit in memory advised for transparent huge pages
+// (mmap.AllocHuge; those of matrices under 2 MiB share chunks of it through
+// packArena), so that a stream through them meets a 4 KiB page boundary,
+// where the hardware prefetchers stop, once per 2 MiB. On Zen 4
 // (2026-12-04, BenchmarkPackedRowStream, four alternating runs) one thread
 // read 20.2-22.5 GB per CPU second against 17.0-17.4 on Go heap memory and
 // two 27-32 GB/s against 25-30; Llama-3.2-1B decoded at 36.7-44.7 tok/s
 // (median 41.1) against 35.3-40.8 (39.3) in six alternating runs, and its
 // time to first token, which includes the packing, grew by about 300 ms
 // (the kernel zeroes, and may compact memory for, each huge page).
+// packArena holds the packed codes of matrices smaller than a huge page (a
+// small model's: SmolLM2-135M's are 55-442 KB), which would otherwise be
+// Go heap memory on 4 KiB pages. On Zen 4 (2026-12-05,
+// BenchmarkBatchStream, SmolLM2's 30 layers and head, one row on two
+// threads, six alternating pairs) a step took 4.52, 4.34, 3.99, 4.09, 4.03
+// and 4.07 ms against 4.49, 4.61, 4.22, 4.16, 4.09 and 4.14 on heap pages.
+var packArena mmap.Arena
+
 type packedW struct {
 	codes          []byte    // the panels' codes, pb bytes each, from a 64-byte aligned start
-	mem            *freeOnce // frees codes (mmap.AllocHuge): PackSlot.Free, or a cleanup once p is unreachable
+	mem            *freeOnce // frees codes (packArena): PackSlot.Free, or a cleanup once p is unreachable
 	sb32           []float32 // float32 scales and biases: per panel the scales, then the biases (none when symk is set), [ng][16] each
 	sb16           []uint16  // the same in float16 or bfloat16
 	sdt, ssize     int       // q8gArgs.sdt, and the bytes of a scale
@@ -622,7 +631,7 @@ func pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int, done func(
 	g := newPanelGeom(k, groupSize, bits, false)
 	np, ng := (n+q8C-1)/q8C, g.ng
 	p := &packedW{n: n, k: k, gs: groupSize, bits: bits, pb: g.bytes(), ssize: 4}
-	codes, free := mmap.AllocHuge(np*p.pb + 64)
+	codes, free := packArena.Alloc(np*p.pb + 64)
 	p.codes, p.mem = codes, &freeOnce{free: free}
 	runtime.AddCleanup(p, (*freeOnce).do, p.mem)
 	p.start = int(uintptr(align64(p.codes)) - uintptr(ptr(p.codes)))

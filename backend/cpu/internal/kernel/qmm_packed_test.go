@@ -150,6 +150,54 @@ func TestPackSlotFree(t *testing.T) {
 	runtime.GC()
 }
 
+// TestPackSmallOnHugePages: the packed codes of matrices smaller than a
+// huge page (a small model's) sit in memory advised for huge pages too
+// (packArena's chunks), on 64-byte boundaries, each its own bytes.
+func TestPackSmallOnHugePages(t *testing.T) {
+	if !packs(576, 32, 4) {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; pack returns nil")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("SKIPPED: huge pages are advised on Linux only")
+	}
+	var slots []*PackSlot
+	for i, n := range []int{192, 576, 1536} { // SmolLM2-135M's k/v, q/o and gate/up rows at width 576
+		x, wq, sc, bi := qmmTInputs(uint64(20+i), 1, n, 576, 32, 4)
+		slot := NewPackSlot(nil, nil)
+		defer slot.Free()
+		QuantizedMatmulTPacked(make([]float32, n), x, wq, F32Vec(sc), F32Vec(bi), slot, 1, n, 576, 32, 4, Identity, AccQ8)
+		p := slot.packed()
+		if p == nil {
+			t.Fatalf("%dx576: nothing packed", n)
+		}
+		if len(p.codes) >= mmap.HugePage {
+			t.Fatalf("%dx576: %d bytes of codes, want a matrix under a huge page", n, len(p.codes))
+		}
+		addr := uintptr(unsafe.Pointer(&p.codes[0]))
+		if addr%64 != 0 {
+			t.Errorf("%dx576: codes at %#x, not on a 64-byte boundary", n, addr)
+		}
+		if !mmap.HugeAdvised(addr) {
+			t.Errorf("%dx576: codes at %#x are not in memory advised for huge pages", n, addr)
+		}
+		slots = append(slots, slot)
+	}
+	for i := range slots { // distinct bytes: no piece overlaps another
+		a := slots[i].packed().codes
+		for _, other := range slots[i+1:] {
+			b := other.packed().codes
+			lo, hi := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+			if lo > hi {
+				lo, hi = hi, lo
+				a, b = b, a
+			}
+			if lo+uintptr(len(a)) > hi {
+				t.Errorf("packed codes [%#x, +%d) and [%#x, +%d) overlap", lo, len(a), hi, len(b))
+			}
+		}
+	}
+}
+
 // TestPackRowsReported: while it packs, a slot tells its rows function of
 // every weight row once, in ranges of at most packDoneEvery panels that
 // tile [0, n) (from the workers, so a range may come in any order), and
