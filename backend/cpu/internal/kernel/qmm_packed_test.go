@@ -151,8 +151,9 @@ func TestPackSlotFree(t *testing.T) {
 }
 
 // TestPackSmallOnHugePages: the packed codes of matrices smaller than a
-// huge page (a small model's) sit in memory advised for huge pages too
-// (packArena's chunks), on 64-byte boundaries, each its own bytes.
+// huge page (a small model's), and packed dense tiles of that size, sit in
+// memory advised for huge pages too (packArena's chunks), on 64-byte
+// boundaries, each its own bytes.
 func TestPackSmallOnHugePages(t *testing.T) {
 	if !packs(576, 32, 4) {
 		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; pack returns nil")
@@ -181,6 +182,19 @@ func TestPackSmallOnHugePages(t *testing.T) {
 			t.Errorf("%dx576: codes at %#x are not in memory advised for huge pages", n, addr)
 		}
 		slots = append(slots, slot)
+	}
+	// A dense matrix's tiles (packDense) likewise: SmolLM2-360M's k and v.
+	w := make([]uint16, 320*960)
+	for i := range w {
+		w[i] = uint16(0x3c00 + i%512) // float16 values from 1 up
+	}
+	d := packDense(F16Vec(w), 320, 960, nil)
+	if d == nil {
+		t.Fatal("packDense(320x960 float16): nothing packed")
+	}
+	defer d.mem.do()
+	if addr := uintptr(unsafe.Pointer(&d.v.U16[0])); addr%64 != 0 || !mmap.HugeAdvised(addr) {
+		t.Errorf("packDense(320x960): tiles at %#x, want a 64-byte boundary in memory advised for huge pages", addr)
 	}
 	for i := range slots { // distinct bytes: no piece overlaps another
 		a := slots[i].packed().codes
