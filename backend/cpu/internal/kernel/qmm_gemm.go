@@ -631,31 +631,40 @@ func pack(wq []uint32, scales, biases Vec, n, k, groupSize, bits int, done func(
 	g := newPanelGeom(k, groupSize, bits, false)
 	np, ng := (n+q8C-1)/q8C, g.ng
 	p := &packedW{n: n, k: k, gs: groupSize, bits: bits, pb: g.bytes(), ssize: 4}
-	codes, free := packArena.Alloc(np*p.pb + 64)
-	p.codes, p.mem = codes, &freeOnce{free: free}
-	runtime.AddCleanup(p, (*freeOnce).do, p.mem)
-	p.start = int(uintptr(align64(p.codes)) - uintptr(ptr(p.codes)))
 	p.symk = symmetricFactor(scales, biases, n, ng, bits)
 	per := 2 * ng * q8C // scales and biases per panel
 	if p.symk != 0 {
 		per = ng * q8C
 	}
+	wide := true // the scales and biases kept as float32
 	switch {
 	case scales.F32 == nil && biases.F32 == nil && scales.F16 == biases.F16:
-		p.sb16, p.ssize, p.sdt = make([]uint16, np*per), 2, 2
+		wide, p.ssize, p.sdt = false, 2, 2
 		if scales.F16 {
 			p.sdt = 1
 		}
 	case scales.F32 != nil && biases.F32 != nil:
-		p.sb32 = make([]float32, np*per)
 	default: // mixed storage: both as float32
-		p.sb32 = make([]float32, np*per)
 		f := make([]float32, n*ng)
 		scales.load(f, 0)
 		scales = F32Vec(f)
 		f = make([]float32, n*ng)
 		biases.load(f, 0)
 		biases = F32Vec(f)
+	}
+	// The codes, then the scales and biases, in one piece of huge-page
+	// memory (see packArena).
+	codeBytes := (np*p.pb + 64 + 63) &^ 63
+	sbBytes := np * per * p.ssize
+	raw, free := packArena.Alloc(codeBytes + sbBytes + 64)
+	p.codes, p.mem = raw[:np*p.pb+64:np*p.pb+64], &freeOnce{free: free}
+	runtime.AddCleanup(p, (*freeOnce).do, p.mem)
+	p.start = int(uintptr(align64(p.codes)) - uintptr(ptr(p.codes)))
+	sb := unsafe.Pointer(&raw[codeBytes])
+	if wide {
+		p.sb32 = unsafe.Slice((*float32)(sb), np*per)
+	} else {
+		p.sb16 = unsafe.Slice((*uint16)(sb), np*per)
 	}
 	parallelFor(np, 1, func(lo, hi int) {
 		ws := scratchPool.Get().(*qmmScratch)
