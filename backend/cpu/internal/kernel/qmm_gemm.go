@@ -460,10 +460,10 @@ func (j *q8Job) run(lo, hi int) {
 // power of two, so the products and sums are the bits the stored biases
 // give while a row of decode reads a tenth fewer bytes at 4 bits.
 //
-// The codes sit in memory advised for transparent huge pages
-// (mmap.AllocHuge; those of matrices under 2 MiB share chunks of it through
-// packArena), so that a stream through them meets a 4 KiB page boundary,
-// where the hardware prefetchers stop, once per 2 MiB. On Zen 4
+// The codes, and after them the scales and biases, sit in memory advised
+// for transparent huge pages (mmap.AllocHuge; matrices under 2 MiB share
+// chunks of it through packArena), so that a stream through them meets a
+// 4 KiB page boundary, where the hardware prefetchers stop, once per 2 MiB. On Zen 4
 // (2026-12-04, BenchmarkPackedRowStream, four alternating runs) one thread
 // read 20.2-22.5 GB per CPU second against 17.0-17.4 on Go heap memory and
 // two 27-32 GB/s against 25-30; Llama-3.2-1B decoded at 36.7-44.7 tok/s
@@ -480,7 +480,7 @@ var packArena mmap.Arena
 
 type packedW struct {
 	codes          []byte    // the panels' codes, pb bytes each, from a 64-byte aligned start
-	mem            *freeOnce // frees codes (packArena): PackSlot.Free, or a cleanup once p is unreachable
+	mem            *freeOnce // frees codes, sb32 and sb16 (one packArena piece): PackSlot.Free, or a cleanup once p is unreachable
 	sb32           []float32 // float32 scales and biases: per panel the scales, then the biases (none when symk is set), [ng][16] each
 	sb16           []uint16  // the same in float16 or bfloat16
 	sdt, ssize     int       // q8gArgs.sdt, and the bytes of a scale
