@@ -151,9 +151,9 @@ func TestPackSlotFree(t *testing.T) {
 }
 
 // TestPackSmallOnHugePages: the packed codes of matrices smaller than a
-// huge page (a small model's), and packed dense tiles of that size, sit in
-// memory advised for huge pages too (packArena's chunks), on 64-byte
-// boundaries, each its own bytes.
+// huge page (a small model's) with their scales and biases, and packed
+// dense tiles of that size, sit in memory advised for huge pages too
+// (packArena's chunks), on 64-byte boundaries, each its own bytes.
 func TestPackSmallOnHugePages(t *testing.T) {
 	if !packs(576, 32, 4) {
 		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; pack returns nil")
@@ -180,6 +180,9 @@ func TestPackSmallOnHugePages(t *testing.T) {
 		}
 		if !mmap.HugeAdvised(addr) {
 			t.Errorf("%dx576: codes at %#x are not in memory advised for huge pages", n, addr)
+		}
+		if len(p.sb32) == 0 || !mmap.HugeAdvised(uintptr(unsafe.Pointer(&p.sb32[0]))) {
+			t.Errorf("%dx576: %d float32 scales and biases, want them beside the codes in memory advised for huge pages", n, len(p.sb32))
 		}
 		slots = append(slots, slot)
 	}
