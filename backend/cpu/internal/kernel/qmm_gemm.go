@@ -445,6 +445,16 @@ func (j *q8Job) run(lo, hi int) {
 	}
 }
 
+// packArena holds the packed weights of matrices smaller than a huge page
+// (a small model's: SmolLM2-135M's are 55-442 KB; the int8 panels with
+// their scales and biases, and packDense's tiles), which would otherwise be
+// Go heap memory on 4 KiB pages. On Zen 4 (2026-12-05,
+// BenchmarkBatchStream, SmolLM2's 30 layers and head, one row on two
+// threads, six alternating pairs) a step took 4.52, 4.34, 3.99, 4.09, 4.03
+// and 4.07 ms with the codes there against 4.49, 4.61, 4.22, 4.16, 4.09 and
+// 4.14 on heap pages.
+var packArena mmap.Arena
+
 // packedW is a quantized weight matrix (transposed: n rows of k codes)
 // rearranged once into the panels of the int8 GEMM (the layout q8Transpose
 // gives per call, qmm_gemm.go, with 4-bit words kept whole, which the
@@ -463,21 +473,13 @@ func (j *q8Job) run(lo, hi int) {
 // The codes, and after them the scales and biases, sit in memory advised
 // for transparent huge pages (mmap.AllocHuge; matrices under 2 MiB share
 // chunks of it through packArena), so that a stream through them meets a
-// 4 KiB page boundary, where the hardware prefetchers stop, once per 2 MiB. On Zen 4
-// (2026-12-04, BenchmarkPackedRowStream, four alternating runs) one thread
+// 4 KiB page boundary, where the hardware prefetchers stop, once per 2
+// MiB. On Zen 4 (2026-12-04, BenchmarkPackedRowStream, four alternating runs) one thread
 // read 20.2-22.5 GB per CPU second against 17.0-17.4 on Go heap memory and
 // two 27-32 GB/s against 25-30; Llama-3.2-1B decoded at 36.7-44.7 tok/s
 // (median 41.1) against 35.3-40.8 (39.3) in six alternating runs, and its
 // time to first token, which includes the packing, grew by about 300 ms
 // (the kernel zeroes, and may compact memory for, each huge page).
-// packArena holds the packed codes of matrices smaller than a huge page (a
-// small model's: SmolLM2-135M's are 55-442 KB), which would otherwise be
-// Go heap memory on 4 KiB pages. On Zen 4 (2026-12-05,
-// BenchmarkBatchStream, SmolLM2's 30 layers and head, one row on two
-// threads, six alternating pairs) a step took 4.52, 4.34, 3.99, 4.09, 4.03
-// and 4.07 ms against 4.49, 4.61, 4.22, 4.16, 4.09 and 4.14 on heap pages.
-var packArena mmap.Arena
-
 type packedW struct {
 	codes          []byte    // the panels' codes, pb bytes each, from a 64-byte aligned start
 	mem            *freeOnce // frees codes, sb32 and sb16 (one packArena piece): PackSlot.Free, or a cleanup once p is unreachable
