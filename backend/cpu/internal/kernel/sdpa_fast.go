@@ -1085,13 +1085,14 @@ func (j *sdpaJob) plainL2PF() bool {
 	return j.vk == sdpa512 && j.qk8 == nil && !j.qpv8 && !j.k.expanded() && !j.v.expanded()
 }
 
-// prefetchItem asks for the first sdpaPFItemKeys keys of item it into L2,
-// before the item before it runs: a decode step's items are short (a row's
-// KV head over its context), and each one's first blocks would otherwise
-// come from memory while the kernel waits (the matmuls between two steps
-// evict the caches). BenchmarkSDPARowsCold, Zen 4, 2026-12-05: with the
-// in-block prefetch alone ctx96/fast 44-48 -> 37-41 µs a layer; with this
-// too 32-34 (ctx192 67-73 -> 53-60, f32 ctx96 52-72 -> 39-40).
+// prefetchItem asks for the first sdpaPFItemKeys keys of item it into L2
+// (the workers call it as they start the item before): a decode step's
+// items are short (a row's KV head over its context), and each one's first
+// blocks would otherwise come from memory while the kernel waits (the
+// matmuls between two steps evict the caches). BenchmarkSDPARowsCold, Zen
+// 4, 2026-12-05: with the in-block prefetch alone ctx96/fast 44-48 ->
+// 37-41 µs a layer; with this too 32-34 (ctx192 67-73 -> 53-60, f32 ctx96
+// 52-72 -> 39-40).
 func (j *sdpaJob) prefetchItem(it int) {
 	if !j.plainL2PF() {
 		return
