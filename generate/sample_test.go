@@ -494,19 +494,27 @@ func TestScaleTempBF16Vector(t *testing.T) {
 	for b := range uint32(65536) {
 		in = append(in, math.Float32frombits(b<<16), math.Float32frombits(b<<16|0x8001))
 	}
-	spans := [][2]int{{0, len(in)}}
+	checkScaleTemp(t, in, []float64{0.7, 0.8, 1.3}, tensor.BF16, tensor.RoundBF16, [2]int{0, len(in)})
+}
+
+// checkScaleTemp holds ScaleTemp(x, temp, dt) on spans of in to round(v ·
+// round(1/temp)) of each value, bit for bit, at each temperature: on the
+// whole spans given and on lengths 0 to 40 at three starts.
+func checkScaleTemp(t *testing.T, in []float32, temps []float64, dt tensor.DType, round func(float32) float32, whole ...[2]int) {
+	t.Helper()
+	spans := whole
 	for n := range 41 {
 		for at := range 3 {
 			spans = append(spans, [2]int{1000*n + at, 1000*n + at + n})
 		}
 	}
-	for _, temp := range []float64{0.7, 0.8, 1.3} {
-		inv := tensor.RoundBF16(float32(1 / temp))
+	for _, temp := range temps {
+		inv := round(float32(1 / temp))
 		for _, sp := range spans {
 			x := append([]float32(nil), in[sp[0]:sp[1]]...)
-			ScaleTemp(x, temp, tensor.BF16)
+			ScaleTemp(x, temp, dt)
 			for i, v := range in[sp[0]:sp[1]] {
-				want := tensor.RoundBF16(v * inv)
+				want := round(v * inv)
 				if math.Float32bits(x[i]) != math.Float32bits(want) {
 					t.Fatalf("temp %v, span %v, index %d: %#08x scaled to %#08x, want %#08x", temp, sp, i, math.Float32bits(v), math.Float32bits(x[i]), math.Float32bits(want))
 				}
@@ -558,23 +566,6 @@ func TestScaleTempF16Vector(t *testing.T) {
 			in = append(in, math.Float32frombits(r.Uint32N(2)<<31|e<<23|m))
 		}
 	}
-	spans := [][2]int{{0, len(in)}, {3 * 65536, len(in)}}
-	for n := range 41 {
-		for at := range 3 {
-			spans = append(spans, [2]int{1000*n + at, 1000*n + at + n})
-		}
-	}
-	for _, temp := range []float64{0.7, 0.8, 1, 1.3} { // 1: the products are the edge values themselves
-		inv := tensor.RoundF16(float32(1 / temp))
-		for _, sp := range spans {
-			x := append([]float32(nil), in[sp[0]:sp[1]]...)
-			ScaleTemp(x, temp, tensor.F16)
-			for i, v := range in[sp[0]:sp[1]] {
-				want := tensor.RoundF16(v * inv)
-				if math.Float32bits(x[i]) != math.Float32bits(want) {
-					t.Fatalf("temp %v, span %v, index %d: %#08x scaled to %#08x, want %#08x", temp, sp, i, math.Float32bits(v), math.Float32bits(x[i]), math.Float32bits(want))
-				}
-			}
-		}
-	}
+	// Temperature 1: the products are the edge values themselves.
+	checkScaleTemp(t, in, []float64{0.7, 0.8, 1, 1.3}, tensor.F16, tensor.RoundF16, [2]int{0, len(in)}, [2]int{3 * 65536, len(in)})
 }
