@@ -49,6 +49,19 @@ func sdpaScoresBF64(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, ro
 //go:noescape
 func sdpaScoresBF128(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, rows int, scale float32)
 
+// sdpaScoresF64 writes the scores of rows query rows (float32, already
+// times the scale, d = 64 values each, row r at q + r·d) against 32
+// float32 keys (key x at k + x·d) to s + r·32: the products summed in 16
+// lanes and the lanes by a tree (hfScores, sdpa_gen.go).
+//
+//go:noescape
+func sdpaScoresF64(s, q, k *float32, rows int)
+
+// sdpaScoresF128 is sdpaScoresF64 for d = 128.
+//
+//go:noescape
+func sdpaScoresF128(s, q, k *float32, rows int)
+
 // sdpaSoftmax runs one online-softmax step (see sdpaSoftmaxGo) on rows rows
 // of 32 scores at s + r·32, with the states m, l and the rescale factors f
 // at r. It works on groups of 16 rows: m, l and f must have room for rows

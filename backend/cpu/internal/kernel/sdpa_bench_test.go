@@ -189,7 +189,8 @@ func BenchmarkSDPAPrefix(b *testing.B) {
 }
 
 // BenchmarkSDPARowsCold is the attention of a server's decode step at eight
-// rows on SmolLM2-135M's shape (9 query heads on 3 KV heads of 64, bf16,
+// rows on SmolLM2-135M's shape (9 query heads on 3 KV heads of 64, bf16
+// or, as the real checkpoint's, f16,
 // each row a cache of its own of capacity 256 as nn's per-row caches keep
 // them) over 30 layers, each layer's caches in memory of their own, with a
 // 96 MB sweep before each step (not timed) standing in for the weights a
@@ -197,18 +198,27 @@ func BenchmarkSDPAPrefix(b *testing.B) {
 // BenchmarkBatchDecode. ns/layer is the wall time of one layer's
 // SDPAKVRows; MB/s the bytes of K and V read per second; f32 is the
 // reference precision's path (AccF32), fast the fast precision's (AccQ8:
-// bfloat16 scores where the CPU has AVX512_BF16).
+// bfloat16 scores where the CPU has AVX512_BF16, float16 keys widened in
+// place).
 func BenchmarkSDPARowsCold(b *testing.B) {
 	const h, hk, d, rows, layers, capS = 9, 3, 64, 8, 30, 256
 	for _, c := range []struct {
-		ctx  int
-		name string
-		acc  Acc
-	}{{96, "f32", AccF32}, {96, "fast", AccQ8}, {192, "f32", AccF32}, {192, "fast", AccQ8}} {
+		ctx   int
+		name  string
+		acc   Acc
+		dtype string
+	}{
+		{96, "f32", AccF32, "bf16"}, {96, "fast", AccQ8, "bf16"}, {192, "f32", AccF32, "bf16"}, {192, "fast", AccQ8, "bf16"},
+		{96, "fast", AccQ8, "f16"}, {192, "fast", AccQ8, "f16"},
+	} {
 		ctx := c.ctx
-		b.Run(fmt.Sprintf("ctx%d/%s", ctx, c.name), func(b *testing.B) {
+		b.Run(fmt.Sprintf("ctx%d/%s/%s", ctx, c.dtype, c.name), func(b *testing.B) {
 			r := newRand(uint64(ctx))
 			ks, vs := make([][]KV, layers), make([][]KV, layers)
+			round := tensor.RoundBF16
+			if c.dtype == "f16" {
+				round = tensor.RoundF16
+			}
 			lens := make([]int, rows)
 			for i := range lens {
 				lens[i] = ctx - 4 + i // rows a few tokens apart, as a server's are
@@ -216,11 +226,11 @@ func BenchmarkSDPARowsCold(b *testing.B) {
 			for l := range layers {
 				ks[l], vs[l] = make([]KV, rows), make([]KV, rows)
 				for i := range rows {
-					ks[l][i] = toStorage(randVec(r, hk*lens[i]*d, 1, tensor.RoundBF16), "bf16", 1, hk, lens[i], d, capS, d)
-					vs[l][i] = toStorage(randVec(r, hk*lens[i]*d, 1, tensor.RoundBF16), "bf16", 1, hk, lens[i], d, capS, d)
+					ks[l][i] = toStorage(randVec(r, hk*lens[i]*d, 1, round), c.dtype, 1, hk, lens[i], d, capS, d)
+					vs[l][i] = toStorage(randVec(r, hk*lens[i]*d, 1, round), c.dtype, 1, hk, lens[i], d, capS, d)
 				}
 			}
-			q := randVec(r, rows*h*d, 1, tensor.RoundBF16)
+			q := randVec(r, rows*h*d, 1, round)
 			dst := make([]float32, rows*h*d)
 			sweep := make([]byte, 96<<20)
 			for i := range sweep {
@@ -238,7 +248,7 @@ func BenchmarkSDPARowsCold(b *testing.B) {
 				}
 				t0 := time.Now()
 				for l := range layers {
-					SDPAKVRows(dst, q, ks[l], vs[l], lens, h, hk, 1, d, d, 0.125, Mask{}, tensor.RoundBF16, c.acc)
+					SDPAKVRows(dst, q, ks[l], vs[l], lens, h, hk, 1, d, d, 0.125, Mask{}, round, c.acc)
 				}
 				spent += time.Since(t0)
 			}

@@ -22,110 +22,163 @@ func bfScoreBound(q, k []float32, scale float32) float64 {
 	return math.Abs(float64(scale)) * mag * float64(len(q)+1) * 0x1p-24
 }
 
-// TestSDPAScoresBFKernel holds sdpaScoresBF64 and sdpaScoresBF128 to the
-// exact scores within bfScoreBound, for one to four rows, keys at a stride
-// wider than a row, and checks that the rows past rows and the floats
-// around the output stay untouched.
+// TestSDPAScoresBFKernel holds sdpaScoresBF64 and sdpaScoresBF128
+// (bfloat16 keys and queries) and sdpaScoresF64 and sdpaScoresF128 (float16
+// keys widened to float32, float32 queries already times the scale) to the exact scores
+// within bfScoreBound, for one to four rows, keys at a stride wider than a
+// row, and checks that the rows past rows and the floats around the output
+// stay untouched.
 func TestSDPAScoresBFKernel(t *testing.T) {
-	if !asmBF16 {
-		t.Skip("SKIPPED: this CPU lacks AVX512_BF16; the bfloat16 scores kernels are not installed")
-	}
-	for _, d := range []int{64, 128} {
-		for rows := 1; rows <= 4; rows++ {
-			t.Run(fmt.Sprintf("d%d/rows%d", d, rows), func(t *testing.T) {
-				r := newRand(uint64(d + rows))
-				q := randVec(r, rows*d, 1, tensor.RoundBF16)
-				const stride = 8 // extra values between key rows
-				k := randVec(r, sdpaBK*(d+stride), 1, tensor.RoundBF16)
-				qb, kb := make([]uint16, len(q)), make([]uint16, len(k))
-				for i, x := range q {
-					qb[i] = tensor.Float32ToBF16(x)
-				}
-				for i, x := range k {
-					kb[i] = tensor.Float32ToBF16(x)
-				}
-				scale := float32(1 / math.Sqrt(float64(d)))
-				got, whole := guarded(4 * sdpaBK)
-				kern := sdpaScoresBF64
-				if d == 128 {
-					kern = sdpaScoresBF128
-				}
-				kern(&got[0], &qb[0], unsafe.Pointer(&kb[0]), uintptr(2*(d+stride)), rows, scale)
-				checkGuards(t, whole, "s")
-				for x := rows * sdpaBK; x < len(got); x++ {
-					if !math.IsNaN(float64(got[x])) { // guarded fills with NaN
-						t.Fatalf("s[%d] past the rows written: %v", x, got[x])
-					}
-				}
-				for rr := range rows {
-					for x := range sdpaBK {
-						qr, kr := q[rr*d:(rr+1)*d], k[x*(d+stride):][:d]
-						var exact float64
-						for t := range qr {
-							exact += float64(qr[t]) * float64(kr[t])
-						}
-						exact *= float64(scale)
-						if g := got[rr*sdpaBK+x]; math.Abs(float64(g)-exact) > bfScoreBound(qr, kr, scale) {
-							t.Fatalf("row %d key %d: %v, exact %v (bound %g)", rr, x, g, exact, bfScoreBound(qr, kr, scale))
-						}
-					}
-				}
-			})
+	for _, kind := range []string{"bf16", "f16"} {
+		for _, d := range []int{64, 128} {
+			for rows := 1; rows <= 4; rows++ {
+				t.Run(fmt.Sprintf("%s/d%d/rows%d", kind, d, rows), func(t *testing.T) {
+					skipWithoutHalfScores(t, kind)
+					checkScoresKernel(t, kind, d, rows)
+				})
+			}
 		}
 	}
 }
 
-// TestSDPABF16Fast: SDPAKV in the fast precision (AccQ8) on bfloat16 keys
-// of a decode step (rep = 3 and 4, d = 64 and 128, lengths with a partial
-// last block, one and two KV heads, batch 2) takes the bfloat16 scores,
-// stays within a bound of the float32 path's output, and does not give its
-// bits (the kernel ran).
-func TestSDPABF16Fast(t *testing.T) {
-	if !asmBF16 || !asmF32 {
+// skipWithoutHalfScores skips, saying why, where the CPU lacks what the
+// fast precision's scores on 16-bit keys of kind need: AVX-512 for both,
+// and AVX512_BF16 for bfloat16.
+func skipWithoutHalfScores(t *testing.T, kind string) {
+	t.Helper()
+	if !asmF32 {
+		t.Skip("SKIPPED: this CPU lacks AVX-512; the fast precision's scores on 16-bit keys do not run")
+	}
+	if kind == "bf16" && !asmBF16 {
 		t.Skip("SKIPPED: this CPU lacks AVX512_BF16; the fast precision's bfloat16 scores do not run")
 	}
-	for _, d := range []int{64, 128} {
-		for _, sh := range []struct{ h, hk, s int }{{3, 1, 45}, {6, 2, 96}, {8, 2, 130}, {4, 1, 7}} {
-			t.Run(fmt.Sprintf("d%d/h%dhk%d/s%d", d, sh.h, sh.hk, sh.s), func(t *testing.T) {
-				const B = 2
-				r := newRand(uint64(d*sh.s + sh.h))
-				q := randVec(r, B*sh.h*d, 1, tensor.RoundBF16)
-				kk := toStorage(randVec(r, B*sh.hk*sh.s*d, 1, tensor.RoundBF16), "bf16", B, sh.hk, sh.s, d, sh.s+3, d)
-				vv := toStorage(randVec(r, B*sh.hk*sh.s*d, 1, tensor.RoundBF16), "bf16", B, sh.hk, sh.s, d, sh.s+3, d)
-				scale := float32(1 / math.Sqrt(float64(d)))
-				want, got := make([]float32, B*sh.h*d), make([]float32, B*sh.h*d)
-				j := newSDPAJob(got, q, &kk, &vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, &Mask{}, Identity, AccQ8)
-				if !j.bfk {
-					t.Fatal("the job does not take the bfloat16 scores")
-				}
-				SDPAKV(want, q, kk, vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, Mask{}, Identity, AccF32)
-				SDPAKV(got, q, kk, vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, Mask{}, Identity, AccQ8)
-				// A score off by e moves each weight by a factor within
-				// exp(±2e): the output moves by at most (e^{2e} − 1)·max|v|,
-				// plus the float32 path's own rounding.
-				var e, vmax float64
-				for i := range B * sh.h {
-					bi, hq := i/sh.h, i%sh.h
-					kh := hq / (sh.h / sh.hk)
-					for x := range sh.s {
-						e = max(e, bfScoreBound(q[i*d:(i+1)*d], bf16Row(kk.Vec.U16[kk.row(bi, kh, x):][:d]), scale))
+}
+
+// halfKind returns the rounding and the widening of 16-bit storage kind
+// ("bf16" or "f16").
+func halfKind(kind string) (Rounder, func([]uint16) []float32) {
+	if kind == "f16" {
+		return tensor.RoundF16, f16Row
+	}
+	return tensor.RoundBF16, bf16Row
+}
+
+// checkScoresKernel runs one case of TestSDPAScoresBFKernel.
+func checkScoresKernel(t *testing.T, kind string, d, rows int) {
+	r := newRand(uint64(d + rows))
+	round := tensor.RoundBF16
+	if kind == "f16" {
+		round = tensor.RoundF16
+	}
+	q := randVec(r, rows*d, 1, round)
+	const stride = 8 // extra values between key rows
+	k := randVec(r, sdpaBK*(d+stride), 1, round)
+	scale := float32(1 / math.Sqrt(float64(d)))
+	got, whole := guarded(4 * sdpaBK)
+	if kind == "bf16" {
+		kb := make([]uint16, len(k))
+		for i, x := range k {
+			kb[i] = tensor.Float32ToBF16(x)
+		}
+		qb := make([]uint16, len(q))
+		for i, x := range q {
+			qb[i] = tensor.Float32ToBF16(x)
+		}
+		kern := sdpaScoresBF64
+		if d == 128 {
+			kern = sdpaScoresBF128
+		}
+		kern(&got[0], &qb[0], unsafe.Pointer(&kb[0]), uintptr(2*(d+stride)), rows, scale)
+	} else {
+		// The kernel takes scale·q, as the job's w.qs holds it, and the
+		// keys widened to float32 rows of d, as hfScores leaves them.
+		for i := range q {
+			q[i] *= scale
+		}
+		scale = 1
+		kf := make([]float32, sdpaBK*d)
+		for x := range sdpaBK {
+			copy(kf[x*d:(x+1)*d], k[x*(d+stride):][:d])
+		}
+		kern := sdpaScoresF64
+		if d == 128 {
+			kern = sdpaScoresF128
+		}
+		kern(&got[0], &q[0], &kf[0], rows)
+	}
+	checkGuards(t, whole, "s")
+	for x := rows * sdpaBK; x < len(got); x++ {
+		if !math.IsNaN(float64(got[x])) { // guarded fills with NaN
+			t.Fatalf("s[%d] past the rows written: %v", x, got[x])
+		}
+	}
+	for rr := range rows {
+		for x := range sdpaBK {
+			qr, kr := q[rr*d:(rr+1)*d], k[x*(d+stride):][:d]
+			var exact float64
+			for t := range qr {
+				exact += float64(qr[t]) * float64(kr[t])
+			}
+			exact *= float64(scale)
+			if g := got[rr*sdpaBK+x]; math.Abs(float64(g)-exact) > bfScoreBound(qr, kr, scale) {
+				t.Fatalf("row %d key %d: %v, exact %v (bound %g)", rr, x, g, exact, bfScoreBound(qr, kr, scale))
+			}
+		}
+	}
+}
+
+// TestSDPABF16Fast: SDPAKV in the fast precision (AccQ8) on bfloat16 and
+// float16 keys of a decode step (rep = 3 and 4, d = 64 and 128, lengths
+// with a partial last block, one and two KV heads, batch 2) takes the
+// in-place scores (bfScores, hfScores), stays within a bound of the float32
+// path's output, and does not give its bits (the kernel ran).
+func TestSDPABF16Fast(t *testing.T) {
+	for _, kind := range []string{"bf16", "f16"} {
+		for _, d := range []int{64, 128} {
+			for _, sh := range []struct{ h, hk, s int }{{3, 1, 45}, {6, 2, 96}, {8, 2, 130}, {4, 1, 7}} {
+				t.Run(fmt.Sprintf("%s/d%d/h%dhk%d/s%d", kind, d, sh.h, sh.hk, sh.s), func(t *testing.T) {
+					skipWithoutHalfScores(t, kind)
+					round, widen := halfKind(kind)
+					const B = 2
+					r := newRand(uint64(d*sh.s + sh.h))
+					q := randVec(r, B*sh.h*d, 1, round)
+					kk := toStorage(randVec(r, B*sh.hk*sh.s*d, 1, round), kind, B, sh.hk, sh.s, d, sh.s+3, d)
+					vv := toStorage(randVec(r, B*sh.hk*sh.s*d, 1, round), kind, B, sh.hk, sh.s, d, sh.s+3, d)
+					scale := float32(1 / math.Sqrt(float64(d)))
+					want, got := make([]float32, B*sh.h*d), make([]float32, B*sh.h*d)
+					j := newSDPAJob(got, q, &kk, &vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, &Mask{}, Identity, AccQ8)
+					if kind == "bf16" && !j.bfk || kind == "f16" && !j.hfk {
+						t.Fatalf("the job does not take the in-place scores on %s keys", kind)
 					}
-				}
-				for _, x := range vv.Vec.U16 {
-					vmax = max(vmax, math.Abs(float64(tensor.BF16ToFloat32(x))))
-				}
-				tol := math.Expm1(2*e)*vmax + 1e-5
-				differ := false
-				for i := range want {
-					if math.Abs(float64(got[i]-want[i])) > tol {
-						t.Fatalf("output %d: %v, float32 path %v (tolerance %g)", i, got[i], want[i], tol)
+					SDPAKV(want, q, kk, vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, Mask{}, Identity, AccF32)
+					SDPAKV(got, q, kk, vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, Mask{}, Identity, AccQ8)
+					// A score off by e moves each weight by a factor within
+					// exp(±2e): the output moves by at most (e^{2e} − 1)·max|v|,
+					// plus the float32 path's own rounding.
+					var e, vmax float64
+					for i := range B * sh.h {
+						bi, hq := i/sh.h, i%sh.h
+						kh := hq / (sh.h / sh.hk)
+						for x := range sh.s {
+							e = max(e, bfScoreBound(q[i*d:(i+1)*d], widen(kk.Vec.U16[kk.row(bi, kh, x):][:d]), scale))
+						}
 					}
-					differ = differ || got[i] != want[i]
-				}
-				if !differ {
-					t.Fatal("the fast precision gave the float32 path's bits: the bfloat16 scores did not run")
-				}
-			})
+					for _, x := range widen(vv.Vec.U16) {
+						vmax = max(vmax, math.Abs(float64(x)))
+					}
+					tol := math.Expm1(2*e)*vmax + 1e-5
+					differ := false
+					for i := range want {
+						if math.Abs(float64(got[i]-want[i])) > tol {
+							t.Fatalf("output %d: %v, float32 path %v (tolerance %g)", i, got[i], want[i], tol)
+						}
+						differ = differ || got[i] != want[i]
+					}
+					if !differ {
+						t.Fatal("the fast precision gave the float32 path's bits: the in-place scores did not run")
+					}
+				})
+			}
 		}
 	}
 }
@@ -139,30 +192,39 @@ func bf16Row(u []uint16) []float32 {
 	return out
 }
 
-// TestSDPABF16Chunked: in the fast precision on bfloat16 keys (the
-// bfloat16 scores), decoding a position at a time, prefill in chunks and
-// one-shot prefill give every query row the same bits, as on the float32
-// path (TestSDPAChunked): a verify window, a prompt cache's prefill and the
-// decode steps after it agree.
-func TestSDPABF16Chunked(t *testing.T) {
-	if !asmBF16 || !asmF32 {
-		t.Skip("SKIPPED: this CPU lacks AVX512_BF16; the fast precision's bfloat16 scores do not run")
+// f16Row widens float16 bits to float32 values.
+func f16Row(u []uint16) []float32 {
+	out := make([]float32, len(u))
+	for i, x := range u {
+		out[i] = tensor.F16ToFloat32(x)
 	}
-	for _, sh := range []struct{ h, hk, s, d int }{{6, 2, 100, 64}, {4, 1, 70, 128}} {
-		h, hk, s, d := sh.h, sh.hk, sh.s, sh.d
-		r := newRand(uint64(s + d))
-		q := randVec(r, h*s*d, 1, tensor.RoundBF16)
-		kk := toStorage(randVec(r, hk*s*d, 1, tensor.RoundBF16), "bf16", 1, hk, s, d, s+9, d)
-		vv := toStorage(randVec(r, hk*s*d, 1, tensor.RoundBF16), "bf16", 1, hk, s, d, s+9, d)
-		run := func(chunk, th int) []float32 {
-			return sdpaChunked(q, kk, vv, h, hk, s, d, chunk, th, 0.125, tensor.RoundBF16, AccQ8)
-		}
-		want := run(s, 1)
-		for _, chunk := range []int{1, 4, 33} {
-			for _, th := range []int{1, 2} {
-				t.Run(fmt.Sprintf("h%dhk%d/d%d/chunk%d/threads%d", h, hk, d, chunk, th), func(t *testing.T) {
-					expectSame(t, run(chunk, th), want, "chunked vs one-shot")
-				})
+	return out
+}
+
+// TestSDPABF16Chunked: in the fast precision on bfloat16 and float16 keys
+// (the in-place scores), decoding a position at a time, prefill in chunks
+// and one-shot prefill give every query row the same bits, as on the
+// float32 path (TestSDPAChunked): a verify window, a prompt cache's prefill
+// and the decode steps after it agree.
+func TestSDPABF16Chunked(t *testing.T) {
+	for _, kind := range []string{"bf16", "f16"} {
+		for _, sh := range []struct{ h, hk, s, d int }{{6, 2, 100, 64}, {4, 1, 70, 128}} {
+			h, hk, s, d := sh.h, sh.hk, sh.s, sh.d
+			round, _ := halfKind(kind)
+			r := newRand(uint64(s + d))
+			q := randVec(r, h*s*d, 1, round)
+			kk := toStorage(randVec(r, hk*s*d, 1, round), kind, 1, hk, s, d, s+9, d)
+			vv := toStorage(randVec(r, hk*s*d, 1, round), kind, 1, hk, s, d, s+9, d)
+			run := func(chunk, th int) []float32 {
+				return sdpaChunked(q, kk, vv, h, hk, s, d, chunk, th, 0.125, round, AccQ8)
+			}
+			for _, chunk := range []int{1, 4, 33} {
+				for _, th := range []int{1, 2} {
+					t.Run(fmt.Sprintf("%s/h%dhk%d/d%d/chunk%d/threads%d", kind, h, hk, d, chunk, th), func(t *testing.T) {
+						skipWithoutHalfScores(t, kind)
+						expectSame(t, run(chunk, th), run(s, 1), "chunked vs one-shot")
+					})
+				}
 			}
 		}
 	}

@@ -59,7 +59,10 @@ import (
 // SmolLM2's eight-row decode step); the score differs from the float32
 // path's by float32 rounding (TestSDPABF16Fast). Every query row of such a
 // model takes it, decode and prefill alike, so a row's bits still depend on
-// its own position and mask alone (TestSDPABF16Chunked).
+// its own position and mask alone (TestSDPABF16Chunked). Float16 keys of
+// such a model (SmolLM2's checkpoints are float16) take the same shape
+// (hfScores): a block's keys widened to float32 in key order, not
+// transposed, and each score's products summed in 16 lanes and a tree.
 //
 // With d, dv multiples of 16 the steps run in assembly kernels: those of
 // sdpa_amd64.s with AVX-512 (asmF32), the same code with or without
@@ -133,6 +136,7 @@ type sdpaJob struct {
 	qk8                        *q8Keys // the keys of the 8-bit key kernel, or nil (sdpa_q8.go)
 	qpv8                       bool    // the 8-bit value kernel (sdpa_q8.go)
 	bfk                        bool    // bfloat16 scores (bfScores)
+	hfk                        bool    // float16 keys in place (hfScores)
 	starts                     []int   // per batch entry, the key its blocks start from (keyStarts), or nil for 0
 }
 
@@ -303,6 +307,9 @@ func (j *sdpaJob) init(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, sc
 	// Every query row of such a model (decode, a verify window, prefill)
 	// takes bfScores, so a row's bits do not depend on l (TestSDPABF16Chunked).
 	j.bfk = acc == AccQ8 && asmBF16 && j.vk == sdpa512 && j.qk8 == nil && !k.expanded() && k.Vec.F32 == nil && !k.Vec.F16 &&
+		(d == 64 || d == 128) && j.rep <= 4
+	// Likewise on float16 keys: hfScores.
+	j.hfk = acc == AccQ8 && j.vk == sdpa512 && j.qk8 == nil && !k.expanded() && k.Vec.F16 &&
 		(d == 64 || d == 128) && j.rep <= 4
 	j.starts = keyStarts(m, b, h, l, s)
 }
@@ -758,6 +765,10 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 		j.bfScores(w, bi, kh, j0, n, r0, rows)
 		return
 	}
+	if j.hfk {
+		j.hfScores(w, bi, kh, j0, n, r0, rows)
+		return
+	}
 	if j.asm {
 		if k.expanded() {
 			// Quantized or decoded keys: expand the block's rows to
@@ -827,6 +838,24 @@ func (j *sdpaJob) bfScores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 		sdpaScoresBF64(&w.sc[r0*sdpaBK], &w.qb[r0*d], src, stride, rows-r0, j.scale)
 	} else {
 		sdpaScoresBF128(&w.sc[r0*sdpaBK], &w.qb[r0*d], src, stride, rows-r0, j.scale)
+	}
+}
+
+// hfScores is bfScores on float16 keys (sdpaJob.hfk): the block's keys
+// widened to float32 in key order (exact; zero keys after a partial
+// block, whose scores the caller masks), then sdpaScoresF64 or 128 against
+// the rows of scale·q (w.qs). Each score sums the float32 products in the
+// kernel's order (16 lanes, then a tree), where the float32 path sums
+// along the key: within float32 rounding of each other, and the same for a
+// row whatever the rows beside it.
+func (j *sdpaJob) hfScores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
+	d, k := j.d, j.k
+	j.cvt(w.kc, d, sdpaVecPtr(k.Vec, k.row(bi, kh, j0)), uintptr(k.RowStride)*2, n, d, sdpaF16)
+	clear(w.kc[n*d : sdpaBK*d])
+	if d == 64 {
+		sdpaScoresF64(&w.sc[r0*sdpaBK], &w.qs[r0*d], &w.kc[0], rows-r0)
+	} else {
+		sdpaScoresF128(&w.sc[r0*sdpaBK], &w.qs[r0*d], &w.kc[0], rows-r0)
 	}
 }
 

@@ -1094,6 +1094,57 @@ func genScoresBF(d int) {
 	p("")
 }
 
+// sdpaScoresF<d>(s, q, k *float32, rows int): the scores of rows rows (q
+// row r: d float32 values, already times the scale, at q + r·d) against 32
+// keys of d float32 values (key x at k + x·d), s row r at s + r·32: per
+// key, a product and then fused multiply-adds of its 16-value pieces in
+// order into one 16-lane accumulator, its lanes summed by treeSum, the 16
+// keys' sums put back in key order. The fast precision's scores on float16
+// keys (sdpaJob.hfk), which hfScores widens first: no transposed copy of
+// the keys, the twin of sdpaScoresBF.
+func genScoresF(d int) {
+	name := fmt.Sprintf("sdpaScoresF%d", d)
+	lb := fmt.Sprintf("sf%d", d)
+	c := d / 16
+	p("// func %s(s, q, k *float32, rows int)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	p("\tMOVQ s+0(FP), DI")
+	p("\tMOVQ q+8(FP), SI")
+	p("\tMOVQ k+16(FP), BX")
+	p("\tMOVQ rows+24(FP), CX")
+	p("\tVMOVDQU32 sdpaTreePerm<>(SB), Z26")
+	p("\tTESTQ CX, CX")
+	p("\tJLE %s_done", lb)
+	p("%s_row:", lb)
+	for i := 0; i < c; i++ {
+		p("\tVMOVUPS %d(SI), Z%d", 64*i, i)
+	}
+	p("\tMOVQ BX, R9")
+	for h := 0; h < 2; h++ {
+		for j := 0; j < 16; j++ {
+			for i := 0; i < c; i++ {
+				if i == 0 {
+					p("\tVMULPS %d(R9), Z0, Z%d", 64*(j*c+i), 8+j)
+				} else {
+					p("\tVFMADD231PS %d(R9), Z%d, Z%d", 64*(j*c+i), i, 8+j)
+				}
+			}
+		}
+		p("\tADDQ $%d, R9", 16*4*d)
+		treeSum()
+		p("\tVPERMPS Z8, Z26, Z8")
+		p("\tVMOVUPS Z8, %d(DI)", 64*h)
+	}
+	p("\tADDQ $128, DI")
+	p("\tADDQ $%d, SI", 4*d)
+	p("\tDECQ CX")
+	p("\tJNZ %s_row", lb)
+	p("%s_done:", lb)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func main() {
 	out := flag.String("o", "", "write to this file instead of standard output")
 	flag.Parse()
@@ -1119,6 +1170,8 @@ func main() {
 	genExpSum4()
 	genScoresBF(64)
 	genScoresBF(128)
+	genScoresF(64)
+	genScoresF(128)
 	if *out == "" {
 		os.Stdout.WriteString(b.String())
 		return

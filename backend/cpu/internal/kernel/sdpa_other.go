@@ -25,6 +25,10 @@ func sdpaScoresBF128(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, r
 	panic(sdpaNoAsm)
 }
 
+func sdpaScoresF64(s, q, k *float32, rows int) { panic(sdpaNoAsm) }
+
+func sdpaScoresF128(s, q, k *float32, rows int) { panic(sdpaNoAsm) }
+
 func sdpaSoftmax(s, m, l, f *float32, rows int) { panic(sdpaNoAsm) }
 
 func sdpaPV4(acc, p *float32, v unsafe.Pointer, vstride uintptr, f *float32, n, dv int) {
