@@ -29,6 +29,13 @@ type Options struct {
 	// the file must have K-quant matrices to requantize.
 	Requantize      bool
 	Bits, GroupSize int
+	// DType, when set (tensor.F16, BF16 or F32), is the type every
+	// floating-point tensor is saved in (mlx_lm convert's --dtype: norms,
+	// unquantized matrices, and the scales and biases of quantized ones),
+	// each value rounded to nearest even; a dequantized K-quant matrix is
+	// cast before it is requantized, as mlx_lm casts before quantizing.
+	// Invalid (the zero value) keeps each tensor's type from the file.
+	DType tensor.DType
 	// Progress, when set, is called after each tensor is converted.
 	Progress func(done, total int, name string)
 	// ShardBytes bounds a safetensors shard; 0 means 4 GiB.
@@ -123,6 +130,9 @@ func Convert(src, out string, opts Options) (res *Result, err error) {
 		if !slices.Contains(RequantizeGroupSizes, opts.GroupSize) {
 			return nil, fmt.Errorf("convert: requantize group size %d: want one of %v", opts.GroupSize, RequantizeGroupSizes)
 		}
+	}
+	if opts.DType != tensor.Invalid && !slices.Contains(ConvertDTypes, opts.DType) {
+		return nil, fmt.Errorf("convert: dtype %v: want one of %v", opts.DType, ConvertDTypes)
 	}
 	if st, err := os.Stat(out); err == nil && !st.IsDir() {
 		return nil, fmt.Errorf("convert: output %s exists and is not a directory", out)
@@ -249,6 +259,9 @@ func Convert(src, out string, opts Options) (res *Result, err error) {
 		}
 		module, suffix := splitSuffix(p.hf)
 		isMatrix := len(p.info.Shape) == 2 && suffix == "weight"
+		if opts.DType != tensor.Invalid {
+			c.Weight, c.Scales, c.Biases = castFloat(c.Weight, opts.DType), castFloat(c.Scales, opts.DType), castFloat(c.Biases, opts.DType)
+		}
 		if c.Dequantized {
 			if rq != nil && isMatrix && p.info.Shape[1]%opts.GroupSize == 0 {
 				if c, err = rq.quantize(c.Weight); err != nil {
@@ -360,12 +373,33 @@ func Convert(src, out string, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	if len(dequantized) > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("%d K-quant tensors were dequantized exactly to float32 and kept unquantized (--requantize would quantize them again, lossily): %v", len(dequantized), dequantized))
+		kept := "exactly to float32"
+		if opts.DType != tensor.Invalid && opts.DType != tensor.F32 {
+			kept = "to float32, saved as " + opts.DType.MLXName() + ","
+		}
+		res.Notes = append(res.Notes, fmt.Sprintf("%d K-quant tensors were dequantized %s and kept unquantized (--requantize would quantize them again, lossily): %v", len(dequantized), kept, dequantized))
 	}
 	if len(requantized) > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d K-quant tensors were dequantized and re-quantized to MLX affine %d-bit, group %d (lossy: not the file's exact values): %v", len(requantized), opts.Bits, opts.GroupSize, requantized))
 	}
 	return res, nil
+}
+
+// ConvertDTypes are the types Options.DType may name (mlx_lm convert's
+// MODEL_CONVERSION_DTYPES).
+var ConvertDTypes = []tensor.DType{tensor.F16, tensor.BF16, tensor.F32}
+
+// castFloat returns t in type dt when t is a floating-point tensor of
+// another type (nil and integer tensors, such as packed quantized weights,
+// as they are).
+func castFloat(t *tensor.Dense, dt tensor.DType) *tensor.Dense {
+	switch {
+	case t == nil || t.DType == dt:
+		return t
+	case t.DType == tensor.F16 || t.DType == tensor.BF16 || t.DType == tensor.F32:
+		return t.Convert(dt)
+	}
+	return t
 }
 
 // checkOutput loads the model in dir as generate does (checkpoint.Open, then

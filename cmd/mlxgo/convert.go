@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/convert"
+	"github.com/mlxgo/mlxgo/tensor"
 	"github.com/mlxgo/mlxgo/tokenizer"
 )
 
-const convertUsage = `usage: mlxgo convert --gguf FILE --out DIR [--requantize [--bits N] [--group-size G]]
+const convertUsage = `usage: mlxgo convert --gguf FILE --out DIR [--dtype T] [--requantize [--bits N] [--group-size G]]
 
 Converts a llama-architecture GGUF file (llama.cpp's format) into an MLX
 model directory: config.json, model.safetensors, tokenizer.json and
@@ -23,12 +24,18 @@ exactly; F32, F16 and BF16 stay as they are; K-quants (Q2_K ... Q6_K) are
 dequantized exactly to float32 and kept unquantized, or, with --requantize,
 quantized again with MLX's affine algorithm (lossy). llama.cpp's q/k row
 permutation is undone, so the model uses Hugging Face's RoPE layout. Any
-other tensor type is an error naming the tensor.
+other tensor type is an error naming the tensor. --dtype saves every
+floating-point tensor (norms, unquantized matrices, quantization scales
+and biases) as float16, bfloat16 or float32, as mlx_lm convert's --dtype
+does: a GGUF keeps its norms in float32, which makes the model compute in
+float32 (and keep its KV cache in float32); --dtype float16 gives the
+all-float16 model an mlx_lm conversion of a float16 checkpoint would.
 
 Examples:
   mlxgo convert --gguf SmolLM2-135M-Instruct.Q4_1.gguf --out smollm2-mlx
   mlxgo generate --model smollm2-mlx --prompt "What is the capital of France?"
   mlxgo convert --gguf model.Q4_K_M.gguf --out model-mlx --requantize --bits 4 --group-size 64
+  mlxgo convert --gguf SmolLM2-135M-Instruct.Q4_1.gguf --out smollm2-f16 --dtype float16
 
 Flags:
 `
@@ -42,6 +49,7 @@ func cmdConvert(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&opts.Requantize, "requantize", false, "re-quantize dequantized K-quant weights with MLX affine quantization (lossy)")
 	fs.IntVar(&opts.Bits, "bits", 4, "bits for --requantize (2, 3, 4, 5, 6 or 8)")
 	fs.IntVar(&opts.GroupSize, "group-size", 64, "group size for --requantize (32, 64 or 128)")
+	dtype := fs.String("dtype", "", "save every floating-point tensor in this type: float16, bfloat16 or float32 (mlx_lm convert's --dtype); unset: as in the file")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	printUsage, status, done := parseArgs(fs, "convert", convertUsage, args, stdout, stderr)
 	if done {
@@ -52,6 +60,15 @@ func cmdConvert(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "mlxgo convert: --gguf and --out are required\n\n")
 		printUsage(stderr)
 		return 2
+	}
+	if *dtype != "" {
+		dt, err := tensor.ParseDType(*dtype)
+		if err != nil || !slices.Contains(convert.ConvertDTypes, dt) {
+			fmt.Fprintf(stderr, "mlxgo convert: --dtype %q: want float16, bfloat16 or float32\n\n", *dtype)
+			printUsage(stderr)
+			return 2
+		}
+		opts.DType = dt
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

@@ -229,6 +229,8 @@ func hostileCases(t *testing.T, good, root string) []hostileCase {
 		{name: "convert/gguf-missing", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, want: `/g.*no such file`},
 		{name: "convert/gguf-truncated", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": string(ggufData[:len(ggufData)/2])}, want: `/g`},
 		{name: "convert/gguf-header-only", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": string(ggufData[:64])}, want: `/g`},
+		{name: "convert/dtype-int8", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o", "--dtype", "int8"}, want: `--dtype "int8": want float16, bfloat16 or float32`},
+		{name: "convert/dtype-unknown", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o", "--dtype", "half"}, want: `--dtype "half": want float16, bfloat16 or float32`},
 		{name: "convert/gguf-count-huge", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": "GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f\xff\xff\xff\xff\xff\xff\xff\x7f"}, want: `/g`},
 		{name: "convert/gguf-not-gguf", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": "PK\x03\x04 not a gguf file at all"}, want: `/g.*(magic|GGUF)`},
 		{name: "convert/gguf-tensor-type", args: []string{"convert", "--gguf", "{D}/g", "--out", "{D}/o"}, files: map[string]string{"g": ggufType}, want: `attn_norm.*(type|99)|(type|99).*attn_norm`},
