@@ -53,7 +53,7 @@
 // A buffer holds either
 //
 //   - float32 values ("values storage"): every F32 array, and the result of
-//     an op in BF16 or F16 of at most 2^18 elements. The values are exactly
+//     an op in BF16 or F16 of at most 2^20 elements. The values are exactly
 //     those of the dtype (the kernels' Rounder already rounded them), so the
 //     next op reads them in place, with no conversion, and writes its own
 //     result straight into a new float32 buffer; or
