@@ -60,7 +60,8 @@ import (
 // path's by float32 rounding (TestSDPABF16Fast). Every query row of such a
 // model takes it, decode and prefill alike, so a row's bits still depend on
 // its own position and mask alone (TestSDPABF16Chunked). Float16 keys of
-// such a model (SmolLM2's checkpoints are float16) take the same shape
+// such a model (a float16 checkpoint's, such as `mlxgo convert --dtype
+// float16` of the SmolLM2 GGUF) take the same shape
 // (hfScores): a block's keys widened to float32 in key order, not
 // transposed, and each score's products summed in 16 lanes and a tree.
 //
