@@ -51,16 +51,16 @@ func sdpaScoresBF128(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, r
 
 // sdpaScoresF64 writes the scores of rows query rows (float32, already
 // times the scale, d = 64 values each, row r at q + r·d) against 32
-// float32 keys (key x at k + x·d) to s + r·32: the products summed in 16
-// lanes and the lanes by a tree (hfScores, sdpa_gen.go).
+// float32 keys (key x at k + x·kstride bytes) to s + r·32: the products
+// summed in 16 lanes and the lanes by a tree (fScores, sdpa_gen.go).
 //
 //go:noescape
-func sdpaScoresF64(s, q, k *float32, rows int)
+func sdpaScoresF64(s, q *float32, k unsafe.Pointer, kstride uintptr, rows int)
 
 // sdpaScoresF128 is sdpaScoresF64 for d = 128.
 //
 //go:noescape
-func sdpaScoresF128(s, q, k *float32, rows int)
+func sdpaScoresF128(s, q *float32, k unsafe.Pointer, kstride uintptr, rows int)
 
 // sdpaSoftmax runs one online-softmax step (see sdpaSoftmaxGo) on rows rows
 // of 32 scores at s + r·32, with the states m, l and the rescale factors f

@@ -189,17 +189,17 @@ func BenchmarkSDPAPrefix(b *testing.B) {
 }
 
 // BenchmarkSDPARowsCold is the attention of a server's decode step at eight
-// rows on SmolLM2-135M's shape (9 query heads on 3 KV heads of 64, bf16
-// or, as the real checkpoint's, f16,
-// each row a cache of its own of capacity 256 as nn's per-row caches keep
-// them) over 30 layers, each layer's caches in memory of their own, with a
-// 96 MB sweep before each step (not timed) standing in for the weights a
-// decode step streams: the caches come from memory, as they do in
-// BenchmarkBatchDecode. ns/layer is the wall time of one layer's
+// rows on SmolLM2-135M's shape (9 query heads on 3 KV heads of 64, bf16,
+// f16, or f32 as the real checkpoint's: its GGUF's float32 norms make it
+// compute in float32; each row a cache of its own of capacity 256 as nn's
+// per-row caches keep them) over 30 layers, each layer's caches in memory
+// of their own, with a 96 MB sweep before each step (not timed) standing
+// in for the weights a decode step streams: the caches come from memory,
+// as they do in BenchmarkBatchDecode. ns/layer is the wall time of one layer's
 // SDPAKVRows; MB/s the bytes of K and V read per second; f32 is the
 // reference precision's path (AccF32), fast the fast precision's (AccQ8:
-// bfloat16 scores where the CPU has AVX512_BF16, float16 keys widened in
-// place).
+// bfloat16 scores where the CPU has AVX512_BF16, float32 and float16 keys
+// untransposed).
 func BenchmarkSDPARowsCold(b *testing.B) {
 	const h, hk, d, rows, layers, capS = 9, 3, 64, 8, 30, 256
 	for _, c := range []struct {
@@ -209,15 +209,19 @@ func BenchmarkSDPARowsCold(b *testing.B) {
 		dtype string
 	}{
 		{96, "f32", AccF32, "bf16"}, {96, "fast", AccQ8, "bf16"}, {192, "f32", AccF32, "bf16"}, {192, "fast", AccQ8, "bf16"},
-		{96, "fast", AccQ8, "f16"}, {192, "fast", AccQ8, "f16"},
+		{96, "fast", AccQ8, "f16"}, {192, "fast", AccQ8, "f16"}, {96, "fast", AccQ8, "f32"}, {192, "fast", AccQ8, "f32"},
 	} {
 		ctx := c.ctx
 		b.Run(fmt.Sprintf("ctx%d/%s/%s", ctx, c.dtype, c.name), func(b *testing.B) {
 			r := newRand(uint64(ctx))
 			ks, vs := make([][]KV, layers), make([][]KV, layers)
-			round := tensor.RoundBF16
-			if c.dtype == "f16" {
+			var round Rounder = tensor.RoundBF16
+			es := 2 // bytes per element
+			switch c.dtype {
+			case "f16":
 				round = tensor.RoundF16
+			case "f32":
+				round, es = Identity, 4
 			}
 			lens := make([]int, rows)
 			for i := range lens {
@@ -239,7 +243,7 @@ func BenchmarkSDPARowsCold(b *testing.B) {
 			var sum byte
 			bytes := 0
 			for _, n := range lens {
-				bytes += 2 * hk * n * d * 2 * layers
+				bytes += 2 * hk * n * d * es * layers
 			}
 			var spent time.Duration
 			for b.Loop() {

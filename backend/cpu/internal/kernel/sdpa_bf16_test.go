@@ -23,13 +23,14 @@ func bfScoreBound(q, k []float32, scale float32) float64 {
 }
 
 // TestSDPAScoresBFKernel holds sdpaScoresBF64 and sdpaScoresBF128
-// (bfloat16 keys and queries) and sdpaScoresF64 and sdpaScoresF128 (float16
-// keys widened to float32, float32 queries already times the scale) to the exact scores
+// (bfloat16 keys and queries) and sdpaScoresF64 and sdpaScoresF128 (float32
+// keys, or float16 ones widened, and float32 queries already times the
+// scale) to the exact scores
 // within bfScoreBound, for one to four rows, keys at a stride wider than a
 // row, and checks that the rows past rows and the floats around the output
 // stay untouched.
 func TestSDPAScoresBFKernel(t *testing.T) {
-	for _, kind := range []string{"bf16", "f16"} {
+	for _, kind := range []string{"bf16", "f16", "f32"} {
 		for _, d := range []int{64, 128} {
 			for rows := 1; rows <= 4; rows++ {
 				t.Run(fmt.Sprintf("%s/d%d/rows%d", kind, d, rows), func(t *testing.T) {
@@ -54,22 +55,22 @@ func skipWithoutHalfScores(t *testing.T, kind string) {
 	}
 }
 
-// halfKind returns the rounding and the widening of 16-bit storage kind
-// ("bf16" or "f16").
-func halfKind(kind string) (Rounder, func([]uint16) []float32) {
-	if kind == "f16" {
-		return tensor.RoundF16, f16Row
+// halfKind returns the rounding of storage kind ("bf16", "f16" or "f32")
+// and the values of n elements of a KV of that kind from element off.
+func halfKind(kind string) (Rounder, func(kv KV, off, n int) []float32) {
+	switch kind {
+	case "f16":
+		return tensor.RoundF16, func(kv KV, off, n int) []float32 { return f16Row(kv.Vec.U16[off:][:n]) }
+	case "f32":
+		return Identity, func(kv KV, off, n int) []float32 { return kv.Vec.F32[off:][:n] }
 	}
-	return tensor.RoundBF16, bf16Row
+	return tensor.RoundBF16, func(kv KV, off, n int) []float32 { return bf16Row(kv.Vec.U16[off:][:n]) }
 }
 
 // checkScoresKernel runs one case of TestSDPAScoresBFKernel.
 func checkScoresKernel(t *testing.T, kind string, d, rows int) {
 	r := newRand(uint64(d + rows))
-	round := tensor.RoundBF16
-	if kind == "f16" {
-		round = tensor.RoundF16
-	}
+	round, _ := halfKind(kind)
 	q := randVec(r, rows*d, 1, round)
 	const stride = 8 // extra values between key rows
 	k := randVec(r, sdpaBK*(d+stride), 1, round)
@@ -90,21 +91,17 @@ func checkScoresKernel(t *testing.T, kind string, d, rows int) {
 		}
 		kern(&got[0], &qb[0], unsafe.Pointer(&kb[0]), uintptr(2*(d+stride)), rows, scale)
 	} else {
-		// The kernel takes scale·q, as the job's w.qs holds it, and the
-		// keys widened to float32 rows of d, as hfScores leaves them.
+		// The kernel takes scale·q, as the job's w.qs holds it, and
+		// float32 keys (float16 ones widened, as fScores leaves them).
 		for i := range q {
 			q[i] *= scale
 		}
 		scale = 1
-		kf := make([]float32, sdpaBK*d)
-		for x := range sdpaBK {
-			copy(kf[x*d:(x+1)*d], k[x*(d+stride):][:d])
-		}
 		kern := sdpaScoresF64
 		if d == 128 {
 			kern = sdpaScoresF128
 		}
-		kern(&got[0], &q[0], &kf[0], rows)
+		kern(&got[0], &q[0], unsafe.Pointer(&k[0]), uintptr(4*(d+stride)), rows)
 	}
 	checkGuards(t, whole, "s")
 	for x := rows * sdpaBK; x < len(got); x++ {
@@ -127,13 +124,14 @@ func checkScoresKernel(t *testing.T, kind string, d, rows int) {
 	}
 }
 
-// TestSDPABF16Fast: SDPAKV in the fast precision (AccQ8) on bfloat16 and
-// float16 keys of a decode step (rep = 3 and 4, d = 64 and 128, lengths
-// with a partial last block, one and two KV heads, batch 2) takes the
-// in-place scores (bfScores, hfScores), stays within a bound of the float32
-// path's output, and does not give its bits (the kernel ran).
+// TestSDPABF16Fast: SDPAKV in the fast precision (AccQ8) on bfloat16,
+// float16 and float32 keys of a decode step (rep = 3 and 4, d = 64 and
+// 128, lengths with a partial last block, one and two KV heads, batch 2)
+// takes the untransposed scores (bfScores, fScores), stays within a bound
+// of the float32 path's output, and does not give its bits (the kernel
+// ran).
 func TestSDPABF16Fast(t *testing.T) {
-	for _, kind := range []string{"bf16", "f16"} {
+	for _, kind := range []string{"bf16", "f16", "f32"} {
 		for _, d := range []int{64, 128} {
 			for _, sh := range []struct{ h, hk, s int }{{3, 1, 45}, {6, 2, 96}, {8, 2, 130}, {4, 1, 7}} {
 				t.Run(fmt.Sprintf("%s/d%d/h%dhk%d/s%d", kind, d, sh.h, sh.hk, sh.s), func(t *testing.T) {
@@ -147,7 +145,7 @@ func TestSDPABF16Fast(t *testing.T) {
 					scale := float32(1 / math.Sqrt(float64(d)))
 					want, got := make([]float32, B*sh.h*d), make([]float32, B*sh.h*d)
 					j := newSDPAJob(got, q, &kk, &vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, &Mask{}, Identity, AccQ8)
-					if kind == "bf16" && !j.bfk || kind == "f16" && !j.hfk {
+					if kind == "bf16" && !j.bfk || kind != "bf16" && !j.fk {
 						t.Fatalf("the job does not take the in-place scores on %s keys", kind)
 					}
 					SDPAKV(want, q, kk, vv, B, sh.h, sh.hk, 1, sh.s, d, d, scale, Mask{}, Identity, AccF32)
@@ -160,11 +158,20 @@ func TestSDPABF16Fast(t *testing.T) {
 						bi, hq := i/sh.h, i%sh.h
 						kh := hq / (sh.h / sh.hk)
 						for x := range sh.s {
-							e = max(e, bfScoreBound(q[i*d:(i+1)*d], widen(kk.Vec.U16[kk.row(bi, kh, x):][:d]), scale))
+							e = max(e, bfScoreBound(q[i*d:(i+1)*d], widen(kk, kk.row(bi, kh, x), d), scale))
 						}
 					}
-					for _, x := range widen(vv.Vec.U16) {
-						vmax = max(vmax, math.Abs(float64(x)))
+					for bi := range B { // the cache's values, not the NaNs past them
+						for kh := range sh.hk {
+							for x := range sh.s {
+								for _, y := range widen(vv, vv.row(bi, kh, x), d) {
+									vmax = max(vmax, math.Abs(float64(y)))
+								}
+							}
+						}
+					}
+					if math.IsNaN(vmax) || math.IsNaN(e) {
+						t.Fatalf("bound from NaN values: max |v| %v, score error %v", vmax, e)
 					}
 					tol := math.Expm1(2*e)*vmax + 1e-5
 					differ := false
@@ -201,13 +208,13 @@ func f16Row(u []uint16) []float32 {
 	return out
 }
 
-// TestSDPABF16Chunked: in the fast precision on bfloat16 and float16 keys
-// (the in-place scores), decoding a position at a time, prefill in chunks
+// TestSDPABF16Chunked: in the fast precision on bfloat16, float16 and
+// float32 keys (the untransposed scores), decoding a position at a time, prefill in chunks
 // and one-shot prefill give every query row the same bits, as on the
 // float32 path (TestSDPAChunked): a verify window, a prompt cache's prefill
 // and the decode steps after it agree.
 func TestSDPABF16Chunked(t *testing.T) {
-	for _, kind := range []string{"bf16", "f16"} {
+	for _, kind := range []string{"bf16", "f16", "f32"} {
 		for _, sh := range []struct{ h, hk, s, d int }{{6, 2, 100, 64}, {4, 1, 70, 128}} {
 			h, hk, s, d := sh.h, sh.hk, sh.s, sh.d
 			round, _ := halfKind(kind)

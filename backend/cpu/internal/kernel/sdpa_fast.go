@@ -59,11 +59,12 @@ import (
 // SmolLM2's eight-row decode step); the score differs from the float32
 // path's by float32 rounding (TestSDPABF16Fast). Every query row of such a
 // model takes it, decode and prefill alike, so a row's bits still depend on
-// its own position and mask alone (TestSDPABF16Chunked). Float16 keys of
-// such a model (a float16 checkpoint's, such as `mlxgo convert --dtype
-// float16` of the SmolLM2 GGUF) take the same shape
-// (hfScores): a block's keys widened to float32 in key order, not
-// transposed, and each score's products summed in 16 lanes and a tree.
+// its own position and mask alone (TestSDPABF16Chunked). Float32 and
+// float16 keys of such a model (a float32 model's, such as the SmolLM2
+// GGUF's conversion with its float32 norms, or a float16 checkpoint's)
+// take the same shape (fScores): a block's keys in key order, read in
+// place or widened to float32, not transposed, and each score's products
+// summed in 16 lanes and a tree.
 //
 // With d, dv multiples of 16 the steps run in assembly kernels: those of
 // sdpa_amd64.s with AVX-512 (asmF32), the same code with or without
@@ -137,7 +138,7 @@ type sdpaJob struct {
 	qk8                        *q8Keys // the keys of the 8-bit key kernel, or nil (sdpa_q8.go)
 	qpv8                       bool    // the 8-bit value kernel (sdpa_q8.go)
 	bfk                        bool    // bfloat16 scores (bfScores)
-	hfk                        bool    // float16 keys in place (hfScores)
+	fk                         bool    // float32 or float16 keys in order (fScores)
 	starts                     []int   // per batch entry, the key its blocks start from (keyStarts), or nil for 0
 }
 
@@ -309,8 +310,8 @@ func (j *sdpaJob) init(dst, q []float32, k, v *KV, b, h, hk, l, s, d, dv int, sc
 	// takes bfScores, so a row's bits do not depend on l (TestSDPABF16Chunked).
 	j.bfk = acc == AccQ8 && asmBF16 && j.vk == sdpa512 && j.qk8 == nil && !k.expanded() && k.Vec.F32 == nil && !k.Vec.F16 &&
 		(d == 64 || d == 128) && j.rep <= 4
-	// Likewise on float16 keys: hfScores.
-	j.hfk = acc == AccQ8 && j.vk == sdpa512 && j.qk8 == nil && !k.expanded() && k.Vec.F16 &&
+	// Likewise on float32 and float16 keys: fScores.
+	j.fk = acc == AccQ8 && j.vk == sdpa512 && j.qk8 == nil && !k.expanded() && (k.Vec.F16 || k.Vec.F32 != nil) &&
 		(d == 64 || d == 128) && j.rep <= 4
 	j.starts = keyStarts(m, b, h, l, s)
 }
@@ -766,8 +767,8 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 		j.bfScores(w, bi, kh, j0, n, r0, rows)
 		return
 	}
-	if j.hfk {
-		j.hfScores(w, bi, kh, j0, n, r0, rows)
+	if j.fk {
+		j.fScores(w, bi, kh, j0, n, r0, rows)
 		return
 	}
 	if j.asm {
@@ -842,21 +843,36 @@ func (j *sdpaJob) bfScores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 	}
 }
 
-// hfScores is bfScores on float16 keys (sdpaJob.hfk): the block's keys
-// widened to float32 in key order (exact; zero keys after a partial
-// block, whose scores the caller masks), then sdpaScoresF64 or 128 against
-// the rows of scale·q (w.qs). Each score sums the float32 products in the
+// fScores is bfScores on float32 and float16 keys (sdpaJob.fk):
+// sdpaScoresF64 or 128 against the rows of scale·q (w.qs), on float32 keys
+// in place, or on a float32 copy of the block's keys in key order (float16
+// keys widened, exactly; a partial block's followed by zero keys, whose
+// scores the caller masks). Each score sums the float32 products in the
 // kernel's order (16 lanes, then a tree), where the float32 path sums
 // along the key: within float32 rounding of each other, and the same for a
 // row whatever the rows beside it.
-func (j *sdpaJob) hfScores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
+func (j *sdpaJob) fScores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 	d, k := j.d, j.k
-	j.cvt(w.kc, d, sdpaVecPtr(k.Vec, k.row(bi, kh, j0)), uintptr(k.RowStride)*2, n, d, sdpaF16)
-	clear(w.kc[n*d : sdpaBK*d])
+	var src unsafe.Pointer
+	var stride uintptr
+	switch {
+	case k.Vec.F32 != nil && n == sdpaBK:
+		src, stride = unsafe.Pointer(&k.Vec.F32[k.row(bi, kh, j0)]), uintptr(k.RowStride)*4
+	case k.Vec.F32 != nil:
+		for x := range n {
+			copy(w.kc[x*d:(x+1)*d], k.Vec.F32[k.row(bi, kh, j0+x):][:d])
+		}
+		clear(w.kc[n*d : sdpaBK*d])
+		src, stride = unsafe.Pointer(&w.kc[0]), uintptr(4*d)
+	default:
+		j.cvt(w.kc, d, sdpaVecPtr(k.Vec, k.row(bi, kh, j0)), uintptr(k.RowStride)*2, n, d, sdpaF16)
+		clear(w.kc[n*d : sdpaBK*d])
+		src, stride = unsafe.Pointer(&w.kc[0]), uintptr(4*d)
+	}
 	if d == 64 {
-		sdpaScoresF64(&w.sc[r0*sdpaBK], &w.qs[r0*d], &w.kc[0], rows-r0)
+		sdpaScoresF64(&w.sc[r0*sdpaBK], &w.qs[r0*d], src, stride, rows-r0)
 	} else {
-		sdpaScoresF128(&w.sc[r0*sdpaBK], &w.qs[r0*d], &w.kc[0], rows-r0)
+		sdpaScoresF128(&w.sc[r0*sdpaBK], &w.qs[r0*d], src, stride, rows-r0)
 	}
 }
 

@@ -1094,24 +1094,26 @@ func genScoresBF(d int) {
 	p("")
 }
 
-// sdpaScoresF<d>(s, q, k *float32, rows int): the scores of rows rows (q
-// row r: d float32 values, already times the scale, at q + r·d) against 32
-// keys of d float32 values (key x at k + x·d), s row r at s + r·32: per
-// key, a product and then fused multiply-adds of its 16-value pieces in
-// order into one 16-lane accumulator, its lanes summed by treeSum, the 16
-// keys' sums put back in key order. The fast precision's scores on float16
-// keys (sdpaJob.hfk), which hfScores widens first: no transposed copy of
-// the keys, the twin of sdpaScoresBF.
+// sdpaScoresF<d>(s, q *float32, k unsafe.Pointer, kstride uintptr, rows
+// int): the scores of rows rows (q row r: d float32 values, already times
+// the scale, at q + r·d) against 32 keys of d float32 values (key x at k +
+// x·kstride bytes), s row r at s + r·32: per key, a product and then fused
+// multiply-adds of its 16-value pieces in order into one 16-lane
+// accumulator, its lanes summed by treeSum, the 16 keys' sums put back in
+// key order. The fast precision's scores on float32 keys read in place and
+// on float16 keys widened first (sdpaJob.fk, fScores): no transposed copy
+// of the keys, the twin of sdpaScoresBF.
 func genScoresF(d int) {
 	name := fmt.Sprintf("sdpaScoresF%d", d)
 	lb := fmt.Sprintf("sf%d", d)
 	c := d / 16
-	p("// func %s(s, q, k *float32, rows int)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	p("// func %s(s, q *float32, k unsafe.Pointer, kstride uintptr, rows int)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
 	p("\tMOVQ s+0(FP), DI")
 	p("\tMOVQ q+8(FP), SI")
 	p("\tMOVQ k+16(FP), BX")
-	p("\tMOVQ rows+24(FP), CX")
+	p("\tMOVQ kstride+24(FP), R8")
+	p("\tMOVQ rows+32(FP), CX")
 	p("\tVMOVDQU32 sdpaTreePerm<>(SB), Z26")
 	p("\tTESTQ CX, CX")
 	p("\tJLE %s_done", lb)
@@ -1124,13 +1126,13 @@ func genScoresF(d int) {
 		for j := 0; j < 16; j++ {
 			for i := 0; i < c; i++ {
 				if i == 0 {
-					p("\tVMULPS %d(R9), Z0, Z%d", 64*(j*c+i), 8+j)
+					p("\tVMULPS %d(R9), Z0, Z%d", 64*i, 8+j)
 				} else {
-					p("\tVFMADD231PS %d(R9), Z%d, Z%d", 64*(j*c+i), i, 8+j)
+					p("\tVFMADD231PS %d(R9), Z%d, Z%d", 64*i, i, 8+j)
 				}
 			}
+			p("\tADDQ R8, R9")
 		}
-		p("\tADDQ $%d, R9", 16*4*d)
 		treeSum()
 		p("\tVPERMPS Z8, Z26, Z8")
 		p("\tVMOVUPS Z8, %d(DI)", 64*h)

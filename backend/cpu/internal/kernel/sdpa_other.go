@@ -25,9 +25,9 @@ func sdpaScoresBF128(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, r
 	panic(sdpaNoAsm)
 }
 
-func sdpaScoresF64(s, q, k *float32, rows int) { panic(sdpaNoAsm) }
+func sdpaScoresF64(s, q *float32, k unsafe.Pointer, kstride uintptr, rows int) { panic(sdpaNoAsm) }
 
-func sdpaScoresF128(s, q, k *float32, rows int) { panic(sdpaNoAsm) }
+func sdpaScoresF128(s, q *float32, k unsafe.Pointer, kstride uintptr, rows int) { panic(sdpaNoAsm) }
 
 func sdpaSoftmax(s, m, l, f *float32, rows int) { panic(sdpaNoAsm) }
 
