@@ -1050,48 +1050,20 @@ func treeSum() {
 // scores of a decode step on bfloat16 keys (sdpaJob.bfk): no transposed
 // copy of the keys, and half the multiply-adds of sdpaScores.
 func genScoresBF(d int) {
-	name := fmt.Sprintf("sdpaScoresBF%d", d)
-	lb := fmt.Sprintf("sbf%d", d)
 	c := d / 32
-	p("// func %s(s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, rows int, scale float32)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-44", name)
-	p("\tMOVQ s+0(FP), DI")
-	p("\tMOVQ q+8(FP), SI")
-	p("\tMOVQ k+16(FP), BX")
-	p("\tMOVQ kstride+24(FP), R8")
-	p("\tMOVQ rows+32(FP), CX")
-	p("\tVBROADCASTSS scale+40(FP), Z27")
-	p("\tVMOVDQU32 sdpaTreePerm<>(SB), Z26")
-	p("\tTESTQ CX, CX")
-	p("\tJLE %s_done", lb)
-	p("%s_row:", lb)
-	for i := 0; i < c; i++ {
-		p("\tVMOVDQU32 %d(SI), Z%d", 64*i, i)
-	}
-	p("\tMOVQ BX, R9")
-	for h := 0; h < 2; h++ {
-		for j := 0; j < 16; j++ {
+	genTreeScores(treeScores{
+		name: fmt.Sprintf("sdpaScoresBF%d", d), label: fmt.Sprintf("sbf%d", d), d: d,
+		args: "s *float32, q *uint16, k unsafe.Pointer, kstride uintptr, rows int, scale float32", frame: 44,
+		qload: "VMOVDQU32", qpieces: c, qbytes: 2 * d, scaled: true,
+		key: func(j int) {
 			p("\tVPXORD Z%d, Z%d, Z%d", 8+j, 8+j, 8+j)
 			for i := 0; i < c; i++ {
 				t := 4 + (j*c+i)%4
 				p("\tVMOVDQU32 %d(R9), Z%d", 64*i, t)
 				dpbf16(8+j, i, t)
 			}
-			p("\tADDQ R8, R9")
-		}
-		treeSum()
-		p("\tVPERMPS Z8, Z26, Z8")
-		p("\tVMULPS Z27, Z8, Z8")
-		p("\tVMOVUPS Z8, %d(DI)", 64*h)
-	}
-	p("\tADDQ $128, DI")
-	p("\tADDQ $%d, SI", 2*d)
-	p("\tDECQ CX")
-	p("\tJNZ %s_row", lb)
-	p("%s_done:", lb)
-	p("\tVZEROUPPER")
-	p("\tRET")
-	p("")
+		},
+	})
 }
 
 // sdpaScoresF<d>(s, q *float32, k unsafe.Pointer, kstride uintptr, rows
@@ -1104,44 +1076,70 @@ func genScoresBF(d int) {
 // on float16 keys widened first (sdpaJob.fk, fScores): no transposed copy
 // of the keys, the twin of sdpaScoresBF.
 func genScoresF(d int) {
-	name := fmt.Sprintf("sdpaScoresF%d", d)
-	lb := fmt.Sprintf("sf%d", d)
 	c := d / 16
-	p("// func %s(s, q *float32, k unsafe.Pointer, kstride uintptr, rows int)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	genTreeScores(treeScores{
+		name: fmt.Sprintf("sdpaScoresF%d", d), label: fmt.Sprintf("sf%d", d), d: d,
+		args: "s, q *float32, k unsafe.Pointer, kstride uintptr, rows int", frame: 40,
+		qload: "VMOVUPS", qpieces: c, qbytes: 4 * d,
+		key: func(j int) {
+			p("\tVMULPS 0(R9), Z0, Z%d", 8+j)
+			for i := 1; i < c; i++ {
+				p("\tVFMADD231PS %d(R9), Z%d, Z%d", 64*i, i, 8+j)
+			}
+		},
+	})
+}
+
+// treeScores describes a scores kernel on untransposed keys (genTreeScores).
+type treeScores struct {
+	name, label, args string
+	d, frame          int // head size; the argument frame's size
+	qload             string
+	qpieces, qbytes   int       // a query row's 64-byte pieces (in Z0...) and bytes
+	scaled            bool      // the frame ends with the scale, multiplied in last
+	key               func(int) // key j (at R9) into accumulator Z(8+j)
+}
+
+// genTreeScores writes the frame of the scores kernels on untransposed
+// keys: per query row, the 16 keys of each half block into Z8-Z23 by
+// t.key, summed by treeSum, put back in key order (times the scale when
+// t.scaled) and stored.
+func genTreeScores(t treeScores) {
+	p("// func %s(%s)", t.name, t.args)
+	p("TEXT ·%s(SB), NOSPLIT, $0-%d", t.name, t.frame)
 	p("\tMOVQ s+0(FP), DI")
 	p("\tMOVQ q+8(FP), SI")
 	p("\tMOVQ k+16(FP), BX")
 	p("\tMOVQ kstride+24(FP), R8")
 	p("\tMOVQ rows+32(FP), CX")
+	if t.scaled {
+		p("\tVBROADCASTSS scale+40(FP), Z27")
+	}
 	p("\tVMOVDQU32 sdpaTreePerm<>(SB), Z26")
 	p("\tTESTQ CX, CX")
-	p("\tJLE %s_done", lb)
-	p("%s_row:", lb)
-	for i := 0; i < c; i++ {
-		p("\tVMOVUPS %d(SI), Z%d", 64*i, i)
+	p("\tJLE %s_done", t.label)
+	p("%s_row:", t.label)
+	for i := 0; i < t.qpieces; i++ {
+		p("\t%s %d(SI), Z%d", t.qload, 64*i, i)
 	}
 	p("\tMOVQ BX, R9")
 	for h := 0; h < 2; h++ {
 		for j := 0; j < 16; j++ {
-			for i := 0; i < c; i++ {
-				if i == 0 {
-					p("\tVMULPS %d(R9), Z0, Z%d", 64*i, 8+j)
-				} else {
-					p("\tVFMADD231PS %d(R9), Z%d, Z%d", 64*i, i, 8+j)
-				}
-			}
+			t.key(j)
 			p("\tADDQ R8, R9")
 		}
 		treeSum()
 		p("\tVPERMPS Z8, Z26, Z8")
+		if t.scaled {
+			p("\tVMULPS Z27, Z8, Z8")
+		}
 		p("\tVMOVUPS Z8, %d(DI)", 64*h)
 	}
 	p("\tADDQ $128, DI")
-	p("\tADDQ $%d, SI", 4*d)
+	p("\tADDQ $%d, SI", t.qbytes)
 	p("\tDECQ CX")
-	p("\tJNZ %s_row", lb)
-	p("%s_done:", lb)
+	p("\tJNZ %s_row", t.label)
+	p("%s_done:", t.label)
 	p("\tVZEROUPPER")
 	p("\tRET")
 	p("")
