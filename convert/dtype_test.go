@@ -63,14 +63,7 @@ func TestConvertDTypeMLX(t *testing.T) {
 			}
 			floats := 0
 			for _, name := range want.Names() {
-				w, err := want.Tensor(name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				g, err := got.Tensor(name)
-				if err != nil {
-					t.Fatalf("%s: %v (mlx_lm wrote it)", name, err)
-				}
+				w, g := tensorPair(t, want, got, name)
 				if g.DType != w.DType || !g.Shape.Equal(w.Shape) || !bytes.Equal(g.Data, w.Data) {
 					t.Fatalf("%s: %v %v, mlx_lm %v %v (bytes equal: %v)", name, g.DType, g.Shape, w.DType, w.Shape, bytes.Equal(g.Data, w.Data))
 				}
@@ -86,6 +79,19 @@ func TestConvertDTypeMLX(t *testing.T) {
 	if _, err := os.Stat(plain); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// tensorPair reads tensor name from want and from got (which must have it).
+func tensorPair(t *testing.T, want, got *tensor.SafetensorsSet, name string) (w, g *tensor.Dense) {
+	t.Helper()
+	w, err := want.Tensor(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = got.Tensor(name); err != nil {
+		t.Fatalf("%s: %v (the reference has it)", name, err)
+	}
+	return w, g
 }
 
 // castOracle is an element's value in dt by a plain route independent of
@@ -136,14 +142,7 @@ func TestConvertDType(t *testing.T) {
 			defer got.Close()
 			cast := 0
 			for _, name := range want.Names() {
-				w, err := want.Tensor(name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				g, err := got.Tensor(name)
-				if err != nil {
-					t.Fatal(err)
-				}
+				w, g := tensorPair(t, want, got, name)
 				if !g.Shape.Equal(w.Shape) {
 					t.Fatalf("%s: shape %v, plain %v", name, g.Shape, w.Shape)
 				}
