@@ -85,6 +85,18 @@ type BatchOptions struct {
 	// [B, V] log-probabilities come over to be sampled there: the same
 	// tokens (the argmax of the same array, ties to the smallest index).
 	NoLogprobs bool
+	// JoinPrefilled moves a sequence whose prompt is prefilled straight
+	// into the generating rows, its last prompt token their next decode
+	// input, so that the token that gives its first generated one runs
+	// in the next decode step with the other rows; mlx_lm's
+	// BatchGenerator (and the default) runs that token through the model
+	// in a forward of the joining rows alone first, which costs a whole
+	// step's pass over the weights each time a sequence joins. The first
+	// token comes out after as many forwards either way. A row gets the
+	// same tokens where the backend computes each row as it computes it
+	// alone (the cpu backend with per-row caches, nn.CacheOptions.PerRow);
+	// rows sampling from the shared random state draw in another order.
+	JoinPrefilled bool
 }
 
 // SequenceOptions override BatchOptions for one inserted sequence (the
@@ -245,6 +257,7 @@ type batchSeq struct {
 	n          int     // tokens handed out
 	next       int32   // the next decode input: last, then the token sampled and not yet handed out
 	nextLP     []float32
+	primed     bool               // next is the last prompt token (BatchOptions.JoinPrefilled): its step hands nothing out
 	wantLP     bool               // BatchToken.Logprobs wanted (not BatchOptions.NoLogprobs, or SequenceOptions.Logprobs)
 	prefix     []*nn.BatchKVCache // one-row caches of SequenceOptions.Prefix while queued; nil otherwise
 }
@@ -628,7 +641,7 @@ func (g *BatchGenerator) states() []backend.Array {
 func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 	if len(g.gen.rows) > 0 {
 		start := time.Now()
-		if out, err = g.decode(); err != nil {
+		if out, prompted, err = g.decode(); err != nil {
 			return nil, false, err
 		}
 		g.stats.GenerationTime += time.Since(start)
@@ -650,29 +663,13 @@ func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 			return nil, false, err
 		}
 	}
-	var split []int
-	for i, s := range g.prompt.rows {
-		if len(s.rest) == 0 {
-			split = append(split, i)
-		}
+	// (with JoinPrefilled, a one-token prompt has nothing to prefill)
+	joined, err := g.join()
+	if err != nil {
+		return nil, false, err
 	}
-	if len(split) > 0 {
-		if g.ready, err = g.split(&g.prompt, split); err != nil {
-			return nil, false, err
-		}
-		for _, s := range g.ready.rows {
-			s.next = s.last
-		}
-		if err := g.forward(&g.ready); err != nil {
-			return nil, false, err
-		}
-		ready := g.ready
-		g.ready = batchPart{}
-		if err := g.extend(&g.gen, ready); err != nil {
-			return nil, false, err
-		}
-	}
-	if len(g.prompt.rows) > 0 {
+	prefilled := len(g.prompt.rows) > 0
+	if prefilled {
 		step := g.opts.PrefillStepSize
 		if g.opts.PrefillBudget > 0 && len(g.gen.rows) > 0 {
 			step = min(step, max(1, g.opts.PrefillBudget/len(g.prompt.rows)))
@@ -686,7 +683,46 @@ func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 			return nil, false, err
 		}
 	}
-	return out, len(split) > 0 || len(g.prompt.rows) > 0, nil
+	if g.opts.JoinPrefilled {
+		j, err := g.join()
+		if err != nil {
+			return nil, false, err
+		}
+		joined = joined || j
+	}
+	return out, prompted || joined || prefilled, nil
+}
+
+// join moves the prefilling rows whose prompt is done (but its last token)
+// to the generating ones, after a forward of their last prompt tokens that
+// picks their first tokens (mlx_lm's order), or, with
+// BatchOptions.JoinPrefilled, primed to run those tokens in the next
+// decode step.
+func (g *BatchGenerator) join() (bool, error) {
+	var split []int
+	for i, s := range g.prompt.rows {
+		if len(s.rest) == 0 {
+			split = append(split, i)
+		}
+	}
+	if len(split) == 0 {
+		return false, nil
+	}
+	var err error
+	if g.ready, err = g.split(&g.prompt, split); err != nil {
+		return false, err
+	}
+	for _, s := range g.ready.rows {
+		s.next, s.primed = s.last, g.opts.JoinPrefilled
+	}
+	if !g.opts.JoinPrefilled {
+		if err := g.forward(&g.ready); err != nil {
+			return false, err
+		}
+	}
+	ready := g.ready
+	g.ready = batchPart{}
+	return true, g.extend(&g.gen, ready)
 }
 
 // admit moves queued rows into prefill, in order: consecutive rows without
@@ -896,30 +932,35 @@ func (g *BatchGenerator) clearCache() {
 }
 
 // decode is GenerationBatch.next: one forward on the tokens sampled last
-// step, then those tokens are handed out and finished rows leave.
-func (g *BatchGenerator) decode() ([]BatchToken, error) {
+// step, then those tokens are handed out and finished rows leave. primed
+// reports rows whose step ran their last prompt token
+// (BatchOptions.JoinPrefilled), which hand nothing out yet.
+func (g *BatchGenerator) decode() (out []BatchToken, primed bool, err error) {
 	type prev struct {
 		tok int32
 		lp  []float32
 	}
 	if g.gen.next != nil && onHost(&g.gen) {
 		if err := g.settle(&g.gen); err != nil {
-			return nil, fmt.Errorf("generate: batch decode step: %w", err)
+			return nil, false, fmt.Errorf("generate: batch decode step: %w", err)
 		}
 	}
 	cur := make([]prev, len(g.gen.rows))
+	first := make([]bool, len(g.gen.rows)) // primed rows
 	for i, s := range g.gen.rows {
 		cur[i] = prev{s.next, s.nextLP}
+		first[i], s.primed = s.primed, false
+		primed = primed || first[i]
 	}
 	lazy := g.gen.next
 	if err := g.forward(&g.gen); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if lazy != nil {
 		// The step on lazy has started; now its tokens are read back.
 		h, err := g.b.ToHost(lazy)
 		if err != nil {
-			return nil, fmt.Errorf("generate: batch decode step: %w", err)
+			return nil, false, fmt.Errorf("generate: batch decode step: %w", err)
 		}
 		for i, s := range g.gen.rows {
 			cur[i].tok = h.Int32s()[i]
@@ -927,9 +968,13 @@ func (g *BatchGenerator) decode() ([]BatchToken, error) {
 		}
 		g.b.Release(lazy)
 	}
-	out := make([]BatchToken, len(g.gen.rows))
+	out = make([]BatchToken, 0, len(g.gen.rows))
 	var keep []int
 	for i, s := range g.gen.rows {
+		if first[i] { // the step ran its last prompt token: nothing to hand out yet
+			keep = append(keep, i)
+			continue
+		}
 		t := BatchToken{UID: s.uid, Token: cur[i].tok, Logprobs: cur[i].lp}
 		s.n++
 		if s.n >= s.maxTokens {
@@ -944,20 +989,20 @@ func (g *BatchGenerator) decode() ([]BatchToken, error) {
 			for _, c := range g.gen.cache {
 				e, err := c.Extract(i)
 				if err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				t.Cache = append(t.Cache, e)
 				g.handed = append(g.handed, e.State()...)
 			}
 		}
-		out[i] = t
+		out = append(out, t)
 	}
 	if len(keep) < len(g.gen.rows) {
 		if err := g.filter(&g.gen, keep); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return out, nil
+	return out, primed, nil
 }
 
 // wantsLP reports whether any row of p hands its log-probabilities out

@@ -57,12 +57,17 @@ func batchPrompts(vocab int, lengths ...int) [][]int32 {
 // random state as Generate's), with prompts of different lengths prefilled
 // in chunks of 4 (so rows are right-padded, rolled, split off and joined to
 // the decoding rows while others decode: 2 prompts prefilled at a time, 3
-// decoding), different max tokens, and a stop token.
+// decoding), different max tokens, and a stop token. With
+// BatchOptions.JoinPrefilled (/join) the same, and the model runs one
+// forward a decode step and none besides (the rows joining run their last
+// prompt token in the decode step), where mlx_lm's order runs one more for
+// each group of rows that joins.
 func TestBatchRowsEqualAlone(t *testing.T) {
-	for _, name := range []string{"fp-f32", "optiq-f32", "q8g32-f32"} {
+	for _, name := range []string{"fp-f32", "optiq-f32", "q8g32-f32", "fp-f32/join", "optiq-f32/join", "q8g32-f32/join"} {
 		t.Run(name, func(t *testing.T) {
 			b := cpuBackend(t)
-			m := batchCheckpoint(t, b, name)
+			ckpt, join := strings.CutSuffix(name, "/join")
+			m := batchCheckpoint(t, b, ckpt)
 			prompts := batchPrompts(m.VocabSize(), 5, 1, 12, 3, 9, 2)
 			maxTok := []int{8, 6, 10, 4, 7, 9}
 			seqs := make([]generate.SequenceOptions, len(prompts))
@@ -91,10 +96,17 @@ func TestBatchRowsEqualAlone(t *testing.T) {
 			for i := range solo {
 				solo[i].EOS = []int32{stop}
 			}
-			opts := generate.BatchOptions{StopTokens: []int32{stop}, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3}
-			got, _, err := generate.BatchGenerate(m, prompts, opts, seqs, nil)
+			opts := generate.BatchOptions{StopTokens: []int32{stop}, PrefillStepSize: 4, PrefillBatchSize: 2, CompletionBatchSize: 3, JoinPrefilled: join}
+			cm := &countingModel{BatchModel: m}
+			got, st, err := generate.BatchGenerate(cm, prompts, opts, seqs, nil)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if join && cm.logits != st.GenerationSteps {
+				t.Errorf("JoinPrefilled: %d forwards with the head for %d decode steps, want one a step", cm.logits, st.GenerationSteps)
+			}
+			if !join && cm.logits <= st.GenerationSteps {
+				t.Errorf("%d forwards with the head for %d decode steps, want more (the joining rows' own)", cm.logits, st.GenerationSteps)
 			}
 			stops := 0
 			for i, p := range prompts {
@@ -114,6 +126,17 @@ func TestBatchRowsEqualAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingModel counts the forwards with the head (BatchLogits).
+type countingModel struct {
+	generate.BatchModel
+	logits int
+}
+
+func (m *countingModel) BatchLogits(ids backend.Array, cache []*nn.BatchKVCache) (backend.Array, error) {
+	m.logits++
+	return m.BatchModel.BatchLogits(ids, cache)
 }
 
 // TestBatchSampledRowsEqualAlone: on bfloat16 checkpoints with per-row
@@ -169,16 +192,18 @@ func TestBatchSampledRowsEqualAlone(t *testing.T) {
 // prefilled over several steps under BatchOptions.PrefillBudget, the
 // decoding rows getting a token at every one of them; every row's greedy
 // tokens equal Generate's for its prompt alone (whole-prompt prefill), as
-// they do with no budget (the long prompt prefilled in one step).
+// they do with no budget (the long prompt prefilled in one step). With
+// BatchOptions.JoinPrefilled the first token comes after as many steps.
 func TestBatchPrefillBudget(t *testing.T) {
-	for _, name := range []string{"fp-f32", "optiq-f32"} {
+	for _, name := range []string{"fp-f32", "optiq-f32", "fp-f32/join"} {
 		for _, budget := range []int{0, 6} {
 			t.Run(fmt.Sprintf("%s/budget%d", name, budget), func(t *testing.T) {
 				b := cpuBackend(t)
-				m := batchCheckpoint(t, b, name)
+				ckpt, join := strings.CutSuffix(name, "/join")
+				m := batchCheckpoint(t, b, ckpt)
 				prompts := batchPrompts(m.VocabSize(), 3, 5, 2, 40)
 				short, long := prompts[:3], prompts[3]
-				g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 24, PrefillBudget: budget})
+				g, err := generate.NewBatchGenerator(m, generate.BatchOptions{MaxTokens: 24, PrefillBudget: budget, JoinPrefilled: join})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -105,8 +105,11 @@ type MemoryStats struct {
 // EngineStats count the engine's work since the server started (its
 // generators' generate.BatchStats, summed over the fresh generators that
 // follow a failed step): decode steps and the tokens they handed out,
-// prompt tokens prefilled, and the time in each. GeneratedTokens / Steps
-// is the rows of an average step; DecodeSeconds / Steps its time.
+// prompt tokens prefilled, and the time in each. A request's first decode
+// step runs its last prompt token and hands nothing out (its first token
+// comes from that step, handed out by the next: generate.BatchOptions.
+// JoinPrefilled), so GeneratedTokens / Steps is a little below the rows of
+// an average step; DecodeSeconds / Steps is its time.
 type EngineStats struct {
 	Steps           int     `json:"decode_steps"`
 	GeneratedTokens int     `json:"generated_tokens"`

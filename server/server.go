@@ -166,6 +166,11 @@ func New(cfg Config) (*Server, error) {
 		// Log-probabilities come to the host only for requests that ask
 		// for them (job.logprobs); greedy steps otherwise pick on the backend.
 		NoLogprobs: true,
+		// A request joining the decoding rows runs its last prompt token in
+		// their next step rather than in a forward of its own (one pass over
+		// the weights saved per join; on the cpu backend with per-row caches,
+		// its default, every row's tokens are the same either way).
+		JoinPrefilled: true,
 	}
 	var dir *cacheDir
 	if cfg.PromptCacheDir != "" {

@@ -884,8 +884,9 @@ func TestPackedWeights(t *testing.T) {
 
 // TestHealthEngine: /health's engine counters follow the work of the
 // requests served: one request alone takes one decode step per token it
-// hands out (usage.completion_tokens) and prefills its prompt less the
-// last token (which the first decode step takes); a second adds its own.
+// hands out (usage.completion_tokens) and one more, the first, which runs
+// its last prompt token, and prefills its prompt less that token; a second
+// adds its own.
 func TestHealthEngine(t *testing.T) {
 	f := newFixture(t, nil)
 	engine := func() server.EngineStats {
@@ -914,7 +915,7 @@ func TestHealthEngine(t *testing.T) {
 		if status != 200 || n < 1 {
 			t.Fatalf("request %d: status %d, %v", i, status, got)
 		}
-		want.Steps += int(n)
+		want.Steps += int(n) + 1
 		want.GeneratedTokens += int(n)
 		want.PromptTokens += int(p) - 1
 		e := engine()
