@@ -87,14 +87,15 @@ type BatchOptions struct {
 	NoLogprobs bool
 	// JoinPrefilled moves a sequence whose prompt is prefilled straight
 	// into the generating rows, its last prompt token their next decode
-	// input, so that the token that gives its first generated one runs
-	// in the next decode step with the other rows; mlx_lm's
-	// BatchGenerator (and the default) runs that token through the model
-	// in a forward of the joining rows alone first, which costs a whole
-	// step's pass over the weights each time a sequence joins. The first
-	// token comes out after as many forwards either way. A row gets the
-	// same tokens where the backend computes each row as it computes it
-	// alone (the cpu backend with per-row caches, nn.CacheOptions.PerRow);
+	// input, so that the token that gives its first generated one runs in
+	// a decode step with the other rows; mlx_lm's BatchGenerator (and the
+	// default) runs that token through the model in a forward of the
+	// joining rows alone first, which costs a whole pass over the weights
+	// each time sequences join. A call to Next then also does its prompt
+	// work (admitting, prefilling, joining) before its decode step rather
+	// than after, so the first token comes out one step sooner. A row gets
+	// the same tokens where the backend computes each row as it computes
+	// it alone (the cpu backend with per-row caches, nn.CacheOptions.PerRow);
 	// rows sampling from the shared random state draw in another order.
 	JoinPrefilled bool
 }
@@ -639,19 +640,43 @@ func (g *BatchGenerator) states() []backend.Array {
 // next is BatchGenerator._next: it returns the generated tokens and whether
 // any prompt work happened (mlx_lm's prompt responses).
 func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
-	if len(g.gen.rows) > 0 {
-		start := time.Now()
-		if out, prompted, err = g.decode(); err != nil {
+	if g.opts.JoinPrefilled {
+		// Prompts first: a row that joins runs its last prompt token in
+		// this step's forward.
+		if prompted, err = g.promptStep(); err != nil {
 			return nil, false, err
 		}
+	}
+	if len(g.gen.rows) > 0 {
+		start := time.Now()
+		var primed bool
+		if out, primed, err = g.decode(); err != nil {
+			return nil, false, err
+		}
+		prompted = prompted || primed
 		g.stats.GenerationTime += time.Since(start)
 		g.stats.GenerationTokens += len(out)
 		if g.stats.GenerationSteps++; g.stats.GenerationSteps%512 == 0 {
 			g.clearCache()
 		}
 	}
+	if !g.opts.JoinPrefilled {
+		p, err := g.promptStep()
+		if err != nil {
+			return nil, false, err
+		}
+		prompted = prompted || p
+	}
+	return out, prompted, nil
+}
+
+// promptStep is the prompt half of next: queued rows admitted while there
+// is room, prefilled rows joining the generating ones (join), and one
+// chunk of the other prompts prefilled. It reports whether it did any of
+// that work but admitting.
+func (g *BatchGenerator) promptStep() (bool, error) {
 	if len(g.gen.rows) >= g.opts.CompletionBatchSize {
-		return out, false, nil
+		return false, nil
 	}
 	start := time.Now()
 	defer func() { g.stats.PromptTime += time.Since(start) }()
@@ -660,13 +685,13 @@ func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 		rows := g.queue[:n:n]
 		g.queue = g.queue[n:]
 		if err := g.admit(rows); err != nil {
-			return nil, false, err
+			return false, err
 		}
 	}
 	// (with JoinPrefilled, a one-token prompt has nothing to prefill)
 	joined, err := g.join()
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
 	prefilled := len(g.prompt.rows) > 0
 	if prefilled {
@@ -680,17 +705,17 @@ func (g *BatchGenerator) next() (out []BatchToken, prompted bool, err error) {
 			chunks[i], s.rest = s.rest[:k], s.rest[k:]
 		}
 		if err := g.prefill(chunks); err != nil {
-			return nil, false, err
+			return false, err
 		}
 	}
 	if g.opts.JoinPrefilled {
 		j, err := g.join()
 		if err != nil {
-			return nil, false, err
+			return false, err
 		}
 		joined = joined || j
 	}
-	return out, prompted || joined || prefilled, nil
+	return joined || prefilled, nil
 }
 
 // join moves the prefilling rows whose prompt is done (but its last token)
