@@ -1,7 +1,9 @@
 #!/bin/bash
 # The server's scaling target (issue 15): aggregate completion tok/s of 8 concurrent clients
 # against 1, per model, measured by mlxgo loadtest (in-process server on a loopback port, cpu
-# backend) in PASSES alternating passes, each pass running 1 client then 8 for each model.
+# backend) in PASSES alternating passes, each pass running 1 client then 8 for each model,
+# both on the same REQUESTS requests (loadtest's i-th request is the same whatever the number of
+# clients), so that the two throughputs are of the same work.
 # Every request streams (so that the steady throughput counts exactly); nothing is cancelled or
 # malformed; the prompt cache is off (so that each request pays its prompt), per-row batch
 # caches (the cpu default); one warm-up request before each run (--warmup 1: a fresh server's first
@@ -13,17 +15,18 @@
 #   bench/loadtest_scaling.sh [MODEL_DIR ...]      (make loadtest-scaling)
 #
 # Environment: MLXGO (default: go run ./cmd/mlxgo), TOKENS (--tokens, default 256: each request
-# asks for a quarter to all of it), PASSES (3), PRECISION (fast), FLAGS (more loadtest flags),
+# asks for a quarter to all of it), REQUESTS (32 a run), PASSES (3), PRECISION (fast), FLAGS (more
+# loadtest flags),
 # PEER_URL (a server already running, for example llama-server with --parallel 8: each pass
 # also loads it with the same 1 and 8 clients, through loadtest --url; the prompt cache is the
 # peer's own).
 set -eu
 MLXGO=${MLXGO:-go run ./cmd/mlxgo}
-TOKENS=${TOKENS:-256}; PASSES=${PASSES:-3}; PRECISION=${PRECISION:-fast}; FLAGS=${FLAGS:-}
+TOKENS=${TOKENS:-256}; REQUESTS=${REQUESTS:-32}; PASSES=${PASSES:-3}; PRECISION=${PRECISION:-fast}; FLAGS=${FLAGS:-}
 case "${1:-}" in -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 PEER_URL=${PEER_URL:-}
 [ $# -gt 0 ] || [ -n "$PEER_URL" ] || { echo "usage: $0 MODEL_DIR ... (--help for more)" >&2; exit 2; }
-for v in TOKENS PASSES; do
+for v in TOKENS REQUESTS PASSES; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "$0: $v=${!v}: want a positive integer" >&2; exit 2; }
 done
 for m in "$@"; do
@@ -34,7 +37,7 @@ for pass in $(seq 1 "$PASSES"); do
   for m in "$@" ${PEER_URL:+"$PEER_URL"}; do
     declare -A tps=() sps=()
     for c in 1 8; do
-      r=$((c == 1 ? 8 : 32))
+      r=$REQUESTS
       echo "=== pass $pass $(date -u +%T) $m tokens $TOKENS clients $c requests $r"
       load=(loadtest --warmup 1 --cancel 0 --malformed 0 --slow 0 --stream 1 --prompt-words 16 --tokens "$TOKENS" --clients $c --requests $r)
       if [ "$m" = "$PEER_URL" ]; then

@@ -58,7 +58,11 @@ type Options struct {
 	Malformed float64       // share of malformed bodies (0.05), one in seven of them over 2 MiB
 	Slow      float64       // share of slow clients (0.05): the body trickles in, a stream is not read for 300 ms
 	Stream    float64       // share of the requests (not cancelled, not malformed) that stream (0.5)
-	Seed      uint64        // seeds the mix of requests
+	// Seed seeds the mix of requests: the i-th request sent (a 429's
+	// replacement is the same request again) draws its kind, length and
+	// prompt from a stream of its own, so that runs with any number of
+	// clients send the same first Requests requests.
+	Seed uint64
 	// PromptWords are the prompt lengths, in words, requests choose from
 	// (nil: 4, 48 and 400: short, medium, long).
 	PromptWords []int
@@ -252,7 +256,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Duration)
 	defer cancel()
 	var mu sync.Mutex
-	answered, inflight := 0, 0
+	answered, inflight, issued := 0, 0, 0
+	var resend []int // requests answered 429, to be sent again
 	start := time.Now()
 	var steadyEnd time.Time // the first moment a client found the budget spent
 	var done []result       // every request's outcome, with its times
@@ -262,11 +267,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	var wg sync.WaitGroup
-	for c := range o.Clients {
+	for range o.Clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(o.Seed, uint64(c)))
 			for ctx.Err() == nil {
 				mu.Lock()
 				if answered >= o.Requests {
@@ -282,15 +286,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 					continue
 				}
 				inflight++
+				k := issued
+				if n := len(resend); n > 0 {
+					k, resend = resend[n-1], resend[:n-1]
+				} else {
+					issued++
+				}
 				mu.Unlock()
-				r := one(ctx, poster, o, rng)
+				r := one(ctx, poster, o, rand.New(rand.NewPCG(o.Seed, uint64(k))))
 				r.end = time.Now()
 				mu.Lock()
 				rep.add(r)
 				done = append(done, r)
 				inflight--
-				if r.kind != "rejected" { // a 429 does not use up the budget: the client tries again
+				if r.kind != "rejected" { // a 429 does not use up the budget: the request goes again
 					answered++
+				} else {
+					resend = append(resend, k)
 				}
 				mu.Unlock()
 				if r.retry > 0 {

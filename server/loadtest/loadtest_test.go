@@ -114,3 +114,66 @@ func TestWarmup(t *testing.T) {
 		t.Errorf("after a refused warm-up the server saw %v, want that request alone", seen)
 	}
 }
+
+// TestSameRequestsAnyClients: one client and four send the same requests
+// (Options.Seed: the i-th request sent draws from a stream of its own), and
+// a request answered 429 goes again in its place, the same request.
+func TestSameRequestsAnyClients(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string // answered 200, in arrival order
+	arrivals, refuse := 0, map[int]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost { // /v1/models, /health: none here
+			http.NotFound(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		arrivals++
+		if refuse[arrivals] {
+			mu.Unlock()
+			w.Header().Set("Retry-After", "0")
+			http.Error(w, `{"error": {"message": "busy"}}`, http.StatusTooManyRequests)
+			return
+		}
+		bodies = append(bodies, r.URL.Path+" "+string(body))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices": [{"text": "ok", "message": {"role": "assistant", "content": "ok"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}`)
+	}))
+	defer srv.Close()
+	run := func(clients int, refused ...int) []string {
+		t.Helper()
+		mu.Lock()
+		bodies, arrivals, refuse = nil, 0, map[int]bool{}
+		for _, a := range refused {
+			refuse[a] = true
+		}
+		mu.Unlock()
+		o := Options{URL: srv.URL, Clients: clients, Requests: 12, Duration: 10 * time.Second, MaxTokens: 64, Stream: 0, Seed: 7}
+		rep, err := Run(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.OK != 12 || rep.Rejected != len(refused) {
+			t.Fatalf("%d clients: %d ok, %d rejected; want 12 and %d", clients, rep.OK, rep.Rejected, len(refused))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		out := slices.Clone(bodies)
+		slices.Sort(out)
+		return out
+	}
+	one := run(1)
+	if len(slices.Compact(slices.Clone(one))) < 6 {
+		t.Fatalf("one client's 12 requests hold only %d distinct bodies: the mix does not vary", len(slices.Compact(slices.Clone(one))))
+	}
+	for _, c := range []struct {
+		clients int
+		refused []int
+	}{{4, nil}, {4, []int{2, 5}}, {12, []int{1}}} {
+		if got := run(c.clients, c.refused...); !slices.Equal(got, one) {
+			t.Errorf("%d clients (429 at arrivals %v) sent other requests than one client:\n got %q\nwant %q", c.clients, c.refused, got, one)
+		}
+	}
+}
