@@ -40,43 +40,7 @@ import (
 //
 //	go test ./generate/ -run '^$' -bench BatchDecode -benchtime 3x
 func BenchmarkBatchDecode(b *testing.B) {
-	dir := os.Getenv("MLXGO_BENCH_MODEL")
-	if dir == "" {
-		preset := os.Getenv("MLXGO_BENCH_PRESET")
-		if preset == "" {
-			preset = "smollm2-135m"
-		}
-		spec, ok := synth.Presets[preset]
-		if !ok {
-			b.Fatalf("MLXGO_BENCH_PRESET %q: want one of %v", preset, synth.PresetNames())
-		}
-		dir = filepath.Join(b.TempDir(), preset)
-		if err := synth.WriteMLX(dir, spec, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
-	be, err := cpu.New(backend.Options{Precision: os.Getenv("MLXGO_BENCH_PRECISION"), PackWeights: os.Getenv("MLXGO_BENCH_PACK") == "1"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
-	m, err := minicpm5.Load(be, dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	var bm generate.BatchModel = m
-	switch c := os.Getenv("MLXGO_BENCH_BATCH_CACHE"); c {
-	case "", "shared":
-	case "per-row":
-		view, err := m.WithCache(nn.CacheOptions{PerRow: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		bm = view
-	default:
-		b.Fatalf("MLXGO_BENCH_BATCH_CACHE %q: want shared (the default) or per-row", c)
-	}
+	m, bm := benchBatchModel(b)
 	promptLen, steps := envInt(b, "MLXGO_BENCH_PROMPT", 16), envInt(b, "MLXGO_BENCH_STEPS", 32)
 	noLP := os.Getenv("MLXGO_BENCH_NO_LOGPROBS") == "1"
 	tempRows := 0
@@ -137,6 +101,104 @@ func BenchmarkBatchDecode(b *testing.B) {
 			if nstep > 0 {
 				b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(nstep), "cpu-ms/step")
 			}
+		})
+	}
+}
+
+// benchBatchModel loads the model of BenchmarkBatchDecode and the batch
+// view MLXGO_BENCH_BATCH_CACHE asks for, closed when b ends.
+func benchBatchModel(b *testing.B) (*minicpm5.Model, generate.BatchModel) {
+	dir := os.Getenv("MLXGO_BENCH_MODEL")
+	if dir == "" {
+		preset := os.Getenv("MLXGO_BENCH_PRESET")
+		if preset == "" {
+			preset = "smollm2-135m"
+		}
+		spec, ok := synth.Presets[preset]
+		if !ok {
+			b.Fatalf("MLXGO_BENCH_PRESET %q: want one of %v", preset, synth.PresetNames())
+		}
+		dir = filepath.Join(b.TempDir(), preset)
+		if err := synth.WriteMLX(dir, spec, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	be, err := cpu.New(backend.Options{Precision: os.Getenv("MLXGO_BENCH_PRECISION"), PackWeights: os.Getenv("MLXGO_BENCH_PACK") == "1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	m, err := minicpm5.Load(be, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	switch c := os.Getenv("MLXGO_BENCH_BATCH_CACHE"); c {
+	case "", "shared":
+		return m, m
+	case "per-row":
+		view, err := m.WithCache(nn.CacheOptions{PerRow: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m, view
+	default:
+		b.Fatalf("MLXGO_BENCH_BATCH_CACHE %q: want shared (the default) or per-row", c)
+	}
+	return nil, nil
+}
+
+// BenchmarkBatchJoin measures a server's pattern on the model of
+// BenchmarkBatchDecode (and its environment variables): 8 sequences
+// decoding greedily and, as each one finishes, another joining, 32 in all,
+// prompts of MLXGO_BENCH_PROMPT tokens asking for a quarter to all of
+// MLXGO_BENCH_STEPS tokens, in mlx_lm's order ("mlx_lm": the joining rows'
+// last prompt tokens in a forward of their own) and with
+// BatchOptions.JoinPrefilled ("join-prefilled"). Metric tok/s is the
+// generated tokens per second of the whole run, prefill included.
+func BenchmarkBatchJoin(b *testing.B) {
+	m, bm := benchBatchModel(b)
+	promptLen, steps := envInt(b, "MLXGO_BENCH_PROMPT", 16), envInt(b, "MLXGO_BENCH_STEPS", 32)
+	const rows, total = 8, 32
+	prompts := batchPrompts(m.VocabSize(), repeat(promptLen, total)...)
+	seqs := make([]generate.SequenceOptions, total)
+	for i := range seqs {
+		seqs[i].MaxTokens = steps/4 + (i*7919)%(steps-steps/4+1)
+	}
+	for _, join := range []bool{false, true} {
+		b.Run(map[bool]string{false: "mlx_lm", true: "join-prefilled"}[join], func(b *testing.B) {
+			var tokens int
+			var secs float64
+			for b.Loop() {
+				g, err := generate.NewBatchGenerator(bm, generate.BatchOptions{CompletionBatchSize: rows, PrefillBatchSize: rows, NoLogprobs: true, JoinPrefilled: join})
+				if err != nil {
+					b.Fatal(err)
+				}
+				next := 0
+				insert := func(n int) {
+					if _, err := g.Insert(prompts[next:next+n], seqs[next:next+n]); err != nil {
+						b.Fatal(err)
+					}
+					next += n
+				}
+				t0 := time.Now()
+				insert(rows)
+				for !g.Done() {
+					toks, err := g.Next()
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, t := range toks {
+						tokens++
+						if t.FinishReason != "" && next < total {
+							insert(1)
+						}
+					}
+				}
+				secs += time.Since(t0).Seconds()
+				g.Close()
+			}
+			b.ReportMetric(float64(tokens)/secs, "tok/s")
 		})
 	}
 }
