@@ -8,9 +8,10 @@
 # malformed; the prompt cache is off (so that each request pays its prompt), per-row batch
 # caches (the cpu default); one warm-up request before each run (--warmup 1: a fresh server's first
 # request packs the weights, once, which would otherwise count in each run's throughput).
-# Prints the loadtest lines per run and then one line per model and
+# Prints the loadtest lines per run, then one line per model and
 # pass with the ratios of both throughputs: the whole run's, and the steady one's (while every
-# client still had a request to send, before the tail where fewer clients remain).
+# client still had a request to send, before the tail where fewer clients remain), and last
+# each model's median ratios over the passes.
 #
 #   bench/loadtest_scaling.sh [MODEL_DIR ...]      (make loadtest-scaling)
 #
@@ -65,3 +66,10 @@ for pass in $(seq 1 "$PASSES"); do
 done
 echo "=== 8 clients against 1 (tokens $TOKENS, precision $PRECISION)"
 printf '%s\n' "${summary[@]}"
+# The median of the passes' ratios, per model (the middle one, or the mean of the middle two).
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) printf "%.2f", v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+echo "=== medians over $PASSES passes"
+for m in "$@" ${PEER_URL:+"$PEER_URL"}; do
+  lines=$(printf '%s\n' "${summary[@]}" | awk -v p="$m pass " 'index($0, p) == 1')
+  echo "$m: whole run $(echo "$lines" | sed -E 's/.* ([0-9.]+)×; steady .*/\1/' | median)×, steady $(echo "$lines" | sed -E 's/.* ([0-9.]+)×$/\1/' | median)×"
+done
