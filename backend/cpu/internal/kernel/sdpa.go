@@ -126,6 +126,17 @@ func DenseKV(x []float32, hk, s, n int) KV {
 // row returns the element offset of (bi, h, j, 0).
 func (kv *KV) row(bi, h, j int) int { return bi*kv.BStride + h*kv.HStride + j*kv.RowStride }
 
+// blockInside reports whether the n values of each of the sdpaBK rows of
+// plain storage from position j0 of (bi, h) lie inside kv's storage, so
+// that a kernel may read a partial block's sdpaBK rows in place: a KV
+// cache's rows past its length (its capacity, or the next head's rows) are
+// read then, and the scores of those keys are masked by the caller, as
+// those of a copy's zero rows are. Each score depends on its own key row
+// alone, so the unmasked scores are the copy's bits.
+func (kv *KV) blockInside(bi, h, j0, n int) bool {
+	return kv.row(bi, h, j0+sdpaBK-1)+n <= kv.Vec.Len()
+}
+
 // checkKV panics unless kv holds b·hk rows of s positions of n values.
 // (The checks format their messages only when they fail: a decode step
 // calls this for every layer.)

@@ -819,8 +819,9 @@ func (j *sdpaJob) scores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 
 // bfScores is scores in the fast precision on bfloat16 keys
 // (sdpaJob.bfk): sdpaScoresBF64 or 128 on the
-// block's keys in place, or on a copy of a partial block's keys followed
-// by zero keys (whose scores the caller masks). Each score is
+// block's keys in place (a partial block's too where its sdpaBK rows lie
+// inside the storage: see blockInside), or on a copy of a partial block's
+// keys followed by zero keys (whose scores the caller masks). Each score is
 // scale·(q·k) with q and k in bfloat16 and the products summed in float32
 // in the kernel's order (pairs, then lanes in a tree), where the float32
 // path sums scale·q·k along the key: within float32 rounding of each
@@ -829,7 +830,7 @@ func (j *sdpaJob) bfScores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 	d, k := j.d, j.k
 	src := sdpaVecPtr(k.Vec, k.row(bi, kh, j0))
 	stride := uintptr(k.RowStride) * 2
-	if n < sdpaBK {
+	if n < sdpaBK && !k.blockInside(bi, kh, j0, d) {
 		for x := range n {
 			copy(w.kb[x*d:(x+1)*d], k.Vec.U16[k.row(bi, kh, j0+x):][:d])
 		}
@@ -845,9 +846,10 @@ func (j *sdpaJob) bfScores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 
 // fScores is bfScores on float32 and float16 keys (sdpaJob.fk):
 // sdpaScoresF64 or 128 against the rows of scale·q (w.qs), on float32 keys
-// in place, or on a float32 copy of the block's keys in key order (float16
-// keys widened, exactly; a partial block's followed by zero keys, whose
-// scores the caller masks). Each score sums the float32 products in the
+// in place (a partial block's too where its sdpaBK rows lie inside the
+// storage: see blockInside), or on a float32 copy of the block's keys in
+// key order (float16 keys widened, exactly; a partial block's followed by
+// zero keys, whose scores the caller masks). Each score sums the float32 products in the
 // kernel's order (16 lanes, then a tree), where the float32 path sums
 // along the key: within float32 rounding of each other, and the same for a
 // row whatever the rows beside it.
@@ -856,7 +858,7 @@ func (j *sdpaJob) fScores(w *sdpaWork, bi, kh, j0, n, r0, rows int) {
 	var src unsafe.Pointer
 	var stride uintptr
 	switch {
-	case k.Vec.F32 != nil && n == sdpaBK:
+	case k.Vec.F32 != nil && (n == sdpaBK || k.blockInside(bi, kh, j0, d)):
 		src, stride = unsafe.Pointer(&k.Vec.F32[k.row(bi, kh, j0)]), uintptr(k.RowStride)*4
 	case k.Vec.F32 != nil:
 		for x := range n {
