@@ -71,6 +71,17 @@ type BatchOptions struct {
 	// generates, chunks are PrefillStepSize long. 0 means no budget:
 	// PrefillStepSize tokens per row every step (mlx_lm's BatchGenerator).
 	PrefillBudget int
+	// PrefillPadLimit, when positive and the model's batch caches hold a
+	// cache per row (nn.CacheOptions.PerRow, or an encoded kind), splits a
+	// prefill step whose chunks differ in length: a chunk at least
+	// PrefillPadLimit tokens shorter than the longest runs in a forward of
+	// its own group instead of right-padded to the longest (rows sorted by
+	// chunk length, longest first; each group takes the rows within
+	// PrefillPadLimit-1 tokens of its first). Padding is work the forward
+	// does and throws away, where each extra forward costs one more pass
+	// over the weights; a row's tokens are the same either way. 0 means one
+	// padded forward for every step (mlx_lm's BatchGenerator).
+	PrefillPadLimit int
 	// MaxSequences, when positive, bounds the sequences a generator holds
 	// (queued, prefilling and decoding): Insert fails rather than exceed it.
 	MaxSequences int
@@ -289,6 +300,8 @@ func NewBatchGenerator(m BatchModel, opts BatchOptions) (*BatchGenerator, error)
 		return nil, fmt.Errorf("generate: prefill step size is %d, want > 0 (0 = 2048)", opts.PrefillStepSize)
 	case opts.PrefillBudget < 0:
 		return nil, fmt.Errorf("generate: prefill budget is %d, want >= 0 (0 = none)", opts.PrefillBudget)
+	case opts.PrefillPadLimit < 0:
+		return nil, fmt.Errorf("generate: prefill pad limit is %d, want >= 0 (0 = none)", opts.PrefillPadLimit)
 	case opts.MaxSequences < 0:
 		return nil, fmt.Errorf("generate: max sequences is %d, want >= 0 (0 = no limit)", opts.MaxSequences)
 	}
@@ -886,9 +899,67 @@ func (g *BatchGenerator) settle(p *batchPart) error {
 }
 
 // prefill is PromptProcessingBatch.prompt for chunks no longer than the
-// step: right-padded to the longest, run through the model without the
-// head, the caches evaluated, the padding turned into left padding.
+// step (chunks[r] of g.prompt.rows[r]): in one forward, or, under
+// BatchOptions.PrefillPadLimit, in one per group of similar lengths
+// through views of the rows' caches (prefillGroups).
 func (g *BatchGenerator) prefill(chunks [][]int32) error {
+	groups := g.prefillGroups(chunks)
+	if groups == nil {
+		return g.prefillRows(g.prompt.rows, chunks, g.prompt.cache)
+	}
+	for _, idx := range groups {
+		rows := make([]*batchSeq, len(idx))
+		sub := make([][]int32, len(idx))
+		for i, r := range idx {
+			rows[i], sub[i] = g.prompt.rows[r], chunks[r]
+		}
+		views := make([]*nn.BatchKVCache, len(g.prompt.cache))
+		for l, c := range g.prompt.cache {
+			v, err := c.RowView(idx)
+			if err != nil {
+				return fmt.Errorf("generate: batch prefill: %w", err)
+			}
+			views[l] = v
+		}
+		if err := g.prefillRows(rows, sub, views); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prefillGroups returns the groups of rows (indexes of chunks) that
+// PrefillPadLimit runs in forwards of their own, longest chunks first, or
+// nil for one forward of every row: the option off, shared cache buffers,
+// or every chunk within the limit of the longest.
+func (g *BatchGenerator) prefillGroups(chunks [][]int32) [][]int {
+	lim := g.opts.PrefillPadLimit
+	if lim <= 0 || len(chunks) < 2 || len(g.prompt.cache) == 0 || !g.prompt.cache[0].RowCaches() {
+		return nil
+	}
+	order := make([]int, len(chunks))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(chunks[b]) - len(chunks[a]) })
+	var groups [][]int
+	for _, r := range order {
+		if n := len(groups); n > 0 && len(chunks[groups[n-1][0]])-len(chunks[r]) < lim {
+			groups[n-1] = append(groups[n-1], r)
+			continue
+		}
+		groups = append(groups, []int{r})
+	}
+	if len(groups) == 1 {
+		return nil
+	}
+	return groups
+}
+
+// prefillRows runs chunks[r] of rows[r] through the model without the head
+// into caches (g.prompt's, or views of some of its rows): right-padded to
+// the longest, the caches evaluated, the padding turned into left padding.
+func (g *BatchGenerator) prefillRows(rows []*batchSeq, chunks [][]int32, caches []*nn.BatchKVCache) error {
 	L := 0
 	for _, c := range chunks {
 		L = max(L, len(c))
@@ -900,12 +971,12 @@ func (g *BatchGenerator) prefill(chunks [][]int32) error {
 		copy(ids[r*L:], c)
 		pad[r] = L - len(c)
 		padded = padded || pad[r] > 0
-		s := g.prompt.rows[r]
+		s := rows[r]
 		s.context = append(s.context, c...)
 		g.stats.PromptTokens += len(c)
 	}
 	if padded {
-		for _, c := range g.prompt.cache {
+		for _, c := range caches {
 			if err := c.PrepareRightPadding(pad); err != nil {
 				return err
 			}
@@ -913,7 +984,7 @@ func (g *BatchGenerator) prefill(chunks [][]int32) error {
 	}
 	if err := g.scoped(func() error {
 		x := g.b.FromHost(tensor.FromInt32(tensor.Shape{len(chunks), L}, ids))
-		return g.m.BatchAppend(x, g.prompt.cache)
+		return g.m.BatchAppend(x, caches)
 	}); err != nil {
 		return fmt.Errorf("generate: batch prefill: %w", err)
 	}
@@ -922,7 +993,7 @@ func (g *BatchGenerator) prefill(chunks [][]int32) error {
 	}
 	if padded {
 		if err := g.scoped(func() error {
-			for _, c := range g.prompt.cache {
+			for _, c := range caches {
 				c.Finalize()
 			}
 			return nil

@@ -203,6 +203,35 @@ func BenchmarkBatchJoin(b *testing.B) {
 	}
 }
 
+// BenchmarkBatchPrefillMixed times the prefill of a burst of four prompts
+// of two lengths (20 and 50 tokens, as the load test's short and long
+// prompts; one step of JoinPrefilled work, no decoding) in one padded
+// forward (mlx_lm's) against forwards per group of similar lengths
+// (BatchOptions.PrefillPadLimit 8, the server's), on the model of
+// BenchmarkBatchDecode; with per-row caches (MLXGO_BENCH_BATCH_CACHE=per-row)
+// for the groups to apply.
+func BenchmarkBatchPrefillMixed(b *testing.B) {
+	m, bm := benchBatchModel(b)
+	prompts := batchPrompts(m.VocabSize(), 20, 50, 21, 51)
+	for _, lim := range []int{0, 8} {
+		b.Run(map[int]string{0: "padded", 8: "groups"}[lim], func(b *testing.B) {
+			for b.Loop() {
+				g, err := generate.NewBatchGenerator(bm, generate.BatchOptions{MaxTokens: 1, CompletionBatchSize: 4, PrefillBatchSize: 4, NoLogprobs: true, JoinPrefilled: true, PrefillPadLimit: lim})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := g.Insert(prompts, nil); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := g.Next(); err != nil { // admits, prefills, joins, then one decode step
+					b.Fatal(err)
+				}
+				g.Close()
+			}
+		})
+	}
+}
+
 // envInt is the positive integer in the environment variable name, or def
 // when it is unset.
 func envInt(b *testing.B, name string, def int) int {

@@ -128,10 +128,17 @@ func TestBatchRowsEqualAlone(t *testing.T) {
 	}
 }
 
-// countingModel counts the forwards with the head (BatchLogits).
+// countingModel counts the forwards with the head (BatchLogits) and the
+// token rows (B·L, padding included) of the prefill forwards (BatchAppend).
 type countingModel struct {
 	generate.BatchModel
-	logits int
+	logits, appendRows, appends int
+}
+
+func (m *countingModel) BatchAppend(ids backend.Array, cache []*nn.BatchKVCache) error {
+	m.appends++
+	m.appendRows += ids.Shape().Size()
+	return m.BatchModel.BatchAppend(ids, cache)
 }
 
 func (m *countingModel) BatchLogits(ids backend.Array, cache []*nn.BatchKVCache) (backend.Array, error) {
@@ -734,5 +741,54 @@ func TestBatchSampledLogprobsUnfiltered(t *testing.T) {
 				t.Fatalf("prompt %d, token %d: sampled row %v, greedy %v", p, j, sampled[p][j], greedy[p][j])
 			}
 		}
+	}
+}
+
+// TestBatchPrefillPadLimit: with per-row caches, BatchOptions.PrefillPadLimit
+// runs a prefill step's chunks of different lengths in forwards of their own
+// groups rather than right-padded to the longest: at limit 1 the prefill
+// forwards carry no padding at all (their token rows are exactly the prompt
+// tokens prefilled), at 0 (mlx_lm's one padded forward) they carry more, and
+// every row's tokens are what Generate gives it alone either way; on shared
+// cache buffers the option does nothing.
+func TestBatchPrefillPadLimit(t *testing.T) {
+	b := cpuBackend(t)
+	m := batchCheckpoint(t, b, "fp-f32")
+	perRow, err := m.WithCache(nn.CacheOptions{PerRow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := batchPrompts(m.VocabSize(), 3, 17, 9, 16, 2, 11)
+	for _, c := range []struct {
+		name       string
+		model      generate.BatchModel
+		limit      int
+		wantPadded bool
+	}{
+		{"per-row/limit0", perRow, 0, true},
+		{"per-row/limit1", perRow, 1, false},
+		{"per-row/limit4", perRow, 4, true},
+		{"shared/limit1", m, 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			opts := generate.BatchOptions{MaxTokens: 5, PrefillStepSize: 8, PrefillBatchSize: 4, CompletionBatchSize: 4, PrefillPadLimit: c.limit}
+			cm := &countingModel{BatchModel: c.model}
+			got, st, err := generate.BatchGenerate(cm, prompts, opts, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if padded := cm.appendRows > st.PromptTokens; padded != c.wantPadded {
+				t.Errorf("prefill forwards carried %d token rows (%d forwards) for %d prompt tokens: padded %v, want %v", cm.appendRows, cm.appends, st.PromptTokens, padded, c.wantPadded)
+			}
+			for i, p := range prompts {
+				want, err := generate.Generate(m, p, generate.Options{MaxTokens: 5, PrefillStepSize: 8}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got[i].Tokens, want.Tokens) {
+					t.Errorf("row %d (prompt length %d): batch gave %v, alone %v", i, len(p), got[i].Tokens, want.Tokens)
+				}
+			}
+		})
 	}
 }

@@ -222,6 +222,30 @@ func (c *BatchKVCache) sameKind(other *BatchKVCache) error {
 	return nil
 }
 
+// RowCaches reports whether the batch holds one cache per row
+// (NewBatchCache with an encoded kind or PerRow) rather than shared
+// buffers.
+func (c *BatchKVCache) RowCaches() bool { return c.rows != nil }
+
+// RowView returns a batch of row caches over rows idx of c (distinct, in
+// range), in that order, sharing their caches: what a forward through the
+// view appends lands in those rows of c. The view owns nothing; c keeps
+// its rows (a prefill of some rows, BatchOptions.PrefillPadLimit). A batch
+// of shared buffers has no such view: that is an error.
+func (c *BatchKVCache) RowView(idx []int) (*BatchKVCache, error) {
+	if c.rows == nil {
+		return nil, fmt.Errorf("batch cache: a view of rows %v of a batch of shared buffers (only a batch of row caches has one)", idx)
+	}
+	if err := c.checkKeep(idx, "view"); err != nil {
+		return nil, err
+	}
+	out := &BatchKVCache{b: c.b, kind: c.kind, leftPadding: make([]int, len(idx)), rows: make([]KVCache, len(idx))}
+	for i, r := range idx {
+		out.rows[i] = c.rows[r]
+	}
+	return out, nil
+}
+
 // splitRows is Split for a batch of row caches: the row caches move.
 func (c *BatchKVCache) splitRows(idx []int) (*BatchKVCache, error) {
 	if err := c.checkKeep(idx, "split"); err != nil {

@@ -440,3 +440,44 @@ func TestSeedRowErrors(t *testing.T) {
 		t.Errorf("seeding a seeded cache: got %v", err)
 	}
 }
+
+// TestRowView: a view of rows of a batch of row caches holds those rows'
+// own caches in the order asked for (what goes through it lands in them);
+// shared buffers, repeated rows and rows out of range are errors.
+func TestRowView(t *testing.T) {
+	b := newBatchCPU(t)
+	rows, err := nn.NewBatchCache(b, []int{0, 0, 0}, nn.CacheOptions{PerRow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rows.RowCaches() {
+		t.Fatal("a PerRow batch reports no row caches")
+	}
+	v, err := rows.RowView([]int{2, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, val := batchKV(b, 2, 3, 0)
+	v.Attend(k, k, val, 1, backend.CausalMask{})
+	if got, want := rows.Offsets(), []int{3, 0, 3}; !slices.Equal(got, want) {
+		t.Errorf("offsets after 3 tokens through a view of rows 2 and 0: %v, want %v", got, want)
+	}
+	shared := nn.NewBatchKVCache(b, []int{0, 0})
+	if shared.RowCaches() {
+		t.Error("a shared batch reports row caches")
+	}
+	for _, tc := range []struct {
+		name string
+		c    *nn.BatchKVCache
+		idx  []int
+		want string
+	}{
+		{"shared", shared, []int{0}, "batch of shared buffers"},
+		{"repeated", rows, []int{1, 1}, "view row 1, want distinct rows in [0, 3)"},
+		{"range", rows, []int{3}, "view row 3"},
+	} {
+		if _, err := tc.c.RowView(tc.idx); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: RowView(%v) error %v, want one containing %q", tc.name, tc.idx, err, tc.want)
+		}
+	}
+}
