@@ -136,7 +136,7 @@ load-test: $(SMOLLM2_MLX)/config.json
 
 # The scaling target of issue 15: 8 clients' aggregate tok/s against 1 client's, on the real
 # SmolLM2 (and SCALING_MODELS, e.g. a synthetic MiniCPM5-1B with a tokenizer), alternating
-# passes (bench/loadtest_scaling.sh; TOKENS=, REQUESTS=, PASSES=, PRECISION= override it; PEER_URL= adds
+# passes (bench/loadtest_scaling.sh; TOKENS=, REQUESTS=, PASSES=, PRECISION=, DURATION= override it; PEER_URL= adds
 # a running server, e.g. llama-server, under the same load).
 SCALING_MODELS ?= $(SMOLLM2_MLX)
 loadtest-scaling: $(SMOLLM2_MLX)/config.json

@@ -16,14 +16,16 @@
 #   bench/loadtest_scaling.sh [MODEL_DIR ...]      (make loadtest-scaling)
 #
 # Environment: MLXGO (default: go run ./cmd/mlxgo), TOKENS (--tokens, default 256: each request
-# asks for a quarter to all of it), REQUESTS (32 a run), PASSES (3), PRECISION (fast), FLAGS (more
-# loadtest flags),
+# asks for a quarter to all of it), REQUESTS (32 a run), PASSES (3), PRECISION (fast), DURATION
+# (--duration, default 10m: long enough for one client to finish every request of a 1B model;
+# until 2026-12-05 23:15 loadtest's 2m default cut MiniCPM5-1B's one-client runs after 28-29 of
+# 32), FLAGS (more loadtest flags),
 # PEER_URL (a server already running, for example llama-server with --parallel 8: each pass
 # also loads it with the same 1 and 8 clients, through loadtest --url; the prompt cache is the
 # peer's own).
 set -eu
 MLXGO=${MLXGO:-go run ./cmd/mlxgo}
-TOKENS=${TOKENS:-256}; REQUESTS=${REQUESTS:-32}; PASSES=${PASSES:-3}; PRECISION=${PRECISION:-fast}; FLAGS=${FLAGS:-}
+TOKENS=${TOKENS:-256}; REQUESTS=${REQUESTS:-32}; PASSES=${PASSES:-3}; PRECISION=${PRECISION:-fast}; DURATION=${DURATION:-10m}; FLAGS=${FLAGS:-}
 case "${1:-}" in -h|--help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 PEER_URL=${PEER_URL:-}
 [ $# -gt 0 ] || [ -n "$PEER_URL" ] || { echo "usage: $0 MODEL_DIR ... (--help for more)" >&2; exit 2; }
@@ -40,7 +42,7 @@ for pass in $(seq 1 "$PASSES"); do
     for c in 1 8; do
       r=$REQUESTS
       echo "=== pass $pass $(date -u +%T) $m tokens $TOKENS clients $c requests $r"
-      load=(loadtest --warmup 1 --cancel 0 --malformed 0 --slow 0 --stream 1 --prompt-words 16 --tokens "$TOKENS" --clients $c --requests $r)
+      load=(loadtest --warmup 1 --cancel 0 --malformed 0 --slow 0 --stream 1 --prompt-words 16 --tokens "$TOKENS" --clients $c --requests $r --duration "$DURATION")
       if [ "$m" = "$PEER_URL" ]; then
         load+=(--url "$m")
       else
