@@ -30,6 +30,16 @@ func batchCheckpoint(t *testing.T, b backend.Backend, name string) *minicpm5.Mod
 	return m
 }
 
+// perRowView is m with a cache of its own per batch row (nn.CacheOptions.PerRow).
+func perRowView(t *testing.T, m *minicpm5.Model) minicpm5.CacheView {
+	t.Helper()
+	view, err := m.WithCache(nn.CacheOptions{PerRow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return view
+}
+
 func cpuBackend(t testing.TB) backend.Backend {
 	t.Helper()
 	b, err := cpu.New(backend.Options{})
@@ -708,10 +718,7 @@ func TestBatchNoLogprobs(t *testing.T) {
 func TestBatchSampledLogprobsUnfiltered(t *testing.T) {
 	b := cpuBackend(t)
 	m := batchCheckpoint(t, b, "optiq-bf16")
-	view, err := m.WithCache(nn.CacheOptions{PerRow: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	view := perRowView(t, m)
 	prompts := batchPrompts(m.VocabSize(), 4, 9)
 	first := func(so *generate.SamplerOptions) [][]float32 {
 		seqs := make([]generate.SequenceOptions, len(prompts))
@@ -754,10 +761,7 @@ func TestBatchSampledLogprobsUnfiltered(t *testing.T) {
 func TestBatchPrefillPadLimit(t *testing.T) {
 	b := cpuBackend(t)
 	m := batchCheckpoint(t, b, "fp-f32")
-	perRow, err := m.WithCache(nn.CacheOptions{PerRow: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	perRow := perRowView(t, m)
 	prompts := batchPrompts(m.VocabSize(), 3, 17, 9, 16, 2, 11)
 	for _, c := range []struct {
 		name       string
