@@ -332,6 +332,9 @@ func TestBatchGeneratorErrors(t *testing.T) {
 	if _, err := generate.NewBatchGenerator(m, generate.BatchOptions{PrefillBudget: -1}); err == nil || !strings.Contains(err.Error(), "prefill budget is -1") {
 		t.Errorf("PrefillBudget -1: %v, want an error naming it", err)
 	}
+	if _, err := generate.NewBatchGenerator(m, generate.BatchOptions{PrefillPadLimit: -1}); err == nil || !strings.Contains(err.Error(), "prefill pad limit is -1") {
+		t.Errorf("PrefillPadLimit -1: %v, want an error naming it", err)
+	}
 }
 
 // TestBatchRemove: removing a generating sequence and a queued one leaves
