@@ -31,6 +31,22 @@ type Case struct {
 
 	// Path is the manifest file the case was read from.
 	Path string `json:"-"`
+
+	// kvDType is WithKVDType's: the model runners' full caches store
+	// float32 keys and values in it (nn.CacheOptions.KVDType).
+	kvDType tensor.DType
+}
+
+// WithKVDType returns a copy of c whose model runners keep float32 keys and
+// values in full caches of dtype dt (nn.CacheOptions.KVDType: bfloat16 or
+// float16), the CPU backend's fast precision's cache in mlxgo's commands:
+// for a test holding that configuration to the oracle's fixtures, which
+// mlx_lm made with float32 caches. A case of another kind of cache then
+// fails, naming the option.
+func WithKVDType(c *Case, dt tensor.DType) *Case {
+	cc := *c
+	cc.kvDType = dt
+	return &cc
 }
 
 // index is manifest.json at the root of a fixture directory.

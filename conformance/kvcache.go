@@ -8,9 +8,10 @@ import (
 // cacheOptions are the KV cache options of a model case
 // (conformance/oracle/kvcache.py): max_kv_size selects mlx_lm's
 // RotatingKVCache; kv_bits (with kv_group_size and quantized_kv_start)
-// generate_step's KV quantization; both absent, the full cache.
+// generate_step's KV quantization; both absent, the full cache (storing
+// float32 keys in the dtype WithKVDType gave c).
 func cacheOptions(c *Case) (nn.CacheOptions, error) {
-	var o nn.CacheOptions
+	o := nn.CacheOptions{KVDType: c.kvDType}
 	if _, ok := c.Params["max_kv_size"]; ok {
 		n, err := c.Int("max_kv_size")
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/conformance"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // TestFastPrecision holds the CPU backend's "fast" precision (int8
@@ -16,6 +17,11 @@ import (
 // distributions close in KL, the argmax equal wherever the oracle's margin
 // is clear. Tokens are not compared on their own: the argmax criterion on
 // the logits is the check, and below its margin fast may decide otherwise.
+// The cases of the full cache run again with the float32 keys and values
+// kept in bfloat16 (what mlxgo's commands keep in the fast precision,
+// --kv-dtype auto) and in float16 (--kv-dtype float16), held to the same
+// row: a rounding of each key and value to 8 or 11 bits, inside the int8
+// activations' 2^-8.
 func TestFastPrecision(t *testing.T) {
 	b, err := backend.Open("cpu", backend.Options{Precision: "fast"})
 	if err != nil {
@@ -23,24 +29,42 @@ func TestFastPrecision(t *testing.T) {
 	}
 	defer b.Close()
 	classes := map[string]string{"model_logits": "fast_logits", "model_tokens": conformance.InfoClass}
-	n := 0
+	n, full := 0, 0
 	for _, c := range modelCases(t) {
 		if c.Op != "decode" || c.DType != "float32" {
 			continue
 		}
 		n++
-		t.Run(c.Name, func(t *testing.T) {
-			for _, r := range conformance.CheckAs(b, c, classes) {
-				if r.Metric != "kl_max" || !r.Pass {
-					t.Error(r.String())
-					continue
-				}
-				t.Log(r.String())
+		runs := []struct {
+			name string
+			c    *conformance.Case
+		}{{"", c}}
+		if _, rot := c.Params["max_kv_size"]; !rot {
+			if _, q := c.Params["kv_bits"]; !q {
+				full++
+				runs = append(runs, struct {
+					name string
+					c    *conformance.Case
+				}{"/kv-bfloat16", conformance.WithKVDType(c, tensor.BF16)}, struct {
+					name string
+					c    *conformance.Case
+				}{"/kv-float16", conformance.WithKVDType(c, tensor.F16)})
 			}
-		})
+		}
+		for _, r := range runs {
+			t.Run(c.Name+r.name, func(t *testing.T) {
+				for _, res := range conformance.CheckAs(b, r.c, classes) {
+					if res.Metric != "kl_max" || !res.Pass {
+						t.Error(res.String())
+						continue
+					}
+					t.Log(res.String())
+				}
+			})
+		}
 	}
-	if n == 0 {
-		t.Fatal("no float32 decode cases in testdata")
+	if n == 0 || full == 0 {
+		t.Fatalf("%d float32 decode cases in testdata, %d of the full cache: want some of each", n, full)
 	}
 }
 

@@ -129,7 +129,7 @@ func (c *BatchKVCache) Update(k, v backend.Array) (backend.Array, backend.Array)
 		return c.rotUpdate(k, v)
 	}
 	var keys, values backend.Array
-	c.keys, c.values, keys, values = appendKV(c.b, c.keys, c.values, k, v, c.idx)
+	c.keys, c.values, keys, values = appendKV(c.b, c.keys, c.values, k, v, c.idx, c.kind.KVDType)
 	c.idx += k.Shape()[2]
 	return keys, values
 }

@@ -43,7 +43,9 @@ func NewBatchCache(b backend.Backend, leftPadding []int, o CacheOptions) (*Batch
 	case o.MaxKVSize > 0:
 		return NewBatchRotatingKVCache(b, o.MaxKVSize, leftPadding)
 	}
-	return NewBatchKVCache(b, leftPadding), nil
+	c := NewBatchKVCache(b, leftPadding)
+	c.kind.KVDType = o.KVDType
+	return c, nil
 }
 
 // kindName names the cache kind o selects, for messages.
@@ -55,8 +57,12 @@ func (o CacheOptions) kindName() string {
 		return fmt.Sprintf("%d-bit quantized", o.KVBits)
 	case o.MaxKVSize > 0:
 		return fmt.Sprintf("rotating (max %d)", o.MaxKVSize)
+	case o.PerRow && o.KVDType != 0:
+		return "per-row full (" + o.KVDType.MLXName() + ")"
 	case o.PerRow:
 		return "per-row full"
+	case o.KVDType != 0:
+		return "full (" + o.KVDType.MLXName() + ")"
 	}
 	return "full"
 }

@@ -14,11 +14,19 @@ type FullKVCache struct {
 	b            backend.Backend
 	keys, values backend.Array // [B, Hk, capacity, D]; nil when empty
 	offset       int
+	store        tensor.DType // CacheOptions.KVDType
 }
 
 // NewFullKVCache returns an empty cache on b.
 func NewFullKVCache(b backend.Backend) *FullKVCache {
 	return &FullKVCache{b: b}
+}
+
+// NewFullKVCacheStoring returns an empty cache on b that stores float32
+// keys and values in store (tensor.BF16 or tensor.F16; 0 keeps them float32,
+// NewFullKVCache): CacheOptions.KVDType.
+func NewFullKVCacheStoring(b backend.Backend, store tensor.DType) *FullKVCache {
+	return &FullKVCache{b: b, store: store}
 }
 
 // Offset returns the number of tokens stored.
@@ -41,7 +49,7 @@ func (c *FullKVCache) Capacity() int {
 // values and keeps the returned arrays the caller's).
 func (c *FullKVCache) Update(k, v backend.Array) (backend.Array, backend.Array) {
 	var keys, values backend.Array
-	c.keys, c.values, keys, values = appendKV(c.b, c.keys, c.values, k, v, c.offset)
+	c.keys, c.values, keys, values = appendKV(c.b, c.keys, c.values, k, v, c.offset, c.store)
 	c.offset += k.Shape()[2]
 	return keys, values
 }
@@ -52,10 +60,12 @@ func (c *FullKVCache) Update(k, v backend.Array) (backend.Array, backend.Array) 
 // grows them by ceil(L/KVStep)·KVStep zero slots (cutting them to prev first
 // when prev is not a multiple of KVStep), then writes k and v at prev. It
 // releases the buffers it replaces and returns the new buffers and the
-// caller's views of them up to prev+L.
-func appendKV(b backend.Backend, keys, values, k, v backend.Array, prev int) (newKeys, newValues, outK, outV backend.Array) {
+// caller's views of them up to prev+L. The zero slots take the dtype of k
+// and v, or store for float32 ones when store is set (storedAs); SliceUpdate
+// rounds k and v to the buffers' dtype.
+func appendKV(b backend.Backend, keys, values, k, v backend.Array, prev int, store tensor.DType) (newKeys, newValues, outK, outV backend.Array) {
 	L := k.Shape()[2]
-	keys, values = growKV(b, keys, values, k.Shape(), v.Shape(), k.DType(), v.DType(), prev, L)
+	keys, values = growKV(b, keys, values, k.Shape(), v.Shape(), storedAs(store, k.DType()), storedAs(store, v.DType()), prev, L)
 	at := []int{0, 0, prev, 0}
 	keys = replaced(b, keys, b.SliceUpdate(keys, k, at))
 	values = replaced(b, values, b.SliceUpdate(values, v, at))
@@ -87,6 +97,15 @@ func growKV(b backend.Backend, keys, values backend.Array, ks, vs tensor.Shape, 
 	return keys, values
 }
 
+// storedAs is the dtype a cache storing float32 keys and values in store
+// (0: as they come) keeps keys or values of dtype dt in.
+func storedAs(store, dt tensor.DType) tensor.DType {
+	if store != 0 && dt == tensor.F32 {
+		return store
+	}
+	return dt
+}
+
 // replaced releases old and returns next.
 func replaced(b backend.Backend, old, next backend.Array) backend.Array {
 	b.Release(old)
@@ -103,7 +122,7 @@ func appendKVRows(b backend.Backend, caches []*FullKVCache, k, v backend.Array) 
 	L := ks[2]
 	kb, vb, at := make([]backend.Array, len(caches)), make([]backend.Array, len(caches)), make([]int, len(caches))
 	for r, c := range caches {
-		c.keys, c.values = growKV(b, c.keys, c.values, ks, vs, k.DType(), v.DType(), c.offset, L)
+		c.keys, c.values = growKV(b, c.keys, c.values, ks, vs, storedAs(c.store, k.DType()), storedAs(c.store, v.DType()), c.offset, L)
 		kb[r], vb[r], at[r] = c.keys, c.values, c.offset
 	}
 	kb = backend.SliceUpdateRows(b, kb, k, 2, at)

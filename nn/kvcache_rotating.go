@@ -310,6 +310,15 @@ type CacheOptions struct {
 	// each row computes what it computes alone. A single sequence's cache
 	// is the same either way.
 	PerRow bool
+	// KVDType, when set (tensor.BF16 or tensor.F16), is the dtype a full
+	// cache (one sequence's, a batch's shared buffers or its row caches)
+	// stores float32 keys and values in, rounded to nearest even as
+	// SliceUpdate rounds, as llama.cpp's cache types do: half the cache's
+	// bytes and the attention's reads for a model that computes in float32
+	// (such as a GGUF conversion with float32 norms). Keys and values of
+	// another dtype are stored as they come, and the zero value stores
+	// every dtype as it comes (mlx_lm). Not with the other kinds.
+	KVDType tensor.DType
 }
 
 // Encoded reports whether o's cache stores its keys and values encoded
@@ -322,6 +331,12 @@ func (o CacheOptions) Encoded() bool {
 
 // Check returns an error naming the option that is out of range.
 func (o CacheOptions) Check() error {
+	switch {
+	case o.KVDType != 0 && o.KVDType != tensor.BF16 && o.KVDType != tensor.F16:
+		return fmt.Errorf("KV dtype %s: want bfloat16 or float16 (or none: stored as computed)", o.KVDType.MLXName())
+	case o.KVDType != 0 && (o.Encoded() || o.MaxKVSize > 0):
+		return fmt.Errorf("KV dtype %s with a %s cache: the dtype applies to the full cache only", o.KVDType.MLXName(), o.kindName())
+	}
 	if o.PerRow && o.MaxKVSize > 0 {
 		return fmt.Errorf("per-row batch caches with max KV size %d: a rotating batch shares one window (mlx_lm's BatchRotatingKVCache)", o.MaxKVSize)
 	}
@@ -366,5 +381,5 @@ func (o CacheOptions) New(b backend.Backend) KVCache {
 		}
 		return c
 	}
-	return NewFullKVCache(b)
+	return NewFullKVCacheStoring(b, o.KVDType)
 }

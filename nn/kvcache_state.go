@@ -38,7 +38,7 @@ func RestoreFullKVCache(b backend.Backend, keys, values backend.Array, offset in
 // cache written, none for a fork only read). Release each cache on its own.
 // An empty cache forks to an empty cache.
 func (c *FullKVCache) Fork() KVCache {
-	f := &FullKVCache{b: c.b, offset: c.offset}
+	f := &FullKVCache{b: c.b, offset: c.offset, store: c.store}
 	if c.keys != nil {
 		f.keys = c.b.Slice(c.keys, zeros4, c.keys.Shape())
 		f.values = c.b.Slice(c.values, zeros4, c.values.Shape())

@@ -92,6 +92,7 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 	fs.Usage = func() {}
 	f.register(fs, 256)
 	f.registerKV(fs)
+	f.registerKVDType(fs)
 	f.registerBatchCache(fs)
 	fs.StringVar(&f.prompts, "prompts", "", "JSON Lines file of prompts, one object per line (- reads stdin); required")
 	fs.IntVar(&f.maxBatch, "max-batch", 8, "most sequences decoding at once (>= 1); more prompts wait in a queue")
@@ -116,6 +117,7 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f.setFastCPU(f.backend, f.precision)
 	var err error
 	switch {
 	case f.prompts == "":

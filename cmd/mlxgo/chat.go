@@ -57,6 +57,7 @@ func parseChatFlags(args []string, stdout io.Writer) (*chatFlags, error) {
 	fs.Usage = func() {}
 	f.register(fs, 256)
 	f.registerKV(fs)
+	f.registerKVDType(fs)
 	fs.StringVar(&f.system, "system", "", "system message at the start of the conversation")
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
@@ -75,6 +76,7 @@ func parseChatFlags(args []string, stdout io.Writer) (*chatFlags, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f.setFastCPU(f.backend, f.precision)
 	if f.think && f.noThink {
 		return nil, usagef("--think and --no-think are mutually exclusive")
 	}

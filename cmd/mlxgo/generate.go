@@ -239,6 +239,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	fs.IntVar(&f.numDraft, "num-draft-tokens", 3, "tokens drafted per step with --draft-model or --prompt-lookup (>= 1)")
 	fs.IntVar(&f.promptLookup, "prompt-lookup", 0, "speculative decoding by prompt lookup: draft the tokens that followed the last N tokens earlier in the sequence (N >= 1; 0: off)")
 	f.registerKV(fs)
+	f.registerKVDType(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, generateUsage)
@@ -264,6 +265,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	if err := f.check(); err != nil {
 		return nil, err
 	}
+	f.setFastCPU(f.backend, f.precision)
 	var err error
 	switch {
 	case set["prompt"] && set["prompt-ids"]:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/conformance"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // TestGenerateKVCaches runs `mlxgo generate --max-kv-size` (the rotating
@@ -130,6 +132,9 @@ func TestGenerateKVCacheFlagsBad(t *testing.T) {
 		{"turbo-head-dim", []string{"--kv-cache", "turbo"}, "head_dim 32 is not supported"},
 		{"rotating-speculative", []string{"--max-kv-size", "16", "--prompt-lookup", "2", "--max-tokens", "14"}, "--max-kv-size 16 with speculative decoding: the prompt's 2 tokens and --max-tokens 14 must fit in the window"},
 		{"draft-head-dim", []string{"--kv-cache", "turbo", "--draft-model", model}, "head_dim 32 is not supported"},
+		{"kv-dtype", []string{"--kv-dtype", "fp8"}, `--kv-dtype "fp8": want auto, float32, bfloat16 or float16`},
+		{"kv-dtype-quantized", []string{"--kv-dtype", "bfloat16", "--kv-bits", "8"}, "--kv-dtype bfloat16 with --kv-bits 8: the dtype applies to the full KV cache only"},
+		{"kv-dtype-rotating", []string{"--kv-dtype", "float16", "--max-kv-size", "16"}, "--kv-dtype float16 with --max-kv-size 16: the dtype applies to the full KV cache only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, _, stderr := mlxgo(append([]string{"generate", "--model", model, "--prompt-ids", "1,2"}, tc.args...)...)
@@ -153,6 +158,9 @@ func TestKVCacheFlagsChatBatch(t *testing.T) {
 		{"chat-kind", []string{"chat", "--model", model, "--kv-cache", "turbo8"}, `--kv-cache "turbo8"`},
 		{"batch-rotating", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--max-kv-size", "3"}, "max KV size 3: want 0 (keep every token) or more than 4"},
 		{"batch-bits", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-bits", "3"}, "KV bits 3: want one of [4 8]"},
+		{"chat-kv-dtype", []string{"chat", "--model", model, "--kv-dtype", "half"}, `--kv-dtype "half": want auto, float32, bfloat16 or float16`},
+		{"batch-kv-dtype", []string{"batch", "--model", model, "--prompts", "x.jsonl", "--kv-dtype", "bfloat16", "--kv-cache", "turbo"}, "--kv-dtype bfloat16 with --kv-cache turbo:k8v3: the dtype applies to the full KV cache only"},
+		{"serve-kv-dtype", []string{"serve", "--model", model, "--kv-dtype", "int8"}, `--kv-dtype "int8"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc, _, stderr := mlxgo(tc.args...)
@@ -242,10 +250,59 @@ func TestGeneratePromptCacheKinds(t *testing.T) {
 		{"full", []string{"--max-kv-size", "16"}, "holds full caches (KVCache); --max-kv-size 16 asks for another kind"},
 		{"full", []string{"--kv-bits", "8", "--kv-group-size", "32"}, "holds full caches (KVCache); --kv-bits 8 asks"},
 		{"full", []string{"--kv-cache", "turbo"}, "holds full caches (KVCache); --kv-cache turbo:k8v3 asks"},
+		{"full", []string{"--kv-dtype", "bfloat16"}, "--kv-dtype bfloat16 with --prompt-cache-file " + files["full"] + ": the file's caches are used as stored"},
 	} {
 		rc, _, stderr := run(files[tc.file], tc.kv...)
 		if rc != 2 || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%s %v: exit %d, stderr %q; want 2 and %q", tc.file, tc.kv, rc, stderr, tc.want)
 		}
+	}
+}
+
+// TestKVDTypeAuto: --kv-dtype resolves to the cache's nn.CacheOptions.KVDType:
+// auto is bfloat16 for the full cache with --backend cpu --precision fast
+// and stored as computed otherwise (other backends and precisions, the
+// other kinds of cache); float32 is stored as computed; bfloat16 and
+// float16 are themselves, or a usage error with another kind.
+func TestKVDTypeAuto(t *testing.T) {
+	for _, tc := range []struct {
+		flag, backend, precision string
+		kv                       []string
+		want                     tensor.DType
+		err                      string
+	}{
+		{"auto", "cpu", "fast", nil, tensor.BF16, ""},
+		{"auto", "cpu", "reference", nil, 0, ""},
+		{"auto", "cpu", "high", nil, 0, ""},
+		{"auto", "mlx", "fast", nil, 0, ""},
+		{"auto", "cpu", "fast", []string{"--kv-bits", "8"}, 0, ""},
+		{"auto", "cpu", "fast", []string{"--max-kv-size", "64"}, 0, ""},
+		{"auto", "cpu", "fast", []string{"--kv-cache", "full"}, tensor.BF16, ""},
+		{"float32", "cpu", "fast", nil, 0, ""},
+		{"bfloat16", "mlx", "reference", nil, tensor.BF16, ""},
+		{"float16", "cpu", "fast", nil, tensor.F16, ""},
+		{"float16", "cpu", "fast", []string{"--kv-cache", "turbo"}, 0, "--kv-dtype float16 with --kv-cache turbo:k8v3"},
+	} {
+		t.Run(fmt.Sprintf("%s/%s/%s/%v", tc.flag, tc.backend, tc.precision, tc.kv), func(t *testing.T) {
+			var f kvCacheFlags
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			f.registerKV(fs)
+			f.registerKVDType(fs)
+			if err := fs.Parse(append([]string{"--kv-dtype", tc.flag}, tc.kv...)); err != nil {
+				t.Fatal(err)
+			}
+			f.setFastCPU(tc.backend, tc.precision)
+			o, err := f.cacheKind()
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("got %v, want an error containing %q", err, tc.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case o.KVDType != tc.want:
+				t.Errorf("KVDType %v, want %v", o.KVDType, tc.want)
+			}
+		})
 	}
 }

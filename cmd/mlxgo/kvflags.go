@@ -8,6 +8,7 @@ import (
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/nn/turboquant"
 	"github.com/mlxgo/mlxgo/promptcache"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // kvCacheFlags are the KV cache flags of generate, chat and batch.
@@ -19,6 +20,8 @@ type kvCacheFlags struct {
 	kvGroupSize      int    // --kv-group-size
 	quantizedKVStart int    // --quantized-kv-start
 	batchCache       string // --batch-cache (serve and batch): auto, shared or per-row
+	kvDType          string // --kv-dtype (generate, chat, batch, serve): auto, float32, bfloat16 or float16; "" when not a flag
+	fastCPU          bool   // --backend cpu --precision fast: --kv-dtype auto's bfloat16 (setFastCPU)
 }
 
 func (f *kvCacheFlags) registerKV(fs *flag.FlagSet) {
@@ -28,6 +31,44 @@ func (f *kvCacheFlags) registerKV(fs *flag.FlagSet) {
 	fs.IntVar(&f.kvBits, "kv-bits", 0, "quantize the KV cache to this many bits, 4 or 8 (mlx_lm's kv_bits; 0: no quantization)")
 	fs.IntVar(&f.kvGroupSize, "kv-group-size", 64, "group size of the KV cache quantization, 32 or 64 (dividing head_dim)")
 	fs.IntVar(&f.quantizedKVStart, "quantized-kv-start", 5000, "with --kv-bits, quantize the KV cache once it holds this many tokens")
+}
+
+// registerKVDType adds --kv-dtype (the commands that decode); setFastCPU
+// must be called after parsing.
+func (f *kvCacheFlags) registerKVDType(fs *flag.FlagSet) {
+	fs.StringVar(&f.kvDType, "kv-dtype", "auto", "dtype of the full KV cache of a model that computes in float32 (such as a GGUF conversion with float32 norms): float32 (mlx_lm's), bfloat16 or float16 (half the cache's bytes and the attention's reads, like llama.cpp's cache types), or auto: bfloat16 with --backend cpu --precision fast, else float32; a bfloat16 or float16 model's cache keeps its own dtype")
+}
+
+// setFastCPU tells --kv-dtype auto whether the backend is the cpu one in
+// the fast precision.
+func (f *kvCacheFlags) setFastCPU(backend, precision string) {
+	f.fastCPU = backend == "cpu" && precision == "fast"
+}
+
+// kvStore resolves --kv-dtype for a cache of kind o: the dtype of
+// nn.CacheOptions.KVDType (0: stored as computed), or a usage error.
+func (f *kvCacheFlags) kvStore(o nn.CacheOptions) (tensor.DType, error) {
+	full := !o.Encoded() && o.MaxKVSize == 0
+	var dt tensor.DType
+	switch f.kvDType {
+	case "", "float32":
+		return 0, nil
+	case "auto":
+		if f.fastCPU && full {
+			return tensor.BF16, nil
+		}
+		return 0, nil
+	case "bfloat16":
+		dt = tensor.BF16
+	case "float16":
+		dt = tensor.F16
+	default:
+		return 0, usagef("--kv-dtype %q: want auto, float32, bfloat16 or float16", f.kvDType)
+	}
+	if !full {
+		return 0, usagef("--kv-dtype %s with %s: the dtype applies to the full KV cache only (quantized, TurboQuant and rotating caches store their own)", f.kvDType, kvDescription(o))
+	}
+	return dt, nil
 }
 
 // registerBatchCache adds --batch-cache (the commands that decode batches).
@@ -97,6 +138,11 @@ func (f *kvCacheFlags) cacheKind() (nn.CacheOptions, error) {
 	default:
 		return o, usagef("--kv-cache %q: want full, quantized, rotating, turbo or turbo:k<K>v<V> (such as turbo:k8v3)", k)
 	}
+	dt, err := f.kvStore(o)
+	if err != nil {
+		return o, err
+	}
+	o.KVDType = dt
 	if err := o.Check(); err != nil {
 		return o, usagef("--kv-cache, --max-kv-size, --kv-bits, --kv-group-size, --quantized-kv-start: %v", err)
 	}
@@ -124,6 +170,8 @@ func kvDescription(o nn.CacheOptions) string {
 		return fmt.Sprintf("--kv-bits %d", o.KVBits)
 	case o.MaxKVSize != 0:
 		return fmt.Sprintf("--max-kv-size %d", o.MaxKVSize)
+	case o.KVDType != 0:
+		return fmt.Sprintf("--kv-cache full --kv-dtype %s", o.KVDType.MLXName())
 	}
 	return "--kv-cache full"
 }
@@ -161,8 +209,12 @@ func fileKind(pc *promptcache.File) string {
 // holds: the file's caches are used as they are stored, and flags naming
 // that kind are accepted (a quantized file its own bits and group size, as
 // mlx_lm checks). Unlike mlx_lm, --kv-bits with a file of full caches is
-// refused rather than quantizing them later.
+// refused rather than quantizing them later; so is a --kv-dtype other than
+// auto.
 func (f *kvCacheFlags) checkFileKind(pc *promptcache.File, file string, set map[string]bool) error {
+	if set["kv-dtype"] && f.kvDType != "auto" {
+		return usagef("--kv-dtype %s with --prompt-cache-file %s: the file's caches are used as stored (drop --kv-dtype)", f.kvDType, file)
+	}
 	if f.kvCache == "" && !set["kv-bits"] && !set["max-kv-size"] || len(pc.Layers) == 0 {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mlxgo/mlxgo/checkpoint"
 	"github.com/mlxgo/mlxgo/generate"
+	"github.com/mlxgo/mlxgo/models/minicpm5"
 	"github.com/mlxgo/mlxgo/promptcache"
 	"github.com/mlxgo/mlxgo/server"
 )
@@ -103,6 +104,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.think, "think", false, "set enable_thinking=true in the chat template (templates with that switch only)")
 	fs.BoolVar(&f.noThink, "no-think", false, "set enable_thinking=false in the chat template (templates with that switch only)")
 	f.registerKV(fs)
+	f.registerKVDType(fs)
 	f.registerBatchCache(fs)
 }
 
@@ -111,6 +113,7 @@ func (f *serveFlags) checkServe() error {
 	if err := f.check(); err != nil {
 		return err
 	}
+	f.setFastCPU(f.backend, f.precision)
 	var err error
 	switch {
 	case f.port < 0 || f.port > 65535:
@@ -259,9 +262,10 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 		free()
 		return nil, nil, err
 	}
-	if f.kvFlagsSet() || co.PerRow {
+	var view minicpm5.CacheView
+	if f.kvFlagsSet() || co.PerRow || co.KVDType != 0 {
 		// Rows of the kind asked for (nn.NewBatchCache).
-		view, err := m.WithCache(co)
+		view, err = m.WithCache(co)
 		if err == nil {
 			err = view.CheckBatch()
 		}
@@ -289,6 +293,9 @@ func openServer(f *serveFlags, stdout, stderr, log io.Writer) (*server.Server, f
 			return nil, nil, usagef("--prompt-cache-dir: %v", err)
 		}
 		dts, err := m.CacheDTypes()
+		if view.Model != nil {
+			dts, err = view.CacheDTypes() // --kv-dtype's
+		}
 		if err != nil {
 			free()
 			return nil, nil, err

@@ -33,11 +33,18 @@ func (m *Model) LastLogits(ids backend.Array, cache []nn.KVCache) (backend.Array
 // MLX promotes (a checkpoint with float32 norms and float16 scales computes
 // and caches float32 from the first norm on), found by running token 0
 // through a fresh cache that is then released. Call it outside b.Do.
-func (m *Model) CacheDTypes() ([]tensor.DType, error) {
+func (m *Model) CacheDTypes() ([]tensor.DType, error) { return m.cacheDTypes(m.NewCache) }
+
+// CacheDTypes is Model.CacheDTypes for the caches of v's kind (the dtype
+// nn.CacheOptions.KVDType stores float32 keys in).
+func (v CacheView) CacheDTypes() ([]tensor.DType, error) { return v.cacheDTypes(v.NewCache) }
+
+// cacheDTypes is CacheDTypes through the caches newCache makes.
+func (m *Model) cacheDTypes(newCache func() []nn.KVCache) ([]tensor.DType, error) {
 	var dts []tensor.DType
 	err := m.b.Do(func() (err error) {
 		defer backend.Recover(&err)
-		cache := m.NewCache()
+		cache := newCache()
 		defer func() {
 			for _, c := range cache {
 				c.Release()
