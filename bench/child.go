@@ -12,10 +12,13 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/generate"
 	"github.com/mlxgo/mlxgo/internal/procmem"
 	"github.com/mlxgo/mlxgo/internal/safefile"
 	"github.com/mlxgo/mlxgo/models/minicpm5"
+	"github.com/mlxgo/mlxgo/nn"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // ChildOptions is one Go configuration's measurement plan.
@@ -54,6 +57,15 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
+	// The caches mlxgo generate makes with these flags (--kv-dtype auto).
+	var store tensor.DType
+	if o.Backend == "cpu" {
+		store = cpu.AutoKVDType(o.Options.Precision)
+	}
+	view, err := m.WithCache(nn.CacheOptions{KVDType: store})
+	if err != nil {
+		return err
+	}
 	rep := ChildReport{Engine: "mlxgo", Device: o.Backend, LoadS: time.Since(start).Seconds()}
 	if o.Options.Precision != "" {
 		rep.Device += " " + o.Options.Precision
@@ -64,7 +76,7 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "bench child %s: loaded in %.2fs (%s)\n", rep.Device, rep.LoadS, memoryNote(b))
 	for _, p := range o.PromptLens {
 		for r := range o.Warmup + o.Reps {
-			sec, err := prefill(b, m, o.IDs[:p])
+			sec, err := prefill(b, view, o.IDs[:p])
 			if err != nil {
 				return fmt.Errorf("bench child %s: prefill %d: %w", rep.Device, p, err)
 			}
@@ -92,7 +104,7 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 	for r := range o.Warmup + o.Reps {
 		var times []float64
 		t0 := time.Now()
-		_, err := generate.Generate(m, o.IDs[:p], generate.Options{MaxTokens: o.DecodeTokens}, func(generate.Token) bool {
+		_, err := generate.Generate(view, o.IDs[:p], generate.Options{MaxTokens: o.DecodeTokens}, func(generate.Token) bool {
 			times = append(times, time.Since(t0).Seconds())
 			return true
 		})
@@ -111,13 +123,13 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 	return json.NewEncoder(stdout).Encode(rep)
 }
 
-// prefill times the prompt through a fresh cache, as generation prefills
-// it, until the last position's logits are computed (PrefillLast evaluates
+// prefill times the prompt through a fresh cache of m's kind, as
+// generation prefills it, until the last position's logits are computed (PrefillLast evaluates
 // them; they are not copied to the host, as mlx_lm_driver.py does not copy
 // them either). It runs on the backend's thread (Do), as generation does:
 // outside it, every op of a backend with its own thread (mlx) would cross
 // threads.
-func prefill(b backend.Backend, m *minicpm5.Model, ids []int32) (sec float64, err error) {
+func prefill(b backend.Backend, m minicpm5.CacheView, ids []int32) (sec float64, err error) {
 	cache := m.NewCache()
 	defer func() {
 		_ = b.Do(func() error {

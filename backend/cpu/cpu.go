@@ -7,6 +7,7 @@ import (
 	"github.com/mlxgo/mlxgo/backend"
 	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
 	"github.com/mlxgo/mlxgo/backend/internal/lifetime"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 func init() {
@@ -39,6 +40,20 @@ type Backend struct {
 
 // Precisions lists the accepted values of backend.Options.Precision.
 var Precisions = []string{"", "reference", "high", "fast"}
+
+// AutoKVDType is the dtype mlxgo's commands and benchmarks keep a float32
+// model's full KV caches in on this backend at precision
+// (nn.CacheOptions.KVDType, --kv-dtype auto): bfloat16 in "fast", which is
+// approximate already (int8 activations) and whose attention reads
+// bfloat16 keys in place, scoring them in bfloat16 products where the CPU
+// has AVX512_BF16 (half the bytes of float32 keys, as llama.cpp's default
+// float16 cache); 0 (stored as computed, mlx_lm's) in the others.
+func AutoKVDType(precision string) tensor.DType {
+	if precision == "fast" {
+		return tensor.BF16
+	}
+	return 0
+}
 
 // New opens a CPU backend. Options.Precision is "" or "reference" (float32
 // accumulation, MLX's semantics), "high" (float64 accumulation) or "fast"

@@ -117,7 +117,7 @@ func parseBatchFlags(args []string, stdout io.Writer) (*batchFlags, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	f.setFastCPU(f.backend, f.precision)
+	f.setBackend(f.backend, f.precision)
 	var err error
 	switch {
 	case f.prompts == "":

@@ -76,7 +76,7 @@ func parseChatFlags(args []string, stdout io.Writer) (*chatFlags, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	f.setFastCPU(f.backend, f.precision)
+	f.setBackend(f.backend, f.precision)
 	if f.think && f.noThink {
 		return nil, usagef("--think and --no-think are mutually exclusive")
 	}

@@ -265,7 +265,7 @@ func parseGenerateFlags(args []string, stdout io.Writer) (*generateFlags, error)
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	f.setFastCPU(f.backend, f.precision)
+	f.setBackend(f.backend, f.precision)
 	var err error
 	switch {
 	case set["prompt"] && set["prompt-ids"]:

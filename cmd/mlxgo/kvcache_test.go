@@ -291,7 +291,7 @@ func TestKVDTypeAuto(t *testing.T) {
 			if err := fs.Parse(append([]string{"--kv-dtype", tc.flag}, tc.kv...)); err != nil {
 				t.Fatal(err)
 			}
-			f.setFastCPU(tc.backend, tc.precision)
+			f.setBackend(tc.backend, tc.precision)
 			o, err := f.cacheKind()
 			switch {
 			case tc.err != "":

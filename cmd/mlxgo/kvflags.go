@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/mlxgo/mlxgo/backend/cpu"
 	"github.com/mlxgo/mlxgo/nn"
 	"github.com/mlxgo/mlxgo/nn/turboquant"
 	"github.com/mlxgo/mlxgo/promptcache"
@@ -13,15 +14,15 @@ import (
 
 // kvCacheFlags are the KV cache flags of generate, chat and batch.
 type kvCacheFlags struct {
-	kvCache          string // --kv-cache: "", full, quantized, rotating, turbo[:kKvV]
-	turboRead        string // --turbo-read: deferred or eager
-	maxKVSize        int    // --max-kv-size
-	kvBits           int    // --kv-bits
-	kvGroupSize      int    // --kv-group-size
-	quantizedKVStart int    // --quantized-kv-start
-	batchCache       string // --batch-cache (serve and batch): auto, shared or per-row
-	kvDType          string // --kv-dtype (generate, chat, batch, serve): auto, float32, bfloat16 or float16; "" when not a flag
-	fastCPU          bool   // --backend cpu --precision fast: --kv-dtype auto's bfloat16 (setFastCPU)
+	kvCache          string       // --kv-cache: "", full, quantized, rotating, turbo[:kKvV]
+	turboRead        string       // --turbo-read: deferred or eager
+	maxKVSize        int          // --max-kv-size
+	kvBits           int          // --kv-bits
+	kvGroupSize      int          // --kv-group-size
+	quantizedKVStart int          // --quantized-kv-start
+	batchCache       string       // --batch-cache (serve and batch): auto, shared or per-row
+	kvDType          string       // --kv-dtype (generate, chat, batch, serve): auto, float32, bfloat16 or float16; "" when not a flag
+	autoKVDType      tensor.DType // --kv-dtype auto's dtype for the backend and precision (setBackend)
 }
 
 func (f *kvCacheFlags) registerKV(fs *flag.FlagSet) {
@@ -33,16 +34,19 @@ func (f *kvCacheFlags) registerKV(fs *flag.FlagSet) {
 	fs.IntVar(&f.quantizedKVStart, "quantized-kv-start", 5000, "with --kv-bits, quantize the KV cache once it holds this many tokens")
 }
 
-// registerKVDType adds --kv-dtype (the commands that decode); setFastCPU
+// registerKVDType adds --kv-dtype (the commands that decode); setBackend
 // must be called after parsing.
 func (f *kvCacheFlags) registerKVDType(fs *flag.FlagSet) {
 	fs.StringVar(&f.kvDType, "kv-dtype", "auto", "dtype of the full KV cache of a model that computes in float32 (such as a GGUF conversion with float32 norms): float32 (mlx_lm's), bfloat16 or float16 (half the cache's bytes and the attention's reads, like llama.cpp's cache types), or auto: bfloat16 with --backend cpu --precision fast, else float32; a bfloat16 or float16 model's cache keeps its own dtype")
 }
 
-// setFastCPU tells --kv-dtype auto whether the backend is the cpu one in
-// the fast precision.
-func (f *kvCacheFlags) setFastCPU(backend, precision string) {
-	f.fastCPU = backend == "cpu" && precision == "fast"
+// setBackend tells --kv-dtype auto the backend and precision
+// (cpu.AutoKVDType on the cpu backend, else as computed).
+func (f *kvCacheFlags) setBackend(backend, precision string) {
+	f.autoKVDType = 0
+	if backend == "cpu" {
+		f.autoKVDType = cpu.AutoKVDType(precision)
+	}
 }
 
 // kvStore resolves --kv-dtype for a cache of kind o: the dtype of
@@ -54,8 +58,8 @@ func (f *kvCacheFlags) kvStore(o nn.CacheOptions) (tensor.DType, error) {
 	case "", "float32":
 		return 0, nil
 	case "auto":
-		if f.fastCPU && full {
-			return tensor.BF16, nil
+		if full {
+			return f.autoKVDType, nil
 		}
 		return 0, nil
 	case "bfloat16":

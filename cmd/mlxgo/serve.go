@@ -113,7 +113,7 @@ func (f *serveFlags) checkServe() error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	f.setFastCPU(f.backend, f.precision)
+	f.setBackend(f.backend, f.precision)
 	var err error
 	switch {
 	case f.port < 0 || f.port > 65535:
