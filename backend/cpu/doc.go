@@ -29,7 +29,10 @@
 // the group sums Σx of the bias term stay exact; and the dense matmul with
 // transposed weights (unquantized linear layers, a tied dense head) fuses
 // and reorders its float32 sums (FMA, eight partial sums along k: within
-// kernel.DenseFastBound, about (k/8)·2^-24 of Σ|x·w|); and the attention
+// kernel.DenseFastBound, about (k/8)·2^-24 of Σ|x·w|), and on CPUs with
+// AVX512_BF16 multiplies bfloat16 and float16 weights with x in bfloat16
+// (VDPBF16PS, twice the FMA's multiply-adds: within
+// kernel.DenseFastBoundW, about 2^-7 of Σ|x·w|); and the attention
 // over an 8-bit quantized KV cache (QuantizedScaledDotProductAttention, on
 // CPUs with AVX512-VNNI) quantizes each scaled query row to int8 per group
 // of the keys' group size and scores it against the 8-bit key codes in

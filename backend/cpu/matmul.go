@@ -20,7 +20,8 @@ import (
 // transposed view of a row-major matrix W (Matmul(x, Transpose(W)), as
 // nn.Dense and the tied head compute) is read in place (matmulNT), in the
 // same order, without materialising Wᵀ; in Precision "fast" that product
-// may fuse and reorder its sums (kernel.DenseFastBound).
+// may fuse and reorder its sums, and take 16-bit weights and x in bfloat16
+// on AVX512_BF16 (kernel.DenseFastBoundW).
 func (b *Backend) Matmul(x, y backend.Array) (traced backend.Array) {
 	if b.tape != nil {
 		defer func() { b.record("Matmul", traced, matmulVJP, x, y) }()
@@ -75,7 +76,7 @@ func (b *Backend) transposedRows(y *Array, p mmPlan) (kernel.Vec, bool) {
 // float32, a separate multiply and add per term: the same float32
 // operations in the same order as matmulRef, so the same bits. With fast
 // true (Precision "fast") the sums may be fused and reordered, within
-// kernel.DenseFastBound. The rows of a are the batches' rows (b is not
+// kernel.DenseFastBoundW. The rows of a are the batches' rows (b is not
 // batched, so they are contiguous).
 func matmulNT(dst, a []float32, w kernel.Vec, slot *kernel.PackSlot, p mmPlan, fast bool) {
 	rows := p.batch.Size() * p.m

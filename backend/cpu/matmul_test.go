@@ -164,7 +164,7 @@ func transposedOperands(b *Backend, rng *rand.Rand, dt tensor.DType, values bool
 
 // TestMatmulTransposedWeightFast: in Precision "fast" Matmul(x,
 // Transpose(W)) may fuse and reorder its sums; every output is within
-// kernel.DenseFastBound of the exact sum of the same (dtype) inputs, plus
+// kernel.DenseFastBoundW of the exact sum of the same (dtype) inputs, plus
 // one rounding to the dtype (the unit roundoff u of the value: 2^-24,
 // 2^-8 or 2^-11 for F32, BF16 and F16).
 func TestMatmulTransposedWeightFast(t *testing.T) {
@@ -185,7 +185,7 @@ func TestMatmulTransposedWeightFast(t *testing.T) {
 							sum += p
 							abs += math.Abs(p)
 						}
-						bound := kernel.DenseFastBound(sz.k, abs)
+						bound := kernel.DenseFastBoundW(sz.k, abs, dt != tensor.F32)
 						bound += u*(math.Abs(sum)+bound) + 0x1p-50*abs
 						if e := math.Abs(got[r*sz.n+j] - sum); !(e <= bound) {
 							t.Fatalf("output (%d, %d) = %v, exact %v: error %g over the bound %g", r, j, got[r*sz.n+j], sum, e, bound)

@@ -21,7 +21,11 @@ package kernel
 //     partial sums per output along k, in the same order in every kernel;
 //     the AVX-512 form (denseZ kernels) sixteen, for up to four rows of x
 //     by six (or, decode, one by eight) weight rows a call, the weights
-//     prefetched in decode. Its error is bounded by DenseFastBound.
+//     prefetched in decode. Its error is bounded by DenseFastBound. On
+//     AVX512_BF16, bfloat16 and float16 weights with k a multiple of 32
+//     take the denseB kernels instead (densebf16_amd64.go): x and the
+//     weights rounded to bfloat16, the pairs' products summed by
+//     VDPBF16PS, within DenseFastBoundW.
 //
 // Both split the output columns across the worker pool; without AVX2 (or
 // float16 weights without F16C) they run the portable loop denseGo, which
@@ -105,6 +109,27 @@ func DenseMatmulTRef(dst, x []float32, w Vec, m, n, k int) {
 func DenseFastBound(k int, abs float64) float64 {
 	nu := (float64(k)/8 + 12) * 0x1p-24
 	return nu / (1 - nu) * abs
+}
+
+// DenseFastBoundW is DenseFastBound for weights of 16 bits (w16: bfloat16
+// or float16) or float32, taking the kernels this CPU runs: where the
+// bfloat16 kernels take the product (AVX512_BF16, 16-bit weights, k a
+// multiple of 32: densebf16_amd64.go), x and the weights are rounded to
+// bfloat16 (unit roundoff 2⁻⁸ each; bfloat16 weights exactly), so each
+// product is within 2⁻⁷ + 2⁻¹⁶ of its exact value relatively, and the
+// float32 sums pass each product through at most k/16 + 4 roundings (two
+// adds a step of 32 values per lane, four in the lanes' reduction):
+// (2⁻⁷ + 2⁻¹⁵ + γ(k/16 + 5))·abs, plus k·2⁻¹²⁰ for the subnormal inputs and
+// outputs VDPBF16PS flushes to zero. That is about 2⁻⁷ of Σ|x·w|: the
+// class of the fast precision's int8 activations (2⁻⁸ of a block's
+// largest value), far from a broken kernel's error (a lost term or a
+// wrong row moves an output by its whole scale).
+func DenseFastBoundW(k int, abs float64, w16 bool) float64 {
+	if !w16 || !denseBF16Path(k) {
+		return DenseFastBound(k, abs)
+	}
+	nu := (float64(k)/16 + 5) * 0x1p-24
+	return (0x1p-7+0x1p-15+nu/(1-nu))*abs + float64(k)*0x1p-120
 }
 
 // MatmulNN sets dst[i·n+j] = Σ_l a[i·k+l]·b[l·n+j] for row-major a [m, k]

@@ -648,7 +648,9 @@ func denseAsm(dst, x []float32, w Vec, m, n, k int, fast bool) bool {
 	if !denseCovers(w) {
 		return false
 	}
-	if fast && denseZOn {
+	if fast && denseBF16Takes(w, k) {
+		denseBF16Z(dst, x, w, m, n, k)
+	} else if fast && denseZOn {
 		denseFastZ(dst, x, w, m, n, k)
 	} else if fast {
 		denseFastAVX(dst, x, w, m, n, k)

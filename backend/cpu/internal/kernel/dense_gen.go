@@ -1205,6 +1205,14 @@ func main() {
 	refP1(1)
 	refP1(2)
 	packP16()
+	for dt := 1; dt < len(dts); dt++ {
+		for _, cols := range []int{3, 1} {
+			bRows(cols, dt)
+		}
+		for _, cols := range []int{8, 3, 1} {
+			bOne(cols, dt)
+		}
+	}
 	for dt := range dts {
 		for _, s := range zshapes {
 			if s[0] == 1 && s[1] == 8 {
@@ -1222,4 +1230,137 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// evex writes an AVX-512 instruction of map 0F38, W0, 512 bits, with
+// register operands only, as bytes (the Go assembler does not know the
+// AVX512_BF16 instructions): opcode op, prefix pp (2 F3, 3 F2), dst in
+// ModRM.reg, src1 in EVEX.vvvv, src2 in ModRM.rm.
+func evex(name string, op, pp, dst, src1, src2 int) {
+	bit := func(r, i int) int { return (r >> i) & 1 }
+	p0 := (1-bit(dst, 3))<<7 | (1-bit(src2, 4))<<6 | (1-bit(src2, 3))<<5 | (1-bit(dst, 4))<<4 | 0x2
+	p1 := (^src1&0xf)<<3 | 1<<2 | pp
+	p2 := 0x40 | (1-bit(src1, 4))<<3
+	modrm := 0xc0 | (dst&7)<<3 | src2&7
+	p("\tBYTE $0x62; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x; BYTE $0x%02x // %s Z%d, Z%d, Z%d", p0, p1, p2, op, modrm, name, src2, src1, dst)
+}
+
+// dpbf16 writes VDPBF16PS: Z<dst> += the pairwise products of the bfloat16
+// pairs of Z<src1> and Z<src2>, per float32 lane.
+func dpbf16(dst, src1, src2 int) { evex("VDPBF16PS", 0x52, 2, dst, src1, src2) }
+
+// cvt2bf16 writes VCVTNE2PS2BF16: the sixteen floats of Z<lo> rounded to
+// bfloat16 (to nearest even) into the low half of Z<dst>, those of Z<hi>
+// into the high half.
+func cvt2bf16(dst, hi, lo int) { evex("VCVTNE2PS2BF16", 0x72, 3, dst, hi, lo) }
+
+// bload loads the 32 weight values at addr as bfloat16 into Z<z>: as they
+// are (bfloat16), or widened to float32 in Z3 and Z4 and rounded to
+// bfloat16 (float16).
+func bload(dt int, addr string, off, z int) {
+	if dt == 1 {
+		p("\tVMOVDQU16 %d%s, Z%d", off, addr, z)
+		return
+	}
+	p("\tVCVTPH2PS %d%s, Z3", off, addr)
+	p("\tVCVTPH2PS %d%s, Z4", off+32, addr)
+	cvt2bf16(z, 4, 3)
+}
+
+// bRows writes denseB8x<cols><dt>: eight rows of x in bfloat16 (a.a, a.astr
+// bytes apart) against cols (1 to 3) weight rows (a.w, a.wstr), a.n steps
+// of 32 values: per step each weight row's 32 values as bfloat16 (bload)
+// in Z<c>, then per row of x its 32 values in Z5-Z7 (in turn) and one
+// VDPBF16PS per weight row into accumulator Z(8 + i·cols + c), lane t
+// summing the products of the value pairs 2t, 2t+1 of each step in order;
+// the accumulators reduced by zsum and stored at a.out + i·a.ostr + 4c.
+func bRows(cols, dt int) {
+	name := fmt.Sprintf("denseB8x%d%s", cols, dts[dt].name)
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), SI", offA)
+	p("\tMOVQ %d(AX), BX", offAstr)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), R13", offOstr)
+	p("\tMOVQ %d(AX), CX", offN)
+	p("\tLEAQ (BX)(BX*2), DX")
+	p("\tLEAQ (BX)(BX*4), R10")
+	p("\tLEAQ (DX)(BX*4), R11")
+	for a := 8; a < 8+8*cols; a++ {
+		p("\tVPXORD Z%d, Z%d, Z%d", a, a, a)
+	}
+	p("\tTESTQ CX, CX")
+	p("\tJZ %s_sum", name)
+	p("%s_loop:", name)
+	wr := [...]string{"(R8)", "(R8)(R9*1)", "(R8)(R9*2)"}
+	for c := range cols {
+		bload(dt, wr[c], 0, c)
+	}
+	for i := range 8 {
+		x := 5 + i%3
+		p("\tVMOVDQU16 %s, Z%d", xrow8(i, 0), x)
+		for c := range cols {
+			dpbf16(8+i*cols+c, x, c)
+		}
+	}
+	p("\tADDQ $64, R8")
+	p("\tADDQ $64, SI")
+	p("\tDECQ CX")
+	p("\tJNZ %s_loop", name)
+	p("%s_sum:", name)
+	p("\tMOVQ DI, R14")
+	for i := range 8 {
+		zsum(i, cols, "(R14)")
+		if i < 7 {
+			p("\tADDQ R13, R14")
+		}
+	}
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
+// bOne writes denseB1x<cols><dt>: one row of x in bfloat16 (a.a) against
+// cols weight rows (a.w, a.wstr), a.n steps of 32 values, in weight-row
+// order (each row's whole k before the next row's, so that the weights
+// are read in address order, as zfastRows): each accumulator gets the
+// VDPBF16PS of bRows' in the same order, so the same bits, and zsum's
+// reduction; the sums are stored at a.out + 4c.
+func bOne(cols, dt int) {
+	name := fmt.Sprintf("denseB1x%d%s", cols, dts[dt].name)
+	p("// func %s(a *denseArgs)", name)
+	p("TEXT ·%s(SB), NOSPLIT, $0-8", name)
+	p("\tMOVQ a+0(FP), AX")
+	p("\tMOVQ %d(AX), R8", offW)
+	p("\tMOVQ %d(AX), R9", offWstr)
+	p("\tMOVQ %d(AX), DI", offOut)
+	p("\tMOVQ %d(AX), R13", offN)
+	p("\tLEAQ (R9)(R9*2), R10")
+	p("\tLEAQ (R9)(R9*4), R11")
+	p("\tLEAQ (R10)(R9*4), R12")
+	for c := range cols {
+		acc := 8 + c
+		p("\tVPXORD Z%d, Z%d, Z%d", acc, acc, acc)
+		p("\tLEAQ %s, BX", wrow(c, 0))
+		p("\tMOVQ %d(AX), SI", offA)
+		p("\tMOVQ R13, CX")
+		p("\tTESTQ CX, CX")
+		p("\tJZ %s_next%d", name, c)
+		p("%s_loop%d:", name, c)
+		bload(dt, "(BX)", 0, 0)
+		p("\tVMOVDQU16 (SI), Z5")
+		dpbf16(acc, 5, 0)
+		p("\tADDQ $64, BX")
+		p("\tADDQ $64, SI")
+		p("\tDECQ CX")
+		p("\tJNZ %s_loop%d", name, c)
+		p("%s_next%d:", name, c)
+	}
+	zsum(0, cols, "(DI)")
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
 }

@@ -28,3 +28,10 @@ func denseRefPacked(dst, x []float32, p *densePacked, m int) {
 
 // densePackTile is never called: densePackable is false here.
 func densePackTile(tile, w []uint16, k int) int { return 0 }
+
+// denseBF16Path reports false: no bfloat16 kernels on this platform.
+func denseBF16Path(k int) bool { return false }
+
+// denseBF16On switches the bfloat16 kernels on where there are any (tests
+// toggle it); this platform has none.
+var denseBF16On = true

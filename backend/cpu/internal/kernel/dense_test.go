@@ -19,6 +19,7 @@ var denseShapes = [][3]int{
 	{2, 5, 9}, {2, 16, 256}, {2, 31, 257}, {7, 16, 40}, {7, 21, 37}, {7, 49, 520},
 	{33, 16, 24}, {33, 35, 100}, {33, 64, 263}, {70, 19, 65}, {70, 64, 128},
 	{1, 9, 33}, {3, 25, 48}, {4, 6, 16}, {5, 13, 31}, {8, 19, 70}, {9, 7, 64}, {130, 13, 600}, {260, 17, 270},
+	{3, 27, 64}, {16, 10, 96}, {11, 8, 32}, {24, 33, 960},
 }
 
 // denseWeights returns n·k random weights rounded to the dtype, as a Vec
@@ -121,14 +122,15 @@ func testDenseReference(t *testing.T, path string) {
 	}
 }
 
-// TestDenseFast: the fast precision is within DenseFastBound of the exact
+// TestDenseFast: the fast precision is within DenseFastBoundW of the exact
 // sum (float64 over the same float32 products, exact to 2^-53 relative per
 // term and added with a 2^-50·Σ|x·w| allowance) for every dtype and shape,
 // and a row of x run alone gives the bits it gets among the others (so
 // chunked prefill and decode agree with one-shot evaluation), on the
 // AVX-512 kernels where the CPU has them (with and without the float32
 // copy of 16-bit weight rows, densePackRows, whatever this CPU's default)
-// and on the AVX2 ones.
+// and on the AVX2 ones (and on AVX512_BF16 the bfloat16 kernels take the
+// 16-bit weights with k a multiple of 32).
 func TestDenseFast(t *testing.T) {
 	worst := 0.0
 	defer func(on bool, pr int) { denseZOn, densePackRows = on, pr }(denseZOn, densePackRows)
@@ -168,7 +170,7 @@ func TestDenseFast(t *testing.T) {
 								sum += p
 								abs += math.Abs(p)
 							}
-							bound := DenseFastBound(k, abs) + 0x1p-50*abs
+							bound := DenseFastBoundW(k, abs, dt != "f32") + 0x1p-50*abs
 							err := math.Abs(float64(got[i*n+j]) - sum)
 							if !(err <= bound) {
 								t.Fatalf("output (%d, %d) = %v, exact %v: error %g over the bound %g", i, j, got[i*n+j], sum, err, bound)
@@ -217,26 +219,28 @@ func TestDenseFastUsesFMA(t *testing.T) {
 // the weights read once, so MB/s is the weight stream. On AVX-512 CPUs
 // fast-copy and fast-nocopy are fast with and without the float32 copies
 // of bfloat16 and float16 weight rows (densePackRows; fast is this CPU's
-// default, one of the two).
+// default, one of the two), and without the bfloat16 kernels (denseBF16Z),
+// which fast runs on AVX512_BF16 for 16-bit weights and k a multiple of 32.
 func BenchmarkDense(b *testing.B) {
 	type mode struct {
 		name         string
 		fast, vec, z bool
 		packRows     int
+		bf16         bool // the denseB kernels where they take the product
 	}
 	def := densePackRows
-	modes := []mode{{"ref", false, true, denseZOn, def}, {"fast", true, true, denseZOn, def}, {"portable", false, false, false, def}}
+	modes := []mode{{"ref", false, true, denseZOn, def, true}, {"fast", true, true, denseZOn, def, true}, {"portable", false, false, false, def, true}}
 	if denseZOn {
-		modes = append(modes, mode{"ref-avx2", false, true, false, def}, mode{"fast-avx2", true, true, false, def},
-			mode{"fast-copy", true, true, true, 16}, mode{"fast-nocopy", true, true, true, math.MaxInt})
+		modes = append(modes, mode{"ref-avx2", false, true, false, def, true}, mode{"fast-avx2", true, true, false, def, true},
+			mode{"fast-copy", true, true, true, 16, false}, mode{"fast-nocopy", true, true, true, math.MaxInt, false})
 	}
 	for _, sz := range []struct{ m, n, k int }{{1, 512, 256}, {1, 1536, 576}, {1, 2560, 960}, {1, 8192, 2048}, {64, 1536, 576}, {512, 2560, 960}, {512, 960, 2560}, {64, 8192, 2048}} {
 		for _, dt := range []string{"f32", "bf16", "f16"} {
 			for _, mode := range modes {
 				fast := mode.fast
 				b.Run(fmt.Sprintf("m%d_k%d_n%d/%s/%s", sz.m, sz.k, sz.n, dt, mode.name), func(b *testing.B) {
-					defer func(on, z bool, pr int) { denseOn, denseZOn, densePackRows = on, z, pr }(denseOn, denseZOn, densePackRows)
-					denseOn, denseZOn, densePackRows = mode.vec, mode.z, mode.packRows
+					defer func(on, z bool, pr int, bf bool) { denseOn, denseZOn, densePackRows, denseBF16On = on, z, pr, bf }(denseOn, denseZOn, densePackRows, denseBF16On)
+					denseOn, denseZOn, densePackRows, denseBF16On = mode.vec, mode.z, mode.packRows, mode.bf16
 					r := newRand(1)
 					var w Vec
 					es := 2

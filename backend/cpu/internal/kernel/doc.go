@@ -102,7 +102,9 @@
 // precision blocks of eight values of eight weight rows transposed in
 // registers, one output per lane, a separate multiply and add in the
 // in-order loop's order (the bits of DenseMatmulTRef); in the fast
-// precision FMA along k, within DenseFastBound. On AVX-512 CPUs the
+// precision FMA along k, within DenseFastBound (or, for 16-bit weights on
+// AVX512_BF16, x and the weights in bfloat16 by VDPBF16PS, within
+// DenseFastBoundW: densebf16_amd64.go). On AVX-512 CPUs the
 // reference GEMM runs tiles of thirty-two weight rows, eight rows of x per
 // call in ZMM registers (denseRefZW1..8, the same bits), one row of 16-bit
 // weights takes denseRefZV1 (sixteen rows by sixteen values transposed at

@@ -211,6 +211,7 @@ type qmmScratch struct {
 	panel []byte    // (per worker) int8 GEMM: the panel of 16 weight rows
 	gw    []uint32  // (per worker) int8 GEMM: a partial panel's weight rows
 	gt    []uint32  // (per worker) int8 GEMM: the panel's words past its last chunk of 16, padded
+	xb16  []uint16  // bfloat16 dense GEMM: x rounded to bfloat16 (densebf16_amd64.go)
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(qmmScratch) }}
