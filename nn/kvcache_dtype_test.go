@@ -30,16 +30,6 @@ func randKV(b backend.Backend, r *rand.Rand, B, L int, round func(float32) float
 		b.FromHost(tensor.FromFloat32(s, rkh)), b.FromHost(tensor.FromFloat32(s, rvh))
 }
 
-// hostF32 is a's values as float32.
-func hostF32(t *testing.T, b backend.Backend, a backend.Array) []float32 {
-	t.Helper()
-	d, err := b.ToHost(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.ToFloat32()
-}
-
 // TestKVDType: a full cache of CacheOptions.KVDType bfloat16 or float16
 // keeps float32 keys and values in that dtype, each rounded to nearest even
 // (tensor.RoundBF16, RoundF16), through growth past KVStep and a fork; the
@@ -70,16 +60,16 @@ func TestKVDType(t *testing.T) {
 				if keys.DType() != store || values.DType() != store {
 					t.Fatalf("%s: keys %v, values %v, want %v", name, keys.DType(), values.DType(), store)
 				}
-				if got, want := hostF32(t, b, keys), hostF32(t, b, rkeys); !slices.Equal(got, want) {
+				if got, want := hostValues(t, b, keys), hostValues(t, b, rkeys); !slices.Equal(got, want) {
 					t.Fatalf("%s: stored keys are not the rounded inputs", name)
 				}
-				if got, want := hostF32(t, b, values), hostF32(t, b, rvalues); !slices.Equal(got, want) {
+				if got, want := hostValues(t, b, values), hostValues(t, b, rvalues); !slices.Equal(got, want) {
 					t.Fatalf("%s: stored values are not the rounded inputs", name)
 				}
 				q := b.FromHost(tensor.FromFloat32(tensor.Shape{1, 2 * dtH, 1, dtD}, randFloats(r, 2*dtH*dtD)))
 				got := b.ScaledDotProductAttention(q, keys, values, scale, backend.NoMask{})
 				want := b.ScaledDotProductAttention(q, rkeys, rvalues, scale, backend.NoMask{})
-				if g, w := hostF32(t, b, got), hostF32(t, b, want); !slices.Equal(g, w) {
+				if g, w := hostValues(t, b, got), hostValues(t, b, want); !slices.Equal(g, w) {
 					t.Fatalf("%s: attention over the %v cache differs from attention over the rounded float32 one", name, store)
 				}
 				b.Release(k, v, rk, rv, keys, values, rkeys, rvalues, q, got, want)

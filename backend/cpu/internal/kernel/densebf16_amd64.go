@@ -147,23 +147,28 @@ func denseBF16Z(dst, x []float32, w Vec, m, n, k int) {
 	row := func(j int) unsafe.Pointer { return unsafe.Add(base, j*k*es) }
 	xrow := func(i int) unsafe.Pointer { return unsafe.Pointer(&xb[i*k]) }
 	steps, f16 := k/32, w.F16
+	// group runs the row of x at i (and the seven after it, for the
+	// eight-row kernels) against the weight rows j..j+cols-1: by the kernel
+	// full when they are the group's width, else by single one weight row
+	// at a time.
+	group := func(a *denseArgs, i, j, cols, width, full, single int) {
+		a.a = xrow(i)
+		if cols == width {
+			a.w, a.out = row(j), unsafe.Pointer(&dst[i*n+j])
+			denseBCall(a, f16, full)
+			return
+		}
+		for c := range cols {
+			a.w, a.out = row(j+c), unsafe.Pointer(&dst[i*n+j+c])
+			denseBCall(a, f16, single)
+		}
+	}
 	if m < 8 {
 		parallelFor((n+7)/8, denseMinChunk(8, m, k), func(lo, hi int) {
 			a := denseArgs{wstr: wstr, n: steps}
 			for g := lo; g < hi; g++ {
-				j := 8 * g
-				cols := min(8, n-j)
 				for i := range m {
-					a.a = xrow(i)
-					if cols == 8 {
-						a.w, a.out = row(j), unsafe.Pointer(&dst[i*n+j])
-						denseBCall(&a, f16, db1x8)
-						continue
-					}
-					for c := range cols {
-						a.w, a.out = row(j+c), unsafe.Pointer(&dst[i*n+j+c])
-						denseBCall(&a, f16, db1x1)
-					}
+					group(&a, i, 8*g, min(8, n-8*g), 8, db1x8, db1x1)
 				}
 			}
 		})
@@ -177,32 +182,13 @@ func denseBF16Z(dst, x []float32, w Vec, m, n, k int) {
 		for r0 := 0; r0 < m; r0 += mb {
 			r1 := min(m, r0+mb)
 			for g := lo; g < hi; g++ {
-				j := 3 * g
-				cols := min(3, n-j)
+				j, cols := 3*g, min(3, n-3*g)
 				i := r0
 				for ; i+8 <= r1; i += 8 {
-					a.a = xrow(i)
-					if cols == 3 {
-						a.w, a.out = row(j), unsafe.Pointer(&dst[i*n+j])
-						denseBCall(&a, f16, db8x3)
-						continue
-					}
-					for c := range cols {
-						a.w, a.out = row(j+c), unsafe.Pointer(&dst[i*n+j+c])
-						denseBCall(&a, f16, db8x1)
-					}
+					group(&a, i, j, cols, 3, db8x3, db8x1)
 				}
 				for ; i < r1; i++ {
-					a.a = xrow(i)
-					if cols == 3 {
-						a.w, a.out = row(j), unsafe.Pointer(&dst[i*n+j])
-						denseBCall(&a, f16, db1x3)
-						continue
-					}
-					for c := range cols {
-						a.w, a.out = row(j+c), unsafe.Pointer(&dst[i*n+j+c])
-						denseBCall(&a, f16, db1x1)
-					}
+					group(&a, i, j, cols, 3, db1x3, db1x1)
 				}
 			}
 		}
