@@ -32,7 +32,8 @@ func randKV(b backend.Backend, r *rand.Rand, B, L int, round func(float32) float
 
 // TestKVDType: a full cache of CacheOptions.KVDType bfloat16 or float16
 // keeps float32 keys and values in that dtype, each rounded to nearest even
-// (tensor.RoundBF16, RoundF16), through growth past KVStep and a fork; the
+// (tensor.RoundBF16, RoundF16), through growth past KVStep, a fork and a
+// cache restored from its state; the
 // attention over it equals the attention over a float32 cache holding the
 // rounded values (the reference precision reads both exactly); keys of
 // another dtype are stored as they come; a batch of row caches and one of
@@ -84,6 +85,19 @@ func TestKVDType(t *testing.T) {
 			defer f.Release()
 			defer fref.Release()
 			check("fork", f, fref, 300) // the fork grows too
+
+			// A cache restored from its state (a prompt cache file, the
+			// server's prefix cache on disk) goes on storing in its dtype.
+			st := c.State()
+			kc, vc := b.Slice(st[0], []int{0, 0, 0, 0}, st[0].Shape()), b.Slice(st[1], []int{0, 0, 0, 0}, st[1].Shape())
+			rc, err := nn.RestoreFullKVCache(b, kc, vc, c.Offset())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Release()
+			rref := ref.Fork()
+			defer rref.Release()
+			check("restored", rc, rref, 300) // grows past 512
 
 			// Keys of another dtype than float32 are stored as they come.
 			other := o.New(b)

@@ -4,13 +4,16 @@ import (
 	"fmt"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // RestoreFullKVCache returns a cache holding keys and values, [B, Hk,
 // capacity, D] with capacity >= offset, whose first offset slots are the
 // stored tokens: mlx_lm's KVCache.from_state((keys, values, offset)). The
 // cache takes the arrays over (Release frees them). A shape that does not fit
-// is an error naming it; nothing is released then.
+// is an error naming it; nothing is released then. A cache of bfloat16 or
+// float16 keys keeps float32 keys appended later in that dtype
+// (CacheOptions.KVDType).
 func RestoreFullKVCache(b backend.Backend, keys, values backend.Array, offset int) (*FullKVCache, error) {
 	if keys == nil || values == nil {
 		return nil, fmt.Errorf("nn: restoring a KV cache: keys or values missing")
@@ -28,7 +31,15 @@ func RestoreFullKVCache(b backend.Backend, keys, values backend.Array, offset in
 	if offset < 0 || offset > ks[2] {
 		return nil, fmt.Errorf("nn: restoring a KV cache: offset %d, want 0 <= offset <= capacity %d", offset, ks[2])
 	}
-	return &FullKVCache{b: b, keys: keys, values: values, offset: offset}, nil
+	c := &FullKVCache{b: b, keys: keys, values: values, offset: offset}
+	if dt := keys.DType(); dt == tensor.BF16 || dt == tensor.F16 {
+		// Float32 keys appended later stay in the stored dtype
+		// (CacheOptions.KVDType): mlx_lm would widen the buffers to
+		// float32 at their next growth; keys of the stored dtype are
+		// stored as they come either way.
+		c.store = dt
+	}
+	return c, nil
 }
 
 // Fork returns a new cache holding the same tokens without copying them:
