@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/mlxgo/mlxgo/internal/testenv"
+	"github.com/mlxgo/mlxgo/promptcache"
+	"github.com/mlxgo/mlxgo/tensor"
 )
 
 // startServe runs mlxgo serve in the test's process on a free loopback
@@ -346,4 +348,57 @@ func TestServeKVCache(t *testing.T) {
 			t.Errorf("%v: no note that the prompt cache is off:\n%s", flags, logs())
 		}
 	}
+}
+
+// TestServeKVDTypePromptCacheDir: mlxgo serve --precision fast on a
+// float32 model keeps its caches in bfloat16 (--kv-dtype auto), saves its
+// prefix cache in that dtype to --prompt-cache-dir at shutdown, and a
+// server started again with the same flags loads those files (they fit the
+// caches it makes) and reuses them for the same prompt (cached_tokens).
+func TestServeKVDTypePromptCacheDir(t *testing.T) {
+	dir := textFixture(t, chatML)
+	cache := t.TempDir()
+	body := `{"prompt": [3, 14, 15, 92, 65, 35, 89, 79], "max_tokens": 4}`
+	flags := []string{"--model", dir, "--precision", "fast", "--prompt-cache-dir", cache}
+	post := func(t *testing.T, url string) map[string]any {
+		t.Helper()
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("status %d, %v, %v", resp.StatusCode, got, err)
+		}
+		return got
+	}
+	cached := func(got map[string]any) any {
+		u, _ := got["usage"].(map[string]any)
+		d, _ := u["prompt_tokens_details"].(map[string]any)
+		return d["cached_tokens"]
+	}
+	t.Run("first", func(t *testing.T) {
+		url, _ := startServe(t, flags...)
+		if c := cached(post(t, url)); c != 0.0 {
+			t.Errorf("first request: cached_tokens %v, want 0", c)
+		}
+	})
+	names, err := filepath.Glob(filepath.Join(cache, "*.safetensors"))
+	if err != nil || len(names) != 1 {
+		t.Fatalf("prompt cache files after shutdown: %v, %v; want one", names, err)
+	}
+	pc, err := promptcache.Read(names[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dt := pc.Layers[0].Keys.DType; dt != tensor.BF16 {
+		t.Errorf("saved keys are %v, want bfloat16 (--kv-dtype auto with --precision fast)", dt)
+	}
+	t.Run("again", func(t *testing.T) {
+		url, logs := startServe(t, flags...)
+		if c := cached(post(t, url)); c != 7.0 {
+			t.Errorf("after the restart: cached_tokens %v, want 7 (the prompt's tokens but its last)\n%s", c, logs())
+		}
+	})
 }
