@@ -57,12 +57,7 @@ func RunChild(o ChildOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	// The caches mlxgo generate makes with these flags (--kv-dtype auto).
-	var store tensor.DType
-	if o.Backend == "cpu" {
-		store = cpu.AutoKVDType(o.Options.Precision)
-	}
-	view, err := m.WithCache(nn.CacheOptions{KVDType: store})
+	view, err := m.WithCache(nn.CacheOptions{KVDType: autoKVDType(o.Backend, o.Options.Precision)})
 	if err != nil {
 		return err
 	}
@@ -147,6 +142,16 @@ func prefill(b backend.Backend, m minicpm5.CacheView, ids []int32) (sec float64,
 		return err
 	})
 	return time.Since(t0).Seconds(), err
+}
+
+// autoKVDType is the dtype of the full KV caches mlxgo's commands make on
+// backend at precision (--kv-dtype auto, cpu.AutoKVDType): a benchmark's
+// configuration measures what the commands run.
+func autoKVDType(backend, precision string) tensor.DType {
+	if backend == "cpu" {
+		return cpu.AutoKVDType(precision)
+	}
+	return 0
 }
 
 func repName(r, warmup, reps int) string {

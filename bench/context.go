@@ -249,7 +249,11 @@ func RunContextChild(o ContextChildOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	view, err := m.WithCache(o.Cache)
+	co := o.Cache
+	if !co.Encoded() && co.MaxKVSize == 0 && co.KVDType == 0 {
+		co.KVDType = autoKVDType(o.Backend, o.Options.Precision) // the full cache as the commands make it
+	}
+	view, err := m.WithCache(co)
 	if err != nil {
 		return err
 	}
