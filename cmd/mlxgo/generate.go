@@ -96,6 +96,7 @@ Examples:
   mlxgo generate --model conformance/testdata/models/optiq-f32 --prompt-ids 1,2,3
   mlxgo generate --model DIR --prompt-ids 5,6,7 --repetition-penalty 1.3 --backend cpu --precision high
   mlxgo generate --model smollm2-mlx --prompt "Hi" --backend cpu --precision fast --no-pack-weights
+  mlxgo generate --model smollm2-mlx --prompt "Hi" --backend cpu --precision fast --kv-dtype float32   # mlx_lm's float32 cache for a float32 model
   mlxgo generate --model smollm2-bf16 --draft-model smollm2-mlx --num-draft-tokens 4 --prompt "Explain DNS."
   mlxgo generate --model DIR --prompt-lookup 3 --num-draft-tokens 8 --prompt "Fix the typos: ..."
   mlxgo generate --model smollm2-mlx --kv-cache turbo:k4v3 --prompt "Summarise: ..."

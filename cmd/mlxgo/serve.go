@@ -68,6 +68,7 @@ Examples:
   mlxgo serve --model DIR --port 9000 --max-concurrency 16 --temp 0.7
   mlxgo serve --model smollm2-mlx --batch-cache shared   # mlx_lm's shared batch cache on the cpu backend
   mlxgo serve --model smollm2-mlx --backend cpu --precision fast   # int8 matmuls on packed weights (AVX-512 VNNI)
+  mlxgo serve --model smollm2-mlx --backend cpu --precision fast --kv-dtype float16   # a float32 model's caches in float16
   curl localhost:8080/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
 
 Flags:
