@@ -28,7 +28,7 @@ type Backend struct {
 	threads   int  // worker goroutines for Matmul
 	closed    bool
 	pack      bool  // fast without Options.NoPackWeights: pack every matrix whose copy replaces the original (packSlot)
-	packDense bool  // reference without Options.NoPackWeights: pack the 16-bit dense weights of the one-row kernels (denseSlot)
+	packRef   bool  // reference without Options.NoPackWeights: pack the 16-bit dense weights (denseSlot) and the 4-bit group-32 quantized ones (packSlot) the one-row kernels read packed
 	packed    int64 // Stats.PackedBytes
 	released  int64 // Stats.ReleasedBytes
 
@@ -87,7 +87,7 @@ func New(opts backend.Options) (*Backend, error) {
 		return nil, fmt.Errorf("cpu backend: PackWeights and NoPackWeights are both set (want at most one)")
 	}
 	b.pack = b.fast && !opts.NoPackWeights // Options.PackWeights asks for the default
-	b.packDense = !b.fast && !b.high && !opts.NoPackWeights
+	b.packRef = !b.fast && !b.high && !opts.NoPackWeights
 	if b.threads == 0 {
 		b.threads = runtime.GOMAXPROCS(0)
 	} else {

@@ -253,10 +253,11 @@ type packed struct {
 }
 
 // packSlot returns the slot of w's rearranged copy (built by the kernel the
-// first time its int8 GEMM runs on w, k its columns), or nil: outside the
-// fast precision or with NoPackWeights; where the kernel does not pack
-// this shape (kernel.PackReplaces, which is also where the matmul then
-// reads only the copy); or when w, its
+// first time its matmul runs on w, k its columns), or nil: in the high
+// precision or with NoPackWeights; where the kernel does not pack this
+// shape for the backend's precision (kernel.PackReplaces in the fast one,
+// kernel.RefPackReplaces in the reference one, which are also where the
+// matmul then reads only the copy); or when w, its
 // scales or its biases are not contiguous views of borrowed memory (a
 // file's mapping: pooled buffers are reused, so only those stay the same
 // matrix while they live). The pages of the mapping that hold nothing but
@@ -264,7 +265,8 @@ type packed struct {
 // copy is made (Stats.ReleasedBytes): the process then holds the weights
 // once.
 func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray, k int) *kernel.PackSlot {
-	if !b.pack || !kernel.PackReplaces(k, q.GroupSize, q.Bits) || w.buf == nil || !w.buf.borrowed || !s.buf.borrowed || !bi.buf.borrowed || w.strides != nil || s.strides != nil || bi.strides != nil || w.size() == 0 || s.size() == 0 {
+	replaces := b.pack && kernel.PackReplaces(k, q.GroupSize, q.Bits) || b.packRef && kernel.RefPackReplaces(k, q.GroupSize, q.Bits)
+	if !replaces || w.buf == nil || !w.buf.borrowed || !s.buf.borrowed || !bi.buf.borrowed || w.strides != nil || s.strides != nil || bi.strides != nil || w.size() == 0 || s.size() == 0 {
 		return nil
 	}
 	sp, bp := firstElem(s), firstElem(bi)
@@ -289,7 +291,7 @@ func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray, k int) *ke
 // system as the copy is made, as packSlot's do (an embedding lookup on a
 // tied head then reads its rows from the file again).
 func (b *Backend) denseSlot(y *Array, w kernel.Vec, n, k int) *kernel.PackSlot {
-	if !b.packDense || !kernel.DensePackReplaces(w) || y.buf == nil || !y.buf.borrowed || y.buf.values || n == 0 || k == 0 {
+	if !b.packRef || !kernel.DensePackReplaces(w) || y.buf == nil || !y.buf.borrowed || y.buf.values || n == 0 || k == 0 {
 		return nil
 	}
 	for _, p := range y.buf.packs {

@@ -178,6 +178,8 @@ func qmmTFast(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n, k
 		// the one-row order through the packed panels, at any number
 		// of rows
 		qmmTQ8Gemm(dst, x, wq, sc, bi, slot, m, n, k, gs, bits, round)
+	case acc == AccF32 && refPackedRun(dst, x, wq, sc, bi, slot, m, n, k, gs, bits, round):
+		// the reference precision on packed panels (qmm_pref.go)
 	case acc == AccQ8 && qmvBatch(dst, x, wq, sc, bi, m, n, k, gs, bits, round):
 		// a few rows (a decode batch, a verify window): the one-row
 		// kernel's bits for each row (qmvb_amd64.go)

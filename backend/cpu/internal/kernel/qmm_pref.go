@@ -1,0 +1,222 @@
+package kernel
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// The reference precision on packed 4-bit weights. Its one-row kernels on
+// the original layout (qzmmF32B4 and its forms) hold eight weight rows
+// four lanes each, which costs the shuffle ports two thirds of their
+// instructions, a reduction of the lanes per group and a staged copy of
+// every scale and bias per call: on Llama-3.2-1B's shapes (4-bit group 32,
+// bfloat16 scales) 4.4 codes a cycle from cache, and a decode step spent
+// 16% of its time staging. The int8 GEMM's panels (pack) hold word W of
+// sixteen rows side by side and the scales as [group][16], a row per lane
+// as they lie, so qprefB4 (qmm_pref_gen.go) runs dotF32's steps in each
+// lane with half the shuffles, no reduction across lanes and the scales read
+// in place: the same bits. The fast and reference precisions pack alike,
+// so a matrix has one packed form whichever reads it.
+//
+// Once packed, the matrix is read from the panels alone (the backend gives
+// the original pages back): one row of x by qprefB4 where x allows it
+// (prefScaleX), otherwise, and for two or more rows, the panels are unpacked
+// a slice of rows at a time into scratch for the row kernels (qmmTRows),
+// which costs a pass over the weights per call, small against a prefill's
+// arithmetic.
+
+// refPacks reports whether the reference precision reads matrices of this
+// shape from packed panels: 4-bit codes in groups of 32, whose one-row
+// order is dotF32's (larger groups take the vector kernels' order of
+// qmv_amd64.s, sixteen lanes a block: not done), on a CPU where they pack
+// (AVX-512 VNNI, which implies the AVX-512F of qprefB4).
+func refPacks(k, gs, bits int) bool { return bits == 4 && gs == 32 && packs(k, gs, bits) }
+
+// RefPackReplaces reports whether, in the reference precision, a matrix of
+// k columns in groups of gs of bits bits is read from its packed copy alone
+// once QuantizedMatmulTPacked has made it, at any number of rows, so that
+// the original may leave memory.
+func RefPackReplaces(k, gs, bits int) bool { return refPacks(k, gs, bits) }
+
+// prefOn switches qprefB4 on (tests and benchmarks compare with the
+// unpacking path); prefCalls counts the matmuls it ran (tests).
+var (
+	prefOn    = true
+	prefCalls atomic.Int64
+)
+
+// qmmTRefPacked is the reference precision's matmul on packed 4-bit
+// weights: the portable loop's bits, rounded by round.
+func qmmTRefPacked(dst, x []float32, p *packedW, m int, round Rounder) {
+	if m == 1 && prefOn && qmvRefPacked(dst, x, p, round) {
+		return
+	}
+	qmmTRefUnpacked(dst, x, p, m, round)
+}
+
+// refPackedRun runs qmmTRefPacked where slot may hold the packed form of
+// these weights (packing them on the first call), reporting false
+// otherwise.
+func refPackedRun(dst, x []float32, wq []uint32, sc, bi Vec, slot *PackSlot, m, n, k, gs, bits int, round Rounder) bool {
+	if slot == nil || !refPacks(k, gs, bits) {
+		return false
+	}
+	p := slot.get(wq, sc, bi, n, k, gs, bits)
+	if p == nil {
+		return false
+	}
+	qmmTRefPacked(dst, x, p, m, round)
+	return true
+}
+
+// prefScale is 2^-4s for the nibbles s = 4..7 taken by conversion.
+var prefScale = [4]float32{0x1p-16, 0x1p-20, 0x1p-24, 0x1p-28}
+
+// prefScaleX writes xh[8i+s] = x[8i+s]·2^-4s for s = 4..7 of every word i
+// and reports whether each of those scalings is exact (x zero, not finite,
+// or of magnitude 2^-98 or more, where the scaled value stays normal), so
+// that (c·2^4s)·xh rounds as c·x does. Where it is not, qmvRefPacked
+// declines.
+func prefScaleX(xh, x []float32) bool {
+	for i := 0; i+8 <= len(x); i += 8 {
+		for s := 4; s < 8; s++ {
+			v := x[i+s]
+			if a := math.Abs(float64(v)); a != 0 && a < 0x1p-98 {
+				return false
+			}
+			xh[i+s] = v * prefScale[s-4]
+		}
+	}
+	return true
+}
+
+// qmvRefPacked runs qprefB4 over p's panels, two a call, split across the
+// workers; it reports false (having written nothing) where prefScaleX
+// declines x.
+func qmvRefPacked(dst, x []float32, p *packedW, round Rounder) bool {
+	n, k, gs := p.n, p.k, p.gs
+	ng := k / gs
+	s := scratchPool.Get().(*qmmScratch)
+	defer scratchPool.Put(s)
+	s.xp = grow(s.xp, k)
+	if !prefScaleX(s.xp, x[:k]) {
+		return false
+	}
+	s.xs = grow(s.xs, ng)
+	groupSumsFlat(s.xs, x, ng, gs)
+	kern, rk := prefKernel(p), roundKind(round)
+	np := (n + q8C - 1) / q8C
+	bf := float32(1)
+	if p.symk != 0 {
+		bf = p.symk
+	}
+	parallelFor((np+1)/2, max(1, 2048/k), func(lo, hi int) {
+		var spare [2 * q8C]float32 // the outputs of rows past n
+		a := prefArgs{x: ptr(x), xh: ptr(s.xp), xs: ptr(s.xs), ng: ng, wpg: gs / 8, bf: bf}
+		for q := lo; q < hi; q++ {
+			c0, c1 := 2*q, min(2*q+1, np-1) // an odd last panel: run twice
+			a.w0, a.s0, a.b0 = p.panel(c0)
+			a.w1, a.s1, a.b1 = p.panel(c1)
+			j0, j1 := c0*q8C, min(n, (c1+1)*q8C)
+			a.out0, a.out1 = unsafe.Pointer(&spare[0]), unsafe.Pointer(&spare[q8C])
+			if j0+q8C <= n {
+				a.out0 = unsafe.Pointer(&dst[j0])
+			}
+			if c1 > c0 && j0+2*q8C <= n {
+				a.out1 = unsafe.Pointer(&dst[j0+q8C])
+			}
+			kern(&a)
+			if j0+q8C > n {
+				copy(dst[j0:n], spare[:])
+			} else if c1 > c0 && j0+2*q8C > n {
+				copy(dst[j0+q8C:n], spare[q8C:])
+			}
+			roundSlice(dst[j0:j1], round, rk)
+		}
+	})
+	prefCalls.Add(1)
+	return true
+}
+
+// prefUnpackBytes bounds the codes qmmTRefUnpacked unpacks at a time, and
+// the outputs it holds before copying them out.
+const prefUnpackBytes = 8 << 20
+
+// qmmTRefUnpacked unpacks p's panels a slice of rows at a time into the
+// row layout, scales and biases as float32 (exact), and runs qmmTRows on
+// each slice: the bits it gives the original weights.
+func qmmTRefUnpacked(dst, x []float32, p *packedW, m int, round Rounder) {
+	n, k, gs, bits := p.n, p.k, p.gs, p.bits
+	wpr, ng := WordsPerRow(k, bits), k/gs
+	rows := max(q8C, min(n+q8C-1, prefUnpackBytes/(4*wpr), prefUnpackBytes/(4*m))) &^ (q8C - 1)
+	u := prefPool.Get().(*prefScratch)
+	defer prefPool.Put(u)
+	u.wq, u.sb, u.out = grow(u.wq, rows*wpr), grow(u.sb, 2*rows*ng), grow(u.out, m*rows)
+	for j0 := 0; j0 < n; j0 += rows {
+		nr := min(rows, n-j0)
+		wq, sc, bi := u.wq[:nr*wpr], u.sb[:nr*ng], u.sb[rows*ng:][:nr*ng]
+		parallelFor((nr+q8C-1)/q8C, 1, func(lo, hi int) {
+			ts := make([]float32, 2*ng*q8C)
+			for c := lo; c < hi; c++ {
+				r0 := c * q8C
+				rn := min(q8C, nr-r0)
+				p.unpackPanel(j0/q8C+c, wq[r0*wpr:(r0+rn)*wpr], sc[r0*ng:(r0+rn)*ng], bi[r0*ng:(r0+rn)*ng], rn, ts)
+			}
+		})
+		out := u.out[:m*nr]
+		qmmTRows(out, x, wq, F32Vec(sc), F32Vec(bi), m, nr, k, gs, bits, round, false)
+		for r := range m {
+			copy(dst[r*n+j0:r*n+j0+nr], out[r*nr:(r+1)*nr])
+		}
+	}
+}
+
+// unpackPanel writes the first rn rows of panel ct back in the row layout:
+// their words to wq (rn·wpr), scales and biases as float32 to sc and bi
+// (rn·ng; the biases are symk times the scales in a symmetric matrix, the
+// values symmetricFactor found stored); ts is scratch of 2·ng·16 floats.
+func (p *packedW) unpackPanel(ct int, wq []uint32, sc, bi []float32, rn int, ts []float32) {
+	k, gs, bits := p.k, p.gs, p.bits
+	wpr, ng := WordsPerRow(k, bits), k/gs
+	codes, sp, bp := p.panel(ct)
+	var t [q8C * 16]uint32 // one chunk: row r's 16 words at 16·r
+	for c := 0; 16*c < wpr; c++ {
+		q8Transpose(ptr(t[:]), unsafe.Add(codes, 1024*c), 64, 1, false)
+		cnt := min(16, wpr-16*c)
+		for r := range rn {
+			copy(wq[r*wpr+16*c:r*wpr+16*c+cnt], t[16*r:16*r+cnt])
+		}
+	}
+	p.panelVec(sp, ng*q8C).load(ts[:ng*q8C], 0)
+	p.panelVec(bp, ng*q8C).load(ts[ng*q8C:], 0)
+	for r := range rn {
+		for g := range ng {
+			sc[r*ng+g] = ts[g*q8C+r]
+			if p.symk != 0 {
+				bi[r*ng+g] = p.symk * ts[g*q8C+r]
+			} else {
+				bi[r*ng+g] = ts[ng*q8C+g*q8C+r]
+			}
+		}
+	}
+}
+
+// panelVec wraps n scales or biases of p at v in a Vec of p's dtype.
+func (p *packedW) panelVec(v unsafe.Pointer, n int) Vec {
+	if p.sb16 == nil {
+		return F32Vec(unsafe.Slice((*float32)(v), n))
+	}
+	return Vec{U16: unsafe.Slice((*uint16)(v), n), F16: p.sdt == 1}
+}
+
+// prefScratch is qmmTRefUnpacked's pooled scratch: a slice of rows' words,
+// their scales then biases, and the outputs.
+type prefScratch struct {
+	wq  []uint32
+	sb  []float32
+	out []float32
+}
+
+var prefPool = sync.Pool{New: func() any { return new(prefScratch) }}

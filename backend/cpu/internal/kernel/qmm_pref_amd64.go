@@ -1,0 +1,51 @@
+package kernel
+
+//go:generate go run qmm_pref_gen.go -o qmm_pref_amd64.s
+
+import "unsafe"
+
+// prefArgs are the arguments of the qprefB4 kernels (offsets fixed in
+// qmm_pref_gen.go): two packed panels (codes, scales, biases: the scales
+// again when the matrix is symmetric, bf then its factor, else 1), x and
+// xh (prefScaleX), the group sums of x, the two panels' sixteen outputs,
+// the groups per row and the words per group.
+type prefArgs struct {
+	w0, w1     unsafe.Pointer
+	s0, s1     unsafe.Pointer
+	b0, b1     unsafe.Pointer
+	x, xh      unsafe.Pointer
+	xs         unsafe.Pointer
+	out0, out1 unsafe.Pointer
+	ng, wpg    int
+	bf         float32
+	_          float32
+}
+
+// qprefB4F32 computes, for the sixteen weight rows of each of two packed
+// 4-bit panels with float32 scales and biases, dotF32 + dotBias against
+// one row of x: the portable loop's bits, one lane per row
+// (qmm_pref_gen.go, AVX-512F).
+//
+//go:noescape
+func qprefB4F32(a *prefArgs)
+
+// qprefB4BF16 is qprefB4F32 with bfloat16 scales and biases.
+//
+//go:noescape
+func qprefB4BF16(a *prefArgs)
+
+// qprefB4F16 is qprefB4F32 with float16 scales and biases.
+//
+//go:noescape
+func qprefB4F16(a *prefArgs)
+
+// prefKernel returns the kernel for p's scale dtype.
+func prefKernel(p *packedW) func(*prefArgs) {
+	switch {
+	case p.sb16 == nil:
+		return qprefB4F32
+	case p.sdt == 1:
+		return qprefB4F16
+	}
+	return qprefB4BF16
+}
