@@ -23,14 +23,14 @@ var (
 // Backend is the pure-Go CPU backend. It computes every op during the call
 // (Eval has nothing left to do) and is not safe for concurrent use.
 type Backend struct {
-	high      bool // Precision "high": float64 accumulation
-	fast      bool // Precision "fast": int8 activations in the quantized matmul, FMA in the dense one
-	threads   int  // worker goroutines for Matmul
-	closed    bool
-	pack      bool  // fast without Options.NoPackWeights: pack every matrix whose copy replaces the original (packSlot)
-	packRef   bool  // reference without Options.NoPackWeights: pack the 16-bit dense weights (denseSlot) and the 4-bit group-32 quantized ones (packSlot) the one-row kernels read packed
-	packed    int64 // Stats.PackedBytes
-	released  int64 // Stats.ReleasedBytes
+	high     bool // Precision "high": float64 accumulation
+	fast     bool // Precision "fast": int8 activations in the quantized matmul, FMA in the dense one
+	threads  int  // worker goroutines for Matmul
+	closed   bool
+	pack     bool  // fast without Options.NoPackWeights: pack every matrix whose copy replaces the original (packSlot)
+	packRef  bool  // reference without Options.NoPackWeights: pack the 16-bit dense weights (denseSlot) and the 4-bit group-32 quantized ones (packSlot) the one-row kernels read packed
+	packed   int64 // Stats.PackedBytes
+	released int64 // Stats.ReleasedBytes
 
 	life *tracker    // scopes, Release, Stats and the safety net
 	pool *pool       // storage of released arrays, for reuse
