@@ -27,6 +27,23 @@ import (
 // which costs a pass over the weights per call, small against a prefill's
 // arithmetic.
 
+// prefArgs are the arguments of the qprefB4 kernels (offsets fixed in
+// qmm_pref_gen.go): two packed panels (codes, scales, biases: the scales
+// again when the matrix is symmetric, bf then its factor, else 1), x and
+// xh (prefScaleX), the group sums of x, the two panels' sixteen outputs,
+// the groups per row and the words per group.
+type prefArgs struct {
+	w0, w1     unsafe.Pointer
+	s0, s1     unsafe.Pointer
+	b0, b1     unsafe.Pointer
+	x, xh      unsafe.Pointer
+	xs         unsafe.Pointer
+	out0, out1 unsafe.Pointer
+	ng, wpg    int
+	bf         float32
+	_          float32
+}
+
 // refPacks reports whether the reference precision reads matrices of this
 // shape from packed panels: 4-bit codes in groups of 32, whose one-row
 // order is dotF32's (larger groups take the vector kernels' order of

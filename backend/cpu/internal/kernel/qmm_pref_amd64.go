@@ -2,25 +2,6 @@ package kernel
 
 //go:generate go run qmm_pref_gen.go -o qmm_pref_amd64.s
 
-import "unsafe"
-
-// prefArgs are the arguments of the qprefB4 kernels (offsets fixed in
-// qmm_pref_gen.go): two packed panels (codes, scales, biases: the scales
-// again when the matrix is symmetric, bf then its factor, else 1), x and
-// xh (prefScaleX), the group sums of x, the two panels' sixteen outputs,
-// the groups per row and the words per group.
-type prefArgs struct {
-	w0, w1     unsafe.Pointer
-	s0, s1     unsafe.Pointer
-	b0, b1     unsafe.Pointer
-	x, xh      unsafe.Pointer
-	xs         unsafe.Pointer
-	out0, out1 unsafe.Pointer
-	ng, wpg    int
-	bf         float32
-	_          float32
-}
-
 // qprefB4F32 computes, for the sixteen weight rows of each of two packed
 // 4-bit panels with float32 scales and biases, dotF32 + dotBias against
 // one row of x: the portable loop's bits, one lane per row

@@ -2,9 +2,6 @@
 
 package kernel
 
-// prefArgs is unused here: refPacks is false off amd64.
-type prefArgs struct{}
-
 // prefKernel is never called: refPacks is false off amd64.
 func prefKernel(p *packedW) func(*prefArgs) {
 	panic("kernel: no packed reference kernels on this platform")
