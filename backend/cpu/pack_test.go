@@ -101,34 +101,10 @@ func TestDefaultPacking(t *testing.T) {
 			}
 			plain := openWith(t, backend.Options{Precision: "fast", NoPackWeights: true})
 			q := plain.Quantize(arr(plain, tensor.BF16, tensor.Shape{n, k}, wv...), c.gs, c.bits)
-			var ds []*tensor.Dense
-			for _, a := range []backend.Array{q.W, q.Scales, q.Biases} {
-				d, err := plain.ToHost(a)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ds = append(ds, d)
-			}
-			path := filepath.Join(t.TempDir(), "w.safetensors")
-			if err := tensor.WriteSafetensors(path, []string{"w", "s", "b"}, ds, nil); err != nil {
-				t.Fatal(err)
-			}
-			f, err := tensor.OpenSafetensors(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			f, ds := quantFile(t, plain, q)
 			for _, opts := range []backend.Options{{Precision: "fast"}, {Precision: "fast", NoPackWeights: true}} {
 				b := openWith(t, opts)
-				var mapped [3]backend.Array
-				for i, name := range []string{"w", "s", "b"} {
-					d, err := f.Tensor(name)
-					if err != nil {
-						t.Fatal(err)
-					}
-					mapped[i] = b.Borrow(d)
-				}
-				wq := backend.QuantizedArray{W: mapped[0], Scales: mapped[1], Biases: mapped[2], GroupSize: c.gs, Bits: c.bits}
+				wq := borrowQuant(t, b, f, c.gs, c.bits)
 				for _, m := range []int{1, 3, 8} {
 					xv := make([]float64, m*k)
 					for i := range xv {
@@ -136,6 +112,7 @@ func TestDefaultPacking(t *testing.T) {
 					}
 					want := gemmRows(t, plain, q, xv, m, k)
 					if opts.NoPackWeights {
+						var err error
 						if want, err = plain.ToHost(plain.QuantizedMatmul(arr(plain, tensor.BF16, tensor.Shape{m, k}, xv...), q, true)); err != nil {
 							t.Fatal(err)
 						}
@@ -151,18 +128,123 @@ func TestDefaultPacking(t *testing.T) {
 					if packs := c.packs && !opts.NoPackWeights; (st.PackedBytes > 0) != packs {
 						t.Fatalf("%+v, %d rows: PackedBytes %d, want packed: %v", opts, m, st.PackedBytes, packs)
 					}
-					// The tensors start 64-byte aligned in the file, so
-					// each holds all but at most one page at either end.
-					page := int64(os.Getpagesize())
-					var lo, hi int64
-					if c.packs && !opts.NoPackWeights && runtime.GOOS == "linux" {
-						for _, d := range ds {
-							lo, hi = lo+int64(len(d.Data))-2*page, hi+int64(len(d.Data))
-						}
+					checkReleased(t, st.ReleasedBytes, ds, c.packs && !opts.NoPackWeights)
+				}
+			}
+		})
+	}
+}
+
+// quantFile writes q's codes, scales and biases (from b) to a safetensors
+// file in a test directory as "w", "s" and "b" and opens it, returning the
+// file and the three tensors as written.
+func quantFile(t *testing.T, b *Backend, q backend.QuantizedArray) (*tensor.SafetensorsFile, []*tensor.Dense) {
+	t.Helper()
+	var ds []*tensor.Dense
+	for _, a := range []backend.Array{q.W, q.Scales, q.Biases} {
+		d, err := b.ToHost(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	path := filepath.Join(t.TempDir(), "w.safetensors")
+	if err := tensor.WriteSafetensors(path, []string{"w", "s", "b"}, ds, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := tensor.OpenSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, ds
+}
+
+// borrowQuant borrows quantFile's three tensors from f's mapping into b.
+func borrowQuant(t *testing.T, b *Backend, f *tensor.SafetensorsFile, gs, bits int) backend.QuantizedArray {
+	t.Helper()
+	var mapped [3]backend.Array
+	for i, name := range []string{"w", "s", "b"} {
+		d, err := f.Tensor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mapped[i] = b.Borrow(d)
+	}
+	return backend.QuantizedArray{W: mapped[0], Scales: mapped[1], Biases: mapped[2], GroupSize: gs, Bits: bits}
+}
+
+// checkReleased: the tensors start 64-byte aligned in the file, so where
+// they were packed (on Linux) the released bytes are all but at most a
+// page at either end of each; where not, none.
+func checkReleased(t *testing.T, released int64, ds []*tensor.Dense, packed bool) {
+	t.Helper()
+	page := int64(os.Getpagesize())
+	var lo, hi int64
+	if packed && runtime.GOOS == "linux" {
+		for _, d := range ds {
+			lo, hi = lo+int64(len(d.Data))-2*page, hi+int64(len(d.Data))
+		}
+	}
+	if released < lo || released > hi {
+		t.Fatalf("ReleasedBytes %d, want %d to %d", released, lo, hi)
+	}
+}
+
+// TestReferencePacking: the "reference" backend packs by default the 4-bit
+// group-32 weights read from a file's mapping (kernel.RefPackReplaces),
+// gives their pages back and reads the packed copy alone, with the bits
+// of a backend with NoPackWeights at one row of x (qprefB4), three and
+// nine (unpacked a slice at a time), on the call that packs and after it;
+// other widths and groups, "high" and NoPackWeights pack nothing.
+func TestReferencePacking(t *testing.T) {
+	if !PackWeightsSupported() {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI, so nothing is packed here")
+	}
+	const n, k = 100, 1024
+	for _, c := range []struct {
+		name     string
+		gs, bits int
+		packs    bool
+	}{{"4-bit g32", 32, 4, true}, {"4-bit g64", 64, 4, false}, {"8-bit g32", 32, 8, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(c.gs), uint64(c.bits)))
+			wv := make([]float64, n*k)
+			for i := range wv {
+				wv[i] = r.NormFloat64()
+			}
+			plain := openWith(t, backend.Options{Precision: "reference", NoPackWeights: true})
+			q := plain.Quantize(arr(plain, tensor.BF16, tensor.Shape{n, k}, wv...), c.gs, c.bits)
+			f, ds := quantFile(t, plain, q)
+			for _, opts := range []backend.Options{{Precision: "reference"}, {Precision: "high"}, {Precision: "reference", NoPackWeights: true}} {
+				b := openWith(t, opts)
+				ref, rq := plain, q
+				if opts.Precision == "high" {
+					ref = openWith(t, backend.Options{Precision: "high"})
+					rq = borrowQuant(t, ref, f, c.gs, c.bits)
+				}
+				wq := borrowQuant(t, b, f, c.gs, c.bits)
+				for _, m := range []int{1, 1, 3, 9} {
+					xv := make([]float64, m*k)
+					for i := range xv {
+						xv[i] = r.NormFloat64()
 					}
-					if st.ReleasedBytes < lo || st.ReleasedBytes > hi {
-						t.Fatalf("%+v, %d rows: ReleasedBytes %d, want %d to %d", opts, m, st.ReleasedBytes, lo, hi)
+					want, err := ref.ToHost(ref.QuantizedMatmul(arr(ref, tensor.BF16, tensor.Shape{m, k}, xv...), rq, true))
+					if err != nil {
+						t.Fatal(err)
 					}
+					got, err := b.ToHost(b.QuantizedMatmul(arr(b, tensor.BF16, tensor.Shape{m, k}, xv...), wq, true))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got.Data, want.Data) {
+						t.Fatalf("%+v, %d rows: the result changed", opts, m)
+					}
+					packs := c.packs && opts.Precision == "reference" && !opts.NoPackWeights
+					if st := b.Stats(); (st.PackedBytes > 0) != packs {
+						t.Fatalf("%+v, %d rows: PackedBytes %d, want packed: %v", opts, m, st.PackedBytes, packs)
+					}
+					checkReleased(t, b.Stats().ReleasedBytes, ds, packs)
 				}
 			}
 		})
