@@ -507,10 +507,11 @@ type avxGemmJob struct {
 	xstr                         uintptr
 	m, n, k, wpr, gpr, gpad, upg int
 	gs                           int
-	set                          int  // rows of x per call (and of the interleaved group sums)
-	f32                          bool // the float32 kernels (chunks of groups)
-	z                            bool // the float32 kernels' AVX-512 form (avxGemmZ)
-	bits                         int  // (avxGemmZ) the weights' width
+	set                          int      // rows of x per call (and of the interleaved group sums)
+	f32                          bool     // the float32 kernels (chunks of groups)
+	z                            bool     // the float32 kernels' AVX-512 form (avxGemmZ)
+	bits                         int      // (avxGemmZ) the weights' width
+	pk                           *packedW // (avxGemmZ) the packed panels the weights are read from, or nil: wq
 	round                        Rounder
 	rk                           byte
 }

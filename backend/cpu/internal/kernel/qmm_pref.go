@@ -67,7 +67,18 @@ var (
 // qmmTRefPacked is the reference precision's matmul on packed 4-bit
 // weights: the portable loop's bits, rounded by round.
 func qmmTRefPacked(dst, x []float32, p *packedW, m int, round Rounder) {
-	if m == 1 && prefOn && qmvRefPacked(dst, x, p, round) {
+	switch {
+	case !prefOn:
+	case m < prefGemmRows():
+		// a row at a time by qprefB4, the bits of a row alone
+		for r := range m {
+			xr := x[r*p.k : (r+1)*p.k]
+			if out := dst[r*p.n : (r+1)*p.n]; !qmvRefPacked(out, xr, p, round) {
+				qmmTRefUnpacked(out, xr, p, 1, round)
+			}
+		}
+		return
+	case prefGemm(dst, x, p, m, round):
 		return
 	}
 	qmmTRefUnpacked(dst, x, p, m, round)

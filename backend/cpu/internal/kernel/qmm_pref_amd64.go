@@ -30,3 +30,13 @@ func prefKernel(p *packedW) func(*prefArgs) {
 	}
 	return qprefB4BF16
 }
+
+// prefGemmRows is the fewest rows of x prefGemm takes; fewer go a row at a
+// time through qprefB4.
+func prefGemmRows() int { return avxGemmMinRows }
+
+// prefGemm runs the AVX-512 float32 m-blocked kernels on p's panels
+// (avxRunPacked), reporting false where they do not take the call.
+func prefGemm(dst, x []float32, p *packedW, m int, round Rounder) bool {
+	return avxRunPacked(dst, x, p, m, round)
+}

@@ -6,3 +6,8 @@ package kernel
 func prefKernel(p *packedW) func(*prefArgs) {
 	panic("kernel: no packed reference kernels on this platform")
 }
+
+// prefGemmRows and prefGemm are never called: refPacks is false off amd64.
+func prefGemmRows() int { return 1 }
+
+func prefGemm(dst, x []float32, p *packedW, m int, round Rounder) bool { return false }

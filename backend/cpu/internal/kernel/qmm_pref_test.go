@@ -10,12 +10,15 @@ import (
 
 // TestRefPackedSameBits holds the reference precision on packed 4-bit
 // weights (QuantizedMatmulTPacked with AccF32: the call that packs and the
-// next that reads the panels alone) to the unpacked matmul, bit for bit:
-// one row by qprefB4 (every scale dtype, symmetric matrices whose biases
-// are not stored, partial panels, an odd number of panels, words past the
-// last chunk of 16) and, where x has a value
-// prefScaleX cannot scale exactly, by the unpacking path, as are two or more
-// rows; x in bfloat16 (exact products), float32 and with -0, ±Inf, NaN and
+// next that reads the panels alone, and a call with prefOn off, which
+// unpacks them) to the unpacked matmul, bit for bit: one to three rows
+// by qprefB4 a row at a time (every scale dtype, symmetric matrices whose
+// biases are not stored, partial panels, an odd number of panels, words
+// past the last chunk of 16) or, where x has a value prefScaleX cannot
+// scale exactly, by the unpacking path; more rows by avxRunPacked (the
+// m-blocked kernels on panels built from the packed ones, two or three
+// workers, so that pairs of tiles start inside a packed panel, and the
+// rows past the last tile of eight unpacked); x in bfloat16 (exact products), float32 and with -0, ±Inf, NaN and
 // huge values; each output dtype; the output's guards untouched.
 func TestRefPackedSameBits(t *testing.T) {
 	if refPacks(512, 64, 4) || refPacks(512, 32, 8) {
@@ -28,6 +31,8 @@ func TestRefPackedSameBits(t *testing.T) {
 		{32, 37, 576}, // three panels (the last partial), a tail of 8 words
 		{32, 16, 512}, // one panel
 		{32, 64, 2048},
+		{32, 88, 512},  // eleven tiles of eight rows: pairs split at odd tiles between workers
+		{32, 56, 1024}, // seven
 	}
 	xkinds := []struct {
 		name   string
@@ -66,14 +71,14 @@ func TestRefPackedSameBits(t *testing.T) {
 								prefOn = call != "unpacking"
 								before := prefCalls.Load()
 								got, whole := guarded(m * c.n)
-								withThreads(2, func() {
+								withThreads(2+len(call)%2, func() { // two or three workers
 									QuantizedMatmulTPacked(got, x, wq, scv, biv, slot, m, c.n, c.k, c.gs, 4, dt.round, AccF32)
 								})
 								prefOn = true
 								if slot.Bytes() == 0 {
 									t.Fatalf("%s call: the slot holds nothing", call)
 								}
-								took, wantTook := prefCalls.Load() > before, m == 1 && xk.kernel && call != "unpacking"
+								took, wantTook := prefCalls.Load() > before, m < prefGemmRows() && xk.kernel && call != "unpacking"
 								if took != wantTook {
 									t.Fatalf("%s call: qprefB4 ran: %v, want %v", call, took, wantTook)
 								}

@@ -57,6 +57,12 @@ const zR = 4
 //go:noescape
 func avxPanelZF4(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int, one int)
 
+// avxPanelZF4P is avxPanelZF4 reading packed panels (pack): lane l's
+// row has word W at w + offs[l] + 64·W.
+//
+//go:noescape
+func avxPanelZF4P(dst *byte, w unsafe.Pointer, offs *int32, nblk int)
+
 // avxPanelZF8 is avxPanelZF4 for 8-bit codes.
 //
 //go:noescape
@@ -132,10 +138,16 @@ func avxGemmZ(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32) {
 	pstr := nb * 2048
 	ws.panel = grow(ws.panel, np*pstr+64)
 	panel := align64(ws.panel)
-	check(len(g.wq) >= 8*t1*g.wpr && len(row) >= 2*8*nt*g.gpad+8*g.gpad, "QuantizedMatmulT", "AVX-512 GEMM: weights or staged values too short")
+	check((g.pk != nil || len(g.wq) >= 8*t1*g.wpr) && len(row) >= 2*8*nt*g.gpad+8*g.gpad, "QuantizedMatmulT", "AVX-512 GEMM: weights or staged values too short")
 	for p := range np {
 		t := t0 + 2*p
-		build((*byte)(unsafe.Add(panel, p*pstr)), ptr(g.wq[8*t*g.wpr:]), uintptr(4*g.wpr), nb, boolInt(t+1 == t1))
+		dst := (*byte)(unsafe.Add(panel, p*pstr))
+		if g.pk != nil {
+			w, offs := g.pk.tileOffsets(t, t+1 == t1)
+			avxPanelZF4P(dst, w, &offs[0], nb)
+			continue
+		}
+		build(dst, ptr(g.wq[8*t*g.wpr:]), uintptr(4*g.wpr), nb, boolInt(t+1 == t1))
 	}
 	a := zf32Args{
 		pstr: uintptr(pstr), xstr: g.xstr, boff: uintptr(4 * 8 * nt * g.gpad), gstr: uintptr(4 * 8 * g.gpad),
@@ -164,6 +176,50 @@ func avxGemmZ(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32) {
 	}
 	for r := range m {
 		roundSlice(g.dst[r*n+8*t0:r*n+8*t1], g.round, g.rk)
+	}
+}
+
+// tileOffsets returns, for the pair of tiles of eight rows t and t+1 (with
+// one, tile t twice) in avxPanelZF4's lane order, the codes of the packed
+// panel holding tile t and each lane's row's offset from them.
+func (p *packedW) tileOffsets(t int, one bool) (unsafe.Pointer, [16]int32) {
+	c0 := 8 * t / q8C
+	var offs [16]int32
+	for l := range 16 {
+		r := avxLanes[l&7]
+		if l >= 8 && !one {
+			r += 8
+		}
+		j := 8*t + r
+		offs[l] = int32((j/q8C-c0)*p.pb + 4*(j%q8C))
+	}
+	return unsafe.Pointer(&p.codes[p.start+c0*p.pb]), offs
+}
+
+// stagePacked writes what avxStage writes for the scales (bias false) or
+// biases of tiles t0..t0+nt-1 from packed panels: per tile, group g's
+// eight values in avxLanes order at 8·g, gpad groups a tile (the groups
+// past ng zero); ts is scratch of ng·16 floats.
+func (p *packedW) stagePacked(dst []float32, t0, nt, gpad int, bias bool, ts []float32) {
+	ng := p.k / p.gs
+	for t := t0; t < t0+nt; t++ {
+		c, h := 8*t/q8C, 8*t%q8C
+		_, sp, bp := p.panel(c)
+		v := sp
+		if bias && p.symk == 0 {
+			v = bp
+		}
+		p.panelVec(v, ng*q8C).load(ts[:ng*q8C], 0)
+		out := dst[(t-t0)*8*gpad : (t-t0+1)*8*gpad]
+		for g := range ng {
+			for l, r := range avxLanes {
+				out[8*g+l] = ts[g*q8C+h+r]
+				if bias && p.symk != 0 {
+					out[8*g+l] *= p.symk
+				}
+			}
+		}
+		clear(out[8*ng:])
 	}
 }
 

@@ -93,21 +93,38 @@ func header() {
 // the sixteen weight rows from w (wstr bytes apart; with one set, the
 // eight rows of one tile twice) as float32 (exact) in the lane order above
 // at 64c: 2048 bytes per block. Word i of the block of every row is
-// gathered at once (VPGATHERDD, an index of row offsets per lane).
-func panel(bits int) {
+// gathered at once (VPGATHERDD, an index of row offsets per lane). With
+// packed it writes avxPanelZF4P, the same from packed panels.
+func panel(bits int, packed bool) {
 	name := fmt.Sprintf("avxPanelZF%d", bits)
 	cpw := 32 / bits
-	p("// func %s(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int, one int)", name)
-	p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
-	p("\tMOVQ dst+0(FP), DI")
-	p("\tMOVQ w+8(FP), R8")
-	p("\tMOVQ nblk+24(FP), CX")
-	p("\tMOVQ one+32(FP), BX")
-	p("\tSHLQ $4, BX")
-	p("\tLEAQ zfRows<>(SB), DX")
-	p("\tVPMOVZXBD (DX)(BX*1), Z20")
-	p("\tVPBROADCASTD wstr+16(FP), Z21")
-	p("\tVPMULLD Z21, Z20, Z20") // the byte offset of each lane's row
+	wstep := 4 // bytes from a row's word to its next
+	if packed {
+		// avxPanelZF4P: the words of packed panels (pack), word W of
+		// sixteen rows side by side at 64·W, each lane's row at the
+		// byte offset offs gives it.
+		name += "P"
+		wstep = 64
+		p("// func %s(dst *byte, w unsafe.Pointer, offs *int32, nblk int)", name)
+		p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+		p("\tMOVQ dst+0(FP), DI")
+		p("\tMOVQ w+8(FP), R8")
+		p("\tMOVQ offs+16(FP), DX")
+		p("\tMOVQ nblk+24(FP), CX")
+		p("\tVMOVDQU32 (DX), Z20")
+	} else {
+		p("// func %s(dst *byte, w unsafe.Pointer, wstr uintptr, nblk int, one int)", name)
+		p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+		p("\tMOVQ dst+0(FP), DI")
+		p("\tMOVQ w+8(FP), R8")
+		p("\tMOVQ nblk+24(FP), CX")
+		p("\tMOVQ one+32(FP), BX")
+		p("\tSHLQ $4, BX")
+		p("\tLEAQ zfRows<>(SB), DX")
+		p("\tVPMOVZXBD (DX)(BX*1), Z20")
+		p("\tVPBROADCASTD wstr+16(FP), Z21")
+		p("\tVPMULLD Z21, Z20, Z20") // the byte offset of each lane's row
+	}
 	p("\tVPTERNLOGD $0xff, Z24, Z24, Z24")
 	p("\tVPSRLD $%d, Z24, Z24", 32-bits) // the code mask
 	p("\tTESTQ CX, CX")
@@ -115,7 +132,7 @@ func panel(bits int) {
 	p("%s_loop:", name)
 	for i := range bits { // a block of 32 codes is `bits` words per row
 		p("\tKXNORW K0, K0, K1")
-		p("\tVPGATHERDD %d(R8)(Z20*1), K1, Z22", 4*i)
+		p("\tVPGATHERDD %d(R8)(Z20*1), K1, Z22", wstep*i)
 		for v := range cpw {
 			src := "Z22"
 			if v > 0 {
@@ -127,7 +144,7 @@ func panel(bits int) {
 			p("\tVMOVUPS Z23, %d(DI)", 64*(cpw*i+v))
 		}
 	}
-	p("\tADDQ $%d, R8", 4*bits)
+	p("\tADDQ $%d, R8", wstep*bits)
 	p("\tADDQ $2048, DI")
 	p("\tDECQ CX")
 	p("\tJNZ %s_loop", name)
@@ -394,8 +411,9 @@ func main() {
 	out := flag.String("o", "", "output file (default standard output)")
 	flag.Parse()
 	header()
-	panel(4)
-	panel(8)
+	panel(4, false)
+	panel(8, false)
+	panel(4, true)
 	stage(false)
 	stage(true)
 	for _, bits := range []int{4, 8} {

@@ -294,6 +294,19 @@ func avxGemmQ8(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int,
 
 // avxRun is avxRows, or with gemm avxGemmQ8.
 func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, round Rounder, q8, gemm bool) bool {
+	return avxRunFrom(dst, x, wq, sc, bi, nil, m, n, k, gs, bits, round, q8, gemm)
+}
+
+// avxRunPacked is avxRows on the packed panels pk (float32, 4-bit group
+// 32) where it takes the AVX-512 m-blocked kernels (avxGemmZ: enough rows
+// of x), reporting false otherwise, having written nothing.
+func avxRunPacked(dst, x []float32, pk *packedW, m int, round Rounder) bool {
+	return avxRunFrom(dst, x, nil, Vec{}, Vec{}, pk, m, pk.n, pk.k, pk.gs, pk.bits, round, false, false)
+}
+
+// avxRunFrom is avxRun reading the weights, scales and biases from wq, sc
+// and bi, or with pk from its packed panels (avxRunPacked).
+func avxRunFrom(dst, x []float32, wq []uint32, sc, bi Vec, pk *packedW, m, n, k, gs, bits int, round Rounder, q8, gemm bool) bool {
 	if !avxOn || !avxQMM || n < 8 || !gemm && vecKernel(k, gs, bits, q8) != 0 {
 		return false
 	}
@@ -305,8 +318,11 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	}
 	wpr, gpr := WordsPerRow(k, bits), k/gs
 	gpad := (gpr + 7) &^ 7 // groups per staged tile row
-	check(len(wq) >= n*wpr && len(dst) >= m*n && len(x) >= m*k &&
-		sc.Len() >= n*gpr && bi.Len() >= n*gpr, "QuantizedMatmulT", "AVX2 kernel: slices too short")
+	check((pk != nil || len(wq) >= n*wpr && sc.Len() >= n*gpr && bi.Len() >= n*gpr) && len(dst) >= m*n && len(x) >= m*k,
+		"QuantizedMatmulT", "AVX2 kernel: slices too short")
+	if pk != nil && (q8 || gemm || !avxGemmOn || m < avxGemmMinRows || !zf32Take(bits)) {
+		return false
+	}
 	s := avxPool.Get().(*avxState)
 	defer avxPool.Put(s)
 	s.xs = grow(s.xs, m*gpr)
@@ -403,6 +419,7 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 		per = max(1, min(per, avxGemmPanelBytes/(k/32*blk)))
 		if z {
 			gj.z, gj.bits, per = true, bits, max(2, per&^1) // whole pairs of tiles
+			gj.pk = pk
 		}
 	}
 	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
@@ -413,8 +430,14 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 			j0, j1 := 8*t0, 8*t1
 			nv := (j1 - j0) * gpad
 			ws.row = grow(ws.row, 2*nv+8*gpad) // avxGemmZ reads 8·gpad past the biases
-			avxStage(ws.row[:nv], sc, j0, t1-t0, gpr, gpad)
-			avxStage(ws.row[nv:2*nv], bi, j0, t1-t0, gpr, gpad)
+			if pk != nil {
+				ws.x2 = grow(ws.x2, gpr*q8C)
+				pk.stagePacked(ws.row[:nv], t0, t1-t0, gpad, false, ws.x2)
+				pk.stagePacked(ws.row[nv:2*nv], t0, t1-t0, gpad, true, ws.x2)
+			} else {
+				avxStage(ws.row[:nv], sc, j0, t1-t0, gpr, gpad)
+				avxStage(ws.row[nv:2*nv], bi, j0, t1-t0, gpr, gpad)
+			}
 			if gj != nil {
 				avxGemm(gj, ws, t0, t1, min(t1+per, hi), ws.row[:2*nv+8*gpad], nv)
 				continue
@@ -450,10 +473,29 @@ func avxRun(dst, x []float32, wq []uint32, sc, bi Vec, m, n, k, gs, bits int, ro
 	if n8 < n {
 		row := grow(s.row, 2*gpr)
 		s.row = row
-		for j := n8; j < n; j++ {
+		// rowOf loads row j's scales and biases into row and returns its
+		// words: from wq, sc and bi, or from pk's last panel, unpacked.
+		rowOf := func(j int) []uint32 {
 			sc.load(row[:gpr], j*gpr)
 			bi.load(row[gpr:], j*gpr)
-			w := wq[j*wpr : (j+1)*wpr]
+			return wq[j*wpr : (j+1)*wpr]
+		}
+		if pk != nil {
+			c := n8 / q8C
+			rn := n - c*q8C
+			s.x2 = grow(s.x2, 2*gpr*q8C+2*rn*gpr)
+			ts, us, ub := s.x2[:2*gpr*q8C], s.x2[2*gpr*q8C:][:rn*gpr], s.x2[2*gpr*q8C+rn*gpr:][:rn*gpr]
+			uw := make([]uint32, rn*wpr)
+			pk.unpackPanel(c, uw, us, ub, rn, ts)
+			rowOf = func(j int) []uint32 {
+				r := j - c*q8C
+				copy(row[:gpr], us[r*gpr:(r+1)*gpr])
+				copy(row[gpr:], ub[r*gpr:(r+1)*gpr])
+				return uw[r*wpr : (r+1)*wpr]
+			}
+		}
+		for j := n8; j < n; j++ {
+			w := rowOf(j)
 			for r := range m {
 				var v float32
 				if gemm {
