@@ -142,7 +142,7 @@ func qmvRefPacked(dst, x []float32, p *packedW, round Rounder) bool {
 	}
 	s.xs = grow(s.xs, ng)
 	groupSumsFlat(s.xs, x, ng, gs)
-	kern, rk := prefKernel(p), roundKind(round)
+	kern, rk := prefKernel(p, x[:k]), roundKind(round)
 	np := (n + q8C - 1) / q8C
 	bf := float32(1)
 	if p.symk != 0 {

@@ -20,13 +20,42 @@ func qprefB4BF16(a *prefArgs)
 //go:noescape
 func qprefB4F16(a *prefArgs)
 
-// prefKernel returns the kernel for p's scale dtype.
-func prefKernel(p *packedW) func(*prefArgs) {
+// qprefB4F32X is qprefB4F32 with each pair's second product added by
+// VFMADD231PS: the same bits where every code·x product is exact
+// (avxExactX).
+//
+//go:noescape
+func qprefB4F32X(a *prefArgs)
+
+// qprefB4BF16X is qprefB4F32X with bfloat16 scales and biases.
+//
+//go:noescape
+func qprefB4BF16X(a *prefArgs)
+
+// qprefB4F16X is qprefB4F32X with float16 scales and biases.
+//
+//go:noescape
+func qprefB4F16X(a *prefArgs)
+
+// prefKernel returns the kernel for p's scale dtype, in its fused form
+// where x allows it (avxExactX, with avxFused on; counted in
+// avxFusedCalls).
+func prefKernel(p *packedW, x []float32) func(*prefArgs) {
+	fused := avxFused && avxExactX(x)
+	if fused {
+		avxFusedCalls.Add(1)
+	}
 	switch {
+	case p.sb16 == nil && fused:
+		return qprefB4F32X
 	case p.sb16 == nil:
 		return qprefB4F32
+	case p.sdt == 1 && fused:
+		return qprefB4F16X
 	case p.sdt == 1:
 		return qprefB4F16
+	case fused:
+		return qprefB4BF16X
 	}
 	return qprefB4BF16
 }

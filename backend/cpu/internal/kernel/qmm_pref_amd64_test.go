@@ -3,11 +3,137 @@
 package kernel
 
 import (
+	"fmt"
+	"math"
 	"runtime"
 	"testing"
 
 	"github.com/mlxgo/mlxgo/tensor"
 )
+
+// TestRefPackedSameBits holds the reference precision on packed 4-bit
+// weights (QuantizedMatmulTPacked with AccF32: the call that packs and the
+// next that reads the panels alone, and a call with prefOn off, which
+// unpacks them) to the unpacked matmul, bit for bit: one to three rows
+// by qprefB4 a row at a time (every scale dtype, symmetric matrices whose
+// biases are not stored, partial panels, an odd number of panels, words
+// past the last chunk of 16) or, where x has a value prefScaleX cannot
+// scale exactly, by the unpacking path; more rows by avxRunPacked (the
+// m-blocked kernels on panels built from the packed ones, two or three
+// workers, so that pairs of tiles start inside a packed panel, and the
+// rows past the last tile of eight unpacked); x in bfloat16 and float16
+// (exact products: the fused kernels, counted), float32 and with -0,
+// ±Inf, NaN, huge and tiny values; each output dtype; the output's guards
+// untouched.
+func TestRefPackedSameBits(t *testing.T) {
+	if refPacks(512, 64, 4) || refPacks(512, 32, 8) {
+		t.Fatal("refPacks takes a shape outside dotF32's 4-bit group-32 order")
+	}
+	if !refPacks(512, 32, 4) {
+		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; the reference precision does not pack")
+	}
+	cases := []struct{ gs, n, k int }{
+		{32, 37, 576}, // three panels (the last partial), a tail of 8 words
+		{32, 16, 512}, // one panel
+		{32, 64, 2048},
+		{32, 88, 512},  // eleven tiles of eight rows: pairs split at odd tiles between workers
+		{32, 56, 1024}, // seven
+	}
+	xkinds := []struct {
+		name   string
+		round  Rounder
+		edit   func([]float32)
+		kernel bool // qprefB4 takes one row
+		fused  bool // in its fused form (qprefB4*X)
+	}{
+		{"bf16", tensor.RoundBF16, nil, true, true},
+		{"f16", tensor.RoundF16, nil, true, true},
+		{"bf16 edge values", tensor.RoundBF16, func(x []float32) {
+			x[4], x[6], x[7], x[12], x[15] = float32(math.Copysign(0, -1)), 0x1p-98, 0x1p123, -0x1p123, 0
+		}, true, true},
+		{"f32", Identity, nil, true, false},
+		{"f32 edge values", Identity, func(x []float32) {
+			x[4], x[5], x[6], x[7] = float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.NaN()), 3e38
+			x[12], x[15] = float32(math.Inf(-1)), 0x1p-98
+		}, true, false},
+		{"bf16 tiny", tensor.RoundBF16, func(x []float32) { x[13] = 0x1p-100 }, false, false},
+		{"f32 subnormal", Identity, func(x []float32) { x[len(x)-1] = -0x1p-130 }, false, false},
+	}
+	for _, c := range cases {
+		for _, m := range []int{1, 2, 5, 17} {
+			for _, xk := range xkinds {
+				for _, vec := range []string{"f32", "bf16", "f16", "bf16 scales, f32 biases", "symmetric f32", "symmetric bf16", "symmetric f16"} {
+					for _, dt := range testDTypes {
+						name := fmt.Sprintf("g%d/%s/x %s/%s/%s", c.gs, dims(m, c.n, c.k), xk.name, vec, dt.name)
+						t.Run(name, func(t *testing.T) {
+							_, wq, sc, bi := qmmTInputs(uint64(m*7+c.n+c.k+c.gs), m, c.n, c.k, c.gs, 4)
+							x := randVec(newRand(uint64(c.k+m)), m*c.k, 1, xk.round)
+							if xk.edit != nil {
+								for r := range m {
+									xk.edit(x[r*c.k : (r+1)*c.k])
+								}
+							}
+							scv, biv := packedTestVecs(vec, sc, bi, 4)
+							want := make([]float32, m*c.n)
+							QuantizedMatmulTVec(want, x, wq, scv, biv, m, c.n, c.k, c.gs, 4, dt.round, AccF32)
+							slot := NewPackSlot(nil, nil)
+							for _, call := range []string{"packing", "packed", "unpacking"} {
+								prefOn = call != "unpacking"
+								before, fusedBefore := prefCalls.Load(), avxFusedCalls.Load()
+								got, whole := guarded(m * c.n)
+								withThreads(2+len(call)%2, func() { // two or three workers
+									QuantizedMatmulTPacked(got, x, wq, scv, biv, slot, m, c.n, c.k, c.gs, 4, dt.round, AccF32)
+								})
+								prefOn = true
+								if slot.Bytes() == 0 {
+									t.Fatalf("%s call: the slot holds nothing", call)
+								}
+								took, wantTook := prefCalls.Load() > before, m < prefGemmRows() && xk.kernel && call != "unpacking"
+								if took != wantTook {
+									t.Fatalf("%s call: qprefB4 ran: %v, want %v", call, took, wantTook)
+								}
+								if fused := avxFusedCalls.Load() > fusedBefore; took && fused != xk.fused {
+									t.Fatalf("%s call: qprefB4 fused: %v, want %v", call, fused, xk.fused)
+								}
+								checkGuards(t, whole, name+" "+call)
+								expectSame(t, got, want, name+" "+call)
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+// packedTestVecs returns sc and bi in the storage named by vec ("f32",
+// "bf16", "f16", "bf16 scales, f32 biases", or one of the first three after
+// "symmetric ", which first makes every bias -2^(bits-1) times its
+// scale, the first scale zero).
+func packedTestVecs(vec string, sc, bi []float32, bits int) (Vec, Vec) {
+	if len(vec) > 10 && vec[:10] == "symmetric " {
+		vec = vec[10:]
+		sc[0] = 0
+		for i := range sc {
+			sc[i] = tensor.RoundBF16(sc[i])
+			bi[i] = -float32(int(1)<<(bits-1)) * sc[i]
+		}
+	}
+	sb, bb, sh, bh := make([]uint16, len(sc)), make([]uint16, len(bi)), make([]uint16, len(sc)), make([]uint16, len(bi))
+	for i := range sc {
+		sb[i], bb[i] = tensor.Float32ToBF16(sc[i]), tensor.Float32ToBF16(bi[i])
+		sh[i], bh[i] = tensor.Float32ToF16(sc[i]), tensor.Float32ToF16(bi[i])
+	}
+	switch vec {
+	case "bf16":
+		return BF16Vec(sb), BF16Vec(bb)
+	case "f16":
+		return F16Vec(sh), F16Vec(bh)
+	case "bf16 scales, f32 biases":
+		return BF16Vec(sb), F32Vec(bi)
+	}
+	return F32Vec(sc), F32Vec(bi)
+}
 
 // BenchmarkRefPackedQMV measures the reference precision's one-row matmul
 // on Llama-3.2-1B's 4-bit group-32 shapes (bfloat16 scales, symmetric as

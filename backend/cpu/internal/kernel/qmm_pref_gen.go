@@ -116,9 +116,15 @@ func load16(dt, r, z string) {
 }
 
 // kernel writes qprefB4<DT>: two panels of sixteen weight rows against
-// one row of x, 16-row outputs to out0 and out1.
-func kernel(dt string) {
+// one row of x, 16-row outputs to out0 and out1. With fused it writes
+// qprefB4<DT>X, which adds c_{j+4}·x_{j+4} to c_j·x_j by one
+// VFMADD231PS (of c·2^4s and x·2^-4s): the same bits where that product
+// is exact (avxExactX), one multiply and one add fewer per pair.
+func kernel(dt string, fused bool) {
 	name := map[string]string{"f32": "qprefB4F32", "bf16": "qprefB4BF16", "f16": "qprefB4F16"}[dt]
+	if fused {
+		name += "X"
+	}
 	sstep := 32 // bytes of sixteen scales
 	if dt == "f32" {
 		sstep = 64
@@ -172,9 +178,13 @@ func kernel(dt string) {
 			// c_{j+4}·x_{j+4}: (c·2^4s)·(x·2^-4s), first operand c
 			p("\tVPANDD Z%d, %s, %s", 17+j, w, hi)
 			p("\tVCVTUDQ2PS %s, %s", hi, hi)
-			p("\tVMULPS.BCST %d(SI), %s, %s", 4*(j+4), hi, hi)
 			// the pair, then a_j += pair
-			p("\tVADDPS %s, %s, %s", hi, lo, lo)
+			if fused {
+				p("\tVFMADD231PS.BCST %d(SI), %s, %s", 4*(j+4), hi, lo)
+			} else {
+				p("\tVMULPS.BCST %d(SI), %s, %s", 4*(j+4), hi, hi)
+				p("\tVADDPS %s, %s, %s", hi, lo, lo)
+			}
 			p("\tVADDPS %s, %s, %s", lo, acc[h][j], acc[h][j])
 		}
 	}
@@ -227,8 +237,10 @@ func main() {
 	out := flag.String("o", "", "output file (default standard output)")
 	flag.Parse()
 	header()
-	for _, dt := range []string{"f32", "bf16", "f16"} {
-		kernel(dt)
+	for _, fused := range []bool{false, true} {
+		for _, dt := range []string{"f32", "bf16", "f16"} {
+			kernel(dt, fused)
+		}
 	}
 	if *out == "" {
 		os.Stdout.WriteString(b.String())

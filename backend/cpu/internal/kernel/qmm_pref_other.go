@@ -3,7 +3,7 @@
 package kernel
 
 // prefKernel is never called: refPacks is false off amd64.
-func prefKernel(p *packedW) func(*prefArgs) {
+func prefKernel(p *packedW, x []float32) func(*prefArgs) {
 	panic("kernel: no packed reference kernels on this platform")
 }
 
