@@ -314,33 +314,42 @@ func TestDefault(t *testing.T) {
 }
 
 // TestReferenceDensePacking: `mlxgo generate` in the reference precision
-// on a float16 checkpoint packs its dense weights where the CPU has the
-// kernels (cpu.DensePackingSupported) and reports it; --no-pack-weights
-// packs nothing; both generate the same tokens.
+// packs the dense weights of a float16 checkpoint where the CPU has the
+// kernels (cpu.DensePackingSupported) and the 4-bit group-32 ones of a
+// quantized checkpoint on AVX-512 VNNI (cpu.PackWeightsSupported), and
+// reports it; --no-pack-weights packs nothing; both generate the same
+// tokens.
 func TestReferenceDensePacking(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tiny-f16")
-	if rc, _, errOut := mlxgo("synth", "--out", dir, "--preset", "tiny", "--quant", "f16"); rc != 0 {
-		t.Fatalf("synth: exit %d\n%s", rc, errOut)
-	}
-	var generated []string
-	for _, c := range []struct {
-		flags []string
-		packs bool
-	}{{nil, cpu.DensePackingSupported()}, {[]string{"--no-pack-weights"}, false}} {
-		rc, stdout, stderr := mlxgo(append([]string{"generate", "--model", dir, "--prompt-ids", "1,2,3", "--max-tokens", "6", "--backend", "cpu"}, c.flags...)...)
-		if rc != 0 {
-			t.Fatalf("%v: exit %d, stderr:\n%s", c.flags, rc, stderr)
-		}
-		if packed := strings.Contains(stdout, "packed weights "); packed != c.packs {
-			t.Fatalf("%v: want packed weights reported: %v; got:\n%s", c.flags, c.packs, stdout)
-		}
-		g := regexp.MustCompile(`generated: [0-9 ]+`).FindString(stdout)
-		if g == "" {
-			t.Fatalf("%v: no generated tokens in:\n%s", c.flags, stdout)
-		}
-		generated = append(generated, g)
-	}
-	if generated[0] != generated[1] {
-		t.Errorf("packed %q, unpacked %q: want the same tokens", generated[0], generated[1])
+	for _, q := range []struct {
+		quant    string
+		supports bool
+	}{{"f16", cpu.DensePackingSupported()}, {"q4g32", cpu.PackWeightsSupported()}} {
+		t.Run(q.quant, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "tiny-"+q.quant)
+			if rc, _, errOut := mlxgo("synth", "--out", dir, "--preset", "tiny", "--quant", q.quant); rc != 0 {
+				t.Fatalf("synth: exit %d\n%s", rc, errOut)
+			}
+			var generated []string
+			for _, c := range []struct {
+				flags []string
+				packs bool
+			}{{nil, q.supports}, {[]string{"--no-pack-weights"}, false}} {
+				rc, stdout, stderr := mlxgo(append([]string{"generate", "--model", dir, "--prompt-ids", "1,2,3", "--max-tokens", "6", "--backend", "cpu"}, c.flags...)...)
+				if rc != 0 {
+					t.Fatalf("%v: exit %d, stderr:\n%s", c.flags, rc, stderr)
+				}
+				if packed := strings.Contains(stdout, "packed weights "); packed != c.packs {
+					t.Fatalf("%v: want packed weights reported: %v; got:\n%s", c.flags, c.packs, stdout)
+				}
+				g := regexp.MustCompile(`generated: [0-9 ]+`).FindString(stdout)
+				if g == "" {
+					t.Fatalf("%v: no generated tokens in:\n%s", c.flags, stdout)
+				}
+				generated = append(generated, g)
+			}
+			if generated[0] != generated[1] {
+				t.Errorf("packed %q, unpacked %q: want the same tokens", generated[0], generated[1])
+			}
+		})
 	}
 }
