@@ -94,13 +94,7 @@ func TestDefaultPacking(t *testing.T) {
 		packs    bool
 	}{{"4-bit g32", 32, 4, true}, {"4-bit g64", 64, 4, true}, {"8-bit g32", 32, 8, true}} {
 		t.Run(c.name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(uint64(c.gs), uint64(c.bits)))
-			wv := make([]float64, n*k)
-			for i := range wv {
-				wv[i] = r.NormFloat64()
-			}
-			plain := openWith(t, backend.Options{Precision: "fast", NoPackWeights: true})
-			q := plain.Quantize(arr(plain, tensor.BF16, tensor.Shape{n, k}, wv...), c.gs, c.bits)
+			r, plain, q := randQuant(t, "fast", n, k, c.gs, c.bits)
 			f, ds := quantFile(t, plain, q)
 			for _, opts := range []backend.Options{{Precision: "fast"}, {Precision: "fast", NoPackWeights: true}} {
 				b := openWith(t, opts)
@@ -133,6 +127,20 @@ func TestDefaultPacking(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randQuant quantizes random n×k bfloat16 weights on a backend of the
+// given precision without packing, returning the generator (seeded by gs
+// and bits, for the inputs that follow), the backend and the weights.
+func randQuant(t *testing.T, precision string, n, k, gs, bits int) (*rand.Rand, *Backend, backend.QuantizedArray) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(uint64(gs), uint64(bits)))
+	wv := make([]float64, n*k)
+	for i := range wv {
+		wv[i] = r.NormFloat64()
+	}
+	plain := openWith(t, backend.Options{Precision: precision, NoPackWeights: true})
+	return r, plain, plain.Quantize(arr(plain, tensor.BF16, tensor.Shape{n, k}, wv...), gs, bits)
 }
 
 // quantFile writes q's codes, scales and biases (from b) to a safetensors
@@ -208,13 +216,7 @@ func TestReferencePacking(t *testing.T) {
 		packs    bool
 	}{{"4-bit g32", 32, 4, true}, {"4-bit g64", 64, 4, false}, {"8-bit g32", 32, 8, false}} {
 		t.Run(c.name, func(t *testing.T) {
-			r := rand.New(rand.NewPCG(uint64(c.gs), uint64(c.bits)))
-			wv := make([]float64, n*k)
-			for i := range wv {
-				wv[i] = r.NormFloat64()
-			}
-			plain := openWith(t, backend.Options{Precision: "reference", NoPackWeights: true})
-			q := plain.Quantize(arr(plain, tensor.BF16, tensor.Shape{n, k}, wv...), c.gs, c.bits)
+			r, plain, q := randQuant(t, "reference", n, k, c.gs, c.bits)
 			f, ds := quantFile(t, plain, q)
 			for _, opts := range []backend.Options{{Precision: "reference"}, {Precision: "high"}, {Precision: "reference", NoPackWeights: true}} {
 				b := openWith(t, opts)

@@ -46,28 +46,7 @@ func TestPackedSameBits(t *testing.T) {
 					t.Run(name, func(t *testing.T) {
 						x, wq, sc, bi := qmmTInputs(uint64(m*7+c.n+c.k+c.bits+c.gs), m, c.n, c.k, c.gs, c.bits)
 						sym := strings.HasPrefix(vec, "symmetric ")
-						if sym {
-							vec = strings.TrimPrefix(vec, "symmetric ")
-							sc[0] = 0
-							for i := range sc {
-								sc[i] = tensor.RoundBF16(sc[i])
-								bi[i] = -float32(int(1)<<(c.bits-1)) * sc[i]
-							}
-						}
-						scv, biv := F32Vec(sc), F32Vec(bi)
-						sb, bb, sh, bh := make([]uint16, len(sc)), make([]uint16, len(bi)), make([]uint16, len(sc)), make([]uint16, len(bi))
-						for i := range sc {
-							sb[i], bb[i] = tensor.Float32ToBF16(sc[i]), tensor.Float32ToBF16(bi[i])
-							sh[i], bh[i] = tensor.Float32ToF16(sc[i]), tensor.Float32ToF16(bi[i])
-						}
-						switch vec {
-						case "bf16":
-							scv, biv = BF16Vec(sb), BF16Vec(bb)
-						case "f16":
-							scv, biv = F16Vec(sh), F16Vec(bh)
-						case "bf16 scales, f32 biases":
-							scv = BF16Vec(sb)
-						}
+						scv, biv := packedTestVecs(vec, sc, bi, c.bits)
 						want := make([]float32, m*c.n)
 						QuantizedMatmulTVec(want, x, wq, scv, biv, m, c.n, c.k, c.gs, c.bits, dt.round, AccQ8)
 						if !gemmDot(c.k, c.gs, c.bits) {
@@ -248,4 +227,33 @@ func TestPackRowsReported(t *testing.T) {
 			t.Fatalf("row %d reported %d times, want once", r, c)
 		}
 	}
+}
+
+// packedTestVecs returns sc and bi in the storage named by vec ("f32",
+// "bf16", "f16", "bf16 scales, f32 biases", or one of the first three after
+// "symmetric ", which first makes every bias -2^(bits-1) times its
+// scale, the first scale zero).
+func packedTestVecs(vec string, sc, bi []float32, bits int) (Vec, Vec) {
+	if len(vec) > 10 && vec[:10] == "symmetric " {
+		vec = vec[10:]
+		sc[0] = 0
+		for i := range sc {
+			sc[i] = tensor.RoundBF16(sc[i])
+			bi[i] = -float32(int(1)<<(bits-1)) * sc[i]
+		}
+	}
+	sb, bb, sh, bh := make([]uint16, len(sc)), make([]uint16, len(bi)), make([]uint16, len(sc)), make([]uint16, len(bi))
+	for i := range sc {
+		sb[i], bb[i] = tensor.Float32ToBF16(sc[i]), tensor.Float32ToBF16(bi[i])
+		sh[i], bh[i] = tensor.Float32ToF16(sc[i]), tensor.Float32ToF16(bi[i])
+	}
+	switch vec {
+	case "bf16":
+		return BF16Vec(sb), BF16Vec(bb)
+	case "f16":
+		return F16Vec(sh), F16Vec(bh)
+	case "bf16 scales, f32 biases":
+		return BF16Vec(sb), F32Vec(bi)
+	}
+	return F32Vec(sc), F32Vec(bi)
 }

@@ -106,35 +106,6 @@ func TestRefPackedSameBits(t *testing.T) {
 	}
 }
 
-// packedTestVecs returns sc and bi in the storage named by vec ("f32",
-// "bf16", "f16", "bf16 scales, f32 biases", or one of the first three after
-// "symmetric ", which first makes every bias -2^(bits-1) times its
-// scale, the first scale zero).
-func packedTestVecs(vec string, sc, bi []float32, bits int) (Vec, Vec) {
-	if len(vec) > 10 && vec[:10] == "symmetric " {
-		vec = vec[10:]
-		sc[0] = 0
-		for i := range sc {
-			sc[i] = tensor.RoundBF16(sc[i])
-			bi[i] = -float32(int(1)<<(bits-1)) * sc[i]
-		}
-	}
-	sb, bb, sh, bh := make([]uint16, len(sc)), make([]uint16, len(bi)), make([]uint16, len(sc)), make([]uint16, len(bi))
-	for i := range sc {
-		sb[i], bb[i] = tensor.Float32ToBF16(sc[i]), tensor.Float32ToBF16(bi[i])
-		sh[i], bh[i] = tensor.Float32ToF16(sc[i]), tensor.Float32ToF16(bi[i])
-	}
-	switch vec {
-	case "bf16":
-		return BF16Vec(sb), BF16Vec(bb)
-	case "f16":
-		return F16Vec(sh), F16Vec(bh)
-	case "bf16 scales, f32 biases":
-		return BF16Vec(sb), F32Vec(bi)
-	}
-	return F32Vec(sc), F32Vec(bi)
-}
-
 // BenchmarkRefPackedQMV measures the reference precision's one-row matmul
 // on Llama-3.2-1B's 4-bit group-32 shapes (bfloat16 scales, symmetric as
 // Q4_0 conversions are) on the original layout ("rows": qzmmF32B4X and the
