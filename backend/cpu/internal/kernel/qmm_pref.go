@@ -30,9 +30,10 @@ import (
 //
 // Measured on Zen 4 (2026-12-06): BenchmarkRefPackedQMV, one thread,
 // Llama-3.2-1B's up projection (8 MB of codes, from L3): 16.8 G codes per
-// CPU second on the original layout, 25.1 packed. Llama-3.2-1B synth
-// reference decode (mlxgo bench, two alternating runs) 18.7-19.9 -> 29.7-30.6
-// tok/s, prefill 512 the same (83-85 tok/s); the real SmolLM2 pair (float32
+// CPU second on the original layout, 25.1 packed, 28.7 with the fused
+// pairs (qprefB4*X). Llama-3.2-1B synth reference decode (mlxgo bench, two
+// alternating runs) 18.7-19.9 -> 29.7-30.6 tok/s, 32.6-33.6 fused, prefill
+// 512 the same (83-85 tok/s); the real SmolLM2 pair (float32
 // x, float16 scales and biases) 120-122 -> 135-145 tok/s, the same text.
 
 // prefArgs are the arguments of the qprefB4 kernels (offsets fixed in
