@@ -36,21 +36,28 @@ import (
 // 512 the same (83-85 tok/s); the real SmolLM2 pair (float32
 // x, float16 scales and biases) 120-122 -> 135-145 tok/s, the same text.
 
+// prefNP is how many packed panels a qprefB4 call runs (np in
+// qmm_pref_gen.go).
+const prefNP = 3
+
 // prefArgs are the arguments of the qprefB4 kernels (offsets fixed in
-// qmm_pref_gen.go): two packed panels (codes, scales, biases: the scales
-// again when the matrix is symmetric, bf then its factor, else 1), x and
-// xh (prefScaleX), the group sums of x, the two panels' sixteen outputs,
-// the groups per row and the words per group.
+// qmm_pref_gen.go): prefNP packed panels (codes, scales; the biases boff
+// bytes after the scales: the scales themselves when the matrix is
+// symmetric, bf then its factor, else 1), x and xh (prefScaleX), the
+// group sums of x, each panel's sixteen outputs, the groups per row and the
+// words per group.
 type prefArgs struct {
-	w0, w1     unsafe.Pointer
-	s0, s1     unsafe.Pointer
-	b0, b1     unsafe.Pointer
-	x, xh      unsafe.Pointer
-	xs         unsafe.Pointer
-	out0, out1 unsafe.Pointer
-	ng, wpg    int
-	bf         float32
-	_          float32
+	w    [prefNP]unsafe.Pointer
+	s    [prefNP]unsafe.Pointer
+	boff uintptr
+	x    unsafe.Pointer
+	xh   unsafe.Pointer
+	xs   unsafe.Pointer
+	out  [prefNP]unsafe.Pointer
+	ng   int
+	wpg  int
+	bf   float32
+	_    float32
 }
 
 // refPacks reports whether the reference precision reads matrices of this
@@ -129,7 +136,7 @@ func prefScaleX(xh, x []float32) bool {
 	return true
 }
 
-// qmvRefPacked runs qprefB4 over p's panels, two a call, split across the
+// qmvRefPacked runs qprefB4 over p's panels, prefNP a call, split across the
 // workers; it reports false (having written nothing) where prefScaleX
 // declines x.
 func qmvRefPacked(dst, x []float32, p *packedW, round Rounder) bool {
@@ -149,28 +156,29 @@ func qmvRefPacked(dst, x []float32, p *packedW, round Rounder) bool {
 	if p.symk != 0 {
 		bf = p.symk
 	}
-	parallelFor((np+1)/2, max(1, 2048/k), func(lo, hi int) {
-		var spare [2 * q8C]float32 // the outputs of rows past n
+	calls := (np + prefNP - 1) / prefNP
+	parallelFor(calls, max(1, 2048/k), func(lo, hi int) {
+		var spare [prefNP * q8C]float32 // the outputs of rows past n
 		a := prefArgs{x: ptr(x), xh: ptr(s.xp), xs: ptr(s.xs), ng: ng, wpg: gs / 8, bf: bf}
 		for q := lo; q < hi; q++ {
-			c0, c1 := 2*q, min(2*q+1, np-1) // an odd last panel: run twice
-			a.w0, a.s0, a.b0 = p.panel(c0)
-			a.w1, a.s1, a.b1 = p.panel(c1)
-			j0, j1 := c0*q8C, min(n, (c1+1)*q8C)
-			a.out0, a.out1 = unsafe.Pointer(&spare[0]), unsafe.Pointer(&spare[q8C])
-			if j0+q8C <= n {
-				a.out0 = unsafe.Pointer(&dst[j0])
-			}
-			if c1 > c0 && j0+2*q8C <= n {
-				a.out1 = unsafe.Pointer(&dst[j0+q8C])
+			c0 := prefNP * q
+			for h := range prefNP {
+				c := min(c0+h, np-1) // panels past the last: run it again
+				var b unsafe.Pointer
+				a.w[h], a.s[h], b = p.panel(c)
+				a.boff = uintptr(b) - uintptr(a.s[h])
+				a.out[h] = unsafe.Pointer(&spare[h*q8C])
+				if j := c * q8C; c == c0+h && j+q8C <= n {
+					a.out[h] = unsafe.Pointer(&dst[j])
+				}
 			}
 			kern(&a)
-			if j0+q8C > n {
-				copy(dst[j0:n], spare[:])
-			} else if c1 > c0 && j0+2*q8C > n {
-				copy(dst[j0+q8C:n], spare[q8C:])
+			for h := range prefNP {
+				if j := (c0 + h) * q8C; c0+h < np && j+q8C > n {
+					copy(dst[j:n], spare[h*q8C:])
+				}
 			}
-			roundSlice(dst[j0:j1], round, rk)
+			roundSlice(dst[c0*q8C:min(n, (c0+prefNP)*q8C)], round, rk)
 		}
 	})
 	prefCalls.Add(1)

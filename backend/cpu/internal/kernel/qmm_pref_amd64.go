@@ -2,7 +2,7 @@ package kernel
 
 //go:generate go run qmm_pref_gen.go -o qmm_pref_amd64.s
 
-// qprefB4F32 computes, for the sixteen weight rows of each of two packed
+// qprefB4F32 computes, for the sixteen weight rows of each of prefNP packed
 // 4-bit panels with float32 scales and biases, dotF32 + dotBias against
 // one row of x: the portable loop's bits, one lane per row
 // (qmm_pref_gen.go, AVX-512F).
