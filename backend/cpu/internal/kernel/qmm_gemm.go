@@ -249,6 +249,9 @@ func QuantizedMatmulTPackedShared(x []float32, mats []SharedMat, m, k, groupSize
 		shared = shared && packedRow(a.Slot, k, groupSize, bits)
 	}
 	if !shared {
+		if acc == AccF32 && m > 0 && refSharedRun(x, mats, m, k, groupSize, bits, round) {
+			return // the reference precision on packed panels, x prepared once
+		}
 		for _, a := range mats {
 			qmmTFast(a.Dst, x, a.WQ, a.Scales, a.Biases, a.Slot, m, a.N, k, groupSize, bits, round, acc)
 		}

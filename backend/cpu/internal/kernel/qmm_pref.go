@@ -136,52 +136,138 @@ func prefScaleX(xh, x []float32) bool {
 	return true
 }
 
+// prefX is one row of x prepared for qprefB4 (prefPrepare): x itself, xh
+// (prefScaleX), the group sums, and whether the fused kernels take it.
+type prefX struct {
+	x, xh, xs []float32
+	fused     bool
+}
+
+// prefPrepare prepares x (k values, groups of gs) in s's scratch (xh in
+// s.xp[off:], the group sums in s.xs[off/gs:]), reporting false where
+// prefScaleX declines it.
+func prefPrepare(s *qmmScratch, x []float32, k, gs, off int) (prefX, bool) {
+	xh := s.xp[off : off+k]
+	if !prefScaleX(xh, x[:k]) {
+		return prefX{}, false
+	}
+	xs := s.xs[off/gs : (off+k)/gs]
+	groupSumsFlat(xs, x, k/gs, gs)
+	return prefX{x: x[:k], xh: xh, xs: xs, fused: prefFused(x[:k])}, true
+}
+
+// prefJob is one matrix's qprefB4 calls against one prepared row of x,
+// prefNP panels a call.
+type prefJob struct {
+	dst   []float32
+	p     *packedW
+	x     prefX
+	kern  func(*prefArgs)
+	bf    float32
+	round Rounder
+	rk    byte
+	np    int // panels
+}
+
+func newPrefJob(dst []float32, p *packedW, x prefX, round Rounder) prefJob {
+	j := prefJob{dst: dst, p: p, x: x, kern: prefKernel(p, x.fused), bf: 1, round: round, rk: roundKind(round), np: (p.n + q8C - 1) / q8C}
+	if p.symk != 0 {
+		j.bf = p.symk
+	}
+	return j
+}
+
+// calls is how many kernel calls the job takes.
+func (j *prefJob) calls() int { return (j.np + prefNP - 1) / prefNP }
+
+// run makes calls lo..hi-1.
+func (j *prefJob) run(lo, hi int) {
+	p, n, np, dst := j.p, j.p.n, j.np, j.dst
+	var spare [prefNP * q8C]float32 // the outputs of rows past n
+	a := prefArgs{x: ptr(j.x.x), xh: ptr(j.x.xh), xs: ptr(j.x.xs), ng: p.k / p.gs, wpg: p.gs / 8, bf: j.bf}
+	for q := lo; q < hi; q++ {
+		c0 := prefNP * q
+		for h := range prefNP {
+			c := min(c0+h, np-1) // panels past the last: run it again
+			var b unsafe.Pointer
+			a.w[h], a.s[h], b = p.panel(c)
+			a.boff = uintptr(b) - uintptr(a.s[h])
+			a.out[h] = unsafe.Pointer(&spare[h*q8C])
+			if r := c * q8C; c == c0+h && r+q8C <= n {
+				a.out[h] = unsafe.Pointer(&dst[r])
+			}
+		}
+		j.kern(&a)
+		for h := range prefNP {
+			if r := (c0 + h) * q8C; c0+h < np && r+q8C > n {
+				copy(dst[r:n], spare[h*q8C:])
+			}
+		}
+		roundSlice(dst[c0*q8C:min(n, (c0+prefNP)*q8C)], j.round, j.rk)
+	}
+}
+
 // qmvRefPacked runs qprefB4 over p's panels, prefNP a call, split across the
 // workers; it reports false (having written nothing) where prefScaleX
 // declines x.
 func qmvRefPacked(dst, x []float32, p *packedW, round Rounder) bool {
-	n, k, gs := p.n, p.k, p.gs
-	ng := k / gs
 	s := scratchPool.Get().(*qmmScratch)
 	defer scratchPool.Put(s)
-	s.xp = grow(s.xp, k)
-	if !prefScaleX(s.xp, x[:k]) {
+	s.xp, s.xs = grow(s.xp, p.k), grow(s.xs, p.k/p.gs)
+	px, ok := prefPrepare(s, x, p.k, p.gs, 0)
+	if !ok {
 		return false
 	}
-	s.xs = grow(s.xs, ng)
-	groupSumsFlat(s.xs, x, ng, gs)
-	kern, rk := prefKernel(p, x[:k]), roundKind(round)
-	np := (n + q8C - 1) / q8C
-	bf := float32(1)
-	if p.symk != 0 {
-		bf = p.symk
-	}
-	calls := (np + prefNP - 1) / prefNP
-	parallelFor(calls, max(1, 2048/k), func(lo, hi int) {
-		var spare [prefNP * q8C]float32 // the outputs of rows past n
-		a := prefArgs{x: ptr(x), xh: ptr(s.xp), xs: ptr(s.xs), ng: ng, wpg: gs / 8, bf: bf}
-		for q := lo; q < hi; q++ {
-			c0 := prefNP * q
-			for h := range prefNP {
-				c := min(c0+h, np-1) // panels past the last: run it again
-				var b unsafe.Pointer
-				a.w[h], a.s[h], b = p.panel(c)
-				a.boff = uintptr(b) - uintptr(a.s[h])
-				a.out[h] = unsafe.Pointer(&spare[h*q8C])
-				if j := c * q8C; c == c0+h && j+q8C <= n {
-					a.out[h] = unsafe.Pointer(&dst[j])
-				}
-			}
-			kern(&a)
-			for h := range prefNP {
-				if j := (c0 + h) * q8C; c0+h < np && j+q8C > n {
-					copy(dst[j:n], spare[h*q8C:])
-				}
-			}
-			roundSlice(dst[c0*q8C:min(n, (c0+prefNP)*q8C)], round, rk)
-		}
-	})
+	j := newPrefJob(dst, p, px, round)
+	parallelFor(j.calls(), max(1, 2048/p.k), j.run)
 	prefCalls.Add(1)
+	return true
+}
+
+// refSharedRun is QuantizedMatmulTPackedShared's reference form for one to
+// three rows of x where every matrix reads packed panels (refPacks, a
+// slot): each row of x prepared once, and per row every matrix's calls
+// in one pass of the workers. It reports false (having written nothing)
+// where that does not apply or prefScaleX declines a row.
+func refSharedRun(x []float32, mats []SharedMat, m, k, gs, bits int, round Rounder) bool {
+	if !prefOn || m >= prefGemmRows() || !refPacks(k, gs, bits) {
+		return false
+	}
+	for _, a := range mats {
+		if a.Slot == nil {
+			return false
+		}
+	}
+	s := scratchPool.Get().(*qmmScratch)
+	defer scratchPool.Put(s)
+	s.xp, s.xs = grow(s.xp, m*k), grow(s.xs, m*k/gs)
+	xs := make([]prefX, m)
+	for r := range m {
+		var ok bool
+		if xs[r], ok = prefPrepare(s, x[r*k:], k, gs, r*k); !ok {
+			return false
+		}
+	}
+	jobs := make([]prefJob, len(mats))
+	start := make([]int, len(mats)+1) // the first call of each matrix in a row's pass
+	for r := range m {
+		for i, a := range mats {
+			p := a.Slot.get(a.WQ, a.Scales, a.Biases, a.N, k, gs, bits)
+			if p == nil {
+				return false // (refPacks: never on a first row; no output written yet)
+			}
+			jobs[i] = newPrefJob(a.Dst[r*a.N:(r+1)*a.N], p, xs[r], round)
+			start[i+1] = start[i] + jobs[i].calls()
+		}
+		parallelFor(start[len(mats)], max(1, 2048/k), func(lo, hi int) {
+			for i := range jobs {
+				if a, b := max(lo, start[i]), min(hi, start[i+1]); a < b {
+					jobs[i].run(a-start[i], b-start[i])
+				}
+			}
+		})
+	}
+	prefCalls.Add(int64(len(mats)))
 	return true
 }
 

@@ -37,11 +37,13 @@ func qprefB4BF16X(a *prefArgs)
 //go:noescape
 func qprefB4F16X(a *prefArgs)
 
+// prefFused reports whether the fused kernels take x (avxExactX, with
+// avxFused on).
+func prefFused(x []float32) bool { return avxFused && avxExactX(x) }
+
 // prefKernel returns the kernel for p's scale dtype, in its fused form
-// where x allows it (avxExactX, with avxFused on; counted in
-// avxFusedCalls).
-func prefKernel(p *packedW, x []float32) func(*prefArgs) {
-	fused := avxFused && avxExactX(x)
+// where fused (counted in avxFusedCalls).
+func prefKernel(p *packedW, fused bool) func(*prefArgs) {
 	if fused {
 		avxFusedCalls.Add(1)
 	}

@@ -3,7 +3,7 @@
 package kernel
 
 // prefKernel is never called: refPacks is false off amd64.
-func prefKernel(p *packedW, x []float32) func(*prefArgs) {
+func prefKernel(p *packedW, fused bool) func(*prefArgs) {
 	panic("kernel: no packed reference kernels on this platform")
 }
 
@@ -11,3 +11,6 @@ func prefKernel(p *packedW, x []float32) func(*prefArgs) {
 func prefGemmRows() int { return 1 }
 
 func prefGemm(dst, x []float32, p *packedW, m int, round Rounder) bool { return false }
+
+// prefFused is never called: refPacks is false off amd64.
+func prefFused(x []float32) bool { return false }
