@@ -159,7 +159,8 @@
 // qmm_pref_gen.go: a weight row per lane as the panels lie, dotF32's
 // float32 steps, the products of nibbles 0-3 from VPERMPS tables of c·x,
 // those of 4-7 by conversion and a multiply by x·2^-4s, the scales read in
-// place), four or more by the AVX-512 m-blocked kernels on panels gathered
+// place; the projections that read one x in one pass of the workers,
+// refSharedRun), four or more by the AVX-512 m-blocked kernels on panels gathered
 // from the packed ones (avxPanelZF4P, stagePacked), both the portable
 // loop's bits; where x holds a value whose scaling by 2^-28 is not exact,
 // a slice of rows at a time is unpacked for qmmTRows.
