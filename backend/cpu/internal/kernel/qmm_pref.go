@@ -248,15 +248,17 @@ func refSharedRun(x []float32, mats []SharedMat, m, k, gs, bits int, round Round
 			return false
 		}
 	}
+	packed := make([]*packedW, len(mats))
+	for i, a := range mats {
+		if packed[i] = a.Slot.get(a.WQ, a.Scales, a.Biases, a.N, k, gs, bits); packed[i] == nil {
+			return false // (never where refPacks holds; nothing written yet)
+		}
+	}
 	jobs := make([]prefJob, len(mats))
 	start := make([]int, len(mats)+1) // the first call of each matrix in a row's pass
 	for r := range m {
 		for i, a := range mats {
-			p := a.Slot.get(a.WQ, a.Scales, a.Biases, a.N, k, gs, bits)
-			if p == nil {
-				return false // (refPacks: never on a first row; no output written yet)
-			}
-			jobs[i] = newPrefJob(a.Dst[r*a.N:(r+1)*a.N], p, xs[r], round)
+			jobs[i] = newPrefJob(a.Dst[r*a.N:(r+1)*a.N], packed[i], xs[r], round)
 			start[i+1] = start[i] + jobs[i].calls()
 		}
 		parallelFor(start[len(mats)], max(1, 2048/k), func(lo, hi int) {
@@ -311,7 +313,7 @@ func qmmTRefUnpacked(dst, x []float32, p *packedW, m int, round Rounder) {
 func (p *packedW) unpackPanel(ct int, wq []uint32, sc, bi []float32, rn int, ts []float32) {
 	k, gs, bits := p.k, p.gs, p.bits
 	wpr, ng := WordsPerRow(k, bits), k/gs
-	codes, sp, bp := p.panel(ct)
+	codes, _, _ := p.panel(ct)
 	var t [q8C * 16]uint32 // one chunk: row r's 16 words at 16·r
 	for c := 0; 16*c < wpr; c++ {
 		q8Transpose(ptr(t[:]), unsafe.Add(codes, 1024*c), 64, 1, false)
@@ -320,16 +322,29 @@ func (p *packedW) unpackPanel(ct int, wq []uint32, sc, bi []float32, rn int, ts 
 			copy(wq[r*wpr+16*c:r*wpr+16*c+cnt], t[16*r:16*r+cnt])
 		}
 	}
-	p.panelVec(sp, ng*q8C).load(ts[:ng*q8C], 0)
-	p.panelVec(bp, ng*q8C).load(ts[ng*q8C:], 0)
+	p.panelFloats(ct, false, ts[:ng*q8C])
+	p.panelFloats(ct, true, ts[ng*q8C:])
 	for r := range rn {
 		for g := range ng {
 			sc[r*ng+g] = ts[g*q8C+r]
-			if p.symk != 0 {
-				bi[r*ng+g] = p.symk * ts[g*q8C+r]
-			} else {
-				bi[r*ng+g] = ts[ng*q8C+g*q8C+r]
-			}
+			bi[r*ng+g] = ts[ng*q8C+g*q8C+r]
+		}
+	}
+}
+
+// panelFloats writes panel ct's scales, or with bias its biases, as
+// float32 ([ng][16], exact) to dst: in a symmetric matrix the biases are
+// symk times the scales, the values symmetricFactor found stored.
+func (p *packedW) panelFloats(ct int, bias bool, dst []float32) {
+	n := p.k / p.gs * q8C
+	_, sp, bp := p.panel(ct)
+	if bias && p.symk == 0 {
+		sp = bp
+	}
+	p.panelVec(sp, n).load(dst[:n], 0)
+	if bias && p.symk != 0 {
+		for i := range dst[:n] {
+			dst[i] *= p.symk
 		}
 	}
 }

@@ -204,19 +204,11 @@ func (p *packedW) stagePacked(dst []float32, t0, nt, gpad int, bias bool, ts []f
 	ng := p.k / p.gs
 	for t := t0; t < t0+nt; t++ {
 		c, h := 8*t/q8C, 8*t%q8C
-		_, sp, bp := p.panel(c)
-		v := sp
-		if bias && p.symk == 0 {
-			v = bp
-		}
-		p.panelVec(v, ng*q8C).load(ts[:ng*q8C], 0)
+		p.panelFloats(c, bias, ts)
 		out := dst[(t-t0)*8*gpad : (t-t0+1)*8*gpad]
 		for g := range ng {
 			for l, r := range avxLanes {
 				out[8*g+l] = ts[g*q8C+h+r]
-				if bias && p.symk != 0 {
-					out[8*g+l] *= p.symk
-				}
 			}
 		}
 		clear(out[8*ng:])
