@@ -105,6 +105,14 @@ func PackWeightsSupported() bool { return kernel.PackSupported() }
 // needs the AVX-512 dense kernels (with F16C).
 func DensePackingSupported() bool { return kernel.DensePackReplaces(kernel.F16Vec([]uint16{0})) }
 
+// DenseAMXPackingSupported reports whether the "fast" backend packs its
+// float16 and bfloat16 dense weights on this CPU (unless NoPackWeights),
+// for its AMX kernel: it needs AMX-BF16, which Linux grants on request
+// (kernel.DenseAMXReplaces; MLXGO_NO_AMX=1 turns it off).
+func DenseAMXPackingSupported() bool {
+	return kernel.DenseAMXReplaces(kernel.F16Vec([]uint16{0}), 32)
+}
+
 // Name returns "cpu".
 func (b *Backend) Name() string { return "cpu" }
 

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/mlxgo/mlxgo/backend"
+	"github.com/mlxgo/mlxgo/backend/cpu/internal/kernel"
 	"github.com/mlxgo/mlxgo/tensor"
 )
 
@@ -280,8 +282,11 @@ func gemmRows(t *testing.T, b *Backend, q backend.QuantizedArray, xv []float64, 
 // (DensePackingSupported), gives the pages that held them back (all but at
 // most a page at either end), and gives the bytes of a backend with
 // NoPackWeights at one, two and nine rows of x, on the call that packs and
-// after it; "fast" and "high" pack nothing; releasing the weight frees
-// the copy.
+// after it; "high" packs nothing, nor does "fast" but on a CPU with AMX-BF16
+// (DenseAMXPackingSupported), where it packs into the tile layout
+// (kernel.DenseAMXReplaces) and its results, other bits than the unpacked
+// kernels', are held to the float64 sum within kernel.DenseFastBoundW and
+// the output's rounding; releasing the weight frees the copy.
 func TestDensePacking(t *testing.T) {
 	if !DensePackingSupported() {
 		t.Skip("SKIPPED: this CPU lacks the AVX-512 dense kernels, so nothing dense is packed here")
@@ -308,10 +313,12 @@ func TestDensePacking(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
+			amx := DenseAMXPackingSupported()
 			for _, c := range []struct {
 				opts  backend.Options
 				packs bool
-			}{{backend.Options{}, true}, {backend.Options{NoPackWeights: true}, false}, {backend.Options{Precision: "fast"}, false}, {backend.Options{Precision: "high"}, false}} {
+			}{{backend.Options{}, true}, {backend.Options{NoPackWeights: true}, false}, {backend.Options{Precision: "fast"}, amx}, {backend.Options{Precision: "high"}, false}} {
+				tile := c.packs && c.opts.Precision == "fast"
 				ref := openWith(t, backend.Options{Precision: c.opts.Precision, NoPackWeights: true})
 				b := openWith(t, c.opts)
 				d, err := f.Tensor("w")
@@ -335,12 +342,18 @@ func TestDensePacking(t *testing.T) {
 							t.Fatal(err)
 						}
 						b.Release(wt)
-						if !bytes.Equal(got.Data, want.Data) {
+						if tile {
+							checkDenseFast(t, got, xv, wd, m, n, k)
+						} else if !bytes.Equal(got.Data, want.Data) {
 							t.Fatalf("%+v, %d rows, call %d: packing changed the result", c.opts, m, call)
 						}
 					}
 					st := b.Stats()
-					if want := int64(2 * 16 * ((n + 15) / 16) * k); c.packs && st.PackedBytes != want || !c.packs && st.PackedBytes != 0 {
+					size := int64(2 * 16 * ((n + 15) / 16) * k)
+					if tile {
+						size = int64(2 * 64 * ((n + 63) / 64) * k)
+					}
+					if c.packs && st.PackedBytes != size || !c.packs && st.PackedBytes != 0 {
 						t.Fatalf("%+v, %d rows: PackedBytes %d, want packed: %v", c.opts, m, st.PackedBytes, c.packs)
 					}
 					page := int64(os.Getpagesize())
@@ -358,6 +371,40 @@ func TestDensePacking(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkDenseFast holds the m×n product got (in w's dtype) of x [m, k]
+// (float64 values, rounded to w's dtype as arr does) and w [n, k] to the
+// float64 sum: within kernel.DenseFastBoundW plus the output's rounding to
+// the dtype (half an ulp: 2^-8 relative for bfloat16, 2^-11 for float16).
+func checkDenseFast(t *testing.T, got *tensor.Dense, xv []float64, w *tensor.Dense, m, n, k int) {
+	t.Helper()
+	gv, wv := got.ToFloat64(), w.ToFloat64()
+	round := func(f float64) float64 {
+		if w.DType == tensor.BF16 {
+			return float64(tensor.RoundBF16(float32(f)))
+		}
+		return float64(tensor.RoundF16(float32(f)))
+	}
+	u := 0x1p-8
+	if w.DType == tensor.F16 {
+		u = 0x1p-11
+	}
+	for i := range m {
+		for j := range n {
+			var sum, abs float64
+			for l := range k {
+				p := round(xv[i*k+l]) * wv[j*k+l]
+				sum += p
+				abs += math.Abs(p)
+			}
+			bound := kernel.DenseFastBoundW(k, abs, true)
+			bound += (math.Abs(sum) + bound) * u
+			if err := math.Abs(gv[i*n+j] - sum); !(err <= bound) {
+				t.Fatalf("%s output (%d, %d) = %v, exact %v: error %g over the bound %g", w.DType, i, j, gv[i*n+j], sum, err, bound)
+			}
+		}
 	}
 }
 

@@ -282,16 +282,19 @@ func (b *Backend) packSlot(w, s, bi *Array, q backend.QuantizedArray, k int) *ke
 
 // denseSlot returns the slot of the packed copy of the dense weight matrix
 // W [n, k] whose transpose y is (transposedRows' view: nn.Dense's
-// Matmul(x, Transpose(W)), or a tied head), built by the first reference
-// matmul on it, or nil: outside the reference precision or with
-// NoPackWeights; where the kernel does not pack it
-// (kernel.DensePackReplaces: 16-bit weights on a CPU with the AVX-512
-// kernels); or when W is not in borrowed memory (a file's mapping). The
+// Matmul(x, Transpose(W)), or a tied head), built by the first matmul on
+// it, or nil: in the precision "high" or with NoPackWeights; where the
+// kernel does not pack it (kernel.DensePackReplaces in the reference
+// precision: 16-bit weights on a CPU with the AVX-512 kernels;
+// kernel.DenseAMXReplaces in the fast one: 16-bit weights, k a multiple
+// of 32, a CPU with AMX-BF16); or when W is not in borrowed memory (a
+// file's mapping). The
 // pages of the mapping that hold nothing but W go back to the operating
 // system as the copy is made, as packSlot's do (an embedding lookup on a
 // tied head then reads its rows from the file again).
 func (b *Backend) denseSlot(y *Array, w kernel.Vec, n, k int) *kernel.PackSlot {
-	if !b.packRef || !kernel.DensePackReplaces(w) || y.buf == nil || !y.buf.borrowed || y.buf.values || n == 0 || k == 0 {
+	packs := b.packRef && kernel.DensePackReplaces(w) || b.pack && kernel.DenseAMXReplaces(w, k)
+	if !packs || y.buf == nil || !y.buf.borrowed || y.buf.values || n == 0 || k == 0 {
 		return nil
 	}
 	for _, p := range y.buf.packs {

@@ -125,6 +125,14 @@ func DenseFastBound(k int, abs float64) float64 {
 // largest value), far from a broken kernel's error (a lost term or a
 // wrong row moves an output by its whole scale).
 func DenseFastBoundW(k int, abs float64, w16 bool) float64 {
+	if w16 && asmAMXBF16 && k%32 == 0 {
+		// The AMX kernel (dense_amx.go) rounds x and the weights as the
+		// bfloat16 kernels do and adds the k exact products in an order
+		// and rounding Intel leaves unsaid: any order of k additions,
+		// each rounding faithfully (within 2u), is within γ(2k).
+		nu := (2*float64(k) + 10) * 0x1p-24
+		return (0x1p-7+0x1p-15+nu/(1-nu))*abs + float64(k)*0x1p-120
+	}
 	if !w16 || !denseBF16Path(k) {
 		return DenseFastBound(k, abs)
 	}

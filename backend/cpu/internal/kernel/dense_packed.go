@@ -94,6 +94,25 @@ func (s *PackSlot) dense(w Vec, n, k int) *densePacked {
 	return s.d
 }
 
+// denseAMX returns the AMX form of the n×k weights w, packing them on the
+// first call (nil where packDenseAMX returns nil).
+func (s *PackSlot) denseAMX(w Vec, n, k int) *denseAMX {
+	if !s.tried {
+		s.tried = true
+		s.da = packDenseAMX(w, n, k, s.rows)
+		if s.da != nil && s.grew != nil {
+			s.grew(s.da.bytes())
+		}
+	}
+	return s.da
+}
+
+// DenseAMXReplaces reports whether DenseMatmulTPacked reads weights like w
+// with k values a row from a packed copy alone in the fast precision (AMX:
+// dense_amx.go), so that the original's memory may be given back once the
+// copy is made.
+func DenseAMXReplaces(w Vec, k int) bool { return denseAMXTakes(w, k) }
+
 // DensePackReplaces reports whether DenseMatmulTPacked reads weights like
 // w (float16 or bfloat16, on a CPU with the AVX-512 reference kernels)
 // from a packed copy alone, in the reference precision, so that the
@@ -103,8 +122,10 @@ func DensePackReplaces(w Vec) bool { return densePackable(w) }
 // DenseMatmulTPacked is DenseMatmulT with a slot for the packed form of w
 // (nil: none): in the reference precision, where DensePackReplaces(w), the
 // first call packs w into the slot and every call reads the packed form
-// alone, with the same bits. Otherwise (fast, or weights it does not
-// pack) it is DenseMatmulT.
+// alone, with the same bits; in the fast precision, where
+// DenseAMXReplaces(w, k), likewise into AMX's layout, every call then on
+// the AMX kernel (dense_amx.go: its own bits, within DenseFastBoundW, the
+// same for every m). Otherwise it is DenseMatmulT.
 func DenseMatmulTPacked(dst, x []float32, w Vec, slot *PackSlot, m, n, k int, fast bool) {
 	need("DenseMatmulT", "dst", len(dst), m*n)
 	need("DenseMatmulT", "x", len(x), m*k)
@@ -112,6 +133,12 @@ func DenseMatmulTPacked(dst, x []float32, w Vec, slot *PackSlot, m, n, k int, fa
 	if !fast && slot != nil && m > 0 && n > 0 && k > 0 {
 		if p := slot.dense(w, n, k); p != nil {
 			denseRefPacked(dst, x, p, m)
+			return
+		}
+	}
+	if fast && slot != nil && m > 0 && n > 0 && denseAMXTakes(w, k) {
+		if p := slot.denseAMX(w, n, k); p != nil {
+			denseAMXRun(dst, x, p, m)
 			return
 		}
 	}

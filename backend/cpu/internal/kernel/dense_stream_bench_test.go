@@ -18,7 +18,7 @@ import (
 // sums of DenseMatmulTRef).
 func BenchmarkDenseStream(b *testing.B) {
 	shapes := [][2]int{{960, 960}, {320, 960}, {320, 960}, {960, 960}, {2560, 960}, {2560, 960}, {960, 2560}}
-	const layers = 16
+	const layers = 24
 	for _, dt := range []string{"f16", "bf16"} {
 		r := newRand(1)
 		var mats []Vec
@@ -43,18 +43,34 @@ func BenchmarkDenseStream(b *testing.B) {
 		dst := make([]float32, 2560)
 		for _, th := range []int{1, 2} {
 			for _, fast := range []bool{true, false} {
-				name := fmt.Sprintf("smollm2-360m/%s/threads%d", dt, th)
-				if !fast {
-					name += "/ref"
-				}
-				b.Run(name, func(b *testing.B) {
-					runThreads(b, th, bytes, func() {
+				for _, packed := range []bool{false, true} {
+					name := fmt.Sprintf("smollm2-360m/%s/threads%d", dt, th)
+					if !fast {
+						name += "/ref"
+					}
+					if packed {
+						name += "/packed"
+					}
+					slots := make([]*PackSlot, len(mats))
+					if packed {
 						for i, w := range mats {
+							slots[i] = NewPackSlot(nil, nil)
 							n, k := dims[i][0], dims[i][1]
-							DenseMatmulT(dst, x[:k], w, 1, n, k, fast)
+							DenseMatmulTPacked(dst, x[:k], w, slots[i], 1, n, k, fast)
 						}
+					}
+					b.Run(name, func(b *testing.B) {
+						runThreads(b, th, bytes, func() {
+							for i, w := range mats {
+								n, k := dims[i][0], dims[i][1]
+								DenseMatmulTPacked(dst, x[:k], w, slots[i], 1, n, k, fast)
+							}
+						})
 					})
-				})
+					for _, sl := range slots {
+						sl.Free()
+					}
+				}
 			}
 		}
 	}

@@ -4,6 +4,7 @@ package kernel
 
 import (
 	"encoding/binary"
+	"os"
 
 	"golang.org/x/sys/cpu"
 )
@@ -85,6 +86,7 @@ func installAsm() {
 	}
 	asmQ8 = vnni
 	asmBF16 = avx512 && cpu.X86.HasAVX512BF16
+	asmAMXBF16 = avx512 && cpu.X86.HasAMXTile && cpu.X86.HasAMXBF16 && os.Getenv("MLXGO_NO_AMX") == "" && amxPermit()
 	if amdZen5OrLater() {
 		gemmPFL2 = 0
 	}

@@ -552,6 +552,7 @@ func (p *packedW) bytes() int64 {
 type PackSlot struct {
 	p     *packedW
 	d     *densePacked     // the dense form (DenseMatmulTPacked)
+	da    *denseAMX        // the dense form of the fast precision on AMX (DenseMatmulTPacked)
 	tried bool             // pack or packDense ran (it may have returned nil)
 	grew  func(n int64)    // told the bytes of the packed form when it is made
 	rows  func(r0, r1 int) // told, while it is made, of weight rows already copied
@@ -588,6 +589,10 @@ func (s *PackSlot) Free() {
 		s.d.mem.do()
 		s.d = nil
 	}
+	if s != nil && s.da != nil {
+		s.da.mem.do()
+		s.da = nil
+	}
 }
 
 // Bytes is the memory of the slot's packed form (0 while empty).
@@ -597,6 +602,8 @@ func (s *PackSlot) Bytes() int64 {
 		return s.p.bytes()
 	case s != nil && s.d != nil:
 		return s.d.bytes()
+	case s != nil && s.da != nil:
+		return s.da.bytes()
 	}
 	return 0
 }

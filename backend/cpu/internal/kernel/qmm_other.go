@@ -41,3 +41,6 @@ func permF32Asm(dst, src *float32, nblk int, dstStep uintptr, bits int) {
 func permQ8Asm(dst, src *int8, dxl, dx *float32, nblk, bits int) {
 	panic("kernel: no assembly kernels on this platform")
 }
+
+// amxDenseBF16 is never called: asmAMXBF16 stays false.
+func amxDenseBF16(a *amxDenseArgs) { panic("kernel: no assembly kernels on this platform") }

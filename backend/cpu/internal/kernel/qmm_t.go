@@ -76,6 +76,12 @@ var asmF32, asmQ8 bool
 // attention scores of a decode step (sdpaJob.bfScores) take it.
 var asmBF16 bool
 
+// asmAMXBF16 reports AMX-TILE and AMX-BF16, granted by the kernel
+// (amxPermit): the fast precision's dense matmul on packed 16-bit weights
+// then runs on the tile unit (dense_amx.go). MLXGO_NO_AMX=1 in the
+// environment turns it off.
+var asmAMXBF16 bool
+
 // gsumAVX2 is groupSumsFlat's AVX2 loop (gsum8) installed.
 var gsumAVX2 bool
 
