@@ -151,7 +151,7 @@ func denseAMXRun(dst, x []float32, p *denseAMX, m int) {
 	xb := ws.xb16[:m*k]
 	Float32sToBF16(xb, x[:m*k])
 	ng, steps := (n+amxCols-1)/amxCols, k/32
-	parallelFor(ng, max(1, (1<<16)/(m*k)), func(lo, hi int) {
+	parallelFor(ng, max(1, (1<<16)/(amxCols*m*k)), func(lo, hi int) {
 		var tmp [amxRows * amxCols]float32
 		a := amxDenseArgs{xstr: uintptr(2 * k), steps: steps}
 		for g := lo; g < hi; g++ {
