@@ -512,6 +512,7 @@ type avxGemmJob struct {
 	z                            bool     // the float32 kernels' AVX-512 form (avxGemmZ)
 	bits                         int      // (avxGemmZ) the weights' width
 	pk                           *packedW // (avxGemmZ) the packed panels the weights are read from, or nil: wq
+	fused                        bool     // (avxGemmZ) the fused kernels: every code·x product is exact
 	round                        Rounder
 	rk                           byte
 }

@@ -105,6 +105,36 @@ func qgemmZF32B8R2(a *zf32Args)
 //go:noescape
 func qgemmZF32B8R3(a *zf32Args)
 
+// qgemmZF32B4R1X .. qgemmZF32B4R4X and qgemmZF32B8R1X .. qgemmZF32B8R4X
+// are the fused forms of qgemmZF32B4R1 .. qgemmZF32B8R4 (qmm_zf32_gen.go's
+// kernel says how): the same bits where every product of a code and a
+// value of x is exact (avxExactX for 4-bit codes, avxExactX8 for 8-bit),
+// which holds for float16 and bfloat16 x; avxGemmZ takes them then.
+//
+//go:noescape
+func qgemmZF32B4R1X(a *zf32Args)
+
+//go:noescape
+func qgemmZF32B4R2X(a *zf32Args)
+
+//go:noescape
+func qgemmZF32B4R3X(a *zf32Args)
+
+//go:noescape
+func qgemmZF32B4R4X(a *zf32Args)
+
+//go:noescape
+func qgemmZF32B8R1X(a *zf32Args)
+
+//go:noescape
+func qgemmZF32B8R2X(a *zf32Args)
+
+//go:noescape
+func qgemmZF32B8R3X(a *zf32Args)
+
+//go:noescape
+func qgemmZF32B8R4X(a *zf32Args)
+
 // qgemmZF32B8R4 is qgemmZF32B8R1 for 4 rows of x.
 //
 //go:noescape
@@ -129,8 +159,13 @@ func zf32Take(bits int) bool {
 // stored).
 func avxGemmZ(g *avxGemmJob, ws *avxState, t0, t1 int, row []float32) {
 	build, kern := avxPanelZF4, &[zR]func(*zf32Args){qgemmZF32B4R1, qgemmZF32B4R2, qgemmZF32B4R3, qgemmZF32B4R4}
-	if g.bits == 8 {
+	switch {
+	case g.bits == 8 && g.fused:
+		build, kern = avxPanelZF8, &[zR]func(*zf32Args){qgemmZF32B8R1X, qgemmZF32B8R2X, qgemmZF32B8R3X, qgemmZF32B8R4X}
+	case g.bits == 8:
 		build, kern = avxPanelZF8, &[zR]func(*zf32Args){qgemmZF32B8R1, qgemmZF32B8R2, qgemmZF32B8R3, qgemmZF32B8R4}
+	case g.fused:
+		kern = &[zR]func(*zf32Args){qgemmZF32B4R1X, qgemmZF32B4R2X, qgemmZF32B4R3X, qgemmZF32B4R4X}
 	}
 	nb, n, m, gpr := g.k/32, g.n, g.m, g.gpr
 	nt := t1 - t0

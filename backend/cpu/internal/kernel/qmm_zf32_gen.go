@@ -178,7 +178,13 @@ func xrow(r, off int) string {
 // group's end (a0+a1)+(a2+a3), then res += s·dot and bias += b·xs in the
 // pair's state (zeroed on the first chunk, a.first); on the last chunk
 // (a.last) out = res + bias, back in row order, the last pair's store
-// masked by a.mask. Separate multiplies and adds, never FMA.
+// masked by a.mask. Separate multiplies and adds, never FMA; except in the
+// fused forms (qgemmZF32B<bits>R<rows>X, fused), for x whose every product
+// with a code is exact (avxExactX, avxExactX8): there the 4-bit pair is
+// fma(c_j, x_j, c_{j+4}·x_{j+4}), one rounding of two exact products as
+// the separate add's, and the 8-bit step a_j = fma(c_j, x_j, a_j), the
+// separate multiply's product being exact: the same bits with a multiply
+// and an add fewer per pair (4-bit) or half the operations (8-bit).
 //
 // Registers: Z(4r+j) the sums a_j of row r; Z28, Z29 the codes; Z30, Z31
 // products; Z26, Z27 the group's scales and biases; Z24, Z25 scratch. AX
@@ -186,8 +192,11 @@ func xrow(r, off int) string {
 // the biases, R13 to the second tile's), DI x (R9 the row stride, R10
 // three), R14 the group sums, R11 the groups left, CX the words left, DX
 // the pair's state (res then bias, 64 bytes each, per row).
-func kernel(bits, rows int) {
+func kernel(bits, rows int, fused bool) {
 	name := fmt.Sprintf("qgemmZF32B%dR%d", bits, rows)
+	if fused {
+		name += "X"
+	}
 	A := func(r, j int) string { return fmt.Sprintf("Z%d", 4*r+j) }
 	state := func(r, i int) string { return fmt.Sprintf("%d(DX)", 64*(2*r+i)) }
 	cpw := 32 / bits
@@ -235,12 +244,21 @@ func kernel(bits, rows int) {
 			p("\tVMOVUPS %d(R8), Z29", 64*(j+4))
 		}
 		for r := range rows {
-			p("\tVMULPS.BCST %s, Z28, Z30", xrow(r, 4*j))
-			if bits == 4 {
+			switch {
+			case fused && bits == 4:
 				p("\tVMULPS.BCST %s, Z29, Z31", xrow(r, 4*(j+4)))
-				p("\tVADDPS Z31, Z30, Z30")
+				p("\tVFMADD231PS.BCST %s, Z28, Z31", xrow(r, 4*j))
+				p("\tVADDPS Z31, %s, %s", A(r, j), A(r, j))
+			case fused:
+				p("\tVFMADD231PS.BCST %s, Z28, %s", xrow(r, 4*j), A(r, j))
+			default:
+				p("\tVMULPS.BCST %s, Z28, Z30", xrow(r, 4*j))
+				if bits == 4 {
+					p("\tVMULPS.BCST %s, Z29, Z31", xrow(r, 4*(j+4)))
+					p("\tVADDPS Z31, Z30, Z30")
+				}
+				p("\tVADDPS Z30, %s, %s", A(r, j), A(r, j))
 			}
-			p("\tVADDPS Z30, %s, %s", A(r, j), A(r, j))
 		}
 	}
 	p("\tADDQ $%d, R8", 64*cpw)
@@ -417,8 +435,10 @@ func main() {
 	stage(false)
 	stage(true)
 	for _, bits := range []int{4, 8} {
-		for rows := 1; rows <= zR; rows++ {
-			kernel(bits, rows)
+		for _, fused := range []bool{false, true} {
+			for rows := 1; rows <= zR; rows++ {
+				kernel(bits, rows, fused)
+			}
 		}
 	}
 	if *out == "" {

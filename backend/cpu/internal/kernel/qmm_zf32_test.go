@@ -34,7 +34,9 @@ func needZF32(t testing.TB) {
 // with every remainder of four, float32, bfloat16 and float16 scales, one
 // and several chunks of groups, x and the output inside NaN guards,
 // rounded and unrounded, 1 and 3 threads; and one row of x in both
-// precisions against the portable loops.
+// precisions against the portable loops. x is bfloat16 (every code·x
+// product exact: the fused kernels, counted) and float32 (the unfused
+// ones).
 func TestZF32GemmEqualsRows(t *testing.T) {
 	needZF32(t)
 	defer func(v int) { avxGemmMinRows = v }(avxGemmMinRows)
@@ -50,15 +52,18 @@ func TestZF32GemmEqualsRows(t *testing.T) {
 			n := []int{43, 136, 24, 16}[i%4]
 			dt := dts[(i+c.k/32)%3]
 			name := fmt.Sprintf("b%dg%d/%s/%s", c.bits, c.gs, dt, dims(m, n, c.k))
-			t.Run(name, func(t *testing.T) { testZF32(t, c.bits, c.gs, dt, m, n, c.k, name) })
+			for _, xr := range []Rounder{tensor.RoundBF16, Identity} {
+				xname := name + "/x " + map[bool]string{true: "bf16", false: "f32"}[xr != nil && xr(1.1) != 1.1]
+				t.Run(xname, func(t *testing.T) { testZF32(t, c.bits, c.gs, dt, m, n, c.k, xr, xname) })
+			}
 		}
 	}
 }
 
-func testZF32(t *testing.T, bits, gs int, dt string, m, n, k int, name string) {
+func testZF32(t *testing.T, bits, gs int, dt string, m, n, k int, xr Rounder, name string) {
 	_, wq, sc, bi, sb, bb := qmvInputs(uint64(n*37+k+bits), n, k, gs, bits)
 	scv, biv := avxVecs(dt, sc, bi, sb, bb)
-	xall := randVec(newRand(uint64(k+3*m)), m*k+2*guardN, 1, tensor.RoundBF16)
+	xall := randVec(newRand(uint64(k+3*m)), m*k+2*guardN, 1, xr)
 	for i := range guardN {
 		xall[i], xall[len(xall)-1-i] = sentinel, sentinel
 	}
@@ -79,8 +84,13 @@ func testZF32(t *testing.T, bits, gs int, dt string, m, n, k int, name string) {
 		rows := run("one-row kernels", 1, func(on bool) { avxGemmOn = on })
 		ymm := run("AVX2 m-blocked", 1, func(on bool) { zf32On = on })
 		expectSame(t, ymm, rows, name+": AVX2 m-blocked against one-row")
+		exact := bits == 4 && avxExactX(x) || bits == 8 && avxExactX8(x)
 		for _, th := range []int{1, 3} {
+			f0 := zfFusedCalls.Load()
 			z := run("AVX-512", th, func(bool) {})
+			if fused := zfFusedCalls.Load() > f0; fused != exact {
+				t.Fatalf("%s threads %d: fused kernels ran: %v, want %v (every code·x product exact)", name, th, fused, exact)
+			}
 			expectSame(t, z, rows, fmt.Sprintf("%s threads %d: AVX-512 m-blocked against one-row", name, th))
 		}
 		want, got := make([]float32, m*n), make([]float32, m*n)
@@ -104,7 +114,9 @@ func testZF32(t *testing.T, bits, gs int, dt string, m, n, k int, name string) {
 
 // BenchmarkZF32Prefill measures the AVX-512 float32 m-blocked kernels
 // ("zmm") against the AVX2 ones ("ymm") in the reference precision on the
-// prefill shapes of the benchmark matrix's 4-bit group-32 models, and
+// prefill shapes of the benchmark matrix's 4-bit group-32 models ("zmm"
+// fused where x is bfloat16, as here; "zmm-unfused" the separate
+// multiplies and adds), and
 // the Qwen-shaped 8-bit ones ("f32gemm": qmm_gemmf32_amd64.s takes them) (128 rows
 // of x, MLXGO_BENCH_ROWS to change it; one thread). GMAC/s-cpu is
 // multiply-accumulates per second of the thread's own CPU time (the
@@ -133,14 +145,14 @@ func BenchmarkZF32Prefill(b *testing.B) {
 		scv, biv := avxVecs(sz.dt, sc, bi, sb, bb)
 		x := randVec(newRand(2), m*sz.k, 1, tensor.RoundBF16)
 		y := make([]float32, m*sz.n)
-		impls := []string{"ymm", "zmm"}
+		impls := []string{"ymm", "zmm", "zmm-unfused"}
 		if sz.bits != 4 {
 			impls = []string{"f32gemm"} // zf32On does not apply: f32gemmB8 takes it
 		}
 		for _, impl := range impls {
 			b.Run(fmt.Sprintf("%s/%s/%s", sz.name, dims(m, sz.n, sz.k), impl), func(b *testing.B) {
-				zf32On = impl != "ymm"
-				defer func() { zf32On = true }()
+				zf32On, avxFused = impl != "ymm", impl != "zmm-unfused"
+				defer func() { zf32On, avxFused = true, true }()
 				withThreads(1, func() {
 					runtime.LockOSThread()
 					defer runtime.UnlockOSThread()

@@ -420,6 +420,11 @@ func avxRunFrom(dst, x []float32, wq []uint32, sc, bi Vec, pk *packedW, m, n, k,
 		if z {
 			gj.z, gj.bits, per = true, bits, max(2, per&^1) // whole pairs of tiles
 			gj.pk = pk
+			// The fused kernels where every code·x product is exact.
+			gj.fused = avxFused && (bits == 4 && avxExactX(x[:m*k]) || bits == 8 && avxExactX8(x[:m*k]))
+			if gj.fused {
+				zfFusedCalls.Add(1)
+			}
 		}
 	}
 	parallelFor(n8/8, max(1, 4096/k), func(lo, hi int) {
@@ -614,11 +619,14 @@ func avxDoubleX(dst, x []float32) {
 	}
 }
 
-// avxFused lets qzmmF32B4X replace qzmmF32B4 where avxExactX allows
-// (tests compare both); avxFusedCalls counts the matmuls it ran (tests).
+// avxFused lets qzmmF32B4X replace qzmmF32B4, and the fused AVX-512
+// m-blocked kernels (qgemmZF32B<bits>R<rows>X) the others, where
+// avxExactX (avxExactX8) allows (tests compare both); avxFusedCalls and
+// zfFusedCalls count the matmuls each ran (tests).
 var (
 	avxFused      = true
 	avxFusedCalls atomic.Int64
+	zfFusedCalls  atomic.Int64
 )
 
 // avxExactX reports whether every product of a 4-bit code (0 to 15) and
@@ -631,6 +639,18 @@ var (
 func avxExactX(x []float32) bool {
 	for _, v := range x {
 		if b := math.Float32bits(v); b&0xf != 0 || b>>23&0xff >= 127+124 {
+			return false
+		}
+	}
+	return true
+}
+
+// avxExactX8 is avxExactX for 8-bit codes (0 to 255): each value's
+// significand has its eight low bits zero and its magnitude is below 2^120
+// (every float16 and bfloat16 value qualifies but the largest).
+func avxExactX8(x []float32) bool {
+	for _, v := range x {
+		if b := math.Float32bits(v); b&0xff != 0 || b>>23&0xff >= 127+120 {
 			return false
 		}
 	}
