@@ -105,33 +105,47 @@ func qgemmZF32B8R2(a *zf32Args)
 //go:noescape
 func qgemmZF32B8R3(a *zf32Args)
 
-// qgemmZF32B4R1X .. qgemmZF32B4R4X and qgemmZF32B8R1X .. qgemmZF32B8R4X
-// are the fused forms of qgemmZF32B4R1 .. qgemmZF32B8R4 (qmm_zf32_gen.go's
-// kernel says how): the same bits where every product of a code and a
-// value of x is exact (avxExactX for 4-bit codes, avxExactX8 for 8-bit),
-// which holds for float16 and bfloat16 x; avxGemmZ takes them then.
+// qgemmZF32B4R1X is qgemmZF32B4R1 fused (qmm_zf32_gen.go's kernel says
+// how): the same bits where every product of a code and a value of x is
+// exact (avxExactX), which holds for float16 and bfloat16 x; avxGemmZ
+// takes the fused forms then.
 //
 //go:noescape
 func qgemmZF32B4R1X(a *zf32Args)
 
+// qgemmZF32B4R2X is qgemmZF32B4R1X for 2 rows of x.
+//
 //go:noescape
 func qgemmZF32B4R2X(a *zf32Args)
 
+// qgemmZF32B4R3X is qgemmZF32B4R1X for 3 rows of x.
+//
 //go:noescape
 func qgemmZF32B4R3X(a *zf32Args)
 
+// qgemmZF32B4R4X is qgemmZF32B4R1X for 4 rows of x.
+//
 //go:noescape
 func qgemmZF32B4R4X(a *zf32Args)
 
+// qgemmZF32B8R1X is qgemmZF32B8R1 fused: the same bits where every
+// product of an 8-bit code and a value of x is exact (avxExactX8).
+//
 //go:noescape
 func qgemmZF32B8R1X(a *zf32Args)
 
+// qgemmZF32B8R2X is qgemmZF32B8R1X for 2 rows of x.
+//
 //go:noescape
 func qgemmZF32B8R2X(a *zf32Args)
 
+// qgemmZF32B8R3X is qgemmZF32B8R1X for 3 rows of x.
+//
 //go:noescape
 func qgemmZF32B8R3X(a *zf32Args)
 
+// qgemmZF32B8R4X is qgemmZF32B8R1X for 4 rows of x.
+//
 //go:noescape
 func qgemmZF32B8R4X(a *zf32Args)
 
