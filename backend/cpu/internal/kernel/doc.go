@@ -81,7 +81,10 @@
 // the same bits again; for two or
 // more rows of x the float32 m-blocked kernels of those widths take their
 // AVX-512 form too (qmm_zf32_amd64.s: sixteen weight rows in a ZMM
-// register against four rows of x, x by embedded broadcast, the same bits),
+// register against four rows of x, x by embedded broadcast, the same bits;
+// where every code·x product is exact, float16 or bfloat16 x, their fused
+// forms qgemmZF32B*R*X, a multiply and an add fewer per pair of 4-bit
+// codes, half the operations per 8-bit code, the same bits again),
 // and their bf16 and float16 scales and biases are staged by AVX-512
 // transposes (avxStageZ).
 // On the same CPUs (with F16C), vec_avx2_amd64.s
@@ -118,7 +121,14 @@
 // row's whole k before the next's, so that the weights stream in address
 // order; the narrower tail kernels prefetch the next group), every kernel
 // reducing an output's lanes alike so that a row of x gets the same bits
-// whatever the number of rows.
+// whatever the number of rows. On CPUs with AMX-BF16 (Intel Xeons since
+// Sapphire Rapids; Linux grants the tile registers on request, amxPermit,
+// and MLXGO_NO_AMX=1 turns them off) the fast precision packs 16-bit
+// weights through a PackSlot into the tile layout (dense_amx.go, rounded
+// to bfloat16 once) and runs every row count on TDPBF16PS
+// (dense_amx_amd64.s: four panels of sixteen columns against up to sixteen
+// rows of x a call), within DenseFastBoundW, a row's bits the same
+// whatever m is.
 //
 // Built with GOEXPERIMENT=simd (Go 1.26 simd/archsimd), archsimd forms of
 // the float32 dot product and axpy replace their assembly twins (the same

@@ -90,6 +90,9 @@ func installAsm() {
 	if amdZen5OrLater() {
 		gemmPFL2 = 0
 	}
+	if vendor, _ := x86Family(); vendor == "GenuineIntel" {
+		gemvPF = 4096
+	}
 }
 
 // amdZen5OrLater reports an AMD CPU of family 1Ah (Zen 5) or later.

@@ -87,6 +87,7 @@ type q8gArgs struct {
 	sstr        uintptr        // 176: their bytes per group (64 for float32, 32 for 16-bit)
 	pfl2        int            // 184: 1 to prefetch the next panel into L2 (PREFETCHT1), 0 into L1 (gemmPFL2)
 	symk        float32        // 192: when not 0, b points at the scales and each bias is symk·scale (packedW.symk)
+	pfs         uintptr        // 200: q8gemvDot and q8gemv: how far ahead in the panel stream they prefetch (gemvPF)
 }
 
 // gemmPFL2 is every GEMM's q8gArgs.pfl2: 1, the next panel prefetched
@@ -99,6 +100,14 @@ type q8gArgs struct {
 // 9.4-10.7 (a PREFETCHT0 holds one of the core's few L1 miss buffers until
 // its line comes).
 var gemmPFL2 = 1
+
+// gemvPF is q8gArgs.pfs, how far ahead in their panel stream q8gemvDot
+// and q8gemv prefetch: 1 KB, except on Intel CPUs (installAsm), where 4 KB
+// decoded Llama-3.2-1B at 39.1-43.3 tok/s against 31.3-35.1 (Xeon with a
+// 300 MiB L3, 2026-12-06, mlxgo generate --precision fast, 128 tokens,
+// three alternating runs; PREFETCHT0 at 4 or 8 KB 37.8-42.2). On Zen 4
+// 512 B, 2, 3 and 4 KB read less than 1 KB (2026-12-05).
+var gemvPF uintptr = 1024
 
 // gemmQ8 reports whether the int8 GEMM takes a matmul of this shape: 4- or
 // 8-bit codes, groups of whole blocks of 32, and rows of whole chunks of 16
@@ -386,7 +395,7 @@ func (j *q8Job) run(lo, hi int) {
 		x: ptr(j.s.gx), d: ptr(j.s.gd), xs: ptr(j.s.gxs),
 		ostr: uintptr(4 * n), ng: ng, bpg: j.gs / 32, mt: j.mt, mlast: m - (j.mt-1)*q8R, sstr: 4 * q8C,
 		// a whole panel's weights prefetched over the groups
-		pfg: uintptr(max(512, (4*q8C*wpr/ng+511)&^511)), pfl2: gemmPFL2,
+		pfg: uintptr(max(512, (4*q8C*wpr/ng+511)&^511)), pfl2: gemmPFL2, pfs: gemvPF,
 	}
 	if j.packed != nil {
 		a.pfg = uintptr(max(512, (g.bytes()/ng+511)&^511))

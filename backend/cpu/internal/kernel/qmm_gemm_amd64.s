@@ -179,13 +179,15 @@ lasym:
 	VPDPBUSD.BCST 28(BX), Z23, Z9; \
 	VPADDD Z9, Z8, Z8
 
-// PFSTREAM prefetches into L2 the 256 bytes 1 KB ahead of SI in the panel
-// stream (the one-row kernels' prefetch, see q8gemvDot).
+// PFSTREAM prefetches into L2 the 256 bytes a.pfs ahead of SI in the panel
+// stream (the one-row kernels' prefetch, see q8gemvDot; R12 holds a.pfs,
+// R11 scratch).
 #define PFSTREAM \
-	PREFETCHT1 1024(SI); \
-	PREFETCHT1 1088(SI); \
-	PREFETCHT1 1152(SI); \
-	PREFETCHT1 1216(SI)
+	LEAQ (SI)(R12*1), R11; \
+	PREFETCHT1 (R11); \
+	PREFETCHT1 64(R11); \
+	PREFETCHT1 128(R11); \
+	PREFETCHT1 192(R11)
 
 // ROUND1 rounds Z0 to the outputs' dtype (a.bf16: 0 none, 1 bfloat16, 2
 // float16); done and f16 are the expansion's labels.
@@ -654,15 +656,17 @@ ddone:
 // so each output gets the bits q8gemmDot gives its row. One row needs an
 // eighth of the multiply-adds per weight byte, so decode through packed
 // panels reads the weights at the memory's pace. It prefetches into L2
-// the codes four groups (1 KB) ahead in its own stream, which runs on into
-// the next panel (packed panels follow each other), and not a.pf's next
-// panel: on Zen 4 (2026-12-04, BenchmarkPackedRowStream, eight
-// alternating runs) that read 24-39 GB/s on two threads (median 32)
-// against 21-35 (27) with the next panel prefetched, and 15-20 GB per CPU
-// second on one against 14-17; Llama-3.2-1B decoded at 32-43 tok/s
-// (median 33.5) against 29-36 (30.8). Registers as in q8gemm.
+// the codes a.pfs bytes ahead in its own stream (gemvPF: four groups, 1
+// KB, or sixteen on Intel), which runs on into the next panel (packed
+// panels follow each other), and not a.pf's next panel: on Zen 4
+// (2026-12-04, BenchmarkPackedRowStream, eight alternating runs) 1 KB
+// ahead read 24-39 GB/s on two threads (median 32) against 21-35 (27)
+// with the next panel prefetched, and 15-20 GB per CPU second on one
+// against 14-17; Llama-3.2-1B decoded at 32-43 tok/s (median 33.5)
+// against 29-36 (30.8). Registers as in q8gemm, R12 a.pfs.
 TEXT ·q8gemvDot(SB), NOSPLIT, $0-8
 	ROWSETUP
+	MOVQ 200(DI), R12
 	MOVQ 64(DI), CX
 	TESTQ CX, CX
 	JZ vbiasdone
@@ -709,9 +713,10 @@ vbiasdone:
 // so each output gets the bits q8gemm gives its row. Decode through packed
 // panels of the shapes gemmQ8 takes outside gemmDot (8-bit weights, 4-bit
 // in groups of 64 and more); it prefetches as q8gemvDot does. Registers as
-// in q8gemm.
+// in q8gemm, R12 a.pfs.
 TEXT ·q8gemv(SB), NOSPLIT, $0-8
 	ROWSETUP
+	MOVQ 200(DI), R12
 	MOVQ 16(DI), R13
 	MOVQ 64(DI), CX
 	TESTQ CX, CX
@@ -722,16 +727,16 @@ gvgroup:
 	MOVQ 72(DI), AX
 
 gvblock:
-	// 1 KB ahead: a block's 256 bytes of 4-bit words or 512 of 8-bit codes
+	// a.pfs ahead: a block's 256 bytes of 4-bit words or 512 of 8-bit codes
+	PFSTREAM
 	CMPQ 160(DI), $0
 	JNE gvpfnib
-	PREFETCHT1 1280(SI)
-	PREFETCHT1 1344(SI)
-	PREFETCHT1 1408(SI)
-	PREFETCHT1 1472(SI)
+	PREFETCHT1 256(R11)
+	PREFETCHT1 320(R11)
+	PREFETCHT1 384(R11)
+	PREFETCHT1 448(R11)
 
 gvpfnib:
-	PFSTREAM
 	LOADPANEL(gvnib, gvquads)
 	ROWDOT
 	SCALE(Z8, Z0, 0)
