@@ -2,7 +2,6 @@ package kernel
 
 import (
 	"fmt"
-	"math"
 	"sync/atomic"
 	"testing"
 )
@@ -45,19 +44,7 @@ func TestDenseAMX(t *testing.T) {
 					DenseMatmulTPacked(one, x[i*k:(i+1)*k], w, slot, 1, n, k, true)
 					expectSame(t, one, want[i*n:(i+1)*n], fmt.Sprintf("row %d alone", i))
 				}
-				for i := range m {
-					for j := range n {
-						var sum, abs float64
-						for l := range k {
-							p := float64(x[i*k+l]) * float64(wv[j*k+l])
-							sum += p
-							abs += math.Abs(p)
-						}
-						if err, bound := math.Abs(float64(got[i*n+j])-sum), DenseFastBoundW(k, abs, true); !(err <= bound) {
-							t.Fatalf("output (%d, %d) = %v, exact %v: error %g over the bound %g", i, j, got[i*n+j], sum, err, bound)
-						}
-					}
-				}
+				checkDenseFastBound(t, got, x, wv, m, n, k, true)
 			})
 		}
 	}

@@ -162,29 +162,40 @@ func TestDenseFast(t *testing.T) {
 							}
 						}
 					}
-					for i := range m {
-						for j := range n {
-							var sum, abs float64
-							for l := range k {
-								p := float64(x[i*k+l]) * float64(wv[j*k+l])
-								sum += p
-								abs += math.Abs(p)
-							}
-							bound := DenseFastBoundW(k, abs, dt != "f32") + 0x1p-50*abs
-							err := math.Abs(float64(got[i*n+j]) - sum)
-							if !(err <= bound) {
-								t.Fatalf("output (%d, %d) = %v, exact %v: error %g over the bound %g", i, j, got[i*n+j], sum, err, bound)
-							}
-							if bound > 0 {
-								worst = max(worst, err/bound)
-							}
-						}
-					}
+					worst = max(worst, checkDenseFastBound(t, got, x, wv, m, n, k, dt != "f32"))
 				})
 			}
 		}
 	}
 	t.Logf("worst error: %.3f of the bound", worst)
+}
+
+// checkDenseFastBound holds got (m×n) to the float64 sums of x [m, k]
+// times wv [n, k] transposed within DenseFastBoundW (plus 2^-50 of the
+// sum of magnitudes for the float64 sum's own rounding), and returns the
+// largest error as a fraction of its bound.
+func checkDenseFastBound(t *testing.T, got, x, wv []float32, m, n, k int, w16 bool) float64 {
+	t.Helper()
+	worst := 0.0
+	for i := range m {
+		for j := range n {
+			var sum, abs float64
+			for l := range k {
+				p := float64(x[i*k+l]) * float64(wv[j*k+l])
+				sum += p
+				abs += math.Abs(p)
+			}
+			bound := DenseFastBoundW(k, abs, w16) + 0x1p-50*abs
+			err := math.Abs(float64(got[i*n+j]) - sum)
+			if !(err <= bound) {
+				t.Fatalf("output (%d, %d) = %v, exact %v: error %g over the bound %g", i, j, got[i*n+j], sum, err, bound)
+			}
+			if bound > 0 {
+				worst = max(worst, err/bound)
+			}
+		}
+	}
+	return worst
 }
 
 // TestDenseFastUsesFMA: on a CPU the vector kernels cover, the fast
