@@ -1055,7 +1055,8 @@ func packP16() {
 // float32 in one register, times x's value broadcast (VMULPS), added to the
 // accumulator (VADDPS): each lane the in-order loop of its row, as
 // refZV1's, from one sequential stream and without a transpose. Eight
-// values a step, then one at a time.
+// values a step, then one at a time; each step of eight prefetches into L2
+// the step a.pf bytes ahead in the stream when a.pf is not 0 (densePF).
 func refP1(dt int) {
 	name := "denseRefP1" + dts[dt].name
 	p("// func %s(a *denseArgs)", name)
@@ -1065,6 +1066,7 @@ func refP1(dt int) {
 	p("\tMOVQ %d(AX), R9", offWstr)
 	p("\tMOVQ %d(AX), DI", offOut)
 	p("\tMOVQ %d(AX), R10", offN)
+	p("\tMOVQ %d(AX), R11", offPf)
 	p("\tMOVQ %d(AX), AX", offA)
 	p("\tTESTQ R9, R9")
 	p("\tJZ %s_done", name)
@@ -1083,6 +1085,13 @@ func refP1(dt int) {
 	p("\tCMPQ CX, $8")
 	p("\tJLT %s_one", name)
 	p("%s_eight:", name)
+	p("\tTESTQ R11, R11")
+	p("\tJZ %s_nopf", name)
+	p("\tLEAQ (R8)(R11*1), R12")
+	for off := 0; off < 256; off += 64 {
+		p("\tPREFETCHT1 %d(R12)", off)
+	}
+	p("%s_nopf:", name)
 	for j := range 8 {
 		widen(fmt.Sprintf("%d(R8)", 32*j), 1+j)
 	}

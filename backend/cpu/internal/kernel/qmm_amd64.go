@@ -91,7 +91,7 @@ func installAsm() {
 		gemmPFL2 = 0
 	}
 	if vendor, _ := x86Family(); vendor == "GenuineIntel" {
-		gemvPF = 4096
+		gemvPF, densePF = 4096, 4096
 	}
 }
 
