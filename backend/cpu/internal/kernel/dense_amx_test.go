@@ -15,7 +15,7 @@ import (
 // rows and guard-padded outputs; packing reports every weight row done.
 func TestDenseAMX(t *testing.T) {
 	if !asmAMXBF16 {
-		t.Skip("SKIPPED: this CPU (or kernel) gives no AMX-BF16; the fast dense matmul runs on the denseB kernels (TestDenseFast)")
+		t.Skip("SKIPPED: no AMX-BF16 here (the CPU, the kernel, or MLXGO_NO_AMX=1); the fast dense matmul runs on the denseB kernels (TestDenseFast)")
 	}
 	shapes := [][3]int{{1, 16, 32}, {1, 70, 96}, {2, 64, 64}, {3, 130, 960}, {16, 64, 128}, {17, 200, 320}, {37, 65, 32}}
 	for _, dt := range []string{"f16", "bf16"} {
