@@ -84,26 +84,24 @@ func packDense(w Vec, n, k int, done func(r0, r1 int)) *densePacked {
 // dense returns the packed form of the n×k weights w, packing them on the
 // first call (nil where packDense returns nil).
 func (s *PackSlot) dense(w Vec, n, k int) *densePacked {
-	if !s.tried {
-		s.tried = true
-		s.d = packDense(w, n, k, s.rows)
-		if s.d != nil && s.grew != nil {
-			s.grew(s.d.bytes())
+	s.packOnce(func() int64 {
+		if s.d = packDense(w, n, k, s.rows); s.d != nil {
+			return s.d.bytes()
 		}
-	}
+		return 0
+	})
 	return s.d
 }
 
 // denseAMX returns the AMX form of the n×k weights w, packing them on the
 // first call (nil where packDenseAMX returns nil).
 func (s *PackSlot) denseAMX(w Vec, n, k int) *denseAMX {
-	if !s.tried {
-		s.tried = true
-		s.da = packDenseAMX(w, n, k, s.rows)
-		if s.da != nil && s.grew != nil {
-			s.grew(s.da.bytes())
+	s.packOnce(func() int64 {
+		if s.da = packDenseAMX(w, n, k, s.rows); s.da != nil {
+			return s.da.bytes()
 		}
-	}
+		return 0
+	})
 	return s.da
 }
 

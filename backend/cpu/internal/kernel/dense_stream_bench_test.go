@@ -9,9 +9,12 @@ import (
 
 // BenchmarkDenseStream runs the matvecs of decode steps over unquantized
 // weights in graph order, on 1 and 2 threads, and reports the weight bytes
-// read per second (per CPU second with one thread): sixteen of
-// SmolLM2-360M's layers (q, k, v, o, gate, up, down at width 960, 315 MB in
-// float16, ten times a 32 MB last-level cache), per weight dtype. With a
+// read per second (per CPU second with one thread): twenty-four of
+// SmolLM2-360M's layers (q, k, v, o, gate, up, down at width 960, 472 MB in
+// float16, fifteen times a 32 MB last-level cache and more than a 2026
+// Xeon's 300 MiB), per weight dtype, read in place and ("/packed") from
+// the packed copy the backend makes (the reference precision's tiles, or
+// the fast one's AMX layout where the CPU has AMX-BF16). With a
 // working set near the cache's size a cyclic stream partly hits it: four
 // layers (79 MB) read 38 GB/s on two Zen 4 threads where sixteen read 27.
 // The "/ref" runs take the reference precision's kernels (the in-order

@@ -620,14 +620,26 @@ func (s *PackSlot) Bytes() int64 {
 // get returns the packed form of wq, scales and biases, packing them on
 // the first call.
 func (s *PackSlot) get(wq []uint32, sc, bi Vec, n, k, gs, bits int) *packedW {
-	if !s.tried {
-		s.tried = true
-		s.p = pack(wq, sc, bi, n, k, gs, bits, s.rows)
-		if s.p != nil && s.grew != nil {
-			s.grew(s.p.bytes())
+	s.packOnce(func() int64 {
+		if s.p = pack(wq, sc, bi, n, k, gs, bits, s.rows); s.p != nil {
+			return s.p.bytes()
 		}
-	}
+		return 0
+	})
 	return s.p
+}
+
+// packOnce runs pack (which fills one of the slot's forms and returns its
+// bytes, or 0 when it packed nothing) on the slot's first use only, and
+// tells grew the bytes.
+func (s *PackSlot) packOnce(pack func() int64) {
+	if s.tried {
+		return
+	}
+	s.tried = true
+	if n := pack(); n > 0 && s.grew != nil {
+		s.grew(n)
+	}
 }
 
 // PackSupported reports whether this CPU runs the int8 GEMM that reads
