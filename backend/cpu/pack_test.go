@@ -201,12 +201,13 @@ func checkReleased(t *testing.T, released int64, ds []*tensor.Dense, packed bool
 	}
 }
 
-// TestReferencePacking: the "reference" backend packs by default the 4-bit
-// group-32 weights read from a file's mapping (kernel.RefPackReplaces),
+// TestReferencePacking: the "reference" backend packs by default the 4-
+// and 8-bit weights read from a file's mapping (kernel.RefPackReplaces),
 // gives their pages back and reads the packed copy alone, with the bits
-// of a backend with NoPackWeights at one row of x (qprefB4), three and
-// nine (unpacked a slice at a time), on the call that packs and after it;
-// other widths and groups, "high" and NoPackWeights pack nothing.
+// of a backend with NoPackWeights at one row of x (qprefB4 for 4-bit
+// groups of 32, qpreflB for the lane-order shapes), three and nine
+// (unpacked a slice at a time), on the call that packs and after it;
+// other widths, "high" and NoPackWeights pack nothing.
 func TestReferencePacking(t *testing.T) {
 	if !PackWeightsSupported() {
 		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI, so nothing is packed here")
@@ -216,7 +217,7 @@ func TestReferencePacking(t *testing.T) {
 		name     string
 		gs, bits int
 		packs    bool
-	}{{"4-bit g32", 32, 4, true}, {"4-bit g64", 64, 4, false}, {"8-bit g32", 32, 8, false}} {
+	}{{"4-bit g32", 32, 4, true}, {"4-bit g64", 64, 4, true}, {"8-bit g32", 32, 8, true}, {"8-bit g128", 128, 8, true}, {"6-bit g64", 64, 6, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			r, plain, q := randQuant(t, "reference", n, k, c.gs, c.bits)
 			f, ds := quantFile(t, plain, q)

@@ -22,6 +22,7 @@ func TestGenerated(t *testing.T) {
 		{"vec_avx2_gen.go", "vec_avx2_amd64.s"},
 		{"dense_gen.go", "dense_amd64.s"},
 		{"qmm_pref_gen.go", "qmm_pref_amd64.s"},
+		{"qmm_prefl_gen.go", "qmm_prefl_amd64.s"},
 	} {
 		t.Run(c.gen, func(t *testing.T) {
 			fresh, err := exec.Command("go", "run", c.gen).Output()

@@ -61,11 +61,13 @@ type prefArgs struct {
 }
 
 // refPacks reports whether the reference precision reads matrices of this
-// shape from packed panels: 4-bit codes in groups of 32, whose one-row
-// order is dotF32's (larger groups take the vector kernels' order of
-// qmv_amd64.s, sixteen lanes a block: not done), on a CPU where they pack
-// (AVX-512 VNNI, which implies the AVX-512F of qprefB4).
-func refPacks(k, gs, bits int) bool { return bits == 4 && gs == 32 && packs(k, gs, bits) }
+// shape from packed panels, on a CPU where they pack (AVX-512 VNNI, which
+// implies the AVX-512F of the kernels): 4-bit codes in groups of 32, whose
+// one-row order is dotF32's (qprefB4), and the shapes whose one-row order
+// is the vector kernels' lane order (qpreflB, qmm_prefl.go).
+func refPacks(k, gs, bits int) bool {
+	return (bits == 4 && gs == 32 || laneOrder(k, gs, bits)) && packs(k, gs, bits)
+}
 
 // RefPackReplaces reports whether, in the reference precision, a matrix of
 // k columns in groups of gs of bits bits is read from its packed copy alone
@@ -211,6 +213,10 @@ func (j *prefJob) run(lo, hi int) {
 // workers; it reports false (having written nothing) where prefScaleX
 // declines x.
 func qmvRefPacked(dst, x []float32, p *packedW, round Rounder) bool {
+	if laneOrder(p.k, p.gs, p.bits) {
+		qmvRefLanes(dst, x, p, round)
+		return true
+	}
 	s := scratchPool.Get().(*qmmScratch)
 	defer scratchPool.Put(s)
 	s.xp, s.xs = grow(s.xp, p.k), grow(s.xs, p.k/p.gs)
@@ -238,6 +244,16 @@ func refSharedRun(x []float32, mats []SharedMat, m, k, gs, bits int, round Round
 			return false
 		}
 	}
+	packed := make([]*packedW, len(mats))
+	for i, a := range mats {
+		if packed[i] = a.Slot.get(a.WQ, a.Scales, a.Biases, a.N, k, gs, bits); packed[i] == nil {
+			return false // (never where refPacks holds; nothing written yet)
+		}
+	}
+	if laneOrder(k, gs, bits) {
+		refSharedLanes(x, mats, packed, m, k, gs, round)
+		return true
+	}
 	s := scratchPool.Get().(*qmmScratch)
 	defer scratchPool.Put(s)
 	s.xp, s.xs = grow(s.xp, m*k), grow(s.xs, m*k/gs)
@@ -246,12 +262,6 @@ func refSharedRun(x []float32, mats []SharedMat, m, k, gs, bits int, round Round
 		var ok bool
 		if xs[r], ok = prefPrepare(s, x[r*k:], k, gs, r*k); !ok {
 			return false
-		}
-	}
-	packed := make([]*packedW, len(mats))
-	for i, a := range mats {
-		if packed[i] = a.Slot.get(a.WQ, a.Scales, a.Biases, a.N, k, gs, bits); packed[i] == nil {
-			return false // (never where refPacks holds; nothing written yet)
 		}
 	}
 	jobs := make([]prefJob, len(mats))

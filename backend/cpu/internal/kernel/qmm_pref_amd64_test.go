@@ -25,19 +25,35 @@ import (
 // (exact products: the fused kernels, counted), float32 and with -0,
 // ±Inf, NaN, huge and tiny values; each output dtype; the output's guards
 // untouched.
+//
+// The lane-order shapes (4-bit groups of 64 and 128, 8-bit groups of 32,
+// 64 and 128: the qpreflB kernels) are held alike: every x takes the
+// kernels (no scaling of x), with row counts of the groups that leave the
+// last bias chunk partial.
 func TestRefPackedSameBits(t *testing.T) {
-	if refPacks(512, 64, 4) || refPacks(512, 32, 8) {
-		t.Fatal("refPacks takes a shape outside dotF32's 4-bit group-32 order")
+	if refPacks(512, 16, 4) || refPacks(448, 64, 4) {
+		t.Fatal("refPacks takes a shape outside dotF32's 4-bit group-32 order and the lane order")
 	}
 	if !refPacks(512, 32, 4) {
 		t.Skip("SKIPPED: this CPU lacks AVX-512 VNNI; the reference precision does not pack")
 	}
-	cases := []struct{ gs, n, k int }{
-		{32, 37, 576}, // three panels (the last partial), a tail of 8 words
-		{32, 16, 512}, // one panel
-		{32, 64, 2048},
-		{32, 88, 512},  // eleven tiles of eight rows: pairs split at odd tiles between workers
-		{32, 56, 1024}, // seven
+	for _, sh := range [][3]int{{512, 64, 4}, {1024, 128, 4}, {576, 32, 8}, {896, 64, 8}, {1024, 128, 8}} {
+		if !refPacks(sh[0], sh[1], sh[2]) || !laneOrder(sh[0], sh[1], sh[2]) {
+			t.Fatalf("k %d, group %d, %d bits: refPacks or laneOrder false", sh[0], sh[1], sh[2])
+		}
+	}
+	cases := []struct{ bits, gs, n, k int }{
+		{4, 32, 37, 576}, // three panels (the last partial), a tail of 8 words
+		{4, 32, 16, 512}, // one panel
+		{4, 32, 64, 2048},
+		{4, 32, 88, 512},  // eleven tiles of eight rows: pairs split at odd tiles between workers
+		{4, 32, 56, 1024}, // seven
+		{4, 64, 37, 1152}, // lane order, two groups a block: 18 groups (the last bias chunk partial)
+		{4, 128, 21, 1024},
+		{8, 32, 37, 576}, // two groups a block, 18 groups
+		{8, 64, 40, 896}, // a group a block, 14 groups
+		{8, 128, 16, 2560},
+		{8, 32, 19, 2048}, // 64 groups: four whole bias chunks
 	}
 	xkinds := []struct {
 		name   string
@@ -60,39 +76,40 @@ func TestRefPackedSameBits(t *testing.T) {
 		{"f32 subnormal", Identity, func(x []float32) { x[len(x)-1] = -0x1p-130 }, false, false},
 	}
 	for _, c := range cases {
+		lanes := laneOrder(c.k, c.gs, c.bits)
 		for _, m := range []int{1, 2, 5, 17} {
 			for _, xk := range xkinds {
 				for _, vec := range []string{"f32", "bf16", "f16", "bf16 scales, f32 biases", "symmetric f32", "symmetric bf16", "symmetric f16"} {
 					for _, dt := range testDTypes {
-						name := fmt.Sprintf("g%d/%s/x %s/%s/%s", c.gs, dims(m, c.n, c.k), xk.name, vec, dt.name)
+						name := fmt.Sprintf("b%d/g%d/%s/x %s/%s/%s", c.bits, c.gs, dims(m, c.n, c.k), xk.name, vec, dt.name)
 						t.Run(name, func(t *testing.T) {
-							_, wq, sc, bi := qmmTInputs(uint64(m*7+c.n+c.k+c.gs), m, c.n, c.k, c.gs, 4)
+							_, wq, sc, bi := qmmTInputs(uint64(m*7+c.n+c.k+c.gs), m, c.n, c.k, c.gs, c.bits)
 							x := randVec(newRand(uint64(c.k+m)), m*c.k, 1, xk.round)
 							if xk.edit != nil {
 								for r := range m {
 									xk.edit(x[r*c.k : (r+1)*c.k])
 								}
 							}
-							scv, biv := packedTestVecs(vec, sc, bi, 4)
+							scv, biv := packedTestVecs(vec, sc, bi, c.bits)
 							want := make([]float32, m*c.n)
-							QuantizedMatmulTVec(want, x, wq, scv, biv, m, c.n, c.k, c.gs, 4, dt.round, AccF32)
+							QuantizedMatmulTVec(want, x, wq, scv, biv, m, c.n, c.k, c.gs, c.bits, dt.round, AccF32)
 							slot := NewPackSlot(nil, nil)
 							for _, call := range []string{"packing", "packed", "unpacking"} {
 								prefOn = call != "unpacking"
 								before, fusedBefore := prefCalls.Load(), avxFusedCalls.Load()
 								got, whole := guarded(m * c.n)
 								withThreads(2+len(call)%2, func() { // two or three workers
-									QuantizedMatmulTPacked(got, x, wq, scv, biv, slot, m, c.n, c.k, c.gs, 4, dt.round, AccF32)
+									QuantizedMatmulTPacked(got, x, wq, scv, biv, slot, m, c.n, c.k, c.gs, c.bits, dt.round, AccF32)
 								})
 								prefOn = true
 								if slot.Bytes() == 0 {
 									t.Fatalf("%s call: the slot holds nothing", call)
 								}
-								took, wantTook := prefCalls.Load() > before, m < prefGemmRows() && xk.kernel && call != "unpacking"
+								took, wantTook := prefCalls.Load() > before, m < prefGemmRows() && (xk.kernel || lanes) && call != "unpacking"
 								if took != wantTook {
-									t.Fatalf("%s call: qprefB4 ran: %v, want %v", call, took, wantTook)
+									t.Fatalf("%s call: the packed one-row kernels ran: %v, want %v", call, took, wantTook)
 								}
-								if fused := avxFusedCalls.Load() > fusedBefore; took && fused != xk.fused {
+								if fused := avxFusedCalls.Load() > fusedBefore; took && !lanes && fused != xk.fused {
 									t.Fatalf("%s call: qprefB4 fused: %v, want %v", call, fused, xk.fused)
 								}
 								checkGuards(t, whole, name+" "+call)

@@ -14,3 +14,8 @@ func prefGemm(dst, x []float32, p *packedW, m int, round Rounder) bool { return 
 
 // prefFused is never called: refPacks is false off amd64.
 func prefFused(x []float32) bool { return false }
+
+// preflKernel is never called: refPacks is false off amd64.
+func preflKernel(p *packedW) func(*preflArgs) {
+	panic("kernel: no packed reference kernels on this platform")
+}
