@@ -155,6 +155,13 @@ func kernel(dt string, fused bool) {
 	for s := range 4 {
 		p("\tVMOVDQU32 prefMask<>+%d(SB), Z%d", 64*s, zMask+s)
 	}
+	// R15: from a word of a panel to the same word of the panel prefNP on
+	// (the next call's, which follow in memory; 0 in a last call that
+	// repeats its panel). After the loads of global data, which clobber
+	// R15 when dynamically linking.
+	p("\tMOVQ %s, R15", wreg[1])
+	p("\tSUBQ %s, R15", wreg[0])
+	p("\tIMUL3Q $%d, R15, R15", np)
 	for h := range np {
 		p("\tVPXORD %s, %s, %s", tot[h], tot[h], tot[h])
 		p("\tVPXORD %s, %s, %s", btot[h], btot[h], btot[h])
@@ -172,7 +179,7 @@ func kernel(dt string, fused bool) {
 		p("\tVMULPS.BCST %d(DI), %s, Z%d", 4*s, zNib, zTab+s)
 	}
 	for h := range np {
-		p("\tPREFETCHT0 %d(%s)", pfDist, wreg[h])
+		p("\tPREFETCHT1 (%s)(R15*1)", wreg[h])
 		p("\tVMOVDQU32 (%s), %s", wreg[h], word[h])
 	}
 	for j := range 4 {
@@ -234,12 +241,16 @@ func kernel(dt string, fused bool) {
 	p("")
 }
 
-// pfDist is how far ahead of each panel's current word the kernels
-// prefetch into L1, one line a word. Zen 4, Llama-3.2-1B's reference
-// decode (mlxgo generate, 128 tokens, two alternating runs each,
-// 2026-12-06): none 26.6-26.8 tok/s; 512 bytes 29.0-30.0; 1024 29.5-31.4;
-// 2048 29.9-30.2; PREFETCHT1 at 1024 25.5-27.2, at 4096 29.4-31.2.
-const pfDist = 1024
+// Each word's line of the next call's panels is prefetched into L2 as the
+// word is read (PREFETCHT1 at R15 past it): on the Intel Xeon of
+// 2026-12-06 (BenchmarkRefPackedStream llama-1b: twelve layers, 411 MB,
+// two threads, four alternating pairs) 13.0-14.4 ms a pass against
+// 13.3-15.3 with PREFETCHT0 1 KB ahead in each panel (Zen 4's best:
+// there, none 26.6-26.8 tok/s of Llama-3.2-1B's reference decode, 1 KB
+// 29.5-31.4, PREFETCHT1 4 KB 29.4-31.2), and the reference decode of the
+// synthetic Llama-3.2-1B 39.9-41.5 -> 42.9-43.6 tok/s (mlxgo generate, 128
+// tokens, four alternating pairs); PREFETCHT1 4, 16 or 32 KB ahead in each
+// panel read no more than 1 KB.
 
 func main() {
 	out := flag.String("o", "", "output file (default standard output)")

@@ -33,8 +33,8 @@ type preflArgs struct {
 // preflPF is how far ahead of the current word the qpreflB kernels
 // prefetch into L2 (PREFETCHT1), one line a word: past the panel into the
 // next, which follows it in memory. On the Intel Xeon of 2026-12-06
-// (BenchmarkRefLaneStream, Qwen2.5-0.5B's 24 layers of 8-bit group-32
-// matrices, 460 MB, two threads) the packed panels took 22.0-23.5 ms with
+// (BenchmarkRefPackedStream qwen-0.5b with preflPF edited: 24 layers of
+// 8-bit group-32 matrices, 460 MB, two threads) the packed panels took 22.0-23.5 ms with
 // PREFETCHT0 1 KB ahead (the distance of qprefB4, tuned on Zen 4), 15.9-16.7
 // at 4 KB, 15.0-16.3 at 16-32 KB, 14.9-15.9 at 64 KB, against 16.5-18.6 ms
 // on the original layout; the synthetic Qwen2.5-0.5B's reference decode
