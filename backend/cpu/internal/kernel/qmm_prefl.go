@@ -33,13 +33,14 @@ type preflArgs struct {
 // preflPF is how far ahead of the current word the qpreflB kernels
 // prefetch into L2 (PREFETCHT1), one line a word: past the panel into the
 // next, which follows it in memory. On the Intel Xeon of 2026-12-06
-// (BenchmarkRefPackedStream qwen-0.5b with preflPF edited: 24 layers of
-// 8-bit group-32 matrices, 460 MB, two threads) the packed panels took 22.0-23.5 ms with
-// PREFETCHT0 1 KB ahead (the distance of qprefB4, tuned on Zen 4), 15.9-16.7
-// at 4 KB, 15.0-16.3 at 16-32 KB, 14.9-15.9 at 64 KB, against 16.5-18.6 ms
-// on the original layout; the synthetic Qwen2.5-0.5B's reference decode
-// 43.2-43.6 -> 50.2-52.7 tok/s and MiniCPM5-1B's 31.8-32.7 -> 35.8-37.8
-// (mlxgo generate, 128 tokens, alternating runs). Not measured on AMD.
+// (BenchmarkRefPackedStream's qwen-0.5b layers with preflPF edited: 24
+// layers of 8-bit group-32 matrices, 460 MB, two threads) the packed
+// panels took 22.0-23.5 ms with PREFETCHT0 1 KB ahead (the distance of
+// qprefB4, tuned on Zen 4), 15.9-16.7 at 4 KB, 15.0-16.3 at 16-32 KB,
+// 14.9-15.9 at 64 KB, against 16.5-18.6 ms on the original layout; the
+// synthetic Qwen2.5-0.5B's reference decode 43.2-43.6 -> 50.2-52.7 tok/s
+// and MiniCPM5-1B's 31.8-32.7 -> 35.8-37.8 (mlxgo generate, 128 tokens,
+// alternating runs). Not measured on AMD.
 var preflPF uintptr = 32 << 10
 
 // laneOrder reports whether the reference one-row order of a matrix of k
