@@ -46,9 +46,10 @@ type Options struct {
 	// matrix of a file that nn.Dense or a tied head multiplies is stored by
 	// its first matmul in tiles of sixteen rows, column by column, and read
 	// from there (the same bits; the file's pages go back likewise), and
-	// its packing of 4-bit group-32 quantized weights (AVX-512 VNNI) into
-	// the fast backend's panels, read from there at every number of rows
-	// in the reference order (the same bits).
+	// its packing of 4- and 8-bit quantized weights (AVX-512 VNNI: 4-bit
+	// groups of 32, 64 and 128, 8-bit groups of 32, 64 and 128) into the
+	// fast backend's panels, read from there at every number of rows in
+	// the reference order (the same bits).
 	NoPackWeights bool
 }
 
