@@ -161,6 +161,24 @@ var inlineRuns atomic.Int64
 // chunksPerWorker is how many chunks each participant gets on average.
 const chunksPerWorker = 4
 
+// parallelJobs runs several jobs' items in one parallelFor (one pass of
+// the workers): job i has counts[i] items, and run(i, lo, hi) computes
+// items lo..hi-1 of job i; the chunks hold at least minChunk items of the
+// jobs together.
+func parallelJobs(counts []int, minChunk int, run func(i, lo, hi int)) {
+	start := make([]int, len(counts)+1) // the first item of each job in the pass
+	for i, c := range counts {
+		start[i+1] = start[i] + c
+	}
+	parallelFor(start[len(counts)], minChunk, func(lo, hi int) {
+		for i := range counts {
+			if a, b := max(lo, start[i]), min(hi, start[i+1]); a < b {
+				run(i, a-start[i], b-start[i])
+			}
+		}
+	})
+}
+
 // ParallelFor is parallelFor for the backend's own loops (a reduction or
 // an elementwise op over the rows of a batch): fn on disjoint ranges
 // [lo, hi) covering [0, n), each of at least minChunk items, on the fast

@@ -271,18 +271,12 @@ func QuantizedMatmulTPackedShared(x []float32, mats []SharedMat, m, k, groupSize
 	one := m == 1
 	s.quantizeX(x, m, k, groupSize, bits, one)
 	jobs := make([]q8Job, len(mats))
-	start := make([]int, len(mats)+1) // the first panel of each matrix in the pass
+	panels := make([]int, len(mats))
 	for i, a := range mats {
 		jobs[i] = newQ8Job(a.Dst, a.WQ, a.Scales, a.Biases, a.Slot, s, m, a.N, k, groupSize, bits, round, one)
-		start[i+1] = start[i] + (a.N+q8C-1)/q8C
+		panels[i] = (a.N + q8C - 1) / q8C
 	}
-	parallelFor(start[len(mats)], 1, func(lo, hi int) {
-		for i := range jobs {
-			if a, b := max(lo, start[i]), min(hi, start[i+1]); a < b {
-				jobs[i].run(a-start[i], b-start[i])
-			}
-		}
-	})
+	parallelJobs(panels, 1, func(i, lo, hi int) { jobs[i].run(lo, hi) })
 }
 
 // q8Job runs the GEMM over a range of panels (16 weight rows each).

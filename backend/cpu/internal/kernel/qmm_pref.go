@@ -265,19 +265,13 @@ func refSharedRun(x []float32, mats []SharedMat, m, k, gs, bits int, round Round
 		}
 	}
 	jobs := make([]prefJob, len(mats))
-	start := make([]int, len(mats)+1) // the first call of each matrix in a row's pass
+	calls := make([]int, len(mats))
 	for r := range m {
 		for i, a := range mats {
 			jobs[i] = newPrefJob(a.Dst[r*a.N:(r+1)*a.N], packed[i], xs[r], round)
-			start[i+1] = start[i] + jobs[i].calls()
+			calls[i] = jobs[i].calls()
 		}
-		parallelFor(start[len(mats)], max(1, 2048/k), func(lo, hi int) {
-			for i := range jobs {
-				if a, b := max(lo, start[i]), min(hi, start[i+1]); a < b {
-					jobs[i].run(a-start[i], b-start[i])
-				}
-			}
-		})
+		parallelJobs(calls, max(1, 2048/k), func(i, lo, hi int) { jobs[i].run(lo, hi) })
 	}
 	prefCalls.Add(int64(len(mats)))
 	return true

@@ -126,19 +126,13 @@ func refSharedLanes(x []float32, mats []SharedMat, packed []*packedW, m, k, gs i
 	s.xs = grow(s.xs, m*ng)
 	groupSumsFlat(s.xs, x, m*ng, gs)
 	jobs := make([]preflJob, len(mats))
-	start := make([]int, len(mats)+1) // the first panel of each matrix in a row's pass
+	panels := make([]int, len(mats))
 	for r := range m {
 		for i, a := range mats {
 			jobs[i] = newPreflJob(a.Dst[r*a.N:(r+1)*a.N], packed[i], x[r*k:(r+1)*k], s.xs[r*ng:(r+1)*ng], round)
-			start[i+1] = start[i] + jobs[i].np
+			panels[i] = jobs[i].np
 		}
-		parallelFor(start[len(mats)], max(1, 4096/k), func(lo, hi int) {
-			for i := range jobs {
-				if a, b := max(lo, start[i]), min(hi, start[i+1]); a < b {
-					jobs[i].run(a-start[i], b-start[i])
-				}
-			}
-		})
+		parallelJobs(panels, max(1, 4096/k), func(i, lo, hi int) { jobs[i].run(lo, hi) })
 	}
 	prefCalls.Add(int64(len(mats)))
 }
