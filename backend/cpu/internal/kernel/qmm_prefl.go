@@ -105,15 +105,9 @@ func (j *preflJob) run(lo, hi int) {
 }
 
 // qmvRefLanes runs the qpreflB kernels over p's panels against one row of
-// x, split across the workers.
+// x, split across the workers (refSharedLanes for one matrix).
 func qmvRefLanes(dst, x []float32, p *packedW, round Rounder) {
-	s := scratchPool.Get().(*qmmScratch)
-	defer scratchPool.Put(s)
-	s.xs = grow(s.xs, p.k/p.gs)
-	groupSumsFlat(s.xs, x, p.k/p.gs, p.gs)
-	j := newPreflJob(dst, p, x[:p.k], s.xs, round)
-	parallelFor(j.np, max(1, 4096/p.k), j.run)
-	prefCalls.Add(1)
+	refSharedLanes(x, []SharedMat{{Dst: dst, N: p.n}}, []*packedW{p}, 1, p.k, p.gs, round)
 }
 
 // refSharedLanes is refSharedRun for the lane-order shapes: per row of x
