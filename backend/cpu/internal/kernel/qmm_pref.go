@@ -150,12 +150,13 @@ type prefX struct {
 // prefScaleX declines it.
 func prefPrepare(s *qmmScratch, x []float32, k, gs, off int) (prefX, bool) {
 	xh := s.xp[off : off+k]
-	if !prefScaleX(xh, x[:k]) {
+	scaled, fused := prefScan(xh, x[:k])
+	if !scaled {
 		return prefX{}, false
 	}
 	xs := s.xs[off/gs : (off+k)/gs]
 	groupSumsFlat(xs, x, k/gs, gs)
-	return prefX{x: x[:k], xh: xh, xs: xs, fused: prefFused(x[:k])}, true
+	return prefX{x: x[:k], xh: xh, xs: xs, fused: fused}, true
 }
 
 // prefJob is one matrix's qprefB4 calls against one prepared row of x,

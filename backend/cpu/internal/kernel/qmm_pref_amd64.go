@@ -37,9 +37,31 @@ func qprefB4BF16X(a *prefArgs)
 //go:noescape
 func qprefB4F16X(a *prefArgs)
 
-// prefFused reports whether the fused kernels take x (avxExactX, with
-// avxFused on).
-func prefFused(x []float32) bool { return avxFused && avxExactX(x) }
+// prefScanX is prefScaleX and avxExactX in one pass over n values (a
+// multiple of 16, at least 16; qmm_pref_gen.go): it writes xh as
+// prefScaleX does (and x itself to the lanes s = 0..3 of each word, which
+// qprefB4 does not read) and reports whether every scaling was exact and
+// whether avxExactX holds.
+//
+//go:noescape
+func prefScanX(xh, x *float32, n int) (scaled, exact bool)
+
+// prefScanOn lets tests compare prefScanX with the Go loops.
+var prefScanOn = true
+
+// prefScan writes xh (prefScaleX) and reports whether its scalings were
+// exact and, if so, whether the fused kernels take x (avxExactX, with
+// avxFused on): by prefScanX on AVX-512 where x fills whole steps of 16.
+func prefScan(xh, x []float32) (scaled, fused bool) {
+	if asmF32 && prefScanOn && len(x) >= 16 && len(x)%16 == 0 {
+		scaled, exact := prefScanX(&xh[0], &x[0], len(x))
+		return scaled, scaled && exact && avxFused
+	}
+	if !prefScaleX(xh, x) {
+		return false, false
+	}
+	return true, avxFused && avxExactX(x)
+}
 
 // prefKernel returns the kernel for p's scale dtype, in its fused form
 // where fused (counted in avxFusedCalls).

@@ -89,6 +89,65 @@ DATA prefMask<>+244(SB)/4, $0xf0000000
 DATA prefMask<>+248(SB)/4, $0xf0000000
 DATA prefMask<>+252(SB)/4, $0xf0000000
 GLOBL prefMask<>(SB), RODATA|NOPTR, $256
+DATA prefXScale<>+0(SB)/4, $0x3f800000
+DATA prefXScale<>+4(SB)/4, $0x3f800000
+DATA prefXScale<>+8(SB)/4, $0x3f800000
+DATA prefXScale<>+12(SB)/4, $0x3f800000
+DATA prefXScale<>+16(SB)/4, $0x37800000
+DATA prefXScale<>+20(SB)/4, $0x35800000
+DATA prefXScale<>+24(SB)/4, $0x33800000
+DATA prefXScale<>+28(SB)/4, $0x31800000
+DATA prefXScale<>+32(SB)/4, $0x3f800000
+DATA prefXScale<>+36(SB)/4, $0x3f800000
+DATA prefXScale<>+40(SB)/4, $0x3f800000
+DATA prefXScale<>+44(SB)/4, $0x3f800000
+DATA prefXScale<>+48(SB)/4, $0x37800000
+DATA prefXScale<>+52(SB)/4, $0x35800000
+DATA prefXScale<>+56(SB)/4, $0x33800000
+DATA prefXScale<>+60(SB)/4, $0x31800000
+GLOBL prefXScale<>(SB), RODATA|NOPTR, $64
+
+// func prefScanX(xh, x *float32, n int) (scaled, exact bool)
+TEXT ·prefScanX(SB), NOSPLIT, $0-26
+	MOVQ xh+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	VMOVUPS prefXScale<>(SB), Z31
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z30
+	MOVL $0x0e800000, AX
+	VPBROADCASTD AX, Z29
+	MOVL $0x7d800000, AX
+	VPBROADCASTD AX, Z28
+	MOVL $0x0000000f, AX
+	VPBROADCASTD AX, Z27
+	MOVL $0xf0f0, AX
+	KMOVW AX, K1
+	KXORW K4, K4, K4
+	KXORW K6, K6, K6
+prefScanX_loop:
+	VMOVUPS (SI), Z0
+	VPANDD Z30, Z0, Z2
+	VPCMPUD $1, Z29, Z2, K1, K2
+	VPTESTMD Z2, Z2, K2, K2
+	KORW K2, K4, K4
+	VPTESTMD Z27, Z0, K3
+	VPCMPUD $5, Z28, Z2, K5
+	KORW K3, K5, K5
+	KORW K5, K6, K6
+	VMULPS Z31, Z0, Z1
+	VMOVUPS Z1, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ prefScanX_loop
+	KORTESTW K4, K4
+	SETEQ scaled+24(FP)
+	KORTESTW K6, K6
+	SETEQ exact+25(FP)
+	VZEROUPPER
+	RET
 
 // func qprefB4F32(a *prefArgs)
 TEXT ·qprefB4F32(SB), NOSPLIT, $0-8

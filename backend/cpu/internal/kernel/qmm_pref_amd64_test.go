@@ -167,3 +167,60 @@ func BenchmarkRefPackedQMV(b *testing.B) {
 		}
 	}
 }
+
+// TestPrefScan holds prefScan's AVX-512 pass (prefScanX) to the Go loops
+// it replaces (prefScaleX, avxExactX): the same verdicts and, where x
+// scales exactly, the same bits in the lanes qprefB4 reads (s = 4..7 of
+// each word), on bfloat16-valued, float16-valued and float32 rows with one
+// edge value placed in each lane s of the first, a middle and the last
+// word (a tiny value makes the scaling inexact only in lanes 4..7).
+func TestPrefScan(t *testing.T) {
+	if !asmF32 {
+		t.Skip("SKIPPED: no AVX-512F; prefScan runs the Go loops alone")
+	}
+	edges := []float32{0, float32(math.Copysign(0, -1)), 0x1p-99, -0x1p-99, 0x1p-98, 0x1p-140, 0x1p124, -0x1p123,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1 + 0x1p-20, 1.5}
+	r := newRand(7)
+	for _, n := range []int{16, 32, 48, 2048, 8192} {
+		for kind := range 3 {
+			base := make([]float32, n)
+			for i := range base {
+				v := float32(r.NormFloat64())
+				switch kind {
+				case 0:
+					v = math.Float32frombits(math.Float32bits(v) &^ 0xffff)
+				case 1:
+					v = tensor.RoundF16(v)
+				}
+				base[i] = v
+			}
+			for _, e := range append([]float32{1}, edges...) {
+				for _, w := range []int{0, n / 16, n/8 - 1} {
+					for s := range 8 {
+						x := append([]float32(nil), base...)
+						if e != 1 {
+							x[8*w+s] = e
+						}
+						got, want := make([]float32, n), make([]float32, n)
+						prefScanOn = true
+						gs, gf := prefScan(got, x)
+						prefScanOn = false
+						ws, wf := prefScan(want, x)
+						prefScanOn = true
+						if gs != ws || gf != wf {
+							t.Fatalf("n %d kind %d, x[%d] = %g: prefScanX scaled %v fused %v, the Go loops %v %v", n, kind, 8*w+s, e, gs, gf, ws, wf)
+						}
+						if !ws {
+							continue
+						}
+						for i := range n {
+							if i%8 >= 4 && math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("n %d kind %d, x[%d] = %g: xh[%d] %#x, want %#x", n, kind, 8*w+s, e, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

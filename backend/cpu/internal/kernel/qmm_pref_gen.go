@@ -82,6 +82,68 @@ func header() {
 		}
 	}
 	p("GLOBL prefMask<>(SB), RODATA|NOPTR, $256")
+	for l := range 16 {
+		v := float32(1)
+		if s := l % 8; s >= 4 {
+			v = prefScale[s-4]
+		}
+		p("DATA prefXScale<>+%d(SB)/4, $0x%08x", 4*l, math.Float32bits(v))
+	}
+	p("GLOBL prefXScale<>(SB), RODATA|NOPTR, $64")
+	p("")
+}
+
+// prefScale is 2^-4s for s = 4..7 (prefScale in qmm_pref.go).
+var prefScale = [4]float32{0x1p-16, 0x1p-20, 0x1p-24, 0x1p-28}
+
+// scan writes prefScanX: prefScaleX and avxExactX in one pass over x,
+// sixteen values (two words) a step. It writes xh = x·v with v the word's
+// lane scales (1 for s = 0..3, 2^-4s for s = 4..7: the same products as
+// prefScaleX, whose lanes s = 0..3 of xh nothing reads) and gathers two
+// masks: the lanes s = 4..7 where that scaling is inexact (0 < |x| <
+// 2^-98), and the lanes where a code·x product would be (low four bits of
+// the significand set, or |x| ≥ 2^124, NaN and ±Inf included).
+func scan() {
+	p("// func prefScanX(xh, x *float32, n int) (scaled, exact bool)")
+	p("TEXT ·prefScanX(SB), NOSPLIT, $0-26")
+	p("\tMOVQ xh+0(FP), DI")
+	p("\tMOVQ x+8(FP), SI")
+	p("\tMOVQ n+16(FP), CX")
+	p("\tSHRQ $4, CX")
+	p("\tVMOVUPS prefXScale<>(SB), Z31")
+	for _, c := range []struct {
+		v uint32
+		z string
+	}{{0x7fffffff, "Z30"}, {0x0e800000, "Z29"}, {(127 + 124) << 23, "Z28"}, {15, "Z27"}} {
+		p("\tMOVL $0x%08x, AX", c.v)
+		p("\tVPBROADCASTD AX, %s", c.z)
+	}
+	p("\tMOVL $0xf0f0, AX") // the lanes s = 4..7 of both words
+	p("\tKMOVW AX, K1")
+	p("\tKXORW K4, K4, K4") // inexact scalings
+	p("\tKXORW K6, K6, K6") // inexact products
+	p("prefScanX_loop:")
+	p("\tVMOVUPS (SI), Z0")
+	p("\tVPANDD Z30, Z0, Z2")
+	p("\tVPCMPUD $1, Z29, Z2, K1, K2") // |x| < 2^-98 in lanes 4..7
+	p("\tVPTESTMD Z2, Z2, K2, K2")     // and not zero
+	p("\tKORW K2, K4, K4")
+	p("\tVPTESTMD Z27, Z0, K3")     // low four bits set
+	p("\tVPCMPUD $5, Z28, Z2, K5") // |x| ≥ 2^124 (as integers: NaN, ±Inf too)
+	p("\tKORW K3, K5, K5")
+	p("\tKORW K5, K6, K6")
+	p("\tVMULPS Z31, Z0, Z1")
+	p("\tVMOVUPS Z1, (DI)")
+	p("\tADDQ $64, SI")
+	p("\tADDQ $64, DI")
+	p("\tDECQ CX")
+	p("\tJNZ prefScanX_loop")
+	p("\tKORTESTW K4, K4")
+	p("\tSETEQ scaled+24(FP)")
+	p("\tKORTESTW K6, K6")
+	p("\tSETEQ exact+25(FP)")
+	p("\tVZEROUPPER")
+	p("\tRET")
 	p("")
 }
 
@@ -256,6 +318,7 @@ func main() {
 	out := flag.String("o", "", "output file (default standard output)")
 	flag.Parse()
 	header()
+	scan()
 	for _, fused := range []bool{false, true} {
 		for _, dt := range []string{"f32", "bf16", "f16"} {
 			kernel(dt, fused)

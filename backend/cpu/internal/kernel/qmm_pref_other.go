@@ -12,8 +12,8 @@ func prefGemmRows() int { return 1 }
 
 func prefGemm(dst, x []float32, p *packedW, m int, round Rounder) bool { return false }
 
-// prefFused is never called: refPacks is false off amd64.
-func prefFused(x []float32) bool { return false }
+// prefScan is never called: refPacks is false off amd64.
+func prefScan(xh, x []float32) (scaled, fused bool) { return prefScaleX(xh, x), false }
 
 // preflKernel is never called: refPacks is false off amd64.
 func preflKernel(p *packedW) func(*preflArgs) {
