@@ -128,7 +128,7 @@ func scan() {
 	p("\tVPCMPUD $1, Z29, Z2, K1, K2") // |x| < 2^-98 in lanes 4..7
 	p("\tVPTESTMD Z2, Z2, K2, K2")     // and not zero
 	p("\tKORW K2, K4, K4")
-	p("\tVPTESTMD Z27, Z0, K3")     // low four bits set
+	p("\tVPTESTMD Z27, Z0, K3")    // low four bits set
 	p("\tVPCMPUD $5, Z28, Z2, K5") // |x| ≥ 2^124 (as integers: NaN, ±Inf too)
 	p("\tKORW K3, K5, K5")
 	p("\tKORW K5, K6, K6")
