@@ -487,7 +487,9 @@ func QuantizedMatmulsTComposed(b Backend, x Array, ws []QuantizedArray) []Array 
 // dimension of 1 and is consumed as SliceUpdate consumes dst. The result
 // for row r may be dsts[r] itself, written in place where nothing else
 // reads its storage; it then stays in the scope (or at the level) dsts[r]
-// was in, where a new array would belong to the innermost open scope.
+// was in, where a new array would belong to the innermost open scope. As
+// after SliceUpdate, the caller releases each dsts[r] that is not its
+// result.
 type RowUpdater interface {
 	SliceUpdateRows(dsts []Array, src Array, axis int, at []int) []Array
 }

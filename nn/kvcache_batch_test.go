@@ -1,6 +1,7 @@
 package nn_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -480,4 +481,145 @@ func TestRowView(t *testing.T) {
 			t.Errorf("%s: RowView(%v) error %v, want one containing %q", tc.name, tc.idx, err, tc.want)
 		}
 	}
+}
+
+// noRowUpdater hides the CPU backend's RowUpdater, so that
+// backend.SliceUpdateRows composes SliceUpdate row by row (as on MLX).
+type noRowUpdater struct{ backend.Backend }
+
+// TestBatchRowsFreeReplacedBuffers: a decode step through a batch of full
+// row caches frees every buffer it replaces, whether a row is written in
+// place, copied (its buffer shared with the prefix it was seeded from,
+// with room left, so nothing grows), or written row by row through
+// SliceUpdate (a backend without RowUpdater: the CPU backend with it
+// hidden, and MLX under -tags mlx). Each step runs in a scope that keeps
+// the caches' arrays, as the batch generator's do, so a replaced buffer
+// nobody released outlives it: once the caches and the prefix are
+// released the backend must hold what it held before. The row seeded
+// from the prefix holds the prefix's first tokens, then the new one.
+func TestBatchRowsFreeReplacedBuffers(t *testing.T) {
+	for _, name := range backend.Names() {
+		for _, composed := range []bool{false, true} {
+			if composed && name != "cpu" {
+				continue
+			}
+			for _, seeded := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/composed=%v/seeded=%v", name, composed, seeded), func(t *testing.T) {
+					b, err := backend.Open(name, backend.Options{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer b.Close()
+					if composed {
+						b = noRowUpdater{b}
+					}
+					held := 4 // the tokens row 0 holds before the decode step
+					if seeded {
+						held = 2
+					}
+					var got []float32
+					var before, after backend.Stats
+					err = b.Do(func() (err error) {
+						defer backend.Recover(&err)
+						before = b.Stats()
+						got, err = rowsDecodeStep(b, seeded, held)
+						after = b.Stats()
+						return err
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					// Per head: the held keys, then the step's key.
+					old, dec := batchRowKeys(0, 0, held, 0), batchRowKeys(0, 0, 1, 9000)
+					var want []float32
+					for h := range bH {
+						want = slices.Concat(want, old[h*held*bD:(h+1)*held*bD], dec[h*bD:(h+1)*bD])
+					}
+					if !slices.Equal(got, want) {
+						t.Errorf("row 0 after the step: %v, want %v", got, want)
+					}
+					if after.LiveArrays != before.LiveArrays || after.LiveBytes != before.LiveBytes {
+						t.Errorf("after releasing everything: %d arrays, %d bytes live; before: %d, %d", after.LiveArrays, after.LiveBytes, before.LiveArrays, before.LiveBytes)
+					}
+				})
+			}
+		}
+	}
+}
+
+// rowsDecodeStep is TestBatchRowsFreeReplacedBuffers's work on b's thread:
+// a batch of two full row caches, row 0 seeded with the first held tokens
+// of a live prefix (or given held tokens itself), row 1 given three, one
+// decode step of both in a scope of its own, then every cache released.
+// It returns row 0's keys after the step.
+func rowsDecodeStep(b backend.Backend, seeded bool, held int) (row0 []float32, err error) {
+	prefix := nn.NewFullKVCache(b)
+	var first, second *nn.BatchKVCache
+	defer func() {
+		for _, c := range []*nn.BatchKVCache{first, second} {
+			if c != nil {
+				c.Release()
+			}
+		}
+		prefix.Release()
+	}()
+	step := func(fn func() error) error {
+		sc := b.Scope()
+		defer sc.Close()
+		err := fn()
+		sc.Keep(prefix.State()...)
+		for _, c := range []*nn.BatchKVCache{first, second} {
+			if c != nil {
+				sc.Keep(c.State()...)
+			}
+		}
+		return err
+	}
+	rows := nn.CacheOptions{PerRow: true}
+	if err := step(func() (err error) {
+		k, v := batchKV(b, 1, 4, 0)
+		prefix.Update(k, v)
+		if first, err = nn.NewBatchCache(b, []int{0}, rows); err != nil {
+			return err
+		}
+		if seeded {
+			return first.SeedRow(prefix, held)
+		}
+		first.Attend(k, k, v, 1, backend.CausalMask{})
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := step(func() (err error) {
+		if second, err = nn.NewBatchCache(b, []int{0}, rows); err != nil {
+			return err
+		}
+		k, v := batchKV(b, 1, 3, 5000)
+		second.Attend(k, k, v, 1, backend.CausalMask{})
+		return first.Extend(second)
+	}); err != nil {
+		return nil, err
+	}
+	if err := step(func() error {
+		k, v := batchKV(b, 2, 1, 9000)
+		first.Attend(k, k, v, 1, backend.NoMask{})
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	err = step(func() error {
+		e, err := first.Extract(0)
+		if err != nil {
+			return err
+		}
+		defer e.Release()
+		st := e.State()
+		d, err := b.ToHost(b.Slice(st[0], []int{0, 0, 0, 0}, []int{1, bH, e.Offset(), bD}))
+		if err != nil {
+			return err
+		}
+		row0 = d.ToFloat32()
+		return nil
+	})
+	return row0, err
 }

@@ -114,8 +114,9 @@ func replaced(b backend.Backend, old, next backend.Array) backend.Array {
 
 // appendKVRows is appendKV for the full caches of a batch's rows at once:
 // row r of k and v ([B, H, L, D]) goes into caches[r] (grown as appendKV
-// grows it), the buffers written by one backend.SliceUpdateRows each; it
-// returns each row's views up to its new offset.
+// grows it), the buffers written by one backend.SliceUpdateRows each and
+// the buffers they replace released; it returns each row's views up to its
+// new offset.
 func appendKVRows(b backend.Backend, caches []*FullKVCache, k, v backend.Array) (keys, values []backend.Array) {
 	ks, vs := k.Shape().Clone(), v.Shape().Clone()
 	ks[0], vs[0] = 1, 1
@@ -129,6 +130,14 @@ func appendKVRows(b backend.Backend, caches []*FullKVCache, k, v backend.Array) 
 	vb = backend.SliceUpdateRows(b, vb, v, 2, at)
 	keys, values = make([]backend.Array, len(caches)), make([]backend.Array, len(caches))
 	for r, c := range caches {
+		// A row written in place is its old buffer; any other replaces it
+		// (its storage shared, or a backend without RowUpdater).
+		if kb[r] != c.keys {
+			b.Release(c.keys)
+		}
+		if vb[r] != c.values {
+			b.Release(c.values)
+		}
 		c.keys, c.values = kb[r], vb[r]
 		c.offset += L
 		// The buffers are [1, H, capacity, D] with H and D those of ks, vs.

@@ -100,6 +100,10 @@ type MemoryStats struct {
 	// replaced, given back to the operating system.
 	PackedBytes   int64 `json:"packed_bytes,omitempty"`
 	ReleasedBytes int64 `json:"released_bytes,omitempty"`
+	// LeakedByGC counts the arrays the backend's garbage-collector safety
+	// net freed since it opened: arrays dropped without a release, each a
+	// leak even though its memory came back (backend.Stats.LeakedByGC).
+	LeakedByGC int `json:"leaked_by_gc"`
 }
 
 // EngineStats count the engine's work since the server started (its
@@ -226,7 +230,7 @@ func (e *engine) memory() MemoryStats {
 	st := e.m.Backend().Stats()
 	return MemoryStats{LiveArrays: st.LiveArrays, LiveBytes: st.LiveBytes,
 		PromptCacheArrays: e.cache.arrays(), PromptCacheBytes: e.cache.bytes, PromptCacheSeqs: len(e.cache.entries),
-		Sequences: e.g.Len(), PackedBytes: st.PackedBytes, ReleasedBytes: st.ReleasedBytes}
+		Sequences: e.g.Len(), PackedBytes: st.PackedBytes, ReleasedBytes: st.ReleasedBytes, LeakedByGC: st.LeakedByGC}
 }
 
 // work sums the generators' statistics (on the engine's goroutine).

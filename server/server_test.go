@@ -298,8 +298,9 @@ func (f *fixture) waitIdle() server.MemoryStats {
 func (f *fixture) checkIdle() {
 	f.t.Helper()
 	m := f.waitIdle()
-	if m.Sequences != 0 || m.LiveArrays-m.PromptCacheArrays != f.base.LiveArrays {
-		f.t.Errorf("idle server: %d sequences, %d live arrays (%d in the prompt cache), want 0 and %d (the baseline)", m.Sequences, m.LiveArrays, m.PromptCacheArrays, f.base.LiveArrays)
+	if m.Sequences != 0 || m.LiveArrays-m.PromptCacheArrays != f.base.LiveArrays || m.LeakedByGC != f.base.LeakedByGC {
+		f.t.Errorf("idle server: %d sequences, %d live arrays (%d in the prompt cache), %d freed unreleased by the safety net; want 0, %d (the baseline) and %d",
+			m.Sequences, m.LiveArrays, m.PromptCacheArrays, m.LeakedByGC, f.base.LiveArrays, f.base.LeakedByGC)
 	}
 }
 

@@ -156,9 +156,9 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "time to first token: p50 %s, p99 %s (%d streamed requests)\n", ms(percentile(r.TTFT, 50)), ms(percentile(r.TTFT, 99)), len(r.TTFT))
 	fmt.Fprintf(w, "inter-token latency: p50 %s, p99 %s (%d gaps)\n", ms(percentile(r.ITL, 50)), ms(percentile(r.ITL, 99)), len(r.ITL))
 	if r.Before != nil && r.After != nil {
-		fmt.Fprintf(w, "server memory: before %d arrays, %d bytes (prompt cache %d arrays); idle after %d arrays, %d bytes (prompt cache %d arrays, %d bytes, %d sequences); %d sequences held\n",
+		fmt.Fprintf(w, "server memory: before %d arrays, %d bytes (prompt cache %d arrays); idle after %d arrays, %d bytes (prompt cache %d arrays, %d bytes, %d sequences); %d sequences held; %d arrays freed unreleased by the safety net\n",
 			r.Before.LiveArrays, r.Before.LiveBytes, r.Before.PromptCacheArrays, r.After.LiveArrays, r.After.LiveBytes,
-			r.After.PromptCacheArrays, r.After.PromptCacheBytes, r.After.PromptCacheSeqs, r.After.Sequences)
+			r.After.PromptCacheArrays, r.After.PromptCacheBytes, r.After.PromptCacheSeqs, r.After.Sequences, r.After.LeakedByGC-r.Before.LeakedByGC)
 		if r.After.PackedBytes > 0 {
 			fmt.Fprintf(w, "packed weights: %d bytes after (%d before); mapped weights they replaced, given back: %d bytes\n", r.After.PackedBytes, r.Before.PackedBytes, r.After.ReleasedBytes)
 		}
@@ -192,8 +192,9 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// Check fails when an answer was an error or the server's memory besides
-// its prompt cache is not back at its level before the run.
+// Check fails when an answer was an error, the server's memory besides
+// its prompt cache is not back at its level before the run, or the
+// backend's safety net freed arrays nobody released during it.
 func (r *Report) Check() error {
 	var errs []string
 	if r.Errors > 0 {
@@ -214,6 +215,9 @@ func (r *Report) Check() error {
 		bb, ab := r.Before.LiveBytes-r.Before.PromptCacheBytes, r.After.LiveBytes-r.After.PromptCacheBytes
 		if a != b || ab != bb {
 			errs = append(errs, fmt.Sprintf("live arrays besides the prompt cache: %d (%d bytes) after, %d (%d bytes) before: a leak", a, ab, b, bb))
+		}
+		if n := r.After.LeakedByGC - r.Before.LeakedByGC; n != 0 {
+			errs = append(errs, fmt.Sprintf("%d arrays were dropped without a release (freed by the garbage-collector safety net): a leak", n))
 		}
 	}
 	if len(errs) > 0 {
