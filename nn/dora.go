@@ -26,13 +26,19 @@ type DoRALinear struct {
 }
 
 // DoRANorm is mlx_lm's DoRALinear.set_linear magnitude: the 2-norm of each
-// row of base's weight (dequantized), in float32.
-func DoRANorm(b backend.Backend, base Linear) (backend.Array, error) {
+// row of base's weight (dequantized), in float32. It runs in a scope of
+// its own: only the norm outlives it (the dequantized weight, as large as
+// the layer in float32, is freed at once wherever it is called from).
+func DoRANorm(b backend.Backend, base Linear) (out backend.Array, err error) {
+	sc := b.Scope()
+	defer sc.Close()
 	w, _, err := baseWeight(b, base)
 	if err != nil {
 		return nil, err
 	}
-	return rowNorm(b, b.AsType(w, tensor.F32)), nil
+	out = rowNorm(b, b.AsType(w, tensor.F32))
+	sc.Keep(out)
+	return out, nil
 }
 
 // baseWeight returns base's weight, dequantized when quantized, and bias.

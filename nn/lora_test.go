@@ -87,3 +87,53 @@ func typeName(l Linear) string {
 	}
 	return "?"
 }
+
+// TestDoRANormFreesItsTemporaries: DoRANorm called outside any scope (as
+// lora.Load under mlxgo generate's backend.Do) leaves one new array, the
+// norm, for a dense and a quantized base (whose dequantized weight, as
+// large as the layer in float32, must not wait for the garbage collector),
+// and the norm is each row's 2-norm.
+func TestDoRANormFreesItsTemporaries(t *testing.T) {
+	b, err := cpu.New(backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	w := loraInput(b, 1, 0.125, tensor.F32, 16, 64)
+	q := b.Quantize(w, 32, 8)
+	for _, c := range []struct {
+		name string
+		base Linear
+		tol  float64
+	}{
+		{"dense", &Dense{B: b, Weight: w}, 1e-6},
+		{"quantized", &QuantizedLinear{B: b, Weight: q}, 0.01},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := b.Stats()
+			m, err := DoRANorm(b, c.base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after := b.Stats(); after.LiveArrays != before.LiveArrays+1 {
+				t.Errorf("live arrays %d after DoRANorm, %d before: want one more (the norm)", after.LiveArrays, before.LiveArrays)
+			}
+			got, err := b.ToHost(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Release(m)
+			wh, _ := b.ToHost(w)
+			wv, gv := wh.ToFloat64(), got.ToFloat64()
+			for r := range 16 {
+				ss := 0.0
+				for _, v := range wv[r*64 : (r+1)*64] {
+					ss += v * v
+				}
+				if want := math.Sqrt(ss); math.Abs(gv[r]-want) > c.tol*want {
+					t.Errorf("row %d: norm %v, want %v", r, gv[r], want)
+				}
+			}
+		})
+	}
+}
