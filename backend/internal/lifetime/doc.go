@@ -45,7 +45,10 @@
 //     the start of its next Add, Release, Scope.Close, Stats or Drain: the
 //     array leaves the counts, Stats.LeakedByGC grows by one, and Hooks.Drop
 //     frees what Hooks.Root kept. An array in a scope needs no safety net:
-//     the scope's list keeps it reachable until the scope frees it.
+//     the scope's list keeps it reachable until the scope frees it. With
+//     TraceLeaksEnv set when the tracker is made, each array reaching the
+//     outermost level has its stack recorded, and each note applied is
+//     reported on standard error with that stack.
 //   - Release is idempotent; nil arrays are skipped, another backend's
 //     array panics.
 //   - Stats counts live arrays, the bytes the backend reports for them

@@ -77,11 +77,12 @@ type Tracker[A Array, R any] struct {
 	next   uint64         // the last root id handed out
 	roots  map[uint64]R   // the arrays at the outermost level, by root id
 	notes  *notes         // the safety net's queue
+	trace  *leakTrace     // where the roots were made (TraceLeaksEnv); nil: off
 }
 
 // New returns the tracker of a backend called name (for messages).
 func New[A Array, R any](name string, hooks Hooks[A, R]) *Tracker[A, R] {
-	return &Tracker[A, R]{ledger: ledger{name: name}, hooks: hooks, roots: map[uint64]R{}, notes: &notes{}}
+	return &Tracker[A, R]{ledger: ledger{name: name}, hooks: hooks, roots: map[uint64]R{}, notes: &notes{}, trace: newLeakTrace()}
 }
 
 // Add counts a, a new array holding bytes (0 when it shares storage that
@@ -178,6 +179,9 @@ func (t *Tracker[A, R]) ReleaseOne(a A) {
 	if st.root != 0 {
 		st.cleanup.Stop()
 		delete(t.roots, st.root)
+		if t.trace != nil {
+			delete(t.trace.made, st.root)
+		}
 		st.root = 0
 	}
 	t.stats.LiveArrays--
@@ -226,5 +230,6 @@ func (t *Tracker[A, R]) Abandon() {
 	t.closed = true
 	t.notes.close()
 	t.roots = nil
+	t.trace = nil
 	t.spare = nil
 }

@@ -542,3 +542,47 @@ func TestSafetyNetOnlyAtOutermostLevel(t *testing.T) {
 		t.Errorf("stats %+v, want nothing live or leaked", st)
 	}
 }
+
+// dropTraced makes an array at the outermost level and drops it unreleased
+// (its name is what the leak trace must report).
+func dropTraced(f *fixture) {
+	f.t.Add(&fake{name: "lost", bytes: 10}, 10)
+}
+
+// The leak trace (TraceLeaksEnv): an array the safety net frees is
+// reported with the function that made it; a released array, or one kept
+// by a scope, is not, and leaves no record behind.
+func TestLeakTrace(t *testing.T) {
+	t.Setenv(TraceLeaksEnv, "1")
+	f := newFixture()
+	if f.t.trace == nil {
+		t.Fatalf("%s=1: no trace", TraceLeaksEnv)
+	}
+	var out strings.Builder
+	f.t.trace.w = &out
+	dropTraced(f)
+	kept := f.add("kept", 1)
+	f.t.Release(f.add("released", 1))
+	s := f.t.Open()
+	f.add("scoped", 1)
+	s.Close()
+	f.by = nil
+	if got := collect(f.t, 1); got != 1 {
+		t.Fatalf("the safety net queued %d notes, want 1", got)
+	}
+	f.t.Stats()
+	report := out.String()
+	if strings.Count(report, "an array was dropped without Release") != 1 || !strings.Contains(report, "lifetime.dropTraced") || !strings.Contains(report, "lifetime_test.go:") {
+		t.Errorf("report %q: want one leak, made in dropTraced (lifetime_test.go)", report)
+	}
+	f.t.Release(kept)
+	if n := len(f.t.trace.made); n != 0 {
+		t.Errorf("%d stacks recorded once no root is left, want 0", n)
+	}
+	for _, v := range []string{"", "0"} {
+		t.Setenv(TraceLeaksEnv, v)
+		if newFixture().t.trace != nil {
+			t.Errorf("%s=%q: the trace is on", TraceLeaksEnv, v)
+		}
+	}
+}
