@@ -43,9 +43,10 @@
 // move to the enclosing scope. Arrays made with no scope open, and kept arrays
 // that reach the outermost level, live until [Backend.Release]. A finalizer-like
 // cleanup exists only as a safety net and is counted in [Stats].LeakedByGC, which
-// tests expect to be zero; with MLXGO_TRACE_LEAKS=1 in the environment each array
-// it frees is reported on standard error with the stack that made it. [Backend.Stats] reports live arrays and bytes so tests
-// can show that a long generation does not grow them.
+// tests expect to be zero; with MLXGO_TRACE_LEAKS=1 in the environment each
+// array it frees is reported on standard error with the stack that made it.
+// [Backend.Stats] reports live arrays and bytes so tests can show that a long
+// generation does not grow them.
 //
 // # Errors
 //
